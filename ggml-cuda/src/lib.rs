@@ -1,0 +1,1 @@
+//! ggml-cuda (work in progress)

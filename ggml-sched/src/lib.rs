@@ -1,0 +1,1 @@
+//! ggml-sched (work in progress)

@@ -1,0 +1,1 @@
+//! llama (work in progress)
