@@ -5,10 +5,24 @@
 //! constructors, the backend traits, the CPU backend, a simulated device
 //! backend, and GGUF file I/O.
 //!
-//! Data flows: a GGUF file is mapped ([`gguf`]) and its tensors become leafs
-//! of a [`graph::Graph`]; op constructors add nodes; a backend (directly, or
-//! through `ggml-sched`) computes the nodes in dependency order.
+//! Data flows: a GGUF file is mapped (`gguf`) and its tensors become leafs
+//! of a [`graph::Graph`] whose data points into the mapping; op constructors
+//! add nodes; a backend (directly, or through `ggml-sched`) computes the
+//! nodes in dependency order, each kernel reading its sources through
+//! [`tensor::TensorData`] (a buffer and an offset).
 
+pub mod backend;
+pub mod cpu;
+pub mod graph;
+pub mod op;
+pub mod sim;
+pub mod tensor;
 pub mod types;
 
+pub use backend::{Backend, BackendError, Buffer, BufferUsage};
+pub use cpu::CpuBackend;
+pub use graph::Graph;
+pub use op::Op;
+pub use sim::SimBackend;
+pub use tensor::{Tensor, TensorData, TensorId};
 pub use types::{GgmlType, TypeTraits};

@@ -1,0 +1,203 @@
+//! The backend traits (`ggml-backend.h` in spirit): a backend owns buffers,
+//! moves bytes in and out of them, and computes lists of graph nodes.
+//!
+//! The scheduler (`ggml-sched`) and the model code talk to devices only
+//! through these traits, so the CPU, the simulated device and CUDA plug in the
+//! same way.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::graph::Graph;
+use crate::tensor::{TensorData, TensorId};
+
+/// Errors from backends: allocation, copies and compute.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum BackendError {
+    /// A device or library is not present (e.g. no CUDA driver).
+    #[error("no device: {0}")]
+    NoDevice(String),
+    /// Memory could not be allocated.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+    /// A read, write or copy outside a buffer or tensor.
+    #[error("out of bounds: {0}")]
+    OutOfBounds(String),
+    /// A tensor has no memory yet.
+    #[error("tensor '{0}' has no memory allocated")]
+    NotAllocated(String),
+    /// The backend cannot run this op or reach this memory.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// An op's input is invalid (e.g. an expert id out of range).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// A buffer is read-only (mapped weights).
+    #[error("buffer '{0}' is read-only")]
+    ReadOnly(String),
+    /// The device reported an error.
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+/// What a buffer holds, which decides how the scheduler treats its tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufferUsage {
+    /// Model weights: read-only during compute.
+    Weights,
+    /// Activations, KV cache, copies of inputs.
+    Compute,
+}
+
+/// A block of memory owned by a backend.
+pub trait Buffer: Send + Sync + fmt::Debug {
+    /// Name of the owning backend (`"CPU"`, `"SIM0"`, `"CUDA0"`).
+    fn name(&self) -> &str;
+    /// Size in bytes.
+    fn size(&self) -> usize;
+    /// Whether the CPU can read this memory directly (host memory).
+    fn is_host(&self) -> bool;
+    /// What the buffer holds.
+    fn usage(&self) -> BufferUsage;
+    /// Copy `data` into the buffer at `offset` (synchronous).
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), BackendError>;
+    /// Copy bytes at `offset` out of the buffer (synchronous).
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError>;
+    /// Base address for CPU kernels, where the memory is host-addressable to
+    /// the owning backend's kernels (CPU memory, the sim device's memory).
+    /// `None` for real device memory.
+    fn base_ptr(&self) -> Option<*mut u8>;
+    /// Whether compute may write into this buffer.
+    fn is_writable(&self) -> bool {
+        true
+    }
+    /// For downcasting by the owning backend.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Check that `[offset, offset + len)` lies within a buffer of `size` bytes.
+pub fn check_range(name: &str, size: usize, offset: usize, len: usize) -> Result<(), BackendError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(BackendError::OutOfBounds(format!(
+            "{len} bytes at offset {offset} in buffer '{name}' of {size} bytes"
+        ))),
+    }
+}
+
+/// A point in a backend's stream of work that another can wait on.
+#[derive(Clone)]
+pub struct Event(pub Arc<dyn Any + Send + Sync>);
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Event")
+    }
+}
+
+/// A compute device.
+pub trait Backend: Send + Sync {
+    /// Backend name as users type it (`"CPU"`, `"SIM0"`, `"CUDA0"`).
+    fn name(&self) -> &str;
+
+    /// Whether the backend computes on host memory (only the CPU backend).
+    fn is_host(&self) -> bool;
+
+    /// Allocate a buffer on this backend.
+    fn alloc_buffer(
+        &self,
+        size: usize,
+        usage: BufferUsage,
+    ) -> Result<Arc<dyn Buffer>, BackendError>;
+
+    /// Whether this backend's kernels can read and write tensors in `buf`
+    /// directly, without a copy (`ggml_backend_supports_buft`).
+    fn can_use_buffer(&self, buf: &dyn Buffer) -> bool;
+
+    /// Whether this backend implements the node's op for its types and shapes.
+    fn supports_op(&self, g: &Graph, node: TensorId) -> bool;
+
+    /// Whether this backend wants to run `node` even though its weight lives
+    /// in host memory (worth it for large batches: `offload_op`).
+    fn offload_op(&self, _g: &Graph, _node: TensorId) -> bool {
+        false
+    }
+
+    /// Compute `nodes` (in order). Every tensor they read or write must be in
+    /// memory this backend can use.
+    fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError>;
+
+    /// Write `data` into `dst` at `offset` bytes past the tensor start; may
+    /// return before the copy is done, and the backend orders it before later
+    /// compute. `data` must stay valid and unchanged until `synchronize`.
+    fn write_async(
+        &self,
+        dst: &TensorData,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), BackendError> {
+        dst.buffer.write(dst.offset + offset, data)
+    }
+
+    /// Read bytes of `src` into `out` (may be asynchronous until `synchronize`).
+    fn read_async(
+        &self,
+        src: &TensorData,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), BackendError> {
+        src.buffer.read(src.offset + offset, out)
+    }
+
+    /// Wait until all queued work is done.
+    fn synchronize(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Record an event after the work queued so far.
+    fn record_event(&self) -> Result<Event, BackendError> {
+        Ok(Event(Arc::new(())))
+    }
+
+    /// Make later work on this backend wait for `ev`.
+    fn wait_event(&self, _ev: &Event) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Bytes this backend's kernels may read past the end of a weight tensor
+    /// or a slice of one (e.g. vector loads of a whole tile). A partial copy
+    /// must make that many bytes past its range valid. Zero for CPU and sim.
+    fn read_overhang(&self) -> usize {
+        0
+    }
+}
+
+/// Copy `len` bytes between two tensors' memory on any backends, staging
+/// through host memory when neither side is host-addressable.
+pub fn copy_bytes(
+    src: &TensorData,
+    src_off: usize,
+    dst: &TensorData,
+    dst_off: usize,
+    len: usize,
+) -> Result<(), BackendError> {
+    if src.buffer.is_host() {
+        if let Some(p) = src.buffer.base_ptr() {
+            check_range(
+                src.buffer.name(),
+                src.buffer.size(),
+                src.offset + src_off,
+                len,
+            )?;
+            // SAFETY: the range was checked against the source buffer's size;
+            // host buffers stay alive while `src` holds its Arc, and compute
+            // does not write weights or inputs that are being copied.
+            let s = unsafe { std::slice::from_raw_parts(p.add(src.offset + src_off), len) };
+            return dst.buffer.write(dst.offset + dst_off, s);
+        }
+    }
+    let mut tmp = vec![0u8; len];
+    src.buffer.read(src.offset + src_off, &mut tmp)?;
+    dst.buffer.write(dst.offset + dst_off, &tmp)
+}

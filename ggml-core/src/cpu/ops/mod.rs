@@ -1,0 +1,104 @@
+//! CPU kernels, one file per family of ops, and the dispatch from a graph
+//! node to its kernel. Each kernel splits rows across the worker pool.
+
+use crate::backend::{BackendError, Buffer};
+use crate::cpu::pool::ThreadPool;
+use crate::cpu::view::TView;
+use crate::graph::Graph;
+use crate::op::Op;
+use crate::tensor::TensorId;
+
+mod elementwise;
+
+/// What a kernel needs: the pool, the graph, and which buffers the running
+/// backend may touch.
+pub struct ComputeCtx<'a> {
+    /// Worker threads.
+    pub pool: &'a ThreadPool,
+    /// The graph holding the node and its sources.
+    pub g: &'a Graph,
+    /// The running backend's name, for errors.
+    pub backend: &'a str,
+    /// Whether the running backend may use a buffer's memory directly.
+    pub accept: &'a (dyn Fn(&dyn Buffer) -> bool + Sync),
+}
+
+impl ComputeCtx<'_> {
+    /// Resolve a tensor to a checked raw view. `write` requires a writable
+    /// buffer.
+    pub fn view(&self, id: TensorId, write: bool) -> Result<TView, BackendError> {
+        let t = self.g.tensor(id);
+        let d = self
+            .g
+            .data_of(id)
+            .ok_or_else(|| BackendError::NotAllocated(t.name.clone()))?;
+        if !(self.accept)(d.buffer.as_ref()) {
+            return Err(BackendError::Unsupported(format!(
+                "backend {} cannot access tensor '{}' in buffer {}",
+                self.backend,
+                t.name,
+                d.buffer.name()
+            )));
+        }
+        if write && !d.buffer.is_writable() {
+            return Err(BackendError::ReadOnly(format!(
+                "{} (tensor '{}')",
+                d.buffer.name(),
+                t.name
+            )));
+        }
+        let base = d.buffer.base_ptr().ok_or_else(|| {
+            BackendError::Unsupported(format!("buffer {} is not addressable", d.buffer.name()))
+        })?;
+        crate::backend::check_range(d.buffer.name(), d.buffer.size(), d.offset, t.nbytes())?;
+        let mut ne = [0usize; 4];
+        for (o, &n) in ne.iter_mut().zip(t.ne.iter()) {
+            *o = n.max(0) as usize;
+        }
+        Ok(TView {
+            // SAFETY: offset + nbytes was checked to lie inside the buffer.
+            ptr: unsafe { base.add(d.offset) },
+            ty: t.ty,
+            ne,
+            nb: t.nb,
+        })
+    }
+
+    /// Views of the node (writable) and of its sources.
+    pub fn views(&self, node: TensorId) -> Result<(TView, Vec<TView>), BackendError> {
+        let dst = self.view(node, true)?;
+        let src = self
+            .g
+            .tensor(node)
+            .src
+            .iter()
+            .map(|&s| self.view(s, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((dst, src))
+    }
+}
+
+/// Whether the CPU kernels implement this node (op, types and layout).
+pub fn supports(g: &Graph, node: TensorId) -> bool {
+    let t = g.tensor(node);
+    match t.op {
+        Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => true,
+        Op::Add | Op::Sub | Op::Mul | Op::Div => elementwise::supports_binary(g, node),
+        _ => false,
+    }
+}
+
+/// Compute one node.
+pub fn compute_node(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendError> {
+    let t = ctx.g.tensor(node);
+    match t.op {
+        Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => Ok(()),
+        Op::Add | Op::Sub | Op::Mul | Op::Div => elementwise::binary(ctx, node),
+        op => Err(BackendError::Unsupported(format!(
+            "op {} on {} (tensor '{}')",
+            op.name(),
+            ctx.backend,
+            t.name
+        ))),
+    }
+}

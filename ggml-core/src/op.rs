@@ -1,0 +1,222 @@
+//! The operations a graph node can hold, with their parameters, named after
+//! ggml's `GGML_OP_*` (parameters live in the variant instead of `op_params`).
+
+/// Unary element-wise functions (`GGML_UNARY_OP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Silu,
+    /// tanh approximation, as `ggml_gelu`
+    Gelu,
+    Sigmoid,
+    Neg,
+    Relu,
+    Exp,
+}
+
+/// Gated linear units (`GGML_GLU_OP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GluOp {
+    /// `silu(gate) * up`
+    Swiglu,
+    /// `gelu(gate) * up`
+    Geglu,
+    /// gpt-oss: `x * sigmoid(alpha * x) * (y + 1)` with clamping at `limit`
+    SwigluOai {
+        alpha: OrderedF32,
+        limit: OrderedF32,
+    },
+}
+
+/// Sort order for `argsort`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SortOrder {
+    Asc,
+    Desc,
+}
+
+/// An `f32` parameter that can live in a `Hash`/`Eq` op (compared by bits),
+/// so that graphs can be compared structurally for plan reuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OrderedF32(u32);
+
+impl OrderedF32 {
+    /// Wrap a value.
+    pub fn new(v: f32) -> Self {
+        OrderedF32(v.to_bits())
+    }
+    /// The value.
+    pub fn get(self) -> f32 {
+        f32::from_bits(self.0)
+    }
+}
+
+impl From<f32> for OrderedF32 {
+    fn from(v: f32) -> Self {
+        OrderedF32::new(v)
+    }
+}
+
+/// RoPE mode (`GGML_ROPE_TYPE_*`): which element pairs rotate together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RopeMode {
+    /// pairs `(2i, 2i+1)` (LLaMA, Mixtral)
+    Normal,
+    /// pairs `(i, i + n_dims/2)` (Qwen, OLMoE, GPT-NeoX)
+    Neox,
+}
+
+/// Parameters of `rope_ext`, as ggml's op_params.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RopeParams {
+    pub n_dims: i32,
+    pub mode: RopeMode,
+    pub n_ctx_orig: i32,
+    pub freq_base: OrderedF32,
+    pub freq_scale: OrderedF32,
+    pub ext_factor: OrderedF32,
+    pub attn_factor: OrderedF32,
+    pub beta_fast: OrderedF32,
+    pub beta_slow: OrderedF32,
+}
+
+/// A node's operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// A leaf: input, weight or cache; nothing to compute.
+    None,
+    /// `ggml_dup`: copy into a new contiguous tensor of the same type.
+    Dup,
+    /// `ggml_cpy(a, b)`: write `a` into `b` (converting type); the node is a view of `b`.
+    Cpy,
+    /// `ggml_cont`: contiguous copy of a (possibly strided) tensor.
+    Cont,
+    /// `ggml_reshape_*`: a view with a new shape of contiguous data.
+    Reshape,
+    /// `ggml_view_*`: a strided window into another tensor.
+    View,
+    /// `ggml_permute`: a view with axes reordered.
+    Permute,
+    /// `ggml_transpose`: a view with axes 0 and 1 swapped.
+    Transpose,
+    /// `ggml_get_rows(a, ids)`: rows of `a` gathered by I32 ids, as F32.
+    GetRows,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// `ggml_scale_bias`: `a * s + b`.
+    Scale {
+        s: OrderedF32,
+        b: OrderedF32,
+    },
+    Sqr,
+    Sqrt,
+    /// Sum of each row into a single element.
+    SumRows,
+    /// Mean of each row.
+    Mean,
+    /// Index of the largest element of each row (I32).
+    Argmax,
+    /// `x / sqrt(mean(x^2) + eps)` per row.
+    RmsNorm {
+        eps: OrderedF32,
+    },
+    /// `(x - mean) / sqrt(var + eps)` per row.
+    Norm {
+        eps: OrderedF32,
+    },
+    /// `ggml_mul_mat(a, b)`: `a^T b` over rows of dimension `ne0`.
+    MulMat,
+    /// `ggml_mul_mat_id(as, b, ids)`: per-token expert matmul.
+    MulMatId,
+    /// `ggml_add_id(a, b, ids)`: add the bias row `b[:, ids[i1, i2]]`.
+    AddId,
+    /// `ggml_rope_ext`.
+    RopeExt(RopeParams),
+    /// `ggml_soft_max_ext(a, mask, scale, max_bias)`; optional sinks as src 2.
+    SoftMaxExt {
+        scale: OrderedF32,
+        max_bias: OrderedF32,
+    },
+    Unary(UnaryOp),
+    /// GLU over one tensor (halves of `ne0`) or two (`swapped` puts the gate second).
+    Glu {
+        op: GluOp,
+        swapped: bool,
+    },
+    /// Indices that sort each row (I32).
+    Argsort(SortOrder),
+    /// Indices of the `k` largest elements of each row, largest first (I32).
+    TopK {
+        k: i32,
+    },
+    /// `ggml_concat(a, b, dim)`.
+    Concat {
+        dim: i32,
+    },
+    /// `ggml_set_rows(a, b, idx)`: write rows of `b` into `a` at `idx`; the node is a view of `a`.
+    SetRows,
+    /// `ggml_flash_attn_ext(q, k, v, mask, scale, max_bias, softcap)`; optional sinks as src 4.
+    FlashAttnExt {
+        scale: OrderedF32,
+        max_bias: OrderedF32,
+        softcap: OrderedF32,
+    },
+}
+
+impl Op {
+    /// ggml's upper-case op name (`MUL_MAT_ID`), as plan dumps print it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::None => "NONE",
+            Op::Dup => "DUP",
+            Op::Cpy => "CPY",
+            Op::Cont => "CONT",
+            Op::Reshape => "RESHAPE",
+            Op::View => "VIEW",
+            Op::Permute => "PERMUTE",
+            Op::Transpose => "TRANSPOSE",
+            Op::GetRows => "GET_ROWS",
+            Op::Add => "ADD",
+            Op::Sub => "SUB",
+            Op::Mul => "MUL",
+            Op::Div => "DIV",
+            Op::Scale { .. } => "SCALE",
+            Op::Sqr => "SQR",
+            Op::Sqrt => "SQRT",
+            Op::SumRows => "SUM_ROWS",
+            Op::Mean => "MEAN",
+            Op::Argmax => "ARGMAX",
+            Op::RmsNorm { .. } => "RMS_NORM",
+            Op::Norm { .. } => "NORM",
+            Op::MulMat => "MUL_MAT",
+            Op::MulMatId => "MUL_MAT_ID",
+            Op::AddId => "ADD_ID",
+            Op::RopeExt(_) => "ROPE",
+            Op::SoftMaxExt { .. } => "SOFT_MAX",
+            Op::Unary(UnaryOp::Silu) => "SILU",
+            Op::Unary(UnaryOp::Gelu) => "GELU",
+            Op::Unary(UnaryOp::Sigmoid) => "SIGMOID",
+            Op::Unary(UnaryOp::Neg) => "NEG",
+            Op::Unary(UnaryOp::Relu) => "RELU",
+            Op::Unary(UnaryOp::Exp) => "EXP",
+            Op::Glu { .. } => "GLU",
+            Op::Argsort(_) => "ARGSORT",
+            Op::TopK { .. } => "TOP_K",
+            Op::Concat { .. } => "CONCAT",
+            Op::SetRows => "SET_ROWS",
+            Op::FlashAttnExt { .. } => "FLASH_ATTN_EXT",
+        }
+    }
+
+    /// Ops that only reinterpret their source's memory: nothing to compute.
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Reshape | Op::View | Op::Permute | Op::Transpose)
+    }
+
+    /// Ops whose result is written into a pre-existing tensor (`src[1]` for
+    /// `cpy`, `src[0]` for `set_rows`): the node is a view of that tensor.
+    pub fn writes_in_place(&self) -> bool {
+        matches!(self, Op::Cpy | Op::SetRows)
+    }
+}

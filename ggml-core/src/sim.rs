@@ -1,0 +1,213 @@
+//! A simulated device: the CPU kernels over memory that reports itself as
+//! non-host, with every byte moved in or out counted. It lets CI and users
+//! without a GPU exercise and measure the whole offload path (`SIM0`).
+
+use std::any::Any;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::backend::{Backend, BackendError, Buffer, BufferUsage};
+use crate::cpu::buffer::HostMemory;
+use crate::cpu::{ops, ThreadPool};
+use crate::graph::Graph;
+use crate::tensor::TensorId;
+
+/// Byte counters of a sim device.
+#[derive(Debug, Default)]
+pub struct SimCounters {
+    /// Bytes written into the device (host → device).
+    pub bytes_in: AtomicU64,
+    /// Bytes read out of the device (device → host).
+    pub bytes_out: AtomicU64,
+    /// Number of writes into the device.
+    pub writes: AtomicU64,
+}
+
+impl SimCounters {
+    /// `(bytes_in, bytes_out)`.
+    pub fn snapshot(&self) -> (u64, u64) {
+        (
+            self.bytes_in.load(Ordering::Relaxed),
+            self.bytes_out.load(Ordering::Relaxed),
+        )
+    }
+    /// Zero all counters.
+    pub fn reset(&self) {
+        self.bytes_in.store(0, Ordering::Relaxed);
+        self.bytes_out.store(0, Ordering::Relaxed);
+        self.writes.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Memory of a sim device.
+pub struct SimBuffer {
+    name: String,
+    device: usize,
+    mem: HostMemory,
+    usage: BufferUsage,
+    counters: Arc<SimCounters>,
+}
+
+impl fmt::Debug for SimBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SimBuffer({}, {} bytes)", self.name, self.mem.size())
+    }
+}
+
+impl Buffer for SimBuffer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn size(&self) -> usize {
+        self.mem.size()
+    }
+    fn is_host(&self) -> bool {
+        false
+    }
+    fn usage(&self) -> BufferUsage {
+        self.usage
+    }
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), BackendError> {
+        self.mem.write(&self.name, offset, data)?;
+        self.counters
+            .bytes_in
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
+        self.mem.read(&self.name, offset, out)?;
+        self.counters
+            .bytes_out
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+    fn base_ptr(&self) -> Option<*mut u8> {
+        Some(self.mem.ptr())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A predicate restricting which nodes a sim device claims.
+pub type OpFilter = Arc<dyn Fn(&Graph, TensorId) -> bool + Send + Sync>;
+
+/// The sim device backend `SIM<n>`.
+pub struct SimBackend {
+    name: String,
+    device: usize,
+    pool: ThreadPool,
+    counters: Arc<SimCounters>,
+    supports: Option<OpFilter>,
+    offload_min_batch: i64,
+}
+
+impl SimBackend {
+    /// Device `SIM<device>` computing with `n_threads` threads.
+    pub fn new(device: usize, n_threads: usize) -> SimBackend {
+        SimBackend {
+            name: format!("SIM{device}"),
+            device,
+            pool: ThreadPool::new(n_threads),
+            counters: Arc::new(SimCounters::default()),
+            supports: None,
+            offload_min_batch: 32,
+        }
+    }
+
+    /// Restrict the ops this device claims (tests of fallback paths); the
+    /// filter is and-ed with what the kernels implement.
+    pub fn with_op_filter(mut self, f: OpFilter) -> SimBackend {
+        self.supports = Some(f);
+        self
+    }
+
+    /// Smallest batch (`ne[1]` of the activations) for which this device
+    /// claims an op whose weight is in host memory (llama.cpp's
+    /// `GGML_OP_OFFLOAD_MIN_BATCH`, default 32).
+    pub fn with_offload_min_batch(mut self, n: i64) -> SimBackend {
+        self.offload_min_batch = n;
+        self
+    }
+
+    /// The byte counters.
+    pub fn counters(&self) -> &Arc<SimCounters> {
+        &self.counters
+    }
+
+    fn owns(&self, b: &dyn Buffer) -> bool {
+        b.as_any()
+            .downcast_ref::<SimBuffer>()
+            .is_some_and(|s| s.device == self.device)
+    }
+}
+
+/// Batch size of a node for `offload_op`: the activation's `ne[1]`
+/// (`ne[2]` tokens for `mul_mat_id`), as ggml's backends judge it.
+pub fn op_batch_size(g: &Graph, node: TensorId) -> i64 {
+    let t = g.tensor(node);
+    match t.op {
+        crate::op::Op::MulMatId => t.ne[2],
+        crate::op::Op::GetRows => t.ne[1],
+        _ => t.ne[1],
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn is_host(&self) -> bool {
+        false
+    }
+
+    fn alloc_buffer(
+        &self,
+        size: usize,
+        usage: BufferUsage,
+    ) -> Result<Arc<dyn Buffer>, BackendError> {
+        Ok(Arc::new(SimBuffer {
+            name: self.name.clone(),
+            device: self.device,
+            mem: HostMemory::new(size)?,
+            usage,
+            counters: Arc::clone(&self.counters),
+        }))
+    }
+
+    fn can_use_buffer(&self, buf: &dyn Buffer) -> bool {
+        self.owns(buf)
+    }
+
+    fn supports_op(&self, g: &Graph, node: TensorId) -> bool {
+        ops::supports(g, node) && self.supports.as_ref().is_none_or(|f| f(g, node))
+    }
+
+    fn offload_op(&self, g: &Graph, node: TensorId) -> bool {
+        // get_rows of a host embedding table is never worth a copy (ggml)
+        g.tensor(node).op != crate::op::Op::GetRows
+            && op_batch_size(g, node) >= self.offload_min_batch
+    }
+
+    fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
+        let dev = self.device;
+        let accept = move |b: &dyn Buffer| {
+            b.as_any()
+                .downcast_ref::<SimBuffer>()
+                .is_some_and(|s| s.device == dev)
+        };
+        let ctx = ops::ComputeCtx {
+            pool: &self.pool,
+            g,
+            backend: &self.name,
+            accept: &accept,
+        };
+        for &n in nodes {
+            ops::compute_node(&ctx, n)?;
+        }
+        Ok(())
+    }
+}
