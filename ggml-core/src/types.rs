@@ -145,7 +145,7 @@ impl GgmlType {
     /// `ne0` is not a multiple of the block size or the size overflows.
     pub fn row_size(self, ne0: u64) -> Option<usize> {
         let t = self.traits();
-        if ne0 % t.blck_size as u64 != 0 {
+        if !ne0.is_multiple_of(t.blck_size as u64) {
             return None;
         }
         let blocks = usize::try_from(ne0 / t.blck_size as u64).ok()?;
