@@ -12,6 +12,7 @@
 mod error;
 mod reader;
 mod value;
+mod writer;
 
 pub use error::GgufError;
 pub use reader::{
@@ -19,3 +20,4 @@ pub use reader::{
     GGUF_MAX_ARRAY_DEPTH, GGUF_MAX_DIMS,
 };
 pub use value::{GgufArray, GgufString, GgufValue, GgufValueType};
+pub use writer::GgufWriter;
