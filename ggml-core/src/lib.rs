@@ -13,6 +13,7 @@
 
 pub mod backend;
 pub mod cpu;
+pub mod gguf;
 pub mod graph;
 pub mod op;
 pub mod sim;
