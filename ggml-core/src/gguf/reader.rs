@@ -386,7 +386,7 @@ pub(crate) fn tensor_size(name: &str, ne: [i64; 4], ty: GgmlType) -> Result<usiz
             return Err(GgufError::BadDim {
                 tensor: name.to_string(),
                 dim,
-                value: n as u64,
+                value: n,
             });
         }
     }
@@ -710,11 +710,8 @@ fn parse(buf: &[u8]) -> Result<Parsed, GgufError> {
         let mut ne = [1i64; 4];
         for (dim, slot) in ne.iter_mut().enumerate().take(n_dims as usize) {
             let v = c.u64(|| format!("ne[{dim}] of tensor '{name}'"))?;
-            *slot = i64::try_from(v).map_err(|_| GgufError::BadDim {
-                tensor: name.clone(),
-                dim,
-                value: v,
-            })?;
+            // Reinterpret as ggml's int64_t; `tensor_size` rejects negatives.
+            *slot = v as i64;
         }
         let ty_id = c.u32(|| format!("type of tensor '{name}'"))?;
         let ty = GgmlType::from_id(ty_id).ok_or_else(|| GgufError::UnknownTensorType {
