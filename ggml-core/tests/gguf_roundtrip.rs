@@ -386,3 +386,11 @@ proptest! {
         prop_assert_eq!(GgufWriter::from_file(&f).to_bytes().unwrap(), bytes);
     }
 }
+
+#[test]
+fn file_and_bytes_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<GgufFile>();
+    assert_send_sync::<ggml_core::gguf::GgufBytes>();
+    assert_send_sync::<GgufWriter>();
+}

@@ -120,14 +120,14 @@ pub struct GgufTensorInfo {
 }
 
 impl GgufTensorInfo {
-    /// Total number of elements.
+    /// Total number of elements (validated not to overflow at parse time).
     pub fn n_elements(&self) -> i64 {
-        self.ne.iter().product()
+        self.ne.iter().fold(1i64, |a, &n| a.saturating_mul(n))
     }
 
     /// The used dimensions (`&ne[..n_dims]`).
     pub fn shape(&self) -> &[i64] {
-        &self.ne[..self.n_dims as usize]
+        &self.ne[..(self.n_dims as usize).min(GGUF_MAX_DIMS)]
     }
 }
 
@@ -375,7 +375,9 @@ pub(crate) fn alignment_of(metadata: &[(String, GgufValue)]) -> Result<usize, Gg
     usize::try_from(a).map_err(|_| GgufError::BadAlignment { value: a })
 }
 
-/// Bytes of `n` rows... (element count and byte size of a tensor), checked.
+/// Byte size of a tensor of shape `ne` and type `ty`, rejecting negative
+/// dimensions, element-count or size overflow and a row length that is not a
+/// multiple of the block size.
 pub(crate) fn tensor_size(name: &str, ne: [i64; 4], ty: GgmlType) -> Result<usize, GgufError> {
     let overflow = || GgufError::ElementCountOverflow {
         tensor: name.to_string(),
