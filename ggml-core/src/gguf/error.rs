@@ -31,7 +31,7 @@ pub enum GgufError {
 
     /// A version number that no GGUF revision uses (a big-endian file reads
     /// as a huge number).
-    #[error("unknown GGUF version {0} (0x{0:08x}); a big-endian file would read like this; only little-endian versions 2 and 3 are supported")]
+    #[error("unknown GGUF version {0} (0x{0:08x}){hint}; only little-endian versions 2 and 3 are supported", hint = big_endian_hint(*.0))]
     UnknownVersion(u32),
 
     /// The file ends inside a field.
@@ -96,16 +96,16 @@ pub enum GgufError {
     #[error("tensor '{tensor}': n_dims {n_dims} is out of range (at most 4)")]
     TooManyDims { tensor: String, n_dims: u32 },
 
-    /// A dimension that is negative (or does not fit `i64`).
-    #[error("tensor '{tensor}': ne[{dim}] = {value} is out of range (negative or above i64::MAX)")]
+    /// A negative dimension (a stored `u64` above `i64::MAX`).
+    #[error("tensor '{tensor}': ne[{dim}] = {value} is negative (out of range)")]
     BadDim {
         tensor: String,
         dim: usize,
-        value: u64,
+        value: i64,
     },
 
     /// The element count or byte size overflows.
-    #[error("tensor '{tensor}': element count of shape {ne:?} overflows")]
+    #[error("tensor '{tensor}': element count or byte size of shape {ne:?} overflows")]
     ElementCountOverflow { tensor: String, ne: [i64; 4] },
 
     /// `ne[0]` is not a multiple of the type's block size.
@@ -188,4 +188,12 @@ pub enum GgufError {
     /// The writer was asked for a GGUF version it cannot write.
     #[error("cannot write GGUF version {0} (only 2 and 3)")]
     WriteVersion(u32),
+}
+
+fn big_endian_hint(v: u32) -> &'static str {
+    if v > 0xffff && v.swap_bytes() <= 0xffff {
+        " (a big-endian file reads like this)"
+    } else {
+        ""
+    }
 }

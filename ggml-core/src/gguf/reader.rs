@@ -120,14 +120,14 @@ pub struct GgufTensorInfo {
 }
 
 impl GgufTensorInfo {
-    /// Total number of elements.
+    /// Total number of elements (validated not to overflow at parse time).
     pub fn n_elements(&self) -> i64 {
-        self.ne.iter().product()
+        self.ne.iter().fold(1i64, |a, &n| a.saturating_mul(n))
     }
 
     /// The used dimensions (`&ne[..n_dims]`).
     pub fn shape(&self) -> &[i64] {
-        &self.ne[..self.n_dims as usize]
+        &self.ne[..(self.n_dims as usize).min(GGUF_MAX_DIMS)]
     }
 }
 
@@ -375,7 +375,9 @@ pub(crate) fn alignment_of(metadata: &[(String, GgufValue)]) -> Result<usize, Gg
     usize::try_from(a).map_err(|_| GgufError::BadAlignment { value: a })
 }
 
-/// Bytes of `n` rows... (element count and byte size of a tensor), checked.
+/// Byte size of a tensor of shape `ne` and type `ty`, rejecting negative
+/// dimensions, element-count or size overflow and a row length that is not a
+/// multiple of the block size.
 pub(crate) fn tensor_size(name: &str, ne: [i64; 4], ty: GgmlType) -> Result<usize, GgufError> {
     let overflow = || GgufError::ElementCountOverflow {
         tensor: name.to_string(),
@@ -386,7 +388,7 @@ pub(crate) fn tensor_size(name: &str, ne: [i64; 4], ty: GgmlType) -> Result<usiz
             return Err(GgufError::BadDim {
                 tensor: name.to_string(),
                 dim,
-                value: n as u64,
+                value: n,
             });
         }
     }
@@ -710,11 +712,8 @@ fn parse(buf: &[u8]) -> Result<Parsed, GgufError> {
         let mut ne = [1i64; 4];
         for (dim, slot) in ne.iter_mut().enumerate().take(n_dims as usize) {
             let v = c.u64(|| format!("ne[{dim}] of tensor '{name}'"))?;
-            *slot = i64::try_from(v).map_err(|_| GgufError::BadDim {
-                tensor: name.clone(),
-                dim,
-                value: v,
-            })?;
+            // Reinterpret as ggml's int64_t; `tensor_size` rejects negatives.
+            *slot = v as i64;
         }
         let ty_id = c.u32(|| format!("type of tensor '{name}'"))?;
         let ty = GgmlType::from_id(ty_id).ok_or_else(|| GgufError::UnknownTensorType {
