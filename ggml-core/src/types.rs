@@ -113,7 +113,12 @@ impl GgmlType {
             BF16 => ("bf16", 1, 2, false),
             MXFP4 => ("mxfp4", 32, 17, true),
         };
-        TypeTraits { name, blck_size, type_size, is_quantized }
+        TypeTraits {
+            name,
+            blck_size,
+            type_size,
+            is_quantized,
+        }
     }
 
     /// ggml's name for the type.

@@ -1,1 +1,26 @@
-//! llama (work in progress)
+//! # llama
+//!
+//! MoE language models over ggml: what turns a GGUF file into tokens.
+//!
+//! Data flows: [`model::Model::load`] maps the file, checks every tensor and
+//! places each weight (host memory or a device, by [`placement`] rules);
+//! [`context::Context`] owns the KV cache and the scheduler; each
+//! `decode` builds the ubatch's graph with [`graph`] (shared blocks stacked by
+//! the decoder, switched per architecture by [`arch::LayerStyle`]), binds the
+//! inputs, and computes it; the logits feed [`sampling`].
+
+pub mod arch;
+pub mod context;
+pub mod error;
+pub mod graph;
+pub mod hparams;
+pub mod kv_cache;
+pub mod model;
+pub mod placement;
+pub mod sampling;
+pub mod tokenizer;
+
+pub use context::{Context, ContextParams};
+pub use error::{LlamaError, Result};
+pub use model::{Model, ModelParams};
+pub use sampling::{Sampler, SamplerParams};

@@ -1,0 +1,202 @@
+//! The shared blocks: RMS norm, self-attention over the KV cache, and the
+//! MoE FFN with softmax top-k routing (llama.cpp's `build_norm`,
+//! `build_attn`, `build_moe_ffn`).
+
+use ggml_core::op::{OrderedF32, RopeParams};
+use ggml_core::TensorId;
+
+use super::GraphBuilder;
+use crate::kv_cache::LayerKv;
+use crate::model::WeightId;
+
+/// Per-ubatch inputs every layer reads.
+#[derive(Clone, Copy, Debug)]
+pub struct UbatchInputs {
+    /// Token positions, I32 `[n_tokens]`.
+    pub pos: TensorId,
+    /// Causal mask, F32 `[n_kv, n_tokens]`.
+    pub mask: TensorId,
+    /// Tokens in the ubatch.
+    pub n_tokens: usize,
+    /// First cache cell written by this ubatch.
+    pub pos0: usize,
+    /// Cache cells attended to (`pos0 + n_tokens`).
+    pub n_kv: usize,
+}
+
+impl GraphBuilder<'_> {
+    /// `rms_norm(x) * w`.
+    pub fn rms_norm_w(&mut self, x: TensorId, w: WeightId) -> TensorId {
+        let eps = self.model.hparams.f_norm_rms_eps;
+        let n = self.g.rms_norm(x, eps);
+        let wt = self.w(w);
+        self.g.mul(n, wt)
+    }
+
+    /// `w · x (+ b)`.
+    pub fn linear(&mut self, w: WeightId, x: TensorId, b: Option<WeightId>) -> TensorId {
+        let wt = self.w(w);
+        let y = self.g.mul_mat(wt, x);
+        match b {
+            Some(b) => {
+                let bt = self.w(b);
+                self.g.add(y, bt)
+            }
+            None => y,
+        }
+    }
+
+    /// RoPE with the model's parameters.
+    pub fn rope(&mut self, x: TensorId, pos: TensorId) -> TensorId {
+        let hp = &self.model.hparams;
+        let p = RopeParams {
+            n_dims: hp.n_rot as i32,
+            mode: self.model.style.rope,
+            n_ctx_orig: hp.n_ctx_train as i32,
+            freq_base: OrderedF32::new(hp.rope_freq_base),
+            freq_scale: OrderedF32::new(hp.rope_freq_scale),
+            ext_factor: OrderedF32::new(0.0),
+            attn_factor: OrderedF32::new(1.0),
+            beta_fast: OrderedF32::new(32.0),
+            beta_slow: OrderedF32::new(1.0),
+        };
+        self.g.rope_ext(x, pos, None, p)
+    }
+
+    /// Store this ubatch's K and V in the cache, then attend over the cache:
+    /// `softmax(K·Q * scale + mask) · V`, merged over heads and projected by
+    /// `wo`. `q`, `k`, `v` are `[head_dim, heads, n_tokens]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &mut self,
+        kv: &LayerKv,
+        inp: &UbatchInputs,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        wo: WeightId,
+        il: usize,
+    ) -> TensorId {
+        let hp = self.model.hparams.clone();
+        let (hk, hv, nh, nkv) = (hp.n_embd_head_k, hp.n_embd_head_v, hp.n_head, hp.n_head_kv);
+        let nt = inp.n_tokens as i64;
+        let kc = self.bound(&format!("cache_k_l{il}"), kv.ty, kv.k_ne(), kv.k.clone());
+        let vc = self.bound(&format!("cache_v_l{il}"), kv.ty, kv.v_ne(), kv.v.clone());
+        let esz = kv.ty.type_size();
+        let k_row = kv.ty.row_size(hp.n_embd_k_gqa() as u64).unwrap_or(0);
+
+        // store: K rows at the ubatch's cells, V transposed (one row per channel)
+        let k2 = self.g.reshape_2d(k, hp.n_embd_k_gqa() as i64, nt);
+        let k_dst = self
+            .g
+            .view_2d(kc, hp.n_embd_k_gqa() as i64, nt, k_row, inp.pos0 * k_row);
+        let k_store = self.g.cpy(k2, k_dst);
+        self.name(k_store, "k_store", Some(il));
+        self.g.build_forward_expand(k_store);
+        let v2 = self.g.reshape_2d(v, hp.n_embd_v_gqa() as i64, nt);
+        let vt = self.g.transpose(v2);
+        let v_row = kv.size * esz;
+        let v_dst = self
+            .g
+            .view_2d(vc, nt, hp.n_embd_v_gqa() as i64, v_row, inp.pos0 * esz);
+        let v_store = self.g.cpy(vt, v_dst);
+        self.name(v_store, "v_store", Some(il));
+        self.g.build_forward_expand(v_store);
+
+        // attend
+        let n_kv = inp.n_kv as i64;
+        let k_head = kv.ty.row_size(hk as u64).unwrap_or(0);
+        let kview = self
+            .g
+            .view_3d(kc, hk as i64, n_kv, nkv as i64, k_row, k_head, 0);
+        let qp = self.g.permute(q, [0, 2, 1, 3]);
+        let kq = self.g.mul_mat(kview, qp);
+        self.name(kq, "kq", Some(il));
+        let scale = 1.0 / (hk as f32).sqrt();
+        let kq = self.g.soft_max_ext(kq, Some(inp.mask), scale, 0.0);
+        self.name(kq, "kq_soft_max", Some(il));
+        let vview = self
+            .g
+            .view_3d(vc, n_kv, hv as i64, nkv as i64, v_row, v_row * hv, 0);
+        let kqv = self.g.mul_mat(vview, kq);
+        let merged = self.g.permute(kqv, [0, 2, 1, 3]);
+        let cur = self.g.cont_reshape(merged, &[(hv * nh) as i64, nt]);
+        let out = self.linear(wo, cur, None);
+        self.name(out, "attn_out", Some(il))
+    }
+
+    /// The MoE FFN: softmax router, top-k experts, SwiGLU experts through
+    /// `mul_mat_id`, weighted sum over the used experts. Returns the output
+    /// `[n_embd, n_tokens]` and the selected expert ids `[n_used, n_tokens]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_ffn(
+        &mut self,
+        cur: TensorId,
+        gate_inp: WeightId,
+        up: WeightId,
+        gate: WeightId,
+        down: WeightId,
+        norm_w: bool,
+        il: usize,
+    ) -> (TensorId, TensorId) {
+        let hp = self.model.hparams.clone();
+        let (n_embd, n_expert, n_used) = (
+            hp.n_embd as i64,
+            hp.n_expert as i64,
+            hp.n_expert_used as i64,
+        );
+        let nt = self.g.tensor(cur).ne[1];
+        let logits = self.linear(gate_inp, cur, None);
+        self.name(logits, "ffn_moe_logits", Some(il));
+        let probs = self.g.soft_max_ext(logits, None, 1.0, 0.0);
+        self.name(probs, "ffn_moe_probs", Some(il));
+        let selected = self.g.top_k(probs, n_used as i32);
+        self.name(selected, "ffn_moe_topk", Some(il));
+        let p3 = self.g.reshape_3d(probs, 1, n_expert, nt);
+        let mut weights = self.g.get_rows(p3, selected);
+        self.name(weights, "ffn_moe_weights", Some(il));
+        if norm_w {
+            let w2 = self.g.reshape_2d(weights, n_used, nt);
+            let sum = self.g.sum_rows(w2);
+            let w2 = self.g.div(w2, sum);
+            weights = self.g.reshape_3d(w2, 1, n_used, nt);
+            self.name(weights, "ffn_moe_weights_norm", Some(il));
+        }
+        let x = self.g.reshape_3d(cur, n_embd, 1, nt);
+        let up_t = self.w(up);
+        let up_y = self.g.mul_mat_id(up_t, x, selected);
+        self.name(up_y, "ffn_moe_up", Some(il));
+        let gate_t = self.w(gate);
+        let gate_y = self.g.mul_mat_id(gate_t, x, selected);
+        self.name(gate_y, "ffn_moe_gate", Some(il));
+        let par = self.g.swiglu_split(gate_y, up_y);
+        let down_t = self.w(down);
+        let experts = self.g.mul_mat_id(down_t, par, selected);
+        self.name(experts, "ffn_moe_down", Some(il));
+        let experts = self.g.mul(experts, weights);
+        let (nb1, nb2) = (self.g.tensor(experts).nb[1], self.g.tensor(experts).nb[2]);
+        let mut out = self.g.view_2d(experts, n_embd, nt, nb2, 0);
+        for i in 1..n_used as usize {
+            let e = self.g.view_2d(experts, n_embd, nt, nb2, i * nb1);
+            out = self.g.add(out, e);
+        }
+        if n_used == 1 {
+            out = self.g.cont(out);
+        }
+        (self.name(out, "ffn_moe_out", Some(il)), selected)
+    }
+
+    /// A dense SwiGLU FFN: `down · (silu(gate · x) * (up · x))`.
+    pub fn ffn_swiglu(
+        &mut self,
+        x: TensorId,
+        up: WeightId,
+        gate: WeightId,
+        down: WeightId,
+    ) -> TensorId {
+        let u = self.linear(up, x, None);
+        let g = self.linear(gate, x, None);
+        let h = self.g.swiglu_split(g, u);
+        self.linear(down, h, None)
+    }
+}

@@ -1,0 +1,146 @@
+//! The decoder: token embedding, the stack of layers (attention then MoE
+//! FFN, each with a residual), the output norm and head. One builder serves
+//! every architecture through its [`crate::arch::LayerStyle`].
+
+use ggml_core::{GgmlType, TensorId};
+
+use super::blocks::UbatchInputs;
+use super::GraphBuilder;
+use crate::arch::QkNorm;
+use crate::kv_cache::KvCache;
+
+/// The graph of one ubatch and the tensors a caller needs.
+pub struct DecoderGraph {
+    /// Token ids, I32 `[n_tokens]` (input).
+    pub tokens: TensorId,
+    /// Positions, I32 `[n_tokens]` (input).
+    pub pos: TensorId,
+    /// Causal mask, F32 `[n_kv, n_tokens]` (input).
+    pub mask: TensorId,
+    /// Rows whose logits are wanted, I32 `[n_outputs]` (input), when not all.
+    pub out_ids: Option<TensorId>,
+    /// Logits, F32 `[n_vocab, n_outputs]` (output).
+    pub logits: TensorId,
+    /// Each layer's selected experts, I32 `[n_used, n_tokens']`.
+    pub expert_ids: Vec<TensorId>,
+}
+
+impl GraphBuilder<'_> {
+    /// Build the forward graph of a ubatch of `n_tokens` tokens stored at
+    /// cache cells `pos0..pos0 + n_tokens`, producing logits for all rows or
+    /// for `n_outputs` selected rows.
+    pub fn build_decoder(
+        &mut self,
+        kv: &KvCache,
+        n_tokens: usize,
+        pos0: usize,
+        n_outputs: usize,
+    ) -> DecoderGraph {
+        let m = self.model;
+        let hp = m.hparams.clone();
+        let style = m.style;
+        let nt = n_tokens as i64;
+        let tokens = self.g.new_tensor_1d(GgmlType::I32, nt);
+        self.g.set_name(tokens, "inp_tokens");
+        self.g.set_input(tokens);
+        let pos = self.g.new_tensor_1d(GgmlType::I32, nt);
+        self.g.set_name(pos, "inp_pos");
+        self.g.set_input(pos);
+        let n_kv = pos0 + n_tokens;
+        let mask = self.g.new_tensor_2d(GgmlType::F32, n_kv as i64, nt);
+        self.g.set_name(mask, "kq_mask");
+        self.g.set_input(mask);
+        let out_ids = (n_outputs < n_tokens).then(|| {
+            let t = self.g.new_tensor_1d(GgmlType::I32, n_outputs as i64);
+            self.g.set_name(t, "inp_out_ids");
+            self.g.set_input(t)
+        });
+        let inp = UbatchInputs {
+            pos,
+            mask,
+            n_tokens,
+            pos0,
+            n_kv,
+        };
+
+        let embd = self.w(m.tok_embd);
+        let mut inp_l = self.g.get_rows(embd, tokens);
+        self.name(inp_l, "inp_embd", None);
+        let mut expert_ids = Vec::with_capacity(hp.n_layer);
+
+        let (hk, hv) = (hp.n_embd_head_k as i64, hp.n_embd_head_v as i64);
+        let (nh, nkv) = (hp.n_head as i64, hp.n_head_kv as i64);
+        for (il, lw) in m.layers.iter().enumerate() {
+            let mut inp_sa = inp_l;
+            let cur = self.rms_norm_w(inp_l, lw.attn_norm);
+            self.name(cur, "attn_norm", Some(il));
+
+            let mut q = self.linear(lw.wq, cur, lw.bq);
+            let mut k = self.linear(lw.wk, cur, lw.bk);
+            let v = self.linear(lw.wv, cur, lw.bv);
+            if style.qk_norm == QkNorm::Full {
+                q = self.rms_norm_w(q, lw.q_norm.expect("loader checked q_norm"));
+                k = self.rms_norm_w(k, lw.k_norm.expect("loader checked k_norm"));
+            }
+            let mut q = self.g.reshape_3d(q, hk, nh, nt);
+            let mut k = self.g.reshape_3d(k, hk, nkv, nt);
+            let v = self.g.reshape_3d(v, hv, nkv, nt);
+            if style.qk_norm == QkNorm::PerHead {
+                q = self.rms_norm_w(q, lw.q_norm.expect("loader checked q_norm"));
+                k = self.rms_norm_w(k, lw.k_norm.expect("loader checked k_norm"));
+            }
+            let q = self.rope(q, pos);
+            self.name(q, "Qcur", Some(il));
+            let k = self.rope(k, pos);
+            self.name(k, "Kcur", Some(il));
+            let mut cur = self.attention(&kv.layers[il], &inp, q, k, v, lw.wo, il);
+
+            if il + 1 == hp.n_layer {
+                if let Some(ids) = out_ids {
+                    cur = self.g.get_rows(cur, ids);
+                    inp_sa = self.g.get_rows(inp_sa, ids);
+                }
+            }
+            let ffn_inp = self.g.add(cur, inp_sa);
+            self.name(ffn_inp, "ffn_inp", Some(il));
+            let cur = self.rms_norm_w(ffn_inp, lw.ffn_norm);
+            self.name(cur, "ffn_norm", Some(il));
+            let (mut moe, ids) = self.moe_ffn(
+                cur,
+                lw.gate_inp,
+                lw.up_exps,
+                lw.gate_exps,
+                lw.down_exps,
+                style.norm_topk,
+                il,
+            );
+            expert_ids.push(ids);
+            if let (Some(gi), Some(up), Some(gate), Some(down)) =
+                (lw.gate_inp_shexp, lw.up_shexp, lw.gate_shexp, lw.down_shexp)
+            {
+                let gate_logit = self.linear(gi, cur, None);
+                let gate_w = self.g.sigmoid(gate_logit);
+                let sh = self.ffn_swiglu(cur, up, gate, down);
+                let sh = self.g.mul(sh, gate_w);
+                self.name(sh, "ffn_shexp", Some(il));
+                moe = self.g.add(moe, sh);
+            }
+            let out = self.g.add(moe, ffn_inp);
+            inp_l = self.name(out, "l_out", Some(il));
+        }
+        let cur = self.rms_norm_w(inp_l, m.output_norm);
+        self.name(cur, "result_norm", None);
+        let logits = self.linear(m.output, cur, None);
+        self.name(logits, "result_output", None);
+        self.g.set_output(logits);
+        self.g.build_forward_expand(logits);
+        DecoderGraph {
+            tokens,
+            pos,
+            mask,
+            out_ids,
+            logits,
+            expert_ids,
+        }
+    }
+}

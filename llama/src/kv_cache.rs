@@ -1,0 +1,99 @@
+//! The KV cache: per layer, K as rows of `n_embd_k_gqa` per cell and V
+//! transposed (one row of `kv_size` cells per channel, so `kq · V` reads
+//! rows), F16 by default, on the backend of the layer.
+
+use std::sync::Arc;
+
+use ggml_core::{Backend, BufferUsage, GgmlType, TensorData};
+
+use crate::error::{LlamaError, Result};
+use crate::model::Model;
+
+/// One layer's cache memory.
+#[derive(Clone, Debug)]
+pub struct LayerKv {
+    /// K: `[n_embd_k_gqa, size]`.
+    pub k: TensorData,
+    /// V transposed: `[size, n_embd_v_gqa]`.
+    pub v: TensorData,
+    /// Element type.
+    pub ty: GgmlType,
+    /// Cells.
+    pub size: usize,
+    n_embd_k_gqa: usize,
+    n_embd_v_gqa: usize,
+}
+
+impl LayerKv {
+    /// Shape of the K tensor.
+    pub fn k_ne(&self) -> [i64; 4] {
+        [self.n_embd_k_gqa as i64, self.size as i64, 1, 1]
+    }
+    /// Shape of the (transposed) V tensor.
+    pub fn v_ne(&self) -> [i64; 4] {
+        [self.size as i64, self.n_embd_v_gqa as i64, 1, 1]
+    }
+}
+
+/// The cache of a context: a single sequence of `size` cells.
+pub struct KvCache {
+    /// Per-layer memory.
+    pub layers: Vec<LayerKv>,
+    /// Cells.
+    pub size: usize,
+    /// Cells filled (the next position).
+    pub n_past: usize,
+}
+
+impl KvCache {
+    /// Allocate a cache of `size` cells of `ty` (F16 or F32), each layer on
+    /// `device` when the model put that layer there, else on `host`.
+    pub fn new(
+        model: &Model,
+        size: usize,
+        ty: GgmlType,
+        host: &Arc<dyn Backend>,
+    ) -> Result<KvCache> {
+        if !matches!(ty, GgmlType::F16 | GgmlType::F32) {
+            return Err(LlamaError::Invalid(format!(
+                "KV cache type {ty} is not supported (f16, f32)"
+            )));
+        }
+        let hp = &model.hparams;
+        let (ek, ev) = (hp.n_embd_k_gqa(), hp.n_embd_v_gqa());
+        let k_bytes = ty.row_size(ek as u64).unwrap_or(0) * size;
+        let v_bytes = ty.type_size() * size * ev;
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for lw in &model.layers {
+            let be: &Arc<dyn Backend> = match (&model.device, lw.on_device) {
+                (Some(d), true) => d,
+                _ => host,
+            };
+            let buf = be.alloc_buffer(k_bytes + v_bytes, BufferUsage::Compute)?;
+            layers.push(LayerKv {
+                k: TensorData {
+                    buffer: Arc::clone(&buf),
+                    offset: 0,
+                },
+                v: TensorData {
+                    buffer: buf,
+                    offset: k_bytes,
+                },
+                ty,
+                size,
+                n_embd_k_gqa: ek,
+                n_embd_v_gqa: ev,
+            });
+        }
+        Ok(KvCache {
+            layers,
+            size,
+            n_past: 0,
+        })
+    }
+
+    /// Forget every cell.
+    pub fn clear(&mut self) {
+        self.n_past = 0;
+    }
+}

@@ -1,0 +1,431 @@
+//! Model loading: hyper-parameters, every tensor checked for presence, type
+//! and shape before use, and weights placed on their backends (host weights
+//! are used in place from the mapped file; device weights are copied once).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use ggml_core::cpu::MappedBuffer;
+use ggml_core::gguf::{GgufBytes, GgufFile};
+use ggml_core::{Backend, BufferUsage, GgmlType, TensorData};
+
+use crate::arch::{LayerStyle, QkNorm};
+use crate::error::{LlamaError, Result};
+use crate::hparams::HParams;
+use crate::placement::{Placement, Target};
+use crate::tokenizer::Tokenizer;
+
+/// Index of a weight in [`Model::weights`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WeightId(pub usize);
+
+/// One weight tensor, placed.
+#[derive(Clone, Debug)]
+pub struct Weight {
+    /// GGUF name.
+    pub name: String,
+    /// Element type.
+    pub ty: GgmlType,
+    /// Shape.
+    pub ne: [i64; 4],
+    /// Memory (mapped file for host weights; a device buffer otherwise).
+    pub data: TensorData,
+    /// Where it was placed.
+    pub target: Target,
+}
+
+/// A decoder layer's weights.
+#[derive(Clone, Debug)]
+pub struct LayerWeights {
+    pub attn_norm: WeightId,
+    pub wq: WeightId,
+    pub wk: WeightId,
+    pub wv: WeightId,
+    pub wo: WeightId,
+    pub bq: Option<WeightId>,
+    pub bk: Option<WeightId>,
+    pub bv: Option<WeightId>,
+    pub q_norm: Option<WeightId>,
+    pub k_norm: Option<WeightId>,
+    pub ffn_norm: WeightId,
+    pub gate_inp: WeightId,
+    pub up_exps: WeightId,
+    pub gate_exps: WeightId,
+    pub down_exps: WeightId,
+    pub gate_inp_shexp: Option<WeightId>,
+    pub up_shexp: Option<WeightId>,
+    pub gate_shexp: Option<WeightId>,
+    pub down_shexp: Option<WeightId>,
+    /// Whether this layer's KV cache and activations belong on the device.
+    pub on_device: bool,
+}
+
+/// What to load and where.
+#[derive(Default)]
+pub struct ModelParams {
+    /// The device backend for offloaded tensors (`--device`); `None` = CPU only.
+    pub device: Option<Arc<dyn Backend>>,
+    /// Placement rules.
+    pub placement: Placement,
+    /// Called with the fraction loaded, from 0 to 1.
+    pub progress: Option<Box<dyn FnMut(f32)>>,
+}
+
+/// A loaded model.
+pub struct Model {
+    /// Hyper-parameters.
+    pub hparams: HParams,
+    /// The architecture's layer switches.
+    pub style: LayerStyle,
+    /// Every weight, placed.
+    pub weights: Vec<Weight>,
+    /// Per-layer weights.
+    pub layers: Vec<LayerWeights>,
+    /// `token_embd.weight`.
+    pub tok_embd: WeightId,
+    /// `output_norm.weight`.
+    pub output_norm: WeightId,
+    /// `output.weight` (or the embedding, when tied).
+    pub output: WeightId,
+    /// Whether the output head runs on the device.
+    pub output_on_device: bool,
+    /// The tokenizer from the file's vocabulary.
+    pub tokenizer: Tokenizer,
+    /// The device backend, if any.
+    pub device: Option<Arc<dyn Backend>>,
+    /// The mapped file.
+    pub file: Arc<GgufFile>,
+    by_name: HashMap<String, WeightId>,
+}
+
+struct Shared(GgufBytes);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+fn dims(ne: &[i64]) -> String {
+    format!("shape {ne:?}")
+}
+
+struct Loader<'a> {
+    file: &'a GgufFile,
+    hp: &'a HParams,
+    /// (name, ty, ne, file offset, size)
+    wanted: Vec<(String, GgmlType, [i64; 4], usize, usize)>,
+    by_name: HashMap<String, WeightId>,
+}
+
+impl Loader<'_> {
+    /// Check that `name` exists with shape `ne` and an element type the
+    /// kernels can use, and register it.
+    fn get(&mut self, name: &str, ne: &[i64]) -> Result<WeightId> {
+        if let Some(&id) = self.by_name.get(name) {
+            return Ok(id);
+        }
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| LlamaError::MissingTensor(name.to_string()))?;
+        let mut want = [1i64; 4];
+        want[..ne.len()].copy_from_slice(ne);
+        if t.ne != want {
+            return Err(LlamaError::BadTensor {
+                name: name.into(),
+                found: dims(t.shape()),
+                expected: dims(ne),
+            });
+        }
+        if !weight_type_ok(t.ty) {
+            return Err(LlamaError::BadTensor {
+                name: name.into(),
+                found: format!("type {}", t.ty),
+                expected: "a float or block-quantized weight type".into(),
+            });
+        }
+        let id = WeightId(self.wanted.len());
+        let off = self.file.data_offset() + t.offset as usize;
+        self.wanted
+            .push((name.to_string(), t.ty, want, off, t.size));
+        self.by_name.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    fn opt(&mut self, name: &str, ne: &[i64]) -> Result<Option<WeightId>> {
+        if self.file.tensor(name).is_none() {
+            return Ok(None);
+        }
+        self.get(name, ne).map(Some)
+    }
+
+    /// 1-d norm weights must be F32 (as llama.cpp's kernels require for `mul`).
+    fn norm(&mut self, name: &str, n: usize) -> Result<WeightId> {
+        let id = self.get(name, &[n as i64])?;
+        let ty = self.wanted[id.0].1;
+        if ty != GgmlType::F32 {
+            return Err(LlamaError::BadTensor {
+                name: name.into(),
+                found: format!("type {ty}"),
+                expected: "f32".into(),
+            });
+        }
+        Ok(id)
+    }
+
+    fn layer(&mut self, il: usize, style: &LayerStyle) -> Result<LayerWeights> {
+        let hp = self.hp;
+        let (e, hk, hv) = (
+            hp.n_embd as i64,
+            hp.n_embd_head_k as i64,
+            hp.n_embd_head_v as i64,
+        );
+        let (nh, nkv) = (hp.n_head as i64, hp.n_head_kv as i64);
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (q_dim, k_dim, v_dim) = (hk * nh, hk * nkv, hv * nkv);
+        let (x, ff, ne) = (hp.n_expert as i64, hp.n_ff_exp as i64, hp.n_embd);
+        let attn_norm = self.norm(&n("attn_norm.weight"), ne)?;
+        let wq = self.get(&n("attn_q.weight"), &[e, q_dim])?;
+        let wk = self.get(&n("attn_k.weight"), &[e, k_dim])?;
+        let wv = self.get(&n("attn_v.weight"), &[e, v_dim])?;
+        let wo = self.get(&n("attn_output.weight"), &[hv * nh, e])?;
+        let (bq, bk, bv) = if style.qkv_bias {
+            (
+                Some(self.get(&n("attn_q.bias"), &[q_dim])?),
+                Some(self.get(&n("attn_k.bias"), &[k_dim])?),
+                Some(self.get(&n("attn_v.bias"), &[v_dim])?),
+            )
+        } else {
+            (
+                self.opt(&n("attn_q.bias"), &[q_dim])?,
+                self.opt(&n("attn_k.bias"), &[k_dim])?,
+                self.opt(&n("attn_v.bias"), &[v_dim])?,
+            )
+        };
+        let (q_norm, k_norm) = match style.qk_norm {
+            QkNorm::None => (None, None),
+            QkNorm::PerHead => (
+                Some(self.norm(&n("attn_q_norm.weight"), hk as usize)?),
+                Some(self.norm(&n("attn_k_norm.weight"), hk as usize)?),
+            ),
+            QkNorm::Full => (
+                Some(self.norm(&n("attn_q_norm.weight"), q_dim as usize)?),
+                Some(self.norm(&n("attn_k_norm.weight"), k_dim as usize)?),
+            ),
+        };
+        let ffn_norm = self.norm(&n("ffn_norm.weight"), ne)?;
+        let gate_inp = self.get(&n("ffn_gate_inp.weight"), &[e, x])?;
+        let up_exps = self.get(&n("ffn_up_exps.weight"), &[e, ff, x])?;
+        let gate_exps = self.get(&n("ffn_gate_exps.weight"), &[e, ff, x])?;
+        let down_exps = self.get(&n("ffn_down_exps.weight"), &[ff, e, x])?;
+        let (mut gate_inp_shexp, mut up_shexp, mut gate_shexp, mut down_shexp) =
+            (None, None, None, None);
+        if style.shared_expert {
+            let fs = if hp.n_ff_shexp > 0 {
+                hp.n_ff_shexp as i64
+            } else {
+                hp.n_ff as i64
+            };
+            gate_inp_shexp = Some(self.get(&n("ffn_gate_inp_shexp.weight"), &[e])?);
+            up_shexp = Some(self.get(&n("ffn_up_shexp.weight"), &[e, fs])?);
+            gate_shexp = Some(self.get(&n("ffn_gate_shexp.weight"), &[e, fs])?);
+            down_shexp = Some(self.get(&n("ffn_down_shexp.weight"), &[fs, e])?);
+        }
+        Ok(LayerWeights {
+            attn_norm,
+            wq,
+            wk,
+            wv,
+            wo,
+            bq,
+            bk,
+            bv,
+            q_norm,
+            k_norm,
+            ffn_norm,
+            gate_inp,
+            up_exps,
+            gate_exps,
+            down_exps,
+            gate_inp_shexp,
+            up_shexp,
+            gate_shexp,
+            down_shexp,
+            on_device: false,
+        })
+    }
+}
+
+fn weight_type_ok(ty: GgmlType) -> bool {
+    !matches!(
+        ty,
+        GgmlType::I8
+            | GgmlType::I16
+            | GgmlType::I32
+            | GgmlType::I64
+            | GgmlType::F64
+            | GgmlType::Q8K
+            | GgmlType::Q8_1
+    )
+}
+
+impl Model {
+    /// Load a model from a GGUF file.
+    pub fn load(path: impl AsRef<Path>, params: ModelParams) -> Result<Model> {
+        let file = GgufFile::open(path.as_ref())?;
+        Model::from_gguf(file, params)
+    }
+
+    /// Load a model from a parsed GGUF file.
+    pub fn from_gguf(file: GgufFile, mut params: ModelParams) -> Result<Model> {
+        let hp = HParams::from_gguf(&file)?;
+        let style = hp.arch.style();
+        let tokenizer =
+            Tokenizer::from_gguf(&file).map_err(|e| LlamaError::Tokenizer(e.to_string()))?;
+        if tokenizer.n_vocab() != hp.n_vocab {
+            return Err(LlamaError::HParam {
+                key: format!("{}.vocab_size", hp.arch.name()),
+                why: format!(
+                    "{} does not match the tokenizer's {} tokens",
+                    hp.n_vocab,
+                    tokenizer.n_vocab()
+                ),
+            });
+        }
+        let mut l = Loader {
+            file: &file,
+            hp: &hp,
+            wanted: Vec::new(),
+            by_name: HashMap::new(),
+        };
+        let (e, v) = (hp.n_embd as i64, hp.n_vocab as i64);
+        let tok_embd = l.get("token_embd.weight", &[e, v])?;
+        let output_norm = l.norm("output_norm.weight", hp.n_embd)?;
+        let output = match l.opt("output.weight", &[e, v])? {
+            Some(o) => o,
+            None => tok_embd,
+        };
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            layers.push(l.layer(il, &style)?);
+        }
+        let Loader {
+            wanted, by_name, ..
+        } = l;
+
+        // placement
+        let device_name = params.device.as_ref().map(|d| d.name().to_string());
+        let rules = params.placement.effective_overrides();
+        let mut targets = Vec::with_capacity(wanted.len());
+        for (name, ..) in &wanted {
+            targets.push(params.placement.target(
+                &rules,
+                name,
+                device_name.as_deref(),
+                hp.n_layer,
+            )?);
+        }
+        for (il, lw) in layers.iter_mut().enumerate() {
+            lw.on_device =
+                device_name.is_some() && params.placement.layer_on_device(il, hp.n_layer);
+        }
+        let output_on_device =
+            device_name.is_some() && params.placement.layer_on_device(hp.n_layer, hp.n_layer);
+
+        // host weights: in place from the mapping
+        let host: Arc<dyn ggml_core::Buffer> =
+            Arc::new(MappedBuffer::new(Arc::new(Shared(file.bytes().clone()))));
+        let align = 64usize;
+        let dev_total: usize = wanted
+            .iter()
+            .zip(&targets)
+            .filter(|(_, t)| matches!(t, Target::Device(_)))
+            .map(|(w, _)| w.4.next_multiple_of(align))
+            .sum();
+        let dev_buf = match (&params.device, dev_total) {
+            (Some(d), n) if n > 0 => Some(d.alloc_buffer(n, BufferUsage::Weights)?),
+            _ => None,
+        };
+        let total = wanted.len().max(1);
+        let mut weights = Vec::with_capacity(wanted.len());
+        let mut dev_off = 0usize;
+        let bytes = file.bytes().as_slice();
+        for (i, ((name, ty, ne, off, size), target)) in wanted.into_iter().zip(targets).enumerate()
+        {
+            let data = match (&target, &dev_buf) {
+                (Target::Device(_), Some(buf)) => {
+                    let src = bytes
+                        .get(off..off + size)
+                        .ok_or_else(|| LlamaError::BadTensor {
+                            name: name.clone(),
+                            found: "data past the end of the file".into(),
+                            expected: "data inside the file".into(),
+                        })?;
+                    buf.write(dev_off, src)?;
+                    let d = TensorData {
+                        buffer: Arc::clone(buf),
+                        offset: dev_off,
+                    };
+                    dev_off += size.next_multiple_of(align);
+                    d
+                }
+                _ => TensorData {
+                    buffer: Arc::clone(&host),
+                    offset: off,
+                },
+            };
+            weights.push(Weight {
+                name,
+                ty,
+                ne,
+                data,
+                target,
+            });
+            if let Some(p) = params.progress.as_mut() {
+                p((i + 1) as f32 / total as f32);
+            }
+        }
+        Ok(Model {
+            hparams: hp,
+            style,
+            weights,
+            layers,
+            tok_embd,
+            output_norm,
+            output,
+            output_on_device,
+            tokenizer,
+            device: params.device.take(),
+            file: Arc::new(file),
+            by_name,
+        })
+    }
+
+    /// The weight with this id.
+    pub fn weight(&self, id: WeightId) -> &Weight {
+        &self.weights[id.0]
+    }
+
+    /// Look a weight up by its GGUF name.
+    pub fn weight_by_name(&self, name: &str) -> Option<WeightId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Bytes of all weights.
+    pub fn size_bytes(&self) -> usize {
+        self.weights
+            .iter()
+            .map(|w| ggml_core::Tensor::new(w.ty, w.ne).nbytes())
+            .sum()
+    }
+
+    /// Number of parameters.
+    pub fn n_params(&self) -> u64 {
+        self.weights
+            .iter()
+            .map(|w| w.ne.iter().product::<i64>() as u64)
+            .sum()
+    }
+}

@@ -1,0 +1,108 @@
+//! Fixture access shared by the llama integration tests: llama.cpp's
+//! reference tokens and logits for the small models in `tests/data/models`.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// `tests/data` at the workspace root.
+pub fn data_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data"))
+}
+
+/// Every model fixture's name.
+pub const MODELS: [&str; 9] = [
+    "tiny-qwen3moe-f32",
+    "tiny-qwen2moe-f32",
+    "tiny-mixtral-f16",
+    "tiny-olmoe-f32",
+    "tiny-qwen3moe-q8_0",
+    "tiny-qwen3moe-q4_0",
+    "tiny-qwen3moe-q4_k",
+    "tiny-qwen3moe-q6_k",
+    "small-qwen3moe-spm-f16",
+];
+
+/// One model's reference data.
+pub struct Fixture {
+    pub name: String,
+    pub gguf: PathBuf,
+    pub prompt: String,
+    pub tokens: Vec<i32>,
+    /// `[n_prompt][n_vocab]`
+    pub logits: Vec<f32>,
+    pub gen: Vec<i32>,
+    /// `[16][n_vocab]`
+    pub genlogits: Vec<f32>,
+    /// NMSE bound: 5e-5 for F32/F16 models, 5e-3 for quantized ones.
+    pub bound: f64,
+}
+
+fn read(p: PathBuf) -> Vec<u8> {
+    std::fs::read(&p).unwrap_or_else(|e| panic!("reading fixture {}: {e}", p.display()))
+}
+
+impl Fixture {
+    pub fn load(name: &str) -> Fixture {
+        let d = data_dir().join("models");
+        let f = |ext: &str| d.join(format!("{name}.{ext}"));
+        let quant = ["q8_0", "q4_0", "q4_k", "q6_k"]
+            .iter()
+            .any(|q| name.ends_with(q));
+        Fixture {
+            name: name.to_string(),
+            gguf: f("gguf"),
+            prompt: String::from_utf8(read(f("prompt.txt"))).expect("prompt is UTF-8"),
+            tokens: bytemuck::pod_collect_to_vec(&read(f("tokens"))),
+            logits: bytemuck::pod_collect_to_vec(&read(f("logits"))),
+            gen: bytemuck::pod_collect_to_vec(&read(f("gen"))),
+            genlogits: bytemuck::pod_collect_to_vec(&read(f("genlogits"))),
+            bound: if quant { 5e-3 } else { 5e-5 },
+        }
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.logits.len() / self.tokens.len()
+    }
+
+    /// The reference's allowed greedy prefix: positions up to the first row
+    /// whose top-2 margin is below `4·sqrt(bound)·σ` (fixtures README).
+    /// Row 0 is the last prompt row, row i+1 is genlogits row i.
+    pub fn reliable_greedy_len(&self) -> usize {
+        let n = self.n_vocab();
+        let np = self.tokens.len();
+        let mut rows: Vec<&[f32]> = vec![&self.logits[(np - 1) * n..np * n]];
+        rows.extend(self.genlogits.chunks(n));
+        let mut len = 0;
+        for (i, r) in rows.iter().enumerate().take(self.gen.len()) {
+            if margin(r) < 4.0 * self.bound.sqrt() * sigma(r) {
+                break;
+            }
+            len = i + 1;
+        }
+        len
+    }
+}
+
+/// mean((a - b)^2) / mean(b^2)
+pub fn nmse(ours: &[f32], reference: &[f32]) -> f64 {
+    assert_eq!(ours.len(), reference.len(), "logits lengths differ");
+    let mut num = 0.0f64;
+    let mut den = 0.0f64;
+    for (a, b) in ours.iter().zip(reference) {
+        num += (*a as f64 - *b as f64).powi(2);
+        den += (*b as f64).powi(2);
+    }
+    num / den
+}
+
+fn margin(row: &[f32]) -> f64 {
+    let mut v: Vec<f32> = row.to_vec();
+    v.sort_by(|a, b| b.total_cmp(a));
+    (v[0] - v[1]) as f64
+}
+
+fn sigma(row: &[f32]) -> f64 {
+    let n = row.len() as f64;
+    let mean = row.iter().map(|&x| x as f64).sum::<f64>() / n;
+    (row.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt()
+}
