@@ -119,8 +119,6 @@ impl Placement {
         let Some(dev) = device else {
             return Ok(Target::Host);
         };
-        let ngl = self.n_gpu_layers.unwrap_or(n_layer + 1);
-        let i_gpu_start = (n_layer + 1).saturating_sub(ngl);
         let layer = if let Some(rest) = name.strip_prefix("blk.") {
             rest.split('.').next().and_then(|n| n.parse::<usize>().ok())
         } else if name.starts_with("output") {
@@ -129,15 +127,18 @@ impl Placement {
             None // token_embd and anything outside the layers: input layer, host
         };
         match layer {
-            Some(il) if il >= i_gpu_start => Ok(Target::Device(dev.to_string())),
+            Some(il) if self.layer_on_device(il, n_layer) => Ok(Target::Device(dev.to_string())),
             _ => Ok(Target::Host),
         }
     }
 
-    /// Whether layer `il`'s non-override tensors (and its KV cache) are on the device.
+    /// Whether layer `il` (`n_layer` = the output head) is on the device:
+    /// the last `ngl` layers are, and the head when `ngl > n_layer`
+    /// (llama.cpp's `i_gpu_start` rule).
     pub fn layer_on_device(&self, il: usize, n_layer: usize) -> bool {
         let ngl = self.n_gpu_layers.unwrap_or(n_layer + 1);
-        il >= (n_layer + 1).saturating_sub(ngl)
+        let start = n_layer.saturating_sub(ngl);
+        il >= start && il - start < ngl.min(n_layer + 1)
     }
 }
 
@@ -173,7 +174,8 @@ mod tests {
         let rules = p.effective_overrides();
         let t = |n: &str| p.target(&rules, n, Some("SIM0"), 3).unwrap();
         assert_eq!(t("blk.0.ffn_down_exps.weight"), Target::Host);
-        assert_eq!(t("blk.1.ffn_down_exps.weight"), Target::Host); // layer 1 < start 2
+        assert_eq!(t("blk.1.attn_q.weight"), Target::Device("SIM0".into())); // last 2 of 3 layers
+        assert_eq!(t("blk.0.attn_q.weight"), Target::Host);
         assert_eq!(
             t("blk.2.ffn_down_exps.weight"),
             Target::Device("SIM0".into())
