@@ -39,6 +39,24 @@ impl Default for ContextParams {
     }
 }
 
+/// Bytes moved host -> device, cumulative since the context was made (or
+/// since [`Context::reset_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Bytes of expert weights copied by the expert copy policy.
+    pub h2d_bytes_experts: u64,
+    /// Bytes copied by plain (whole-tensor) input copies.
+    pub h2d_bytes_other: u64,
+    /// What the policy's inputs would have cost copied whole.
+    pub h2d_bytes_full_copy: u64,
+    /// Experts copied by the policy.
+    pub experts_copied: u64,
+    /// Experts a full copy of the same inputs would have moved.
+    pub experts_full_copy: u64,
+    /// Graphs computed.
+    pub graphs: u64,
+}
+
 /// A decoding context over a model.
 pub struct Context {
     model: Arc<Model>,
@@ -49,6 +67,7 @@ pub struct Context {
     logits: Vec<f32>,
     n_outputs: usize,
     last_expert_ids: Vec<Vec<i32>>,
+    stats: TransferStats,
 }
 
 impl Context {
@@ -74,6 +93,7 @@ impl Context {
             logits: Vec::new(),
             n_outputs: 0,
             last_expert_ids: Vec::new(),
+            stats: TransferStats::default(),
         })
     }
 
@@ -260,6 +280,16 @@ impl Context {
     pub fn logits(&self, i: usize) -> Option<&[f32]> {
         let n = self.model.hparams.n_vocab;
         (i < self.n_outputs).then(|| &self.logits[i * n..(i + 1) * n])
+    }
+
+    /// Transfer counters since creation or the last reset.
+    pub fn stats(&self) -> TransferStats {
+        self.stats
+    }
+
+    /// Zero the transfer counters.
+    pub fn reset_stats(&mut self) {
+        self.stats = TransferStats::default();
     }
 
     /// Number of logit rows kept by the last `decode`.

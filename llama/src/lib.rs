@@ -11,6 +11,7 @@
 
 pub mod arch;
 pub mod context;
+pub mod device;
 pub mod error;
 pub mod graph;
 pub mod hparams;
@@ -20,7 +21,7 @@ pub mod placement;
 pub mod sampling;
 pub mod tokenizer;
 
-pub use context::{Context, ContextParams};
+pub use context::{Context, ContextParams, TransferStats};
 pub use error::{LlamaError, Result};
 pub use model::{Model, ModelParams};
 pub use sampling::{Sampler, SamplerParams};

@@ -1,0 +1,45 @@
+//! Backend names as users type them (`--device`): `CPU`, `SIM0`, `SIM1`,
+//! `CUDA0`, ...
+
+use std::sync::Arc;
+
+use ggml_core::{Backend, SimBackend};
+
+use crate::error::{LlamaError, Result};
+
+/// Open the device backend `name` (`None` for `CPU`, which needs no device).
+/// `offload_min_batch` is the smallest batch for which the device runs an op
+/// whose weights are in host memory (llama.cpp's `GGML_OP_OFFLOAD_MIN_BATCH`).
+pub fn open_device(
+    name: &str,
+    n_threads: usize,
+    offload_min_batch: usize,
+) -> Result<Option<Arc<dyn Backend>>> {
+    let upper = name.to_ascii_uppercase();
+    if upper == "CPU" || upper == "NONE" {
+        return Ok(None);
+    }
+    if let Some(n) = upper.strip_prefix("SIM") {
+        let dev: usize = n.parse().map_err(|_| unknown(name))?;
+        let b =
+            SimBackend::new(dev, n_threads.max(1)).with_offload_min_batch(offload_min_batch as i64);
+        return Ok(Some(Arc::new(b)));
+    }
+    if let Some(n) = upper.strip_prefix("CUDA") {
+        let dev: usize = n.parse().map_err(|_| unknown(name))?;
+        return open_cuda(dev, offload_min_batch).map(Some);
+    }
+    Err(unknown(name))
+}
+
+fn unknown(name: &str) -> LlamaError {
+    LlamaError::Invalid(format!(
+        "unknown device '{name}' (available: CPU, SIM0, SIM1, ..., CUDA0, CUDA1, ...)"
+    ))
+}
+
+fn open_cuda(dev: usize, _offload_min_batch: usize) -> Result<Arc<dyn Backend>> {
+    Err(LlamaError::Backend(ggml_core::BackendError::NoDevice(
+        format!("CUDA{dev}: the CUDA backend is not available in this build yet"),
+    )))
+}
