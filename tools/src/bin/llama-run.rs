@@ -1,0 +1,549 @@
+//! llama-run: generate text with a GGUF MoE model, streaming it, then print
+//! load time, prompt and generation speed, and expert traffic.
+//!
+//! With no `-m`, runs on an embedded default model (a small synthetic
+//! qwen3moe generated into the cache on first use). With `--synth OUT`,
+//! writes a synthetic model of any shape instead of running.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _, Result};
+use clap::Parser;
+use ggml_core::GgmlType;
+use llama::{Context, ContextParams, Sampler, SamplerParams};
+use tools::cli::{self, PlacementArgs};
+use tools::progress::Progress;
+use tools::stream::Utf8Stream;
+use tools::summary::{stats_delta, RunSummary};
+use tools::synth::{self, SynthParams};
+use tools::tok;
+
+const TOOL: &str = "llama-run";
+const DEFAULT_PROMPT: &str = "Once upon a time";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "llama-run",
+    version,
+    about = "Generate text with a GGUF MoE model (llama.cpp flags).",
+    long_about = None,
+    after_help = "Multi-letter short flags as in llama.cpp: -ngl, -ub, -ot, -cmoe, -ncmoe, -dev, -nomb.\n\
+Without -m, runs the embedded default model (generated into $GGML_RS_CACHE, $XDG_CACHE_HOME/ggml-rs or ~/.cache/ggml-rs on first use).\n\
+Examples:\n  llama-run -m Qwen3-30B-A3B-Q4_K_M.gguf -p \"Hello\" -n 64 --device CUDA0 -ngl 99 --cpu-moe\n  llama-run --device SIM0 --cpu-moe -n 32\n  llama-run --synth big.gguf --layers 2 --experts 128 --used 8 --embd 2048 --ff 768 --heads 32 --heads-kv 4 --type Q4_K"
+)]
+struct Args {
+    /// model path (GGUF); default: the embedded synthetic model
+    #[arg(short = 'm', long = "model", value_name = "FNAME")]
+    model: Option<PathBuf>,
+
+    /// prompt to start generation with
+    #[arg(
+        short = 'p',
+        long = "prompt",
+        value_name = "PROMPT",
+        conflicts_with = "file"
+    )]
+    prompt: Option<String>,
+
+    /// a file containing the prompt (taken byte for byte)
+    #[arg(short = 'f', long = "file", value_name = "FNAME")]
+    file: Option<PathBuf>,
+
+    /// number of tokens to predict (-1 = until end of generation or a full context)
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        value_name = "N",
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
+    n_predict: i64,
+
+    /// number of CPU threads (default: all cores)
+    #[arg(short = 't', long = "threads", value_name = "N")]
+    threads: Option<usize>,
+
+    /// size of the prompt context (0 = from the model)
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        value_name = "N",
+        default_value_t = 4096
+    )]
+    ctx_size: usize,
+
+    /// logical maximum batch size
+    #[arg(
+        short = 'b',
+        long = "batch-size",
+        value_name = "N",
+        default_value_t = 2048
+    )]
+    batch_size: usize,
+
+    /// [-ub] physical maximum batch size
+    #[arg(long = "ubatch-size", value_name = "N", default_value_t = 512)]
+    ubatch_size: usize,
+
+    /// RNG seed (-1 = random)
+    #[arg(short = 's', long = "seed", value_name = "SEED", default_value_t = -1, allow_negative_numbers = true)]
+    seed: i64,
+
+    /// temperature (0 = greedy)
+    #[arg(long = "temp", value_name = "N", default_value_t = 0.8)]
+    temp: f32,
+
+    /// top-k sampling (0 = disabled)
+    #[arg(
+        long = "top-k",
+        value_name = "N",
+        default_value_t = 40,
+        allow_negative_numbers = true
+    )]
+    top_k: i32,
+
+    /// top-p sampling (1.0 = disabled)
+    #[arg(long = "top-p", value_name = "N", default_value_t = 0.95)]
+    top_p: f32,
+
+    /// min-p sampling (0.0 = disabled)
+    #[arg(long = "min-p", value_name = "N", default_value_t = 0.05)]
+    min_p: f32,
+
+    /// penalize repeated sequences of tokens (1.0 = disabled)
+    #[arg(long = "repeat-penalty", value_name = "N", default_value_t = 1.0)]
+    repeat_penalty: f32,
+
+    /// last n tokens to consider for the repeat penalty (0 = disabled)
+    #[arg(long = "repeat-last-n", value_name = "N", default_value_t = 64)]
+    repeat_last_n: usize,
+
+    #[command(flatten)]
+    placement: PlacementArgs,
+
+    /// do not print the prompt before the generated text
+    #[arg(long = "no-display-prompt")]
+    no_display_prompt: bool,
+
+    /// also print the placement of every tensor and the scheduler's plan
+    #[arg(short = 'v', long = "verbose")]
+    verbose: bool,
+
+    /// write float32 LE logits: every prompt position, then one row after
+    /// each generated token is fed
+    #[arg(long = "logits-out", value_name = "FILE")]
+    logits_out: Option<PathBuf>,
+
+    /// write int32 LE token ids: the prompt's, then the generated ones
+    #[arg(long = "tokens-out", value_name = "FILE")]
+    tokens_out: Option<PathBuf>,
+
+    /// write the summary as one JSON object
+    #[arg(long = "stats-out", value_name = "FILE")]
+    stats_out: Option<PathBuf>,
+
+    /// write a synthetic model to OUT.gguf and exit (see the synthesis options)
+    #[arg(long = "synth", value_name = "OUT.gguf", help_heading = "Synthesis")]
+    synth: Option<PathBuf>,
+
+    /// architecture of the synthetic model
+    #[arg(long = "arch", default_value = "qwen3moe", help_heading = "Synthesis")]
+    arch: String,
+
+    /// decoder layers
+    #[arg(long = "layers", default_value_t = 4, help_heading = "Synthesis")]
+    layers: usize,
+
+    /// experts per layer
+    #[arg(long = "experts", default_value_t = 16, help_heading = "Synthesis")]
+    experts: usize,
+
+    /// experts used per token
+    #[arg(long = "used", default_value_t = 4, help_heading = "Synthesis")]
+    used: usize,
+
+    /// embedding width
+    #[arg(long = "embd", default_value_t = 256, help_heading = "Synthesis")]
+    embd: usize,
+
+    /// width of one expert's FFN
+    #[arg(long = "ff", default_value_t = 256, help_heading = "Synthesis")]
+    ff: usize,
+
+    /// attention heads (default: embd / head-dim)
+    #[arg(long = "heads", help_heading = "Synthesis")]
+    heads: Option<usize>,
+
+    /// key/value heads (default: heads / 4 when divisible, else heads)
+    #[arg(long = "heads-kv", help_heading = "Synthesis")]
+    heads_kv: Option<usize>,
+
+    /// head dimension (default: 128, or embd / 4 below 512)
+    #[arg(long = "head-dim", help_heading = "Synthesis")]
+    head_dim: Option<usize>,
+
+    /// vocabulary size (default: the ~520-token byte-level BPE vocabulary;
+    /// larger sizes pad it, e.g. 151936 for Qwen3's output-head cost)
+    #[arg(long = "vocab", help_heading = "Synthesis")]
+    vocab: Option<usize>,
+
+    /// type of the weight matrices (norms and the router stay F32)
+    #[arg(long = "type", default_value = "F16", help_heading = "Synthesis")]
+    ty: String,
+
+    /// seed of the synthetic weights
+    #[arg(long = "synth-seed", default_value_t = 42, help_heading = "Synthesis")]
+    synth_seed: u64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse_from(cli::normalize_args(std::env::args_os()));
+    cli::main_wrapper(TOOL, || match &args.synth {
+        Some(out) => synthesize(&args, out),
+        None => run(&args),
+    })
+}
+
+fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
+    let ty = GgmlType::from_name(&a.ty).with_context(|| {
+        format!(
+            "--type {}: unknown type (supported: {})",
+            a.ty,
+            synth::supported_types().join(", ")
+        )
+    })?;
+    let head_dim = a.head_dim.unwrap_or(if a.embd >= 512 {
+        128
+    } else {
+        (a.embd / 4).max(2)
+    });
+    let heads = a.heads.unwrap_or((a.embd / head_dim.max(1)).max(1));
+    let heads_kv = a
+        .heads_kv
+        .unwrap_or(if heads % 4 == 0 { heads / 4 } else { heads });
+    let p = SynthParams {
+        arch: a.arch.clone(),
+        n_layer: a.layers,
+        n_expert: a.experts,
+        n_expert_used: a.used,
+        n_embd: a.embd,
+        n_ff_exp: a.ff,
+        n_head: heads,
+        n_head_kv: heads_kv,
+        head_dim,
+        n_vocab: a.vocab,
+        seed: a.synth_seed,
+        ty,
+        ..SynthParams::default_model()
+    };
+    p.validate()?;
+    let t0 = Instant::now();
+    let mut bar = Progress::new("synthesizing");
+    let w = synth::synthesize(&p, &mut |f| bar.set(f))?;
+    bar.finish();
+    let t1 = Instant::now();
+    synth::write_atomic(&w, out)?;
+    let size = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "{TOOL}: wrote {} ({}, {} layers, {} experts, {} used, embd {}, ff {}, heads {}/{}x{}, {}): generated in {:.2} s, written in {:.2} s",
+        out.display(),
+        cli::fmt_bytes(size as f64),
+        p.n_layer,
+        p.n_expert,
+        p.n_expert_used,
+        p.n_embd,
+        p.n_ff_exp,
+        p.n_head,
+        p.n_head_kv,
+        p.head_dim,
+        p.ty,
+        (t1 - t0).as_secs_f64(),
+        t1.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn check_args(a: &Args) -> Result<()> {
+    if a.threads == Some(0) {
+        bail!("-t must be at least 1");
+    }
+    if a.batch_size == 0 || a.ubatch_size == 0 {
+        bail!("-b and -ub must be at least 1");
+    }
+    if a.n_predict < -1 {
+        bail!("-n {}: must be -1 (unlimited) or at least 0", a.n_predict);
+    }
+    if !a.temp.is_finite() {
+        bail!("--temp {}: must be a number", a.temp);
+    }
+    if !(a.top_p > 0.0 && a.top_p <= 1.0) {
+        bail!("--top-p {}: must be in (0, 1]", a.top_p);
+    }
+    if !(0.0..=1.0).contains(&a.min_p) {
+        bail!("--min-p {}: must be in [0, 1]", a.min_p);
+    }
+    if !(a.repeat_penalty > 0.0 && a.repeat_penalty.is_finite()) {
+        bail!("--repeat-penalty {}: must be positive", a.repeat_penalty);
+    }
+    if a.placement.offload_min_batch == 0 {
+        bail!("--offload-min-batch must be at least 1");
+    }
+    Ok(())
+}
+
+/// Writes to a file if one was asked for.
+struct OutFile(Option<(PathBuf, std::io::BufWriter<std::fs::File>)>);
+
+impl OutFile {
+    fn create(path: &Option<PathBuf>) -> Result<OutFile> {
+        Ok(OutFile(match path {
+            Some(p) => Some((
+                p.clone(),
+                std::io::BufWriter::new(
+                    std::fs::File::create(p)
+                        .with_context(|| format!("cannot create '{}'", p.display()))?,
+                ),
+            )),
+            None => None,
+        }))
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if let Some((p, w)) = &mut self.0 {
+            w.write_all(bytes)
+                .with_context(|| format!("cannot write '{}'", p.display()))?;
+        }
+        Ok(())
+    }
+
+    fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn finish(self) -> Result<()> {
+        if let Some((p, mut w)) = self.0 {
+            w.flush()
+                .with_context(|| format!("cannot write '{}'", p.display()))?;
+        }
+        Ok(())
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn run(a: &Args) -> Result<()> {
+    check_args(a)?;
+    let prompt = match (&a.prompt, &a.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => cli::read_text_file(f)?,
+        (None, None) => DEFAULT_PROMPT.to_string(),
+    };
+    let n_threads = a.threads.unwrap_or_else(cli::default_threads);
+    // TODO(llama): pass --no-expert-copy as ContextParams::expert_copy = false
+    // once the field lands; until then the flag is accepted and has no effect.
+    if a.placement.no_expert_copy {
+        eprintln!("{TOOL}: note: --no-expert-copy is not wired to the engine yet (needs ContextParams::expert_copy)");
+    }
+    // Open every output file before the long work, so a bad path fails fast.
+    let mut logits_out = OutFile::create(&a.logits_out)?;
+    let mut tokens_out = OutFile::create(&a.tokens_out)?;
+    if let Some(p) = &a.stats_out {
+        std::fs::File::create(p).with_context(|| format!("cannot create '{}'", p.display()))?;
+    }
+
+    let loaded = cli::load_model(TOOL, a.model.as_deref(), &a.placement, n_threads)?;
+    let model = &loaded.model;
+    let hp = &model.hparams;
+    let device = model
+        .device
+        .as_ref()
+        .map(|d| d.name().to_string())
+        .unwrap_or_else(|| "CPU".into());
+    eprintln!(
+        "{TOOL}: model {}: {}, {} layers, {} experts ({} used), n_embd {}, n_vocab {}, {:.2} M params, {}",
+        loaded.path.display(),
+        hp.arch.name(),
+        hp.n_layer,
+        hp.n_expert,
+        hp.n_expert_used,
+        hp.n_embd,
+        hp.n_vocab,
+        model.n_params() as f64 / 1e6,
+        cli::fmt_bytes(model.size_bytes() as f64)
+    );
+    eprintln!("{TOOL}: placement: {}", cli::placement_summary(model));
+    if a.verbose {
+        eprint!("{}", cli::placement_table(model));
+        // TODO(llama): print the scheduler's plan (splits, their backends and
+        // inputs) once the context exposes it.
+        eprintln!("{TOOL}: scheduler plan: not exposed by the llama crate yet");
+    }
+
+    let ctx_params = ContextParams {
+        n_ctx: a.ctx_size,
+        n_batch: a.batch_size,
+        n_ubatch: a.ubatch_size,
+        n_threads,
+        ..ContextParams::default()
+    };
+    // TODO(llama): ContextParams { expert_copy: !a.placement.no_expert_copy,
+    // offload_min_batch: a.placement.offload_min_batch, .. } when they land
+    // (offload_min_batch already reaches the device via open_device).
+    let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
+
+    let tokenizer = &model.tokenizer;
+    let prompt_ids = tok::tokenize(tokenizer, &prompt, true, true)?;
+    if prompt_ids.is_empty() {
+        bail!("the prompt is empty after tokenization (give one with -p or -f)");
+    }
+    if prompt_ids.len() > ctx.n_ctx() {
+        bail!(
+            "the prompt has {} tokens, more than the context of {} (-c)",
+            prompt_ids.len(),
+            ctx.n_ctx()
+        );
+    }
+    for &t in &prompt_ids {
+        tokens_out.write(&t.to_le_bytes())?;
+    }
+
+    let seed = if a.seed < 0 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    } else {
+        a.seed as u64
+    };
+    let mut sampler = Sampler::new(SamplerParams {
+        temp: a.temp,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repeat_penalty: a.repeat_penalty,
+        repeat_last_n: a.repeat_last_n,
+        seed,
+    });
+    for &t in &prompt_ids {
+        sampler.accept(t);
+    }
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut pipe_open = true;
+    let mut emit = |out: &mut std::io::StdoutLock, s: &str| {
+        if pipe_open
+            && !s.is_empty()
+            && (out.write_all(s.as_bytes()).is_err() || out.flush().is_err())
+        {
+            pipe_open = false; // e.g. `| head`: stop printing, keep going
+        }
+    };
+    if !a.no_display_prompt {
+        emit(&mut out, &prompt);
+    }
+
+    // prompt, in batches of -b
+    let all_logits = logits_out.is_some();
+    let t_prompt = Instant::now();
+    let mut last_row: Vec<f32> = Vec::new();
+    for chunk in prompt_ids.chunks(a.batch_size) {
+        ctx.decode(chunk, all_logits)
+            .context("prompt decode failed")?;
+        let rows = if all_logits { chunk.len() } else { 1 };
+        for r in 0..rows {
+            let row = ctx.logits(r).context("no logits after the prompt")?;
+            if all_logits {
+                logits_out.write(&f32_bytes(row))?;
+            }
+            if r + 1 == rows {
+                last_row = row.to_vec();
+            }
+        }
+    }
+    let prompt_s = t_prompt.elapsed().as_secs_f64();
+    let stats_prompt = ctx.stats();
+
+    // generation
+    let n_ctx = ctx.n_ctx();
+    let limit = if a.n_predict < 0 {
+        usize::MAX
+    } else {
+        a.n_predict as usize
+    };
+    let mut text = Utf8Stream::new();
+    let mut gen_tokens = 0usize;
+    let mut gen_decodes = 0usize;
+    let mut stop = "n_predict";
+    let t_gen = Instant::now();
+    while gen_tokens < limit {
+        let id = sampler.sample(&last_row);
+        sampler.accept(id);
+        gen_tokens += 1;
+        tokens_out.write(&id.to_le_bytes())?;
+        let eog = tok::is_eog(tokenizer, id);
+        if !eog {
+            let s = text.push(&tok::piece(tokenizer, id, false));
+            emit(&mut out, &s);
+        }
+        let more = !eog && gen_tokens < limit;
+        // Feed the token when another one follows, or when its logits are
+        // asked for (--logits-out has one row per generated token).
+        if more || logits_out.is_some() {
+            if ctx.n_past() + 1 > n_ctx {
+                stop = "context_full";
+                break;
+            }
+            ctx.decode(&[id], false).context("decode failed")?;
+            gen_decodes += 1;
+            let row = ctx.logits(0).context("no logits after decode")?;
+            logits_out.write(&f32_bytes(row))?;
+            last_row.clear();
+            last_row.extend_from_slice(row);
+        }
+        if eog {
+            stop = "eog";
+            break;
+        }
+    }
+    let gen_s = t_gen.elapsed().as_secs_f64();
+    let rest = text.finish();
+    emit(&mut out, &rest);
+    emit(&mut out, "\n");
+    drop(out);
+    logits_out.finish()?;
+    tokens_out.finish()?;
+
+    let stats_total = ctx.stats();
+    let mut s = RunSummary {
+        model: loaded.path.display().to_string(),
+        device,
+        load_s: loaded.load_s,
+        prompt_tokens: prompt_ids.len(),
+        prompt_s,
+        prompt_tps: prompt_ids.len() as f64 / prompt_s.max(1e-9),
+        gen_tokens,
+        gen_s,
+        gen_tps: if gen_tokens > 0 {
+            gen_tokens as f64 / gen_s.max(1e-9)
+        } else {
+            0.0
+        },
+        gen_decodes,
+        stop: stop.into(),
+        ..Default::default()
+    };
+    s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
+    eprintln!();
+    eprint!("{}", s.to_text());
+    if let Some(p) = &a.stats_out {
+        let json = serde_json::to_string_pretty(&s)?;
+        std::fs::write(p, json + "\n")
+            .with_context(|| format!("cannot write '{}'", p.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,368 @@
+//! What the three tools share: llama.cpp's multi-letter short flags,
+//! placement flags, model loading with progress, error reporting.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _, Result};
+use clap::Args;
+use ggml_core::Backend;
+use llama::placement::{Placement, Target};
+use llama::{Model, ModelParams};
+
+use crate::progress::Progress;
+
+/// llama.cpp's short flags with more than one letter (`-ngl`), which clap
+/// cannot declare, mapped to their long forms before parsing.
+pub const MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
+    ("-ngl", "--n-gpu-layers"),
+    ("-ub", "--ubatch-size"),
+    ("-ot", "--override-tensor"),
+    ("-cmoe", "--cpu-moe"),
+    ("-ncmoe", "--n-cpu-moe"),
+    ("-dev", "--device"),
+    ("-nomb", "--offload-min-batch"),
+];
+
+/// Rewrite `-ngl 99` as `--n-gpu-layers 99` etc. (whole arguments only,
+/// and nothing after `--`; write `--prompt=-ngl` for such a prompt).
+pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut rest_verbatim = false;
+    for a in args {
+        if rest_verbatim {
+            out.push(a);
+            continue;
+        }
+        if a == "--" {
+            rest_verbatim = true;
+            out.push(a);
+            continue;
+        }
+        let mapped = a.to_str().and_then(|s| {
+            MULTI_LETTER_SHORTS
+                .iter()
+                .find(|(short, _)| *short == s)
+                .map(|(_, long)| OsString::from(*long))
+        });
+        out.push(mapped.unwrap_or(a));
+    }
+    out
+}
+
+/// Where weights go: llama.cpp's placement flags.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PlacementArgs {
+    /// [-dev] device for offloaded weights: CPU (none), SIM0.. (simulated
+    /// device: CPU kernels, device memory semantics, counted copies),
+    /// CUDA0.. (when built with CUDA)
+    #[arg(long = "device", value_name = "DEV")]
+    pub device: Option<String>,
+
+    /// [-ngl] number of layers to store on the device (default with
+    /// --device: all; -1 = all; more than the layer count also offloads the
+    /// output head)
+    #[arg(
+        long = "n-gpu-layers",
+        alias = "gpu-layers",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub n_gpu_layers: Option<i64>,
+
+    /// [-ot] override tensor placement: PATTERN=BACKEND,... (regex search on
+    /// tensor names, first match wins; BACKEND is CPU or the --device), e.g.
+    /// -ot "blk\.(1[0-9])\.ffn_.*_exps=CPU"; may be repeated
+    #[arg(long = "override-tensor", value_name = "PATTERN=BACKEND,...")]
+    pub override_tensor: Vec<String>,
+
+    /// [-cmoe] keep all MoE expert weights in host memory
+    #[arg(long = "cpu-moe")]
+    pub cpu_moe: bool,
+
+    /// [-ncmoe] keep the MoE expert weights of the first N layers in host
+    /// memory
+    #[arg(long = "n-cpu-moe", value_name = "N")]
+    pub n_cpu_moe: Option<usize>,
+
+    /// copy whole expert tensors to the device instead of only the experts
+    /// the router picked (for comparison)
+    #[arg(long = "no-expert-copy")]
+    pub no_expert_copy: bool,
+
+    /// [-nomb] smallest batch for which the device runs an op whose weights
+    /// are in host memory (copying them in); smaller batches run such ops
+    /// on the CPU (llama.cpp's GGML_OP_OFFLOAD_MIN_BATCH)
+    #[arg(long = "offload-min-batch", value_name = "N", default_value_t = 32)]
+    pub offload_min_batch: usize,
+}
+
+impl PlacementArgs {
+    /// The placement rules; checks `-ot` syntax, regexes and backend names.
+    pub fn placement(&self, device: Option<&str>) -> Result<Placement> {
+        let mut overrides = Vec::new();
+        for arg in &self.override_tensor {
+            let rules =
+                Placement::parse_overrides(arg).map_err(|e| anyhow::anyhow!("-ot {arg}: {e}"))?;
+            for mut r in rules {
+                let be = r.backend.to_ascii_uppercase();
+                let ok = be == "CPU" || device.is_some_and(|d| d.eq_ignore_ascii_case(&be));
+                if !ok {
+                    bail!(
+                        "-ot {arg}: backend '{}' does not exist or is not in use (available: CPU{})",
+                        r.backend,
+                        device.map(|d| format!(", {d}")).unwrap_or_default()
+                    );
+                }
+                r.backend = match device {
+                    Some(d) if d.eq_ignore_ascii_case(&be) => d.to_string(),
+                    _ => "CPU".into(),
+                };
+                overrides.push(r);
+            }
+        }
+        Ok(Placement {
+            n_gpu_layers: self.n_gpu_layers.and_then(|n| usize::try_from(n).ok()),
+            overrides,
+            cpu_moe: self.cpu_moe,
+            n_cpu_moe: self.n_cpu_moe.unwrap_or(0),
+        })
+    }
+
+    /// Open the `--device` backend (None for CPU).
+    pub fn open_device(&self, n_threads: usize) -> Result<Option<Arc<dyn Backend>>> {
+        let Some(name) = &self.device else {
+            return Ok(None);
+        };
+        llama::device::open_device(name, n_threads, self.offload_min_batch)
+            .map_err(|e| anyhow::anyhow!("--device {name}: {e}"))
+    }
+}
+
+/// Check that a model path names a readable file before opening it, so the
+/// message is about the file rather than about GGUF parsing.
+pub fn check_model_path(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => bail!("model '{}' is a directory, not a GGUF file", path.display()),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("model file '{}' not found", path.display())
+        }
+        Err(e) => bail!("cannot read model file '{}': {e}", path.display()),
+    }
+}
+
+/// A loaded model and how long it took.
+pub struct Loaded {
+    /// The model.
+    pub model: Arc<Model>,
+    /// Seconds spent in `Model::load`.
+    pub load_s: f64,
+    /// The file.
+    pub path: PathBuf,
+}
+
+/// Load `path` (or the embedded default model when `None`) with the
+/// placement flags; progress on stderr.
+pub fn load_model(
+    tool: &str,
+    path: Option<&Path>,
+    placement: &PlacementArgs,
+    n_threads: usize,
+) -> Result<Loaded> {
+    let path = match path {
+        Some(p) => {
+            check_model_path(p)?;
+            p.to_path_buf()
+        }
+        None => crate::cache::ensure_default_model(tool)?,
+    };
+    let device = placement.open_device(n_threads)?;
+    let dev_name = device.as_ref().map(|d| d.name().to_string());
+    let rules = placement.placement(dev_name.as_deref())?;
+    if device.is_none() && (placement.n_gpu_layers.is_some_and(|n| n != 0) || placement.cpu_moe) {
+        eprintln!("{tool}: note: no --device given; -ngl/--cpu-moe have no effect (all weights stay in host memory)");
+    }
+    let bar = Progress::new("loading");
+    let progress = std::rc::Rc::new(std::cell::RefCell::new(bar));
+    let p2 = std::rc::Rc::clone(&progress);
+    let params = ModelParams {
+        device,
+        placement: rules,
+        progress: Some(Box::new(move |f| p2.borrow_mut().set(f))),
+    };
+    let t0 = Instant::now();
+    let model = Model::load(&path, params)
+        .with_context(|| format!("cannot load model '{}'", path.display()));
+    let load_s = t0.elapsed().as_secs_f64();
+    progress.borrow_mut().finish();
+    let model = model?;
+    Ok(Loaded {
+        model: Arc::new(model),
+        load_s,
+        path,
+    })
+}
+
+/// One line describing where the weights went.
+pub fn placement_summary(model: &Model) -> String {
+    let mut host = (0usize, 0usize);
+    let mut dev = (0usize, 0usize, String::new());
+    for w in &model.weights {
+        let bytes = ggml_core::Tensor::new(w.ty, w.ne).nbytes();
+        match &w.target {
+            Target::Host => {
+                host.0 += 1;
+                host.1 += bytes;
+            }
+            Target::Device(d) => {
+                dev.0 += 1;
+                dev.1 += bytes;
+                dev.2 = d.clone();
+            }
+        }
+    }
+    if dev.0 == 0 {
+        return format!(
+            "all {} tensors ({}) in host memory",
+            host.0,
+            fmt_bytes(host.1 as f64)
+        );
+    }
+    format!(
+        "{} tensors ({}) on {}, {} tensors ({}) in host memory",
+        dev.0,
+        fmt_bytes(dev.1 as f64),
+        dev.2,
+        host.0,
+        fmt_bytes(host.1 as f64)
+    )
+}
+
+/// Every tensor and where it went (for `--verbose`).
+pub fn placement_table(model: &Model) -> String {
+    let mut s = String::new();
+    for w in &model.weights {
+        let bytes = ggml_core::Tensor::new(w.ty, w.ne).nbytes();
+        let target = match &w.target {
+            Target::Host => "host",
+            Target::Device(d) => d.as_str(),
+        };
+        s.push_str(&format!(
+            "  {:<32} {:>6} {:>10}  {}\n",
+            w.name,
+            w.ty.name(),
+            fmt_bytes(bytes as f64),
+            target
+        ));
+    }
+    s
+}
+
+/// Bytes as `12.34 MiB`.
+pub fn fmt_bytes(b: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// The threads to use by default: the available cores.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get())
+}
+
+/// Run `f`, printing an error as `error: ...` on stderr and exiting 1.
+pub fn main_wrapper(tool: &str, f: impl FnOnce() -> Result<()>) -> ExitCode {
+    match f() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{tool}: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Read a text file as the prompt, byte for byte; it must be UTF-8.
+pub fn read_text_file(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => anyhow::anyhow!("file '{}' not found", path.display()),
+        _ => anyhow::anyhow!("cannot read '{}': {e}", path.display()),
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "'{}' is not valid UTF-8 (first bad byte at offset {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_letter_shorts_are_rewritten() {
+        let v: Vec<OsString> = ["x", "-ngl", "3", "-p", "-ngl", "--", "-ot"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let out = normalize_args(v);
+        assert_eq!(
+            out,
+            [
+                "x",
+                "--n-gpu-layers",
+                "3",
+                "-p",
+                "--n-gpu-layers",
+                "--",
+                "-ot"
+            ]
+            .iter()
+            .map(OsString::from)
+            .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn ot_backend_must_exist() {
+        let a = PlacementArgs {
+            override_tensor: vec!["exps=CUDA3".into()],
+            ..Default::default()
+        };
+        assert!(a
+            .placement(Some("SIM0"))
+            .unwrap_err()
+            .to_string()
+            .contains("CUDA3"));
+        let a = PlacementArgs {
+            override_tensor: vec!["exps=sim0,attn=cpu".into()],
+            ..Default::default()
+        };
+        let p = a.placement(Some("SIM0")).unwrap();
+        assert_eq!(p.overrides[0].backend, "SIM0");
+        assert_eq!(p.overrides[1].backend, "CPU");
+        let a = PlacementArgs {
+            override_tensor: vec!["(bad=CPU".into()],
+            ..Default::default()
+        };
+        assert!(a
+            .placement(None)
+            .unwrap_err()
+            .to_string()
+            .contains("does not compile"));
+    }
+}
