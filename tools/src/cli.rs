@@ -173,6 +173,10 @@ pub fn load_model(
     placement: &PlacementArgs,
     n_threads: usize,
 ) -> Result<Loaded> {
+    // flags first: a bad flag fails before any file work
+    let device = placement.open_device(n_threads)?;
+    let dev_name = device.as_ref().map(|d| d.name().to_string());
+    let rules = placement.placement(dev_name.as_deref())?;
     let path = match path {
         Some(p) => {
             check_model_path(p)?;
@@ -180,9 +184,6 @@ pub fn load_model(
         }
         None => crate::cache::ensure_default_model(tool)?,
     };
-    let device = placement.open_device(n_threads)?;
-    let dev_name = device.as_ref().map(|d| d.name().to_string());
-    let rules = placement.placement(dev_name.as_deref())?;
     if device.is_none() && (placement.n_gpu_layers.is_some_and(|n| n != 0) || placement.cpu_moe) {
         eprintln!("{tool}: note: no --device given; -ngl/--cpu-moe have no effect (all weights stay in host memory)");
     }

@@ -1,5 +1,6 @@
-//! Progress for loading and synthesis: a bar when stderr is a terminal,
-//! a few plain lines (0%, 25%, ..., 100%) when it is not.
+//! Progress for loading and synthesis: a bar when stderr is a terminal;
+//! when it is not, plain lines at 25%, 50%, ... once the work has taken
+//! more than a second (quick loads print nothing).
 
 use std::io::IsTerminal;
 
@@ -10,6 +11,7 @@ pub struct Progress {
     label: String,
     bar: Option<ProgressBar>,
     next_quarter: u32,
+    start: std::time::Instant,
 }
 
 impl Progress {
@@ -28,7 +30,8 @@ impl Progress {
         Progress {
             label: label.to_string(),
             bar,
-            next_quarter: 0,
+            next_quarter: 1,
+            start: std::time::Instant::now(),
         }
     }
 
@@ -38,9 +41,20 @@ impl Progress {
         match &self.bar {
             Some(b) => b.set_position((f * 1000.0) as u64),
             None => {
+                if self.start.elapsed().as_secs_f32() < 1.0 {
+                    return;
+                }
+                let mut reached = None;
                 while self.next_quarter <= 4 && f * 4.0 >= self.next_quarter as f32 {
-                    eprintln!("{}: {:>3}%", self.label, self.next_quarter * 25);
+                    reached = Some(self.next_quarter * 25);
                     self.next_quarter += 1;
+                }
+                if let Some(pct) = reached {
+                    eprintln!(
+                        "{}: {pct:>3}% ({:.1} s)",
+                        self.label,
+                        self.start.elapsed().as_secs_f32()
+                    );
                 }
             }
         }

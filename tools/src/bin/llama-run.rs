@@ -443,10 +443,6 @@ fn run(a: &Args) -> Result<()> {
             pipe_open = false; // e.g. `| head`: stop printing, keep going
         }
     };
-    if !a.no_display_prompt {
-        emit(&mut out, &prompt);
-    }
-
     // prompt, in batches of -b
     let all_logits = logits_out.is_some();
     let t_prompt = Instant::now();
@@ -466,6 +462,9 @@ fn run(a: &Args) -> Result<()> {
         }
     }
     let prompt_s = t_prompt.elapsed().as_secs_f64();
+    if !a.no_display_prompt {
+        emit(&mut out, &prompt);
+    }
     let stats_prompt = ctx.stats();
 
     // generation

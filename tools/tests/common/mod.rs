@@ -1,0 +1,79 @@
+//! Helpers shared by the integration tests: run a tool binary with a
+//! private cache directory and read the fixture files.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A fixture model's path without extension (`tests/data/models/NAME`).
+pub fn model(name: &str) -> PathBuf {
+    root().join("tests/data/models").join(name)
+}
+
+/// `NAME.ext` next to a fixture model.
+pub fn with_ext(base: &Path, ext: &str) -> PathBuf {
+    let mut s = base.as_os_str().to_owned();
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+/// Run `bin` with `args` and a cache directory of its own.
+pub fn run(bin: &str, args: &[&str], cache: &Path) -> Output {
+    Command::new(bin)
+        .args(args)
+        .env("GGML_RS_CACHE", cache)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
+}
+
+/// stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Assert success, showing stderr otherwise.
+pub fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+    assert!(!stderr(o).contains("panicked"), "{}", stderr(o));
+}
+
+pub fn read_i32(p: &Path) -> Vec<i32> {
+    std::fs::read(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+pub fn read_f32(p: &Path) -> Vec<f32> {
+    std::fs::read(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// mean((a-b)^2) / mean(b^2)
+pub fn nmse(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    num / den.max(1e-30)
+}
