@@ -12,23 +12,23 @@ use GgmlType as T;
 /// rounding, a lost bit plane, a bad scale — fails).
 const BOUNDS: &[(GgmlType, f64)] = &[
     (T::F32, 0.0),
-    (T::F16, 2.6e-4),     // 0.00020
-    (T::BF16, 2.2e-3),    // 0.00168
-    (T::Q8_0, 0.0069),    // 0.00527
-    (T::Q8_1, 0.0069),    // 0.00527
-    (T::Q8K, 0.0090),     // 0.00695
-    (T::Q6K, 0.023),      // 0.01757
-    (T::Q5_0, 0.055),     // 0.04210
-    (T::Q5_1, 0.048),     // 0.03686
-    (T::Q5K, 0.046),      // 0.03529
-    (T::Q4_0, 0.109),     // 0.08359
-    (T::Q4_1, 0.100),     // 0.07647
-    (T::Q4K, 0.091),      // 0.06991
-    (T::IQ4NL, 0.097),    // 0.07488
-    (T::IQ4XS, 0.098),    // 0.07544
-    (T::MXFP4, 0.148),    // 0.11360
-    (T::Q3K, 0.194),      // 0.14933
-    (T::Q2K, 0.374),      // 0.28783
+    (T::F16, 2.6e-4),  // 0.00020
+    (T::BF16, 2.2e-3), // 0.00168
+    (T::Q8_0, 0.0069), // 0.00527
+    (T::Q8_1, 0.0069), // 0.00527
+    (T::Q8K, 0.0090),  // 0.00695
+    (T::Q6K, 0.023),   // 0.01757
+    (T::Q5_0, 0.055),  // 0.04210
+    (T::Q5_1, 0.048),  // 0.03686
+    (T::Q5K, 0.046),   // 0.03529
+    (T::Q4_0, 0.109),  // 0.08359
+    (T::Q4_1, 0.100),  // 0.07647
+    (T::Q4K, 0.091),   // 0.06991
+    (T::IQ4NL, 0.097), // 0.07488
+    (T::IQ4XS, 0.098), // 0.07544
+    (T::MXFP4, 0.148), // 0.11360
+    (T::Q3K, 0.194),   // 0.14933
+    (T::Q2K, 0.374),   // 0.28783
 ];
 
 struct Rng(u64);
@@ -59,7 +59,11 @@ fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {
 }
 
 fn rel_rmse(x: &[f32], y: &[f32]) -> f64 {
-    let err: f64 = x.iter().zip(y).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+    let err: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+        .sum();
     let rms: f64 = x.iter().map(|&a| (a as f64).powi(2)).sum();
     (err / rms).sqrt()
 }
@@ -67,7 +71,7 @@ fn rel_rmse(x: &[f32], y: &[f32]) -> f64 {
 const N: usize = 16 * 256;
 
 #[test]
-fn gaussian_round_trip_within_bounds() {
+fn quants_gaussian_round_trip_within_bounds() {
     let mut rng = Rng(42);
     let x: Vec<f32> = (0..N).map(|_| rng.gauss()).collect();
     let mut failures = Vec::new();
@@ -82,7 +86,7 @@ fn gaussian_round_trip_within_bounds() {
 }
 
 #[test]
-fn all_zeros_round_trip_to_zeros() {
+fn quants_all_zeros_round_trip_to_zeros() {
     let x = vec![0f32; N];
     for &(ty, _) in BOUNDS {
         let y = round_trip(ty, &x);
@@ -91,7 +95,7 @@ fn all_zeros_round_trip_to_zeros() {
 }
 
 #[test]
-fn one_huge_value_is_kept() {
+fn quants_one_huge_value_is_kept() {
     // one value 1e4 (inside f16 range) in Gaussian data: the huge value is
     // reconstructed within the type's resolution, everything stays finite,
     // and the other blocks are unaffected.
@@ -110,7 +114,7 @@ fn one_huge_value_is_kept() {
 }
 
 #[test]
-fn small_values_keep_relative_accuracy() {
+fn quants_small_values_keep_relative_accuracy() {
     // values ~1e-3: scales far below 1 but normal in f16
     let mut rng = Rng(9);
     let x: Vec<f32> = (0..N).map(|_| 1e-3 * rng.gauss()).collect();
@@ -121,7 +125,7 @@ fn small_values_keep_relative_accuracy() {
 }
 
 #[test]
-fn tiny_values_give_finite_bounded_output() {
+fn quants_tiny_values_give_finite_bounded_output() {
     // far below the f16 scale range: the f16-scaled types flush to zero
     // (as ggml), the others keep some resolution; nothing may be NaN/inf or
     // exceed the input's magnitude by more than rounding.
@@ -135,20 +139,27 @@ fn tiny_values_give_finite_bounded_output() {
         let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
         for &(ty, _) in BOUNDS {
             let y = round_trip(ty, x);
-            assert!(y.iter().all(|v| v.is_finite() && v.abs() <= 2.0 * amax), "{ty}");
+            assert!(
+                y.iter().all(|v| v.is_finite() && v.abs() <= 2.0 * amax),
+                "{ty}"
+            );
         }
     }
 }
 
 #[test]
-fn extreme_inputs_do_not_panic() {
+fn quants_extreme_inputs_do_not_panic() {
     // Beyond the range of a type's f16 scale the result is what ggml gives
     // (an infinite scale, so inf/NaN values); the quantizers must not panic.
     let mut rng = Rng(13);
     let cases: Vec<Vec<f32>> = vec![
         (0..N).map(|_| 1e30 * rng.gauss()).collect(),
-        (0..N).map(|i| if i % 97 == 0 { f32::MAX } else { -f32::MAX }).collect(),
-        (0..N).map(|i| if i % 3 == 0 { 3e38 } else { 1e-38 }).collect(),
+        (0..N)
+            .map(|i| if i % 97 == 0 { f32::MAX } else { -f32::MAX })
+            .collect(),
+        (0..N)
+            .map(|i| if i % 3 == 0 { 3e38 } else { 1e-38 })
+            .collect(),
         (0..N).map(|i| if i == 17 { 1e20 } else { 1e-20 }).collect(),
     ];
     for x in &cases {
