@@ -17,7 +17,9 @@ fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -43,7 +45,10 @@ fn main() {
     let mem = gbps(buf.len() * 8, || {
         black_box(buf.iter().fold(0u64, |a, &b| a.wrapping_add(b)));
     });
-    println!("memory read (64 MiB u64 sum): {mem:.1} GB/s; AVX2 kernels: {}", simd_available());
+    println!(
+        "memory read (64 MiB u64 sum): {mem:.1} GB/s; AVX2 kernels: {}",
+        simd_available()
+    );
     println!("{:8} {:>10} {:>10} {:>10}", "type", "MiB", "GB/s", "scalar");
 
     let w = rand_f32(ROWS * COLS, 1);

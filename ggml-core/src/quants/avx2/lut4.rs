@@ -25,7 +25,10 @@ unsafe fn table(values: &[i8; 16]) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn lookup(table: __m256i, qs: *const u8) -> __m256i {
     let raw = load128(qs);
-    let nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+    let nib = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
+        _mm256_set1_epi8(0x0f),
+    );
     _mm256_shuffle_epi8(table, nib)
 }
 
