@@ -18,6 +18,7 @@ pub mod graph;
 pub mod op;
 pub mod sim;
 pub mod tensor;
+pub mod quants;
 pub mod types;
 
 pub use backend::{Backend, BackendError, Buffer, BufferUsage};
