@@ -9,6 +9,7 @@ use crate::op::Op;
 use crate::tensor::TensorId;
 
 mod elementwise;
+mod matmul;
 
 /// What a kernel needs: the pool, the graph, and which buffers the running
 /// backend may touch.
@@ -84,6 +85,10 @@ pub fn supports(g: &Graph, node: TensorId) -> bool {
     match t.op {
         Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => true,
         Op::Add | Op::Sub | Op::Mul | Op::Div => elementwise::supports_binary(g, node),
+        Op::MulMat => matmul::supports_mul_mat(g, node),
+        Op::MulMatId => matmul::supports_mul_mat_id(g, node),
+        Op::AddId => matmul::supports_add_id(g, node),
+        Op::GetRows => matmul::supports_get_rows(g, node),
         _ => false,
     }
 }
@@ -94,6 +99,10 @@ pub fn compute_node(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendE
     match t.op {
         Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => Ok(()),
         Op::Add | Op::Sub | Op::Mul | Op::Div => elementwise::binary(ctx, node),
+        Op::MulMat => matmul::mul_mat(ctx, node),
+        Op::MulMatId => matmul::mul_mat_id(ctx, node),
+        Op::AddId => matmul::add_id(ctx, node),
+        Op::GetRows => matmul::get_rows(ctx, node),
         op => Err(BackendError::Unsupported(format!(
             "op {} on {} (tensor '{}')",
             op.name(),
