@@ -15,7 +15,6 @@
 mod add_id;
 mod get_rows;
 mod mul_mat_id;
-mod shim;
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,7 +28,7 @@ use crate::graph::Graph;
 use crate::tensor::TensorId;
 use crate::types::GgmlType;
 
-use shim as quants;
+use crate::quants;
 
 pub(super) use add_id::{add_id, supports_add_id};
 pub(super) use get_rows::{get_rows, supports_get_rows};
