@@ -56,7 +56,12 @@ pub fn row<B: Block>(bytes: &[u8], n: usize) -> &[B] {
 /// row size.
 pub fn row_exact<B: Block>(bytes: &[u8], n: usize) -> &[B] {
     let len = n_blocks::<B>(n) * size_of::<B>();
-    assert_eq!(bytes.len(), len, "{}: byte count of a row of {n} elements", B::TYPE);
+    assert_eq!(
+        bytes.len(),
+        len,
+        "{}: byte count of a row of {n} elements",
+        B::TYPE
+    );
     bytemuck::cast_slice(bytes)
 }
 
@@ -66,7 +71,12 @@ pub fn row_exact<B: Block>(bytes: &[u8], n: usize) -> &[B] {
 /// As [`row_exact`].
 pub fn row_exact_mut<B: Block>(bytes: &mut [u8], n: usize) -> &mut [B] {
     let len = n_blocks::<B>(n) * size_of::<B>();
-    assert_eq!(bytes.len(), len, "{}: byte count of a row of {n} elements", B::TYPE);
+    assert_eq!(
+        bytes.len(),
+        len,
+        "{}: byte count of a row of {n} elements",
+        B::TYPE
+    );
     bytemuck::cast_slice_mut(bytes)
 }
 

@@ -14,7 +14,10 @@ fn check_len(what: &str, n: usize, bytes: usize, elem: usize, exact: bool) {
     if exact {
         assert_eq!(bytes, need, "{what}: byte count of a row of {n} elements");
     } else {
-        assert!(bytes >= need, "{what}: row of {n} elements needs {need} bytes, got {bytes}");
+        assert!(
+            bytes >= need,
+            "{what}: row of {n} elements needs {need} bytes, got {bytes}"
+        );
     }
 }
 
@@ -169,6 +172,9 @@ mod tests {
         assert_eq!(f32_to_bf16_bits(f32::from_bits(0x3f80_8000)), 0x3f80);
         assert_eq!(f32_to_bf16_bits(f32::from_bits(0x3f81_8000)), 0x3f82);
         assert_eq!(f32_to_bf16_bits(f32::NAN) & 0x7fc0, 0x7fc0);
-        assert_eq!(half::bf16::from_bits(0x3f80).to_f32(), bf16_bits_to_f32(0x3f80));
+        assert_eq!(
+            half::bf16::from_bits(0x3f80).to_f32(),
+            bf16_bits_to_f32(0x3f80)
+        );
     }
 }

@@ -12,7 +12,9 @@ use crate::types::GgmlType;
 pub const QK4_NL: usize = 32;
 
 /// ggml's `kvalues_iq4nl`.
-pub const KVALUES_IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+pub const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 /// ggml's `block_iq4_nl`: value `j` is `d·K[qs[j] & 15]`, value `j + 16` is
 /// `d·K[qs[j] >> 4]` with `K` = [`KVALUES_IQ4NL`].
@@ -78,7 +80,11 @@ pub(crate) fn iq4_group_scale(xb: &[f32], ntry: i32) -> f32 {
         }
         (sumqx, sumq2)
     };
-    let d0 = if ntry > 0 { -max / values[0] as f32 } else { max / values[0] as f32 };
+    let d0 = if ntry > 0 {
+        -max / values[0] as f32
+    } else {
+        max / values[0] as f32
+    };
     let (sumqx, sumq2) = sums(1.0 / d0);
     let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { d0 };
     let mut best = d * sumqx;
@@ -131,7 +137,10 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
         let dh = f16::from_f32(d);
         let mut l = [0u8; 32];
         iq4_indices(x, d, &mut l);
-        *b = BlockIq4Nl { d: dh, qs: pack_nibbles(&l) };
+        *b = BlockIq4Nl {
+            d: dh,
+            qs: pack_nibbles(&l),
+        };
     }
 }
 

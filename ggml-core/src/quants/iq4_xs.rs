@@ -31,7 +31,8 @@ fn sub_scales(b: &BlockIq4Xs) -> [i32; 8] {
     let h = u16::from_le(b.scales_h);
     let mut out = [0i32; 8];
     for (ib, o) in out.iter_mut().enumerate() {
-        let ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i32 | ((((h >> (2 * ib)) & 3) as i32) << 4);
+        let ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i32
+            | ((((h >> (2 * ib)) & 3) as i32) << 4);
         *o = ls - 32;
     }
     out
@@ -85,7 +86,12 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
             scales_l[ib / 2] |= (l & 0x0f) << (4 * (ib % 2));
             scales_h |= ((l >> 4) as u16) << (2 * ib);
         }
-        *b = BlockIq4Xs { d: dh, scales_h: scales_h.to_le(), scales_l, qs };
+        *b = BlockIq4Xs {
+            d: dh,
+            scales_h: scales_h.to_le(),
+            scales_l,
+            qs,
+        };
     }
 }
 

@@ -209,7 +209,10 @@ mod tests {
     fn every_float_and_block_type_has_traits() {
         for t in GgmlType::ALL {
             let has = cpu_traits(t).is_some();
-            let int_or_f64 = matches!(t, GgmlType::I8 | GgmlType::I16 | GgmlType::I32 | GgmlType::I64 | GgmlType::F64);
+            let int_or_f64 = matches!(
+                t,
+                GgmlType::I8 | GgmlType::I16 | GgmlType::I32 | GgmlType::I64 | GgmlType::F64
+            );
             assert_eq!(has, !int_or_f64, "{t}");
             if let Some(tr) = cpu_traits(t) {
                 assert_eq!(tr.ty, t);

@@ -26,7 +26,11 @@ impl_block!(BlockMxfp4, GgmlType::MXFP4, QK_MXFP4, 17);
 /// ggml's `ggml_e8m0_to_fp32_half`: `2^(e - 128)`, exact for every `e`.
 #[inline]
 pub fn e8m0_to_f32_half(e: u8) -> f32 {
-    let bits = if e < 2 { 0x0020_0000u32 << e } else { (e as u32 - 1) << 23 };
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
     f32::from_bits(bits)
 }
 
@@ -63,7 +67,11 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
     let yb = row_exact_mut::<BlockMxfp4>(dst, src.len());
     for (x, b) in src.chunks_exact(QK_MXFP4).zip(yb.iter_mut()) {
         let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let e = if amax > 0.0 { (amax.log2().floor() - 2.0 + 127.0).clamp(0.0, 254.0) as u8 } else { 0 };
+        let e = if amax > 0.0 {
+            (amax.log2().floor() - 2.0 + 127.0).clamp(0.0, 254.0) as u8
+        } else {
+            0
+        };
         let d = e8m0_to_f32_half(e);
         let mut qs = [0u8; 16];
         for (j, o) in qs.iter_mut().enumerate() {

@@ -64,7 +64,11 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
         let q = unpack_q5(bx.qh, &bx.qs);
-        let sumi: i32 = q.iter().zip(by.qs.iter()).map(|(&a, &b)| a as i32 * b as i32).sum();
+        let sumi: i32 = q
+            .iter()
+            .zip(by.qs.iter())
+            .map(|(&a, &b)| a as i32 * b as i32)
+            .sum();
         sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32 + bx.m.to_f32() * by.s.to_f32();
     }
     sumf

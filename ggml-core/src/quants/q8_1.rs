@@ -58,7 +58,12 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ8_1>(x, n), row::<BlockQ8_1>(y, n));
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        let sumi: i32 = bx.qs.iter().zip(by.qs.iter()).map(|(&a, &b)| a as i32 * b as i32).sum();
+        let sumi: i32 = bx
+            .qs
+            .iter()
+            .zip(by.qs.iter())
+            .map(|(&a, &b)| a as i32 * b as i32)
+            .sum();
         sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
     }
     sumf

@@ -21,7 +21,10 @@ pub(crate) unsafe fn broadcast_i16_lane(v: __m256i, j: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn mins_dot_bsums(mins16: __m128i, by: &BlockQ8K) -> __m128i {
     let bsums = load256(addr_of!(by.bsums));
-    let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+    let pairs = _mm_hadd_epi16(
+        _mm256_castsi256_si128(bsums),
+        _mm256_extracti128_si256(bsums, 1),
+    );
     _mm_madd_epi16(mins16, pairs)
 }
 

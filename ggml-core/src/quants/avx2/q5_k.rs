@@ -13,7 +13,10 @@ use crate::quants::k_quants::q8_k::BlockQ8K;
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn high_bit(h: __m256i, bit: usize) -> __m256i {
     let m = _mm256_set1_epi8((1u8 << bit) as i8);
-    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, m), m), _mm256_set1_epi8(16))
+    _mm256_and_si256(
+        _mm256_cmpeq_epi8(_mm256_and_si256(h, m), m),
+        _mm256_set1_epi8(16),
+    )
 }
 
 /// `ggml_vec_dot_q5_K_q8_K` over equally long block slices.

@@ -27,9 +27,18 @@ pub(crate) unsafe fn dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
             let ql_b = load256(bx.ql.as_ptr().add(64 * h + 32));
             let qh = load256(bx.qh.as_ptr().add(32 * h));
             let q = [
-                _mm256_or_si256(_mm256_and_si256(ql_a, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
-                _mm256_or_si256(_mm256_and_si256(ql_b, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2s[1]), 2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql_a, 4), m4), _mm256_and_si256(qh, m2s[2])),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql_a, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql_b, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, m2s[1]), 2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql_a, 4), m4),
+                    _mm256_and_si256(qh, m2s[2]),
+                ),
                 _mm256_or_si256(
                     _mm256_and_si256(_mm256_srli_epi16(ql_b, 4), m4),
                     _mm256_srli_epi16(_mm256_and_si256(qh, m2s[3]), 2),

@@ -118,10 +118,9 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
         for n in 0..2 {
             for l in 0..32 {
                 let e = 128 * n + l;
-                qs[32 * n + l] = (l_all[e]
-                    | (l_all[e + 32] << 2)
-                    | (l_all[e + 64] << 4)
-                    | (l_all[e + 96] << 6)) as u8;
+                qs[32 * n + l] =
+                    (l_all[e] | (l_all[e + 32] << 2) | (l_all[e + 64] << 4) | (l_all[e + 96] << 6))
+                        as u8;
             }
         }
         b.hmask = hmask;

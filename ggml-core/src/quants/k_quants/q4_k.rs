@@ -99,7 +99,11 @@ pub(crate) fn quantize_super_block_qkx(
         max_scale = max_scale.max(s);
         max_min = max_min.max(m);
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let mut ls = [0u8; 8];
     let mut lm = [0u8; 8];
@@ -155,7 +159,12 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
                 qs[32 * c + l] = l_all[64 * c + l] | (l_all[64 * c + 32 + l] << 4);
             }
         }
-        *b = BlockQ4K { d, dmin, scales, qs };
+        *b = BlockQ4K {
+            d,
+            dmin,
+            scales,
+            qs,
+        };
     }
 }
 

@@ -63,7 +63,13 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
                 qh[l] |= ((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1));
             }
         }
-        *b = BlockQ5K { d, dmin, scales, qh, qs };
+        *b = BlockQ5K {
+            d,
+            dmin,
+            scales,
+            qh,
+            qs,
+        };
     }
 }
 
@@ -87,8 +93,9 @@ fn dot_scalar(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
         let mut isum = 0i32;
         for s in 0..8 {
             summs += sm[8 + s] as i32 * (bsums[2 * s] as i32 + bsums[2 * s + 1] as i32);
-            let isuml: i32 =
-                (0..32).map(|l| q5(bx, 32 * s + l) as i32 * by.qs[32 * s + l] as i32).sum();
+            let isuml: i32 = (0..32)
+                .map(|l| q5(bx, 32 * s + l) as i32 * by.qs[32 * s + l] as i32)
+                .sum();
             isum += sm[s] as i32 * isuml;
         }
         let d = bx.d.to_f32() * by.d;

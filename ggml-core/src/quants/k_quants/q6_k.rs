@@ -60,7 +60,11 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
         let mut scales = [0f32; QK_K / 16];
         let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
         for ib in 0..QK_K / 16 {
-            let s = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l_all[16 * ib..16 * ib + 16]);
+            let s = make_qx_quants(
+                32,
+                &x[16 * ib..16 * ib + 16],
+                &mut l_all[16 * ib..16 * ib + 16],
+            );
             scales[ib] = s;
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
@@ -97,7 +101,8 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
                 let q = [0, 32, 64, 96].map(|o| l_all[e + o] as u8);
                 ql[64 * n + l] = (q[0] & 0x0f) | ((q[2] & 0x0f) << 4);
                 ql[64 * n + l + 32] = (q[1] & 0x0f) | ((q[3] & 0x0f) << 4);
-                qh[32 * n + l] = (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
+                qh[32 * n + l] =
+                    (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
             }
         }
         b.ql = ql;
@@ -121,7 +126,9 @@ fn dot_scalar(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     for (bx, by) in x.iter().zip(y) {
         let mut isum = 0i32;
         for s in 0..QK_K / 16 {
-            let isuml: i32 = (0..16).map(|l| q6(bx, 16 * s + l) * by.qs[16 * s + l] as i32).sum();
+            let isuml: i32 = (0..16)
+                .map(|l| q6(bx, 16 * s + l) * by.qs[16 * s + l] as i32)
+                .sum();
             isum += bx.scales[s] as i32 * isuml;
         }
         sumf += bx.d.to_f32() * by.d * isum as f32;

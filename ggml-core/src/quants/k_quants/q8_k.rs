@@ -69,7 +69,12 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ8K>(x, n), row::<BlockQ8K>(y, n));
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        let sumi: i32 = bx.qs.iter().zip(by.qs.iter()).map(|(&a, &b)| a as i32 * b as i32).sum();
+        let sumi: i32 = bx
+            .qs
+            .iter()
+            .zip(by.qs.iter())
+            .map(|(&a, &b)| a as i32 * b as i32)
+            .sum();
         sumf += bx.d * by.d * sumi as f32;
     }
     sumf

@@ -61,8 +61,8 @@ pub(crate) fn get_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
     let tr = quants::cpu_traits(a.ty);
     let kind_ok = ids.ty == GgmlType::I32
         && dst.rows_contiguous()
-        && dst.ptr as usize % 4 == 0
-        && dst.nb.iter().all(|s| s % 4 == 0)
+        && (dst.ptr as usize).is_multiple_of(4)
+        && dst.nb.iter().all(|s| s.is_multiple_of(4))
         && match (a.ty, dst.ty) {
             (GgmlType::I32, GgmlType::I32) => true,
             (ty, GgmlType::F32) => tr.is_some() && (a.rows_contiguous() || is_plain_float(ty)),

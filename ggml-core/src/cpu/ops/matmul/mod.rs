@@ -80,8 +80,8 @@ fn supports_pair(a_ty: GgmlType, a_nb0: usize, b_ty: GgmlType, k: i64) -> bool {
     a_nb0 == a_ty.type_size()
         && is_float_act(b_ty)
         && k >= 0
-        && k as u64 % kr.act.ty.blck_size() as u64 == 0
-        && k as u64 % a_ty.blck_size() as u64 == 0
+        && (k as u64).is_multiple_of(kr.act.ty.blck_size() as u64)
+        && (k as u64).is_multiple_of(a_ty.blck_size() as u64)
 }
 
 pub(super) fn supports_mul_mat(g: &Graph, node: TensorId) -> bool {
@@ -156,7 +156,7 @@ fn prepare_acts(pool: &ThreadPool, b: &TView, kr: Kernels, scratch: &mut [u8]) -
             // SAFETY: row `r` of the converted block, disjoint per thread.
             let out =
                 unsafe { std::slice::from_raw_parts_mut(base.get().add(r * row_bytes), row_bytes) };
-            if bv.ty == GgmlType::F32 && bv.rows_contiguous() && p as usize % 4 == 0 {
+            if bv.ty == GgmlType::F32 && bv.rows_contiguous() && (p as usize).is_multiple_of(4) {
                 // SAFETY: a dense, aligned F32 row of `k` elements inside `bv`.
                 from_float(
                     unsafe { std::slice::from_raw_parts(p as *const f32, k) },
