@@ -54,7 +54,8 @@ fn min_term_model(ty: GgmlType, x: &[u8], y: &[u8]) -> (f64, f64) {
     if !matches!(ty, T::Q4_1 | T::Q5_1) {
         return (0.0, 0.0);
     }
-    let h = |b: &[u8], o: usize| f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32() as f64;
+    let h =
+        |b: &[u8], o: usize| f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32() as f64;
     let (mut dev, mut mag) = (0f64, 0f64);
     for (bx, by) in x.chunks_exact(ty.type_size()).zip(y.chunks_exact(36)) {
         let (m, d, s) = (h(bx, 2), h(by, 0), h(by, 2));
@@ -107,13 +108,14 @@ fn weight_row(ty: GgmlType, scales: &[Scale], n: usize, rng: &mut Rng) -> Vec<u8
         (tr.from_float)(&x, &mut row);
         return row;
     }
-    let mut row: Vec<u8> = (0..ty.row_size(n as u64).unwrap()).map(|_| rng.next_u64() as u8).collect();
+    let mut row: Vec<u8> = (0..ty.row_size(n as u64).unwrap())
+        .map(|_| rng.next_u64() as u8)
+        .collect();
     for block in row.chunks_exact_mut(ty.type_size()) {
         for &s in scales {
             match s {
-                Scale::F16(o) => {
-                    block[o..o + 2].copy_from_slice(&f16::from_f32(scale_value(rng)).to_bits().to_le_bytes())
-                }
+                Scale::F16(o) => block[o..o + 2]
+                    .copy_from_slice(&f16::from_f32(scale_value(rng)).to_bits().to_le_bytes()),
                 Scale::F32(o) => {
                     let v = [1e-8f32, 1e-3, 6e4, 1e-30][rng.below(4) as usize] * rng.signed();
                     block[o..o + 4].copy_from_slice(&v.to_le_bytes())
@@ -139,7 +141,12 @@ fn check(ti: usize, nb: usize, seed: u64) -> Result<(), TestCaseError> {
     let mut rng = Rng(seed);
     let blck = ty.blck_size().max(vt.blck_size()).max(32);
     // float types also get a tail that is not a multiple of 8
-    let n = nb * blck + if ty.is_quantized() { 0 } else { rng.below(8) as usize };
+    let n = nb * blck
+        + if ty.is_quantized() {
+            0
+        } else {
+            rng.below(8) as usize
+        };
     let x = weight_row(*ty, scales, n, &mut rng);
     let amag = [1e-3f32, 1.0, 30.0][rng.below(3) as usize];
     let a: Vec<f32> = (0..n).map(|_| rng.signed() * amag).collect();

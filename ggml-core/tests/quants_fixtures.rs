@@ -12,7 +12,12 @@ fn fixtures_dequantize_bit_exact() {
     let mut lines = index.lines();
     let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let (c_type, c_id, c_bytes, c_n) = (col("type"), col("ggml_type_id"), col("bytes"), col("n_values"));
+    let (c_type, c_id, c_bytes, c_n) = (
+        col("type"),
+        col("ggml_type_id"),
+        col("bytes"),
+        col("n_values"),
+    );
     let (c_ne0, c_ne1, c_ne2) = (col("ne0"), col("ne1"), col("ne2"));
     let mut checked = 0;
     for line in lines.filter(|l| !l.trim().is_empty()) {
@@ -21,13 +26,20 @@ fn fixtures_dequantize_bit_exact() {
         let ty = GgmlType::from_id(f[c_id].parse().unwrap()).expect("known type id");
         assert_eq!(GgmlType::from_name(name), Some(ty), "{name}");
         let n: usize = f[c_n].parse().unwrap();
-        let (ne0, ne1, ne2): (usize, usize, usize) =
-            (f[c_ne0].parse().unwrap(), f[c_ne1].parse().unwrap(), f[c_ne2].parse().unwrap());
+        let (ne0, ne1, ne2): (usize, usize, usize) = (
+            f[c_ne0].parse().unwrap(),
+            f[c_ne1].parse().unwrap(),
+            f[c_ne2].parse().unwrap(),
+        );
         assert_eq!(n, ne0 * ne1 * ne2, "{name}");
         let bytes: usize = f[c_bytes].parse().unwrap();
         let raw = std::fs::read(format!("{DATA}/{name}.bin")).unwrap();
         assert_eq!(raw.len(), bytes, "{name}: .bin size");
-        assert_eq!(ty.row_size(ne0 as u64).unwrap() * ne1 * ne2, bytes, "{name}: row_size");
+        assert_eq!(
+            ty.row_size(ne0 as u64).unwrap() * ne1 * ne2,
+            bytes,
+            "{name}: row_size"
+        );
         let want: Vec<u32> = std::fs::read(format!("{DATA}/{name}.f32"))
             .unwrap()
             .chunks_exact(4)
@@ -39,9 +51,17 @@ fn fixtures_dequantize_bit_exact() {
         // whole tensor at once
         let mut got = vec![0f32; n];
         (tr.to_float)(&raw, &mut got);
-        let mismatches = got.iter().zip(&want).filter(|(g, w)| g.to_bits() != **w).count();
+        let mismatches = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| g.to_bits() != **w)
+            .count();
         if mismatches > 0 {
-            let i = got.iter().zip(&want).position(|(g, w)| g.to_bits() != *w).unwrap();
+            let i = got
+                .iter()
+                .zip(&want)
+                .position(|(g, w)| g.to_bits() != *w)
+                .unwrap();
             panic!(
                 "{name}: {mismatches} of {n} values differ; first at {i}: got {} want {}",
                 got[i],
@@ -53,7 +73,12 @@ fn fixtures_dequantize_bit_exact() {
         let mut row = vec![0f32; ne0];
         for r in [0, 1, ne1 * ne2 - 1] {
             (tr.to_float)(&raw[r * rb..(r + 1) * rb], &mut row);
-            assert!(row.iter().zip(&want[r * ne0..]).all(|(g, w)| g.to_bits() == *w), "{name} row {r}");
+            assert!(
+                row.iter()
+                    .zip(&want[r * ne0..])
+                    .all(|(g, w)| g.to_bits() == *w),
+                "{name} row {r}"
+            );
         }
         checked += 1;
     }

@@ -12,23 +12,23 @@ use GgmlType as T;
 /// rounding, a lost bit plane, a bad scale — fails).
 const BOUNDS: &[(GgmlType, f64)] = &[
     (T::F32, 0.0),
-    (T::F16, 2.6e-4),     // 0.00020
-    (T::BF16, 2.2e-3),    // 0.00168
-    (T::Q8_0, 0.0069),    // 0.00527
-    (T::Q8_1, 0.0069),    // 0.00527
-    (T::Q8K, 0.0090),     // 0.00695
-    (T::Q6K, 0.023),      // 0.01757
-    (T::Q5_0, 0.055),     // 0.04210
-    (T::Q5_1, 0.048),     // 0.03686
-    (T::Q5K, 0.046),      // 0.03529
-    (T::Q4_0, 0.109),     // 0.08359
-    (T::Q4_1, 0.100),     // 0.07647
-    (T::Q4K, 0.091),      // 0.06991
-    (T::IQ4NL, 0.097),    // 0.07488
-    (T::IQ4XS, 0.098),    // 0.07544
-    (T::MXFP4, 0.148),    // 0.11360
-    (T::Q3K, 0.194),      // 0.14933
-    (T::Q2K, 0.374),      // 0.28783
+    (T::F16, 2.6e-4),  // 0.00020
+    (T::BF16, 2.2e-3), // 0.00168
+    (T::Q8_0, 0.0069), // 0.00527
+    (T::Q8_1, 0.0069), // 0.00527
+    (T::Q8K, 0.0090),  // 0.00695
+    (T::Q6K, 0.023),   // 0.01757
+    (T::Q5_0, 0.055),  // 0.04210
+    (T::Q5_1, 0.048),  // 0.03686
+    (T::Q5K, 0.046),   // 0.03529
+    (T::Q4_0, 0.109),  // 0.08359
+    (T::Q4_1, 0.100),  // 0.07647
+    (T::Q4K, 0.091),   // 0.06991
+    (T::IQ4NL, 0.097), // 0.07488
+    (T::IQ4XS, 0.098), // 0.07544
+    (T::MXFP4, 0.148), // 0.11360
+    (T::Q3K, 0.194),   // 0.14933
+    (T::Q2K, 0.374),   // 0.28783
 ];
 
 struct Rng(u64);
@@ -59,7 +59,11 @@ fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {
 }
 
 fn rel_rmse(x: &[f32], y: &[f32]) -> f64 {
-    let err: f64 = x.iter().zip(y).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+    let err: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+        .sum();
     let rms: f64 = x.iter().map(|&a| (a as f64).powi(2)).sum();
     (err / rms).sqrt()
 }
@@ -135,7 +139,10 @@ fn tiny_values_give_finite_bounded_output() {
         let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
         for &(ty, _) in BOUNDS {
             let y = round_trip(ty, x);
-            assert!(y.iter().all(|v| v.is_finite() && v.abs() <= 2.0 * amax), "{ty}");
+            assert!(
+                y.iter().all(|v| v.is_finite() && v.abs() <= 2.0 * amax),
+                "{ty}"
+            );
         }
     }
 }
@@ -147,8 +154,12 @@ fn extreme_inputs_do_not_panic() {
     let mut rng = Rng(13);
     let cases: Vec<Vec<f32>> = vec![
         (0..N).map(|_| 1e30 * rng.gauss()).collect(),
-        (0..N).map(|i| if i % 97 == 0 { f32::MAX } else { -f32::MAX }).collect(),
-        (0..N).map(|i| if i % 3 == 0 { 3e38 } else { 1e-38 }).collect(),
+        (0..N)
+            .map(|i| if i % 97 == 0 { f32::MAX } else { -f32::MAX })
+            .collect(),
+        (0..N)
+            .map(|i| if i % 3 == 0 { 3e38 } else { 1e-38 })
+            .collect(),
         (0..N).map(|i| if i == 17 { 1e20 } else { 1e-20 }).collect(),
     ];
     for x in &cases {
