@@ -793,3 +793,54 @@ proptest! {
         }
     }
 }
+
+// ---- F32/F16 tiled kernel: llamafile tinyBLAS summation order -------------------
+
+/// tinyBLAS's per-output order: 8 f32 lanes of fused multiply-adds over `k`,
+/// then (hi + lo) halves, (0 + 2, 1 + 3), and the last pair.
+fn tinyblas_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for l in 0..8 {
+            acc[l] = ca[l].mul_add(cb[l], acc[l]);
+        }
+    }
+    let h: Vec<f32> = (0..4).map(|i| acc[4 + i] + acc[i]).collect();
+    (h[0] + h[2]) + (h[1] + h[3])
+}
+
+#[test]
+fn f32_f16_products_sum_in_tinyblas_order() {
+    if !ggml_core::quants::simd_available() {
+        return; // the scalar fallback uses vec_dot's order
+    }
+    for threads in [1, 3] {
+        let cpu = CpuBackend::new(threads);
+        for ty in [GgmlType::F32, GgmlType::F16] {
+            for (k, m, n) in [(48usize, 7usize, 5usize), (256, 9, 1), (64, 1, 13)] {
+                let mut g = Graph::new();
+                let (a, a_base, a_bytes) = make_src(&mut g, ty, [k, m, 1, 1], Layout::Plain, 11);
+                let (b, b_base, b_bytes) =
+                    make_src(&mut g, GgmlType::F32, [k, n, 1, 1], Layout::Plain, 12);
+                let out = g.mul_mat(a.id, b.id);
+                g.build_forward_expand(out);
+                alloc(&mut g, &cpu);
+                g.write_bytes(a_base, &a_bytes).unwrap();
+                g.write_bytes(b_base, &b_bytes).unwrap();
+                run(&g, &cpu).unwrap();
+                let got = g.read_f32(out).unwrap();
+                for c in 0..n {
+                    let act = round_trip(ty, &b.row(c, 0, 0));
+                    for r in 0..m {
+                        let want = tinyblas_dot(&a.row(r, 0, 0), &act);
+                        assert_eq!(
+                            got[c * m + r].to_bits(),
+                            want.to_bits(),
+                            "{ty} k {k} row {r} col {c}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -13,6 +13,7 @@
 //! L1, and the task's rows stay in L2 across its column tiles.
 
 mod add_id;
+mod gemm;
 mod get_rows;
 mod mul_mat_id;
 
@@ -29,6 +30,7 @@ use crate::tensor::TensorId;
 use crate::types::GgmlType;
 
 use crate::quants;
+use gemm::GemmType;
 
 pub(super) use add_id::{add_id, supports_add_id};
 pub(super) use get_rows::{get_rows, supports_get_rows};
@@ -208,10 +210,11 @@ fn plan_tasks(
 ) -> Vec<Task> {
     let max_cols = group_cols.iter().copied().max().unwrap_or(0);
     // columns per task: a block that stays in L2 (~1 MiB), whole tiles
-    let cc = if max_cols <= TILE_COLS {
-        TILE_COLS
+    // (multiples of 12 = whole tiles of both the vec_dot loop and `gemm`)
+    let cc = if max_cols <= 12 {
+        12
     } else {
-        ((1 << 20) / col_bytes.max(1) / TILE_COLS * TILE_COLS).clamp(TILE_COLS, 256)
+        ((1 << 20) / col_bytes.max(1) / 12 * 12).clamp(12, 252)
     };
     // rows per task: a block that stays in L2 across the column tiles
     let mut rc = ((256 << 10) / row_bytes.max(1)).clamp(4, 256);
@@ -268,6 +271,7 @@ fn run_tasks(pool: &ThreadPool, tasks: &[Task], work_bytes: usize, f: &(dyn Fn(&
 /// each `c` in `cols`; no other thread may write those destinations.
 #[inline]
 unsafe fn dot_block(
+    gemm: Option<GemmType>,
     vec_dot: fn(usize, &[u8], &[u8]) -> f32,
     k: usize,
     w_row: impl Fn(usize) -> *const u8,
@@ -277,6 +281,37 @@ unsafe fn dot_block(
     act_bytes: usize,
     cols: Range<usize>,
 ) {
+    if let Some(ty) = gemm {
+        let mut c0 = cols.start;
+        while c0 < cols.end {
+            let n = (cols.end - c0).min(gemm::RN);
+            let mut ys = [std::ptr::null::<u8>(); gemm::RN];
+            let mut ds = [std::ptr::null_mut::<f32>(); gemm::RN];
+            for j in 0..n {
+                let (y, d) = col(c0 + j);
+                ys[j] = y;
+                ds[j] = d as *mut f32;
+            }
+            let mut r0 = rows.start;
+            while r0 < rows.end {
+                let m = (rows.end - r0).min(gemm::RM);
+                let mut xs = [std::ptr::null::<u8>(); gemm::RM];
+                for (i, x) in xs.iter_mut().enumerate().take(m) {
+                    *x = w_row(r0 + i);
+                }
+                let mut out = [[0f32; gemm::RN]; gemm::RM];
+                gemm::tile(ty, k, &xs, m, &ys, n, &mut out);
+                for (i, o) in out.iter().enumerate().take(m) {
+                    for j in 0..n {
+                        ds[j].add(r0 + i).write_unaligned(o[j]);
+                    }
+                }
+                r0 += m;
+            }
+            c0 += n;
+        }
+        return;
+    }
     let mut c0 = cols.start;
     while c0 < cols.end {
         let n = (cols.end - c0).min(TILE_COLS);
@@ -341,6 +376,7 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
         let tasks = plan_tasks(a.ne[1], &group_cols, w_bytes, acts.row_bytes, nth);
         let work = a.ne[1] * w_bytes * n_groups + b.nrows() * acts.row_bytes;
         let vec_dot = kr.w.vec_dot;
+        let gemm = GemmType::select(a.ty, kr.act.ty, k);
         run_tasks(ctx.pool, &tasks, work, &|t: &Task| {
             let (i02, i03) = (t.group % a.ne[2], t.group / a.ne[2]);
             let col = |j: usize| {
@@ -356,6 +392,7 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
             // and each (row, column) of dst belongs to exactly one task.
             unsafe {
                 dot_block(
+                    gemm,
                     vec_dot,
                     k,
                     |r| a.row_ptr(r, i02, i03),

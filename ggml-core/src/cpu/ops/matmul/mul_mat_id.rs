@@ -4,7 +4,7 @@
 
 use super::{
     acts_scratch_bytes, dot_block, invalid, kernels, plan_tasks, prepare_acts, run_tasks,
-    supports_pair, Task,
+    supports_pair, GemmType, Task,
 };
 use crate::backend::BackendError;
 use crate::cpu::ops::ComputeCtx;
@@ -97,6 +97,7 @@ pub(crate) fn mul_mat_id(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
         let tasks = plan_tasks(m, &group_cols, w_bytes, acts.row_bytes, nth);
         let work = m * w_bytes * used.len() + b.nrows() * acts.row_bytes;
         let vec_dot = kr.w.vec_dot;
+        let gemm = GemmType::select(a.ty, kr.act.ty, k);
         let (pairs, used, start) = (&pairs, &used, &start);
         run_tasks(ctx.pool, &tasks, work, &|t: &Task| {
             let x = used[t.group];
@@ -111,6 +112,7 @@ pub(crate) fn mul_mat_id(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
             // every (e, tok) appears once in `pairs`.
             unsafe {
                 dot_block(
+                    gemm,
                     vec_dot,
                     k,
                     |r| a.row_ptr(r, x, 0),
