@@ -68,12 +68,13 @@ fn main() {
         ggml_core::quants::simd_available()
     );
     println!();
-    println!("| threads | case | best ms | weight GB/s | GFLOP/s | mem read GB/s | % of read |");
-    println!("|---:|---|---:|---:|---:|---:|---:|");
+    println!("| threads | case | best ms | weight GB/s | GFLOP/s | mem read GB/s | % of read | 8 MiB burst read GB/s | % of burst |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for nth in [1, 2] {
         let cpu = CpuBackend::new(nth);
         for c in &cases {
             let read = mem.gbps(nth, 5);
+            let burst = mem.burst_gbps(nth, 1);
             let nodes: Vec<TensorId> = c.g.nodes().to_vec();
             let reps = if c.matvec { 20 } else { 3 };
             let secs = best_of(reps, || cpu.compute(&c.g, &nodes).unwrap());
@@ -81,14 +82,15 @@ fn main() {
             let gflops = c.flops / secs / 1e9;
             if c.matvec {
                 println!(
-                    "| {nth} | {} | {:.2} | {gbps:.1} | {gflops:.1} | {read:.1} | {:.0}% |",
+                    "| {nth} | {} | {:.2} | {gbps:.1} | {gflops:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% |",
                     c.name,
                     secs * 1e3,
-                    100.0 * gbps / read
+                    100.0 * gbps / read,
+                    100.0 * gbps / burst
                 );
             } else {
                 println!(
-                    "| {nth} | {} | {:.1} | | {gflops:.1} | {read:.1} | |",
+                    "| {nth} | {} | {:.1} | | {gflops:.1} | {read:.1} | | {burst:.1} | |",
                     c.name,
                     secs * 1e3
                 );

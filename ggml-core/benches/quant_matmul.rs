@@ -42,6 +42,10 @@ struct Decode {
     g: Graph,
     ids: TensorId,
     bytes_per_op: usize,
+    /// A copy of the weights and the converted activation row, for the
+    /// bare `vec_dot` loop the op is compared with.
+    raw_w: Vec<u8>,
+    raw_act: Vec<u8>,
 }
 
 fn decode_graph(ty: GgmlType, setup: &dyn Backend) -> Decode {
@@ -52,12 +56,31 @@ fn decode_graph(ty: GgmlType, setup: &dyn Backend) -> Decode {
     let out = g.mul_mat_id(a, b, ids);
     g.build_forward_expand(out);
     alloc(&mut g, setup);
-    g.write_bytes(a, &weight_bytes(ty, M * N_EXPERT)).unwrap();
+    let w = weight_bytes(ty, M * N_EXPERT);
+    g.write_bytes(a, &w).unwrap();
     g.write_f32(b, &values(3, K)).unwrap();
+    let vdt = cpu_traits(ty).unwrap().vec_dot_type;
+    let mut raw_act = vec![0u8; vdt.row_size(K as u64).unwrap()];
+    (cpu_traits(vdt).unwrap().from_float)(&values(3, K), &mut raw_act);
     Decode {
         g,
         ids,
         bytes_per_op: N_USED * M * ty.row_size(K as u64).unwrap(),
+        raw_w: w,
+        raw_act,
+    }
+}
+
+/// The floor for one thread: `vec_dot` over the selected experts' rows,
+/// nothing else (activation already converted, no graph, no pool).
+fn bare_loop(ty: GgmlType, d: &Decode, ids: &[i32], out: &mut [f32]) {
+    let vec_dot = cpu_traits(ty).unwrap().vec_dot;
+    let row = ty.row_size(K as u64).unwrap();
+    for (e, &x) in ids.iter().enumerate() {
+        let w = &d.raw_w[x as usize * M * row..][..M * row];
+        for (r, o) in out[e * M..(e + 1) * M].iter_mut().enumerate() {
+            *o = vec_dot(K, &w[r * row..(r + 1) * row], &d.raw_act);
+        }
     }
 }
 
@@ -115,9 +138,9 @@ fn main() {
     );
     println!();
     println!(
-        "| type | threads | decode µs | weight GB/s | mem read GB/s | % of read | prompt GFLOP/s |"
+        "| type | threads | decode µs | weight GB/s | mem read GB/s | % of read | 8 MiB burst read GB/s | % of burst | bare vec_dot loop µs (1 thread) | prompt GFLOP/s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut rng = 0x1234_5678_9abc_def1u64;
     for ty in types {
         let dec = decode_graph(ty, &setup);
@@ -125,21 +148,28 @@ fn main() {
         for nth in [1, 2] {
             let cpu = CpuBackend::new(nth);
             let read = mem.gbps(nth, 5);
+            let burst = mem.burst_gbps(nth, 1);
             let nodes = dec.g.nodes().to_vec();
             let secs = best_of(40, || {
                 dec.g.write_i32(dec.ids, &next_ids(&mut rng)).unwrap();
                 cpu.compute(&dec.g, &nodes).unwrap();
             });
             let gbps = dec.bytes_per_op as f64 / secs / 1e9;
+            let bare = (nth == 1).then(|| {
+                let mut out = vec![0f32; N_USED * M];
+                best_of(40, || bare_loop(ty, &dec, &next_ids(&mut rng), &mut out)) * 1e6
+            });
             let gflops = pg.as_ref().map(|g| {
                 let nodes = g.nodes().to_vec();
                 let s = best_of(2, || cpu.compute(g, &nodes).unwrap());
                 2.0 * (K * M * N_PROMPT) as f64 / s / 1e9
             });
             println!(
-                "| {ty} | {nth} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {} |",
+                "| {ty} | {nth} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {} | {} |",
                 secs * 1e6,
                 100.0 * gbps / read,
+                100.0 * gbps / burst,
+                bare.map_or(String::new(), |x| format!("{x:.0}")),
                 gflops.map_or("-".into(), |x| format!("{x:.1}"))
             );
         }

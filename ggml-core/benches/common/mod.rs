@@ -68,6 +68,37 @@ impl MemRead {
     }
 }
 
+impl MemRead {
+    /// GB/s of the fastest 8 MiB slice read with `nth` threads, over all
+    /// slices of the buffer (`rounds` passes): on a busy machine a slice
+    /// takes about as long as one timed op, so it is as likely to run
+    /// uninterrupted.
+    pub fn burst_gbps(&self, nth: usize, rounds: usize) -> f64 {
+        let slice = (8usize << 20) / 8;
+        let mut best = f64::INFINITY;
+        for _ in 0..rounds {
+            for part in self.buf.chunks(slice) {
+                let per = part.len().div_ceil(nth);
+                let t = Instant::now();
+                let total = std::thread::scope(|s| {
+                    let hs: Vec<_> = part
+                        .chunks(per)
+                        .skip(1)
+                        .map(|c| s.spawn(move || MemRead::sum(std::hint::black_box(c))))
+                        .collect();
+                    let mine = MemRead::sum(std::hint::black_box(&part[..per.min(part.len())]));
+                    hs.into_iter()
+                        .map(|h| h.join().unwrap())
+                        .fold(mine, u64::wrapping_add)
+                });
+                std::hint::black_box(total);
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+        }
+        (slice * 8) as f64 / best / 1e9
+    }
+}
+
 /// Give every non-view tensor of `g` memory in one buffer of `be`.
 pub fn alloc(g: &mut Graph, be: &dyn Backend) {
     let ids: Vec<TensorId> = g

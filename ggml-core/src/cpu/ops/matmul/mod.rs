@@ -229,6 +229,9 @@ fn plan_tasks(
     while rc > 1 && count(rc) < 8 * nth {
         rc /= 2;
     }
+    if rc > 4 {
+        rc -= rc % gemm::RM; // whole register tiles
+    }
     let mut tasks = Vec::with_capacity(count(rc));
     for (g, &c) in group_cols.iter().enumerate() {
         for r0 in (0..n_rows).step_by(rc) {
@@ -351,8 +354,8 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
         || dst.ne != [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
         || a.ne[2] == 0
         || a.ne[3] == 0
-        || b.ne[2] % a.ne[2] != 0
-        || b.ne[3] % a.ne[3] != 0
+        || !b.ne[2].is_multiple_of(a.ne[2])
+        || !b.ne[3].is_multiple_of(a.ne[3])
     {
         return Err(invalid(format!(
             "mul_mat '{name}': shapes a {:?}, b {:?}, dst {:?}",

@@ -47,7 +47,8 @@ pub(crate) fn mul_mat_id(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
         || ids.ne[2] != 1
         || ids.ne[3] != 1
         || b.ne[2] != n_tokens
-        || !(n_b1 == 1 || n_b1 == n_used)
+        || n_b1 == 0
+        || !n_used.is_multiple_of(n_b1)
         || dst.ne != [m, n_used, n_tokens, 1]
     {
         return Err(invalid(format!(
