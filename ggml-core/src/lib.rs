@@ -16,9 +16,9 @@ pub mod cpu;
 pub mod gguf;
 pub mod graph;
 pub mod op;
+pub mod quants;
 pub mod sim;
 pub mod tensor;
-pub mod quants;
 pub mod types;
 
 pub use backend::{Backend, BackendError, Buffer, BufferUsage};

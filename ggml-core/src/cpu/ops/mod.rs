@@ -19,6 +19,7 @@ mod set_rows;
 mod softmax;
 mod sort;
 mod unary;
+mod matmul;
 
 /// What a kernel needs: the pool, the graph, and which buffers the running
 /// backend may touch.
@@ -104,6 +105,10 @@ pub fn supports(g: &Graph, node: TensorId) -> bool {
         Op::RopeExt(_) => rope::supports(g, node),
         Op::SetRows => set_rows::supports(g, node),
         Op::Concat { .. } => concat::supports(g, node),
+        Op::MulMat => matmul::supports_mul_mat(g, node),
+        Op::MulMatId => matmul::supports_mul_mat_id(g, node),
+        Op::AddId => matmul::supports_add_id(g, node),
+        Op::GetRows => matmul::supports_get_rows(g, node),
         _ => false,
     }
 }
@@ -125,6 +130,10 @@ pub fn compute_node(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendE
         Op::RopeExt(_) => rope::rope(ctx, node),
         Op::SetRows => set_rows::set_rows(ctx, node),
         Op::Concat { .. } => concat::concat(ctx, node),
+        Op::MulMat => matmul::mul_mat(ctx, node),
+        Op::MulMatId => matmul::mul_mat_id(ctx, node),
+        Op::AddId => matmul::add_id(ctx, node),
+        Op::GetRows => matmul::get_rows(ctx, node),
         op => Err(BackendError::Unsupported(format!(
             "op {} on {} (tensor '{}')",
             op.name(),
