@@ -65,7 +65,8 @@ __device__ float h2f(u16 h) {
         return sign ? -v : v;
     }
     if (ex == 31) {
-        return u2f(sign | 0x7f800000u | (man << 13));
+        // inf, or nan made quiet (as the half crate and F16C do)
+        return u2f(sign | 0x7f800000u | (man ? 0x400000u : 0u) | (man << 13));
     }
     return u2f(sign | ((ex + 112u) << 23) | (man << 13));
 }

@@ -60,7 +60,7 @@
 //! [`Backend::synchronize`]: ggml_core::Backend::synchronize
 //! [`Backend::read_overhang`]: ggml_core::Backend::read_overhang
 
-mod backend;
+pub mod backend;
 mod buffer;
 pub mod kernels;
 
