@@ -793,7 +793,7 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
     let t = g.tensor(node);
     let st = |i: usize| g.tensor(t.src[i]);
     let f32_dst = t.ty == GgmlType::F32;
-    let grid_ok = |n: i64| n <= u32::MAX as i64;
+    let grid_ok = |n: i64| n <= i32::MAX as i64; // grid.x limit
     match t.op {
         Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => true,
         Op::Add | Op::Sub | Op::Mul | Op::Div => {

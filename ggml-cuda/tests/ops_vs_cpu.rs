@@ -407,7 +407,7 @@ fn cases() -> Vec<Case> {
         let mut b = next();
         let x = b.rand(GgmlType::F32, &[32, 4, 5]);
         let bias = b.rand(GgmlType::F32, &[32, 8]);
-        let ids: Vec<i32> = (0..20).map(|i| (i * 3 % 8) as i32).collect();
+        let ids: Vec<i32> = (0..20).map(|i| i * 3 % 8).collect();
         let ids = b.i32s(&[4, 5], &ids);
         let o = b.g.add_id(x, bias, ids);
         v.push(b.done("add_id", o, F32_TOL));
