@@ -1,1 +1,3 @@
 //! llama (work in progress)
+
+pub mod tokenizer;

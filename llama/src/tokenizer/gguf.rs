@@ -1,0 +1,2 @@
+//! Reading the tokenizer metadata out of a GGUF file (filled in once the
+//! `ggml_core::gguf` reader lands).
