@@ -9,6 +9,7 @@
 //! of a [`graph::Graph`]; op constructors add nodes; a backend (directly, or
 //! through `ggml-sched`) computes the nodes in dependency order.
 
+pub mod gguf;
 pub mod types;
 
 pub use types::{GgmlType, TypeTraits};
