@@ -17,7 +17,7 @@
 mod bpe;
 pub mod byte_level;
 pub mod error;
-mod gguf;
+pub mod gguf;
 pub mod pretokenize;
 mod special;
 mod spm;

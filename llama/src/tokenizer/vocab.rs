@@ -318,8 +318,10 @@ impl Vocab {
                     // Split at the first space after the first byte, so a
                     // merge whose left side starts with a space still parses.
                     let pos = m
-                        .get(1..)
-                        .and_then(|rest| rest.find(' '))
+                        .as_bytes()
+                        .iter()
+                        .skip(1)
+                        .position(|&b| b == b' ')
                         .map(|p| p + 1)
                         .ok_or_else(|| TokenizerError::Malformed {
                             key: keys::MERGES,
