@@ -38,7 +38,4 @@ pub enum TokenizerError {
         /// The compiler's message.
         message: String,
     },
-    /// Reading the GGUF metadata failed.
-    #[error("reading GGUF metadata: {0}")]
-    Gguf(String),
 }

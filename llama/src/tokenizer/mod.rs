@@ -8,7 +8,7 @@
 //! - `spm`, `bpe`: the two merge algorithms;
 //! - `special`: cutting special tokens out of the input;
 //! - [`byte_level`], `unicode`: the GPT-2 byte mapping and codepoint classes;
-//! - `gguf`: reading the metadata from a GGUF file.
+//! - [`gguf`]: reading the metadata from a GGUF file.
 //!
 //! Typical use: `Tokenizer::from_gguf(&file)?`, then
 //! `tokenize(prompt, true, false)` for a prompt and `token_to_piece(id, false)`

@@ -704,6 +704,37 @@ mod tests {
         assert_eq!(words(PreType::Qwen2, "ab 12"), ["ab", " ", "1", "2"]);
     }
 
+    /// A pre-tokenizer that runs `src` through the general regex path.
+    fn regex_only(src: &str) -> PreTokenizer {
+        let re = RegexBuilder::new(&collapse_regex(src)).build().unwrap();
+        PreTokenizer {
+            steps: vec![Step::Regex {
+                re: Box::new(re),
+                collapsed: true,
+            }],
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 256,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// The hand-written GPT-2 and Llama-3 splitters agree with running
+        /// their regexes through the collapsed-regex engine, which checks
+        /// both paths against each other.
+        #[test]
+        fn custom_splitters_agree_with_regex_engine(
+            text in "[ \t\r\na-zA-Z0-9'.,!?\u{e9}\u{301}\u{660}\u{3000}\u{a0}\u{4e00}\u{1f600}_-]{0,40}"
+        ) {
+            let gpt2 = PreTokenizer::new(PreType::Gpt2).unwrap().split(&text);
+            proptest::prop_assert_eq!(gpt2, regex_only(RE_GPT2).split(&text));
+            let llama3 = PreTokenizer::new(PreType::Llama3).unwrap().split(&text);
+            proptest::prop_assert_eq!(llama3, regex_only(RE_LLAMA3).split(&text));
+        }
+    }
+
     #[test]
     fn collapse_rewrites_categories() {
         assert_eq!(collapse_regex(r"\p{N}+"), r"[\x{D1}0-9]+");

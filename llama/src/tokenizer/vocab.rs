@@ -545,7 +545,7 @@ impl Vocab {
             let has_return = has(&self.tokens, &eog, &["<|return|>"]);
             let has_call = has(&self.tokens, &eog, &["<|call|>", "<|calls|>"]);
             let has_flush = has(&self.tokens, &eog, &["<|flush|>"]);
-            if (has_return && has_call) || (has_call && has_flush) {
+            if has_call && (has_return || has_flush) {
                 eog.remove(&end_id);
                 self.tokens[end_id as usize].attr = TokenAttr::USER_DEFINED;
             }
