@@ -24,8 +24,8 @@ pub(super) fn min_rows(ne0: usize) -> usize {
 /// base and strides, dense rows.
 pub(super) fn f32_rows(v: &TView) -> bool {
     v.ty == GgmlType::F32
-        && (v.ptr as usize) % 4 == 0
-        && v.nb.iter().all(|&s| s % 4 == 0)
+        && (v.ptr as usize).is_multiple_of(4)
+        && v.nb.iter().all(|&s| s.is_multiple_of(4))
         && v.nb[0] == 4
 }
 
@@ -201,10 +201,8 @@ pub(super) fn copy(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
     ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
         for r in rows {
             let (i1, i2, i3) = dst.row_coords(r);
-            let mut k = r * ne0;
-            for i0 in 0..ne0 {
+            for (i0, k) in (0..ne0).zip(r * ne0..) {
                 let c = coords(&s.ne, k);
-                k += 1;
                 // SAFETY: k < n, so `c` is within the source shape; (i0..i3)
                 // is within the destination shape.
                 unsafe {

@@ -11,6 +11,7 @@ use crate::tensor::TensorId;
 mod concat;
 mod copy;
 mod elementwise;
+mod flash_attn;
 mod glu;
 mod norm;
 mod reduce;
@@ -104,6 +105,7 @@ pub fn supports(g: &Graph, node: TensorId) -> bool {
         Op::RopeExt(_) => rope::supports(g, node),
         Op::SetRows => set_rows::supports(g, node),
         Op::Concat { .. } => concat::supports(g, node),
+        Op::FlashAttnExt { .. } => flash_attn::supports(g, node),
         _ => false,
     }
 }
@@ -125,6 +127,7 @@ pub fn compute_node(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendE
         Op::RopeExt(_) => rope::rope(ctx, node),
         Op::SetRows => set_rows::set_rows(ctx, node),
         Op::Concat { .. } => concat::concat(ctx, node),
+        Op::FlashAttnExt { .. } => flash_attn::flash_attn(ctx, node),
         op => Err(BackendError::Unsupported(format!(
             "op {} on {} (tensor '{}')",
             op.name(),
