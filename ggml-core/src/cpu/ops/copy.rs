@@ -168,23 +168,40 @@ pub(super) fn copy(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
     if n == 0 {
         return Ok(());
     }
-    // Fast path: identical shapes, rows dense on both sides.
-    if dst.ne == s.ne && dst.rows_contiguous() && s.rows_contiguous() {
+    // Dense on both sides: copy as one flat row of `n` elements.
+    let (dst, s) = if dst.ne != s.ne && dst.is_contiguous() && s.is_contiguous() {
+        let flat = |v: TView| TView {
+            ne: [n, 1, 1, 1],
+            nb: [v.nb[0], n * v.nb[0], n * v.nb[0], n * v.nb[0]],
+            ..v
+        };
+        (flat(dst), flat(s))
+    } else {
+        (dst, s)
+    };
+    // Identical shapes, any strides: row by row.
+    if dst.ne == s.ne {
         let ne0 = dst.ne[0];
         let same = dst.ty == s.ty;
+        let esz = dst.ty.type_size();
+        let dense = dst.rows_contiguous() && s.rows_contiguous();
         ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
             let mut tmp = vec![0f32; if same { 0 } else { ne0 }];
             for r in rows {
                 let (i1, i2, i3) = dst.row_coords(r);
-                // SAFETY: coordinates within both (equal) shapes; the row
-                // bytes were range-checked with the views.
+                // SAFETY: coordinates within both (equal) shapes; the bytes
+                // were range-checked with the views.
                 unsafe {
-                    if same {
-                        std::ptr::copy(
-                            s.row_ptr(i1, i2, i3),
-                            dst.row_ptr(i1, i2, i3),
-                            ne0 * dst.ty.type_size(),
-                        );
+                    if same && dense {
+                        std::ptr::copy(s.row_ptr(i1, i2, i3), dst.row_ptr(i1, i2, i3), ne0 * esz);
+                    } else if same {
+                        for i0 in 0..ne0 {
+                            std::ptr::copy(
+                                s.elem_ptr(i0, i1, i2, i3),
+                                dst.elem_ptr(i0, i1, i2, i3),
+                                esz,
+                            );
+                        }
                     } else {
                         load_row(&s, i1, i2, i3, &mut tmp);
                         store_row(&dst, i1, i2, i3, &tmp);
