@@ -49,7 +49,9 @@ proptest! {
                 let s = 1.0 / (ms + eps as f64).sqrt();
                 want.extend(x.iter().map(|v| v * s));
             } else {
-                let mean = x.iter().sum::<f64>() / n as f64;
+                // ggml's definition keeps the mean as an f32 (`float mean = sum/ne00`);
+                // without that, near-constant rows are ill-conditioned
+                let mean = (x.iter().sum::<f64>() / n as f64) as f32 as f64;
                 let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
                 let s = 1.0 / (var + eps as f64).sqrt();
                 want.extend(x.iter().map(|v| (v - mean) * s));

@@ -24,8 +24,8 @@ pub(super) fn min_rows(ne0: usize) -> usize {
 /// base and strides, dense rows.
 pub(super) fn f32_rows(v: &TView) -> bool {
     v.ty == GgmlType::F32
-        && (v.ptr as usize) % 4 == 0
-        && v.nb.iter().all(|&s| s % 4 == 0)
+        && (v.ptr as usize).is_multiple_of(4)
+        && v.nb.iter().all(|&s| s.is_multiple_of(4))
         && v.nb[0] == 4
 }
 
@@ -168,23 +168,40 @@ pub(super) fn copy(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
     if n == 0 {
         return Ok(());
     }
-    // Fast path: identical shapes, rows dense on both sides.
-    if dst.ne == s.ne && dst.rows_contiguous() && s.rows_contiguous() {
+    // Dense on both sides: copy as one flat row of `n` elements.
+    let (dst, s) = if dst.ne != s.ne && dst.is_contiguous() && s.is_contiguous() {
+        let flat = |v: TView| TView {
+            ne: [n, 1, 1, 1],
+            nb: [v.nb[0], n * v.nb[0], n * v.nb[0], n * v.nb[0]],
+            ..v
+        };
+        (flat(dst), flat(s))
+    } else {
+        (dst, s)
+    };
+    // Identical shapes, any strides: row by row.
+    if dst.ne == s.ne {
         let ne0 = dst.ne[0];
         let same = dst.ty == s.ty;
+        let esz = dst.ty.type_size();
+        let dense = dst.rows_contiguous() && s.rows_contiguous();
         ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
             let mut tmp = vec![0f32; if same { 0 } else { ne0 }];
             for r in rows {
                 let (i1, i2, i3) = dst.row_coords(r);
-                // SAFETY: coordinates within both (equal) shapes; the row
-                // bytes were range-checked with the views.
+                // SAFETY: coordinates within both (equal) shapes; the bytes
+                // were range-checked with the views.
                 unsafe {
-                    if same {
-                        std::ptr::copy(
-                            s.row_ptr(i1, i2, i3),
-                            dst.row_ptr(i1, i2, i3),
-                            ne0 * dst.ty.type_size(),
-                        );
+                    if same && dense {
+                        std::ptr::copy(s.row_ptr(i1, i2, i3), dst.row_ptr(i1, i2, i3), ne0 * esz);
+                    } else if same {
+                        for i0 in 0..ne0 {
+                            std::ptr::copy(
+                                s.elem_ptr(i0, i1, i2, i3),
+                                dst.elem_ptr(i0, i1, i2, i3),
+                                esz,
+                            );
+                        }
                     } else {
                         load_row(&s, i1, i2, i3, &mut tmp);
                         store_row(&dst, i1, i2, i3, &tmp);
@@ -201,10 +218,8 @@ pub(super) fn copy(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
     ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
         for r in rows {
             let (i1, i2, i3) = dst.row_coords(r);
-            let mut k = r * ne0;
-            for i0 in 0..ne0 {
+            for (i0, k) in (0..ne0).zip(r * ne0..) {
                 let c = coords(&s.ne, k);
-                k += 1;
                 // SAFETY: k < n, so `c` is within the source shape; (i0..i3)
                 // is within the destination shape.
                 unsafe {

@@ -11,7 +11,9 @@ use crate::tensor::TensorId;
 mod concat;
 mod copy;
 mod elementwise;
+mod flash_attn;
 mod glu;
+mod matmul;
 mod norm;
 mod reduce;
 mod rope;
@@ -19,7 +21,6 @@ mod set_rows;
 mod softmax;
 mod sort;
 mod unary;
-mod matmul;
 
 /// What a kernel needs: the pool, the graph, and which buffers the running
 /// backend may touch.
@@ -109,6 +110,7 @@ pub fn supports(g: &Graph, node: TensorId) -> bool {
         Op::MulMatId => matmul::supports_mul_mat_id(g, node),
         Op::AddId => matmul::supports_add_id(g, node),
         Op::GetRows => matmul::supports_get_rows(g, node),
+        Op::FlashAttnExt { .. } => flash_attn::supports(g, node),
         _ => false,
     }
 }
@@ -134,6 +136,7 @@ pub fn compute_node(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendE
         Op::MulMatId => matmul::mul_mat_id(ctx, node),
         Op::AddId => matmul::add_id(ctx, node),
         Op::GetRows => matmul::get_rows(ctx, node),
+        Op::FlashAttnExt { .. } => flash_attn::flash_attn(ctx, node),
         op => Err(BackendError::Unsupported(format!(
             "op {} on {} (tensor '{}')",
             op.name(),
