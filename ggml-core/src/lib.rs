@@ -16,6 +16,7 @@ pub mod cpu;
 pub mod gguf;
 pub mod graph;
 pub mod op;
+pub mod quants;
 pub mod sim;
 pub mod tensor;
 pub mod types;

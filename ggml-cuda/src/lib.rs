@@ -1,1 +1,134 @@
-//! ggml-cuda (work in progress)
+//! # ggml-cuda
+//!
+//! The CUDA backend of ggml-core (`CUDA0`, `CUDA1`, ...), on
+//! [`cudarc`](https://docs.rs/cudarc) with dynamic loading: the crate builds
+//! and its tests run on machines without CUDA; a missing driver is an
+//! ordinary run-time error ([`BackendError::NoDevice`]), never a panic and
+//! never a `cfg`.
+//!
+//! ## Design
+//!
+//! - **Probing.** cudarc panics when a library it needs is missing, so every
+//!   entry point first calls [`probe_driver`] / [`probe_libraries`], which
+//!   only try to `dlopen` `libcuda.so` and `libnvrtc.so` and report
+//!   `NoDevice("no CUDA device: libcuda.so (CUDA driver) not found")`.
+//! - **Streams.** Each [`CudaBackend`] owns one CUDA stream; kernels, the
+//!   backend's async copies and its buffers' synchronous copies all go on it,
+//!   so they are ordered without extra events. [`Backend::write_async`]
+//!   queues a host-to-device copy and returns (the caller keeps the bytes
+//!   valid until [`Backend::synchronize`], as the trait requires);
+//!   `read_async` is synchronous (the destination is a borrowed slice).
+//!   Events (`record_event` / `wait_event`) are CUDA events; waiting on an
+//!   event of a non-CUDA backend is a no-op (that work is already done).
+//! - **Buffers.** [`CudaBuffer`] is device memory (`cuMemAlloc`, freed on
+//!   drop): `is_host() == false`, `base_ptr() == None`, read and written with
+//!   memcpy on the stream. [`PinnedBuffer`] is page-locked host memory
+//!   (`cuMemHostAlloc`), usable by the CPU backend, fast to copy from.
+//!   [`CudaBackend::register_host`] page-locks an existing host range (a
+//!   mapped GGUF file) with `cuMemHostRegister` where the driver allows it;
+//!   where it does not, the caller keeps using pageable copies.
+//! - **Kernels.** `kernels.cu` is plain CUDA C++ without any `#include`
+//!   (its own half/bfloat16 conversions, by bit manipulation), compiled by
+//!   NVRTC once per process and GPU architecture (a PTX cache keyed by
+//!   architecture), and loaded once per backend. Kernels take each tensor as
+//!   a pointer plus ggml's `ne`/`nb`, so any strides work.
+//! - **Id validation.** `get_rows`, `set_rows`, `add_id` and `mul_mat_id`
+//!   check every id on the device; a bad id sets an error flag and is never
+//!   used as an address. `compute` then synchronizes and returns
+//!   [`BackendError::InvalidInput`]. Graphs without such ops stay
+//!   asynchronous until `synchronize`.
+//! - **Read overhang.** No kernel reads past the end of a tensor or a slice
+//!   of one: [`Backend::read_overhang`] is 0.
+//!
+//! ## Supported ops
+//!
+//! F32/F16/BF16 sources for: add/sub/mul/div (ggml broadcasting), scale,
+//! sqr, sqrt, silu, gelu, sigmoid, neg, relu, exp, swiglu/geglu/swiglu_oai
+//! (fused and split), rms_norm, norm, sum_rows, mean, argmax, rope_ext
+//! (normal and neox, partial `n_dims`, freq factors, YaRN), soft_max_ext
+//! (scale, F32/F16 mask, ALiBi, sinks), cpy/cont/dup between F32, F16, BF16
+//! (and I32 to I32) with any strides, get_rows (F32/F16/BF16/I32 and Q8_0,
+//! Q4_0, Q4_K, Q5_K, Q6_K rows), set_rows (F32 into F32/F16/BF16, I32/I64
+//! indices), concat, argsort, top_k, add_id, and mul_mat / mul_mat_id with
+//! F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K weights. Small batches use a
+//! warp-per-row matrix-vector kernel that dequantizes on the fly; larger
+//! batches of mul_mat dequantize the weight to F32 and run a tiled GEMM.
+//! Not supported (the scheduler keeps these on the CPU): flash_attn_ext,
+//! quantized destinations of cpy, other quant types.
+//!
+//! [`Backend::write_async`]: ggml_core::Backend::write_async
+//! [`Backend::synchronize`]: ggml_core::Backend::synchronize
+//! [`Backend::read_overhang`]: ggml_core::Backend::read_overhang
+
+pub mod backend;
+mod buffer;
+pub mod kernels;
+
+pub use backend::CudaBackend;
+pub use buffer::{CudaBuffer, HostRegistration, PinnedBuffer};
+use ggml_core::BackendError;
+
+use std::sync::OnceLock;
+
+/// The error for a machine without the CUDA driver library.
+pub const NO_DRIVER: &str = "no CUDA device: libcuda.so (CUDA driver) not found";
+/// The error for a machine with the driver but without NVRTC.
+pub const NO_NVRTC: &str = "no CUDA device: libnvrtc.so (NVRTC, needed for the kernels) not found";
+
+/// Whether the CUDA driver library can be loaded (checked once).
+pub fn probe_driver() -> Result<(), BackendError> {
+    static DRIVER: OnceLock<bool> = OnceLock::new();
+    // SAFETY: `is_culib_present` only tries `dlopen` on candidate library
+    // names and drops what it opened; it calls no CUDA function.
+    let ok = *DRIVER.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() });
+    if ok {
+        Ok(())
+    } else {
+        Err(BackendError::NoDevice(NO_DRIVER.into()))
+    }
+}
+
+/// Whether the driver and NVRTC libraries can both be loaded (checked once).
+pub fn probe_libraries() -> Result<(), BackendError> {
+    probe_driver()?;
+    static NVRTC: OnceLock<bool> = OnceLock::new();
+    // SAFETY: as above, only `dlopen` attempts.
+    let ok = *NVRTC.get_or_init(|| unsafe { cudarc::nvrtc::sys::is_culib_present() });
+    if ok {
+        Ok(())
+    } else {
+        Err(BackendError::NoDevice(NO_NVRTC.into()))
+    }
+}
+
+/// Number of CUDA devices; a clean `NoDevice` error without CUDA.
+pub fn cuda_device_count() -> Result<usize, BackendError> {
+    probe_driver()?;
+    cudarc::driver::result::init()
+        .map_err(|e| BackendError::NoDevice(format!("no CUDA device: cuInit failed: {e}")))?;
+    let n = cudarc::driver::result::device::get_count()
+        .map_err(|e| BackendError::NoDevice(format!("no CUDA device: {e}")))?;
+    Ok(n.max(0) as usize)
+}
+
+/// Why CUDA cannot be used here (`None` when a device is usable): the
+/// reason GPU tests print when they skip.
+pub fn unavailable_reason() -> Option<String> {
+    if let Err(e) = probe_libraries() {
+        return Some(e.to_string());
+    }
+    match cuda_device_count() {
+        Ok(0) => Some("no CUDA device: the driver reports 0 devices".into()),
+        Ok(_) => None,
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+pub(crate) fn dev_err(what: &str, e: cudarc::driver::DriverError) -> BackendError {
+    use cudarc::driver::sys::cudaError_enum as E;
+    if e.0 == E::CUDA_ERROR_OUT_OF_MEMORY {
+        BackendError::OutOfMemory(format!("{what}: {e}"))
+    } else {
+        BackendError::Device(format!("{what}: {e}"))
+    }
+}

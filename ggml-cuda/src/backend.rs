@@ -1,0 +1,1013 @@
+//! [`CudaBackend`]: device selection, buffers, copies, events, and the
+//! dispatch of graph nodes to the kernels in `kernels.cu`.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::{self, CUdeviceptr};
+use cudarc::driver::{result, CudaContext, CudaEvent, DeviceRepr, LaunchConfig, PushKernelArg};
+use ggml_core::backend::{check_range, Event};
+use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
+use ggml_core::sim::op_batch_size;
+use ggml_core::{
+    Backend, BackendError, Buffer, BufferUsage, GgmlType, Graph, Op, TensorData, TensorId,
+};
+
+use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer};
+use crate::kernels::{Kernels, GEMM_TILE, MV_WARPS};
+use crate::{dev_err, probe_libraries};
+
+/// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
+/// `mul_mat` use dequantize + tiled GEMM.
+pub const MMV_MAX_COLS: i64 = 8;
+
+/// Largest grid `y`/`z` dimension.
+const GRID_YZ_MAX: i64 = 65535;
+
+/// A tensor as the kernels see it: ggml's `ne` and `nb` (`struct T4`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct T4 {
+    ne: [i64; 4],
+    nb: [i64; 4],
+}
+
+// SAFETY: T4 is `#[repr(C)]` plain data matching `struct T4` in kernels.cu
+// (two arrays of four 64-bit integers), passed to kernels by value.
+unsafe impl DeviceRepr for T4 {}
+
+impl T4 {
+    fn of(g: &Graph, id: TensorId) -> T4 {
+        let t = g.tensor(id);
+        T4 {
+            ne: t.ne,
+            nb: [
+                t.nb[0] as i64,
+                t.nb[1] as i64,
+                t.nb[2] as i64,
+                t.nb[3] as i64,
+            ],
+        }
+    }
+
+    /// A dense tensor of `ty` with shape `ne`.
+    fn dense(ty: GgmlType, ne: [i64; 4]) -> T4 {
+        let nb = ggml_core::tensor::contiguous_strides(ty, ne);
+        T4 {
+            ne,
+            nb: [nb[0] as i64, nb[1] as i64, nb[2] as i64, nb[3] as i64],
+        }
+    }
+
+    fn n(&self) -> i64 {
+        self.ne.iter().product()
+    }
+}
+
+/// One kernel argument.
+enum A {
+    P(CUdeviceptr),
+    I(i32),
+    L(i64),
+    F(f32),
+    T(T4),
+}
+
+/// Kernel-side type id (the GGUF id).
+fn tid(ty: GgmlType) -> A {
+    A::I(ty.id() as i32)
+}
+
+fn is_float(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+/// Weight types the mat-mul and get_rows kernels dequantize.
+fn is_weight_type(ty: GgmlType) -> bool {
+    is_float(ty)
+        || matches!(
+            ty,
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K
+        )
+}
+
+fn pad256(n: usize) -> usize {
+    n.div_ceil(256) * 256
+}
+
+/// A CUDA event behind [`Event`].
+struct CudaEventHolder(CudaEvent);
+
+/// Scratch device memory reused across ops (ordered on the one stream).
+#[derive(Default)]
+struct Scratch {
+    mem: Option<DevMem>,
+}
+
+/// The CUDA backend for one device (`CUDA<n>`).
+pub struct CudaBackend {
+    dev: Arc<Dev>,
+    kernels: Kernels,
+    err_flag: DevMem,
+    scratch: Mutex<Scratch>,
+    offload_min_batch: i64,
+}
+
+impl CudaBackend {
+    /// Open device `device`: probes the driver and NVRTC libraries first, so
+    /// a machine without CUDA gets `BackendError::NoDevice`, never a panic.
+    /// Compiles the kernels (once per process) and loads them.
+    pub fn new(device: usize) -> Result<CudaBackend, BackendError> {
+        probe_libraries()?;
+        let count = crate::cuda_device_count()?;
+        if device >= count {
+            return Err(BackendError::NoDevice(format!(
+                "no CUDA device {device}: {count} device(s) present"
+            )));
+        }
+        let ctx = CudaContext::new(device)
+            .map_err(|e| BackendError::NoDevice(format!("CUDA device {device}: {e}")))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| dev_err("creating a stream", e))?;
+        let dev = Arc::new(Dev {
+            ordinal: device,
+            name: format!("CUDA{device}"),
+            ctx: Arc::clone(&ctx),
+            stream,
+        });
+        let kernels = Kernels::load(&ctx)?;
+        let err_flag = DevMem::alloc(&dev, 4)?;
+        // SAFETY: err_flag spans 4 bytes; queued on the stream.
+        unsafe { result::memset_d8_async(err_flag.ptr, 0, 4, dev.cu_stream()) }
+            .map_err(|e| dev_err("clearing the error flag", e))?;
+        dev.sync()?;
+        Ok(CudaBackend {
+            dev,
+            kernels,
+            err_flag,
+            scratch: Mutex::new(Scratch::default()),
+            offload_min_batch: 32,
+        })
+    }
+
+    /// Smallest batch for which this device claims an op whose weight is in
+    /// host memory (llama.cpp's `GGML_OP_OFFLOAD_MIN_BATCH`, default 32).
+    pub fn with_offload_min_batch(mut self, n: i64) -> CudaBackend {
+        self.offload_min_batch = n;
+        self
+    }
+
+    /// The device's name as the driver reports it (e.g. `NVIDIA H200`).
+    pub fn device_name(&self) -> Result<String, BackendError> {
+        self.dev.ctx.name().map_err(|e| dev_err("device name", e))
+    }
+
+    /// Free device memory in bytes.
+    pub fn free_memory(&self) -> Result<usize, BackendError> {
+        self.dev
+            .ctx
+            .mem_get_info()
+            .map(|(free, _total)| free)
+            .map_err(|e| dev_err("cuMemGetInfo", e))
+    }
+
+    /// Total device memory in bytes.
+    pub fn total_memory(&self) -> Result<usize, BackendError> {
+        self.dev
+            .ctx
+            .total_mem()
+            .map_err(|e| dev_err("total memory", e))
+    }
+
+    /// Allocate page-locked host memory (usable by the CPU backend, fast to
+    /// copy to this device).
+    pub fn alloc_pinned(
+        &self,
+        size: usize,
+        usage: BufferUsage,
+    ) -> Result<Arc<dyn Buffer>, BackendError> {
+        Ok(Arc::new(PinnedBuffer::new(&self.dev, size, usage)?))
+    }
+
+    /// Page-lock an existing host range (e.g. a mapped GGUF file) so copies
+    /// from it are asynchronous DMA. Errs with `Unsupported` where the
+    /// driver does not allow it; callers then copy from pageable memory.
+    pub fn register_host(
+        &self,
+        bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    ) -> Result<HostRegistration, BackendError> {
+        HostRegistration::new(&self.dev, bytes)
+    }
+
+    fn owns(&self, b: &dyn Buffer) -> bool {
+        b.as_any()
+            .downcast_ref::<CudaBuffer>()
+            .is_some_and(|c| c.same_dev(&self.dev))
+    }
+
+    /// Device address of a tensor's memory, checked against its buffer.
+    fn ptr(&self, g: &Graph, id: TensorId) -> Result<CUdeviceptr, BackendError> {
+        let t = g.tensor(id);
+        let d = g
+            .data_of(id)
+            .ok_or_else(|| BackendError::NotAllocated(t.name.clone()))?;
+        let cb = d
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|c| c.same_dev(&self.dev))
+            .ok_or_else(|| {
+                BackendError::Unsupported(format!(
+                    "backend {} cannot access tensor '{}' in buffer {}",
+                    self.dev.name,
+                    t.name,
+                    d.buffer.name()
+                ))
+            })?;
+        check_range(d.buffer.name(), d.buffer.size(), d.offset, t.nbytes())?;
+        Ok(cb.device_ptr() + d.offset as u64)
+    }
+
+    fn launch(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        args: &[A],
+    ) -> Result<(), BackendError> {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Ok(());
+        }
+        let f = self.kernels.get(name)?;
+        let mut lb = self.dev.stream.launch_builder(f);
+        for a in args {
+            match a {
+                A::P(v) => lb.arg(v),
+                A::I(v) => lb.arg(v),
+                A::L(v) => lb.arg(v),
+                A::F(v) => lb.arg(v),
+                A::T(v) => lb.arg(v),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: block,
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the argument list matches the kernel's signature in
+        // kernels.cu (checked by reading both; each op below passes exactly
+        // the parameters in order), every pointer was range-checked against
+        // its buffer for the tensor's extents, and the kernels never index
+        // past those extents.
+        unsafe { lb.launch(cfg) }.map_err(|e| dev_err(&format!("launching {name}"), e))?;
+        Ok(())
+    }
+
+    /// Launch a grid-stride kernel over `n` items.
+    fn launch_n(&self, name: &str, n: i64, args: &[A]) -> Result<(), BackendError> {
+        if n <= 0 {
+            return Ok(());
+        }
+        let blocks = (n as u64).div_ceil(256).min(1 << 20) as u32;
+        self.launch(name, (blocks, 1, 1), (256, 1, 1), args)
+    }
+
+    /// Scratch memory of at least `size` bytes (contents undefined).
+    fn scratch(&self, s: &mut Scratch, size: usize) -> Result<CUdeviceptr, BackendError> {
+        let size = size.max(256);
+        if s.mem.as_ref().is_none_or(|m| m.size < size) {
+            // dropping the old allocation waits for queued work using it
+            s.mem = None;
+            s.mem = Some(DevMem::alloc(&self.dev, size + size / 4)?);
+        }
+        Ok(s.mem.as_ref().map(|m| m.ptr).unwrap_or(0))
+    }
+
+    /// A dense F32 copy of `id` in scratch at `at`, unless it already is F32
+    /// with dense rows. Returns the pointer and layout to use.
+    fn f32_rows(
+        &self,
+        g: &Graph,
+        id: TensorId,
+        at: CUdeviceptr,
+    ) -> Result<(CUdeviceptr, T4, usize), BackendError> {
+        let t = g.tensor(id);
+        let p = self.ptr(g, id)?;
+        if t.ty == GgmlType::F32 && t.nb[0] == 4 {
+            return Ok((p, T4::of(g, id), 0));
+        }
+        let td = T4::dense(GgmlType::F32, t.ne);
+        let n = td.n();
+        self.launch_n(
+            "k_cpy",
+            n,
+            &[
+                A::P(at),
+                A::T(td),
+                tid(GgmlType::F32),
+                A::P(p),
+                A::T(T4::of(g, id)),
+                tid(t.ty),
+            ],
+        )?;
+        Ok((at, td, pad256(n as usize * 4)))
+    }
+
+    fn check_err_flag(&self) -> Result<(), BackendError> {
+        let mut flag = [0u32; 1];
+        // SAFETY: err_flag holds 4 bytes; the copy is waited for below.
+        unsafe { result::memcpy_dtoh_async(&mut flag, self.err_flag.ptr, self.dev.cu_stream()) }
+            .map_err(|e| dev_err("reading the error flag", e))?;
+        self.dev.sync()?;
+        if flag[0] != 0 {
+            // SAFETY: as above; clear for the next compute.
+            unsafe { result::memset_d8_async(self.err_flag.ptr, 0, 4, self.dev.cu_stream()) }
+                .map_err(|e| dev_err("clearing the error flag", e))?;
+            self.dev.sync()?;
+            return Err(BackendError::InvalidInput(format!(
+                "{}: an index (expert id or row id) was out of range in get_rows, set_rows, add_id or mul_mat_id",
+                self.dev.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn compute_node(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let src = |i: usize| t.src[i];
+        let ty = |id: TensorId| g.tensor(id).ty;
+        let errp = self.err_flag.ptr;
+        match t.op {
+            Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => Ok(()),
+            Op::Add | Op::Sub | Op::Mul | Op::Div => {
+                let op = match t.op {
+                    Op::Add => 0,
+                    Op::Sub => 1,
+                    Op::Mul => 2,
+                    _ => 3,
+                };
+                let (a, b) = (src(0), src(1));
+                let td = T4::of(g, node);
+                self.launch_n(
+                    "k_binary",
+                    td.n(),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(td),
+                        A::P(self.ptr(g, a)?),
+                        A::T(T4::of(g, a)),
+                        tid(ty(a)),
+                        A::P(self.ptr(g, b)?),
+                        A::T(T4::of(g, b)),
+                        tid(ty(b)),
+                        A::I(op),
+                    ],
+                )
+            }
+            Op::Scale { .. } | Op::Sqr | Op::Sqrt | Op::Unary(_) => {
+                let (op, p0, p1) = match t.op {
+                    Op::Scale { s, b } => (0, s.get(), b.get()),
+                    Op::Sqr => (1, 0.0, 0.0),
+                    Op::Sqrt => (2, 0.0, 0.0),
+                    Op::Unary(UnaryOp::Silu) => (3, 0.0, 0.0),
+                    Op::Unary(UnaryOp::Gelu) => (4, 0.0, 0.0),
+                    Op::Unary(UnaryOp::Sigmoid) => (5, 0.0, 0.0),
+                    Op::Unary(UnaryOp::Neg) => (6, 0.0, 0.0),
+                    Op::Unary(UnaryOp::Relu) => (7, 0.0, 0.0),
+                    _ => (8, 0.0, 0.0),
+                };
+                let a = src(0);
+                let td = T4::of(g, node);
+                self.launch_n(
+                    "k_unary",
+                    td.n(),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(td),
+                        A::P(self.ptr(g, a)?),
+                        A::T(T4::of(g, a)),
+                        tid(ty(a)),
+                        A::I(op),
+                        A::F(p0),
+                        A::F(p1),
+                    ],
+                )
+            }
+            Op::Glu { op, swapped } => {
+                let (opi, alpha, limit) = match op {
+                    GluOp::Swiglu => (0, 0.0, 0.0),
+                    GluOp::Geglu => (1, 0.0, 0.0),
+                    GluOp::SwigluOai { alpha, limit } => (2, alpha.get(), limit.get()),
+                };
+                let a = src(0);
+                let split = t.src.len() > 1;
+                let b = if split { src(1) } else { a };
+                let td = T4::of(g, node);
+                self.launch_n(
+                    "k_glu",
+                    td.n(),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(td),
+                        A::P(self.ptr(g, a)?),
+                        A::T(T4::of(g, a)),
+                        tid(ty(a)),
+                        A::P(self.ptr(g, b)?),
+                        A::T(T4::of(g, b)),
+                        tid(ty(b)),
+                        A::I(split as i32),
+                        A::I(swapped as i32),
+                        A::I(opi),
+                        A::F(alpha),
+                        A::F(limit),
+                    ],
+                )
+            }
+            Op::Cpy | Op::Cont | Op::Dup => {
+                let a = src(0);
+                let ts = T4::of(g, a);
+                self.launch_n(
+                    "k_cpy",
+                    ts.n(),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(T4::of(g, node)),
+                        tid(t.ty),
+                        A::P(self.ptr(g, a)?),
+                        A::T(ts),
+                        tid(ty(a)),
+                    ],
+                )
+            }
+            Op::GetRows => {
+                let (a, ids) = (src(0), src(1));
+                let td = T4::of(g, node);
+                self.launch_n(
+                    "k_get_rows",
+                    td.n(),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(td),
+                        tid(t.ty),
+                        A::P(self.ptr(g, a)?),
+                        A::T(T4::of(g, a)),
+                        tid(ty(a)),
+                        A::P(self.ptr(g, ids)?),
+                        A::T(T4::of(g, ids)),
+                        A::P(errp),
+                    ],
+                )
+            }
+            Op::SetRows => {
+                let (b, idx) = (src(1), src(2));
+                let ts = T4::of(g, b);
+                self.launch_n(
+                    "k_set_rows",
+                    ts.n(),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(T4::of(g, node)),
+                        tid(t.ty),
+                        A::P(self.ptr(g, b)?),
+                        A::T(ts),
+                        tid(ty(b)),
+                        A::P(self.ptr(g, idx)?),
+                        A::T(T4::of(g, idx)),
+                        tid(ty(idx)),
+                        A::P(errp),
+                    ],
+                )
+            }
+            Op::Concat { dim } => {
+                let (a, b) = (src(0), src(1));
+                let td = T4::of(g, node);
+                self.launch_n(
+                    "k_concat",
+                    td.n(),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(td),
+                        A::P(self.ptr(g, a)?),
+                        A::T(T4::of(g, a)),
+                        A::P(self.ptr(g, b)?),
+                        A::T(T4::of(g, b)),
+                        A::I(dim),
+                        A::I(t.ty.type_size() as i32),
+                    ],
+                )
+            }
+            Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows | Op::Mean => {
+                let (mode, eps) = match t.op {
+                    Op::RmsNorm { eps } => (0, eps.get()),
+                    Op::Norm { eps } => (1, eps.get()),
+                    Op::SumRows => (2, 0.0),
+                    _ => (3, 0.0),
+                };
+                let a = src(0);
+                let rows = g.tensor(a).nrows();
+                self.launch(
+                    "k_row_reduce",
+                    (rows as u32, 1, 1),
+                    (256, 1, 1),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(T4::of(g, node)),
+                        A::P(self.ptr(g, a)?),
+                        A::T(T4::of(g, a)),
+                        tid(ty(a)),
+                        A::I(mode),
+                        A::F(eps),
+                    ],
+                )
+            }
+            Op::Argmax => {
+                let a = src(0);
+                let rows = g.tensor(a).nrows();
+                self.launch(
+                    "k_argmax",
+                    (rows as u32, 1, 1),
+                    (256, 1, 1),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::P(self.ptr(g, a)?),
+                        A::T(T4::of(g, a)),
+                        tid(ty(a)),
+                    ],
+                )
+            }
+            Op::SoftMaxExt { scale, max_bias } => {
+                let a = src(0);
+                let ta = T4::of(g, a);
+                let (mp, tm, tym, has_mask) = match t.src.get(1) {
+                    Some(&m) => (self.ptr(g, m)?, T4::of(g, m), ty(m), 1),
+                    None => (0, T4::default(), GgmlType::F32, 0),
+                };
+                let (sp, has_sinks) = match t.src.get(2) {
+                    Some(&sk) => (self.ptr(g, sk)?, 1),
+                    None => (0, 0),
+                };
+                let max_bias = max_bias.get();
+                let n_head = ta.ne[2].max(1) as u32;
+                let n_head_log2 = 1u32 << (31 - n_head.leading_zeros());
+                let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
+                let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+                let rows = g.tensor(a).nrows();
+                self.launch(
+                    "k_soft_max",
+                    (rows as u32, 1, 1),
+                    (256, 1, 1),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(T4::of(g, node)),
+                        A::P(self.ptr(g, a)?),
+                        A::T(ta),
+                        tid(ty(a)),
+                        A::P(mp),
+                        A::T(tm),
+                        tid(tym),
+                        A::I(has_mask),
+                        A::P(sp),
+                        A::I(has_sinks),
+                        A::F(scale.get()),
+                        A::F(max_bias),
+                        A::F(m0),
+                        A::F(m1),
+                        A::I(n_head_log2 as i32),
+                    ],
+                )
+            }
+            Op::RopeExt(p) => {
+                let (a, pos) = (src(0), src(1));
+                let (ffp, has_ff) = match t.src.get(2) {
+                    Some(&f) => (self.ptr(g, f)?, 1),
+                    None => (0, 0),
+                };
+                let freq_base = p.freq_base.get();
+                let theta_scale = freq_base.powf(-2.0 / p.n_dims as f32);
+                let (c0, c1) = rope_yarn_corr_dims(
+                    p.n_dims,
+                    p.n_ctx_orig,
+                    freq_base,
+                    p.beta_fast.get(),
+                    p.beta_slow.get(),
+                );
+                let td = T4::of(g, node);
+                let n = td.n() / 2;
+                self.launch_n(
+                    "k_rope",
+                    n,
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(td),
+                        A::P(self.ptr(g, a)?),
+                        A::T(T4::of(g, a)),
+                        tid(ty(a)),
+                        A::P(self.ptr(g, pos)?),
+                        A::P(ffp),
+                        A::I(has_ff),
+                        A::I(p.n_dims),
+                        A::I(if p.mode == RopeMode::Neox { 2 } else { 0 }),
+                        A::F(theta_scale),
+                        A::F(p.freq_scale.get()),
+                        A::F(p.ext_factor.get()),
+                        A::F(p.attn_factor.get()),
+                        A::F(c0),
+                        A::F(c1),
+                    ],
+                )
+            }
+            Op::Argsort(_) | Op::TopK { .. } => {
+                let desc = !matches!(t.op, Op::Argsort(SortOrder::Asc));
+                let a = src(0);
+                let ta = T4::of(g, a);
+                self.launch_n(
+                    "k_rank_sort",
+                    ta.n(),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(T4::of(g, node)),
+                        A::P(self.ptr(g, a)?),
+                        A::T(ta),
+                        tid(ty(a)),
+                        A::I(desc as i32),
+                    ],
+                )
+            }
+            Op::AddId => {
+                let (a, b, ids) = (src(0), src(1), src(2));
+                let td = T4::of(g, node);
+                self.launch_n(
+                    "k_add_id",
+                    td.n(),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(td),
+                        A::P(self.ptr(g, a)?),
+                        A::T(T4::of(g, a)),
+                        tid(ty(a)),
+                        A::P(self.ptr(g, b)?),
+                        A::T(T4::of(g, b)),
+                        tid(ty(b)),
+                        A::P(self.ptr(g, ids)?),
+                        A::T(T4::of(g, ids)),
+                        A::P(errp),
+                    ],
+                )
+            }
+            Op::MulMat => self.mul_mat(g, node, s),
+            Op::MulMatId => {
+                let (w, b, ids) = (src(0), src(1), src(2));
+                let need = pad256(g.tensor(b).nelements() as usize * 4);
+                let base = self.scratch(s, need)?;
+                let (bp, tb, _) = self.f32_rows(g, b, base)?;
+                let td = T4::of(g, node);
+                let grid = (
+                    (td.ne[0] as u32).div_ceil(MV_WARPS),
+                    td.ne[1] as u32,
+                    td.ne[2] as u32,
+                );
+                self.launch(
+                    "k_mul_mat_id_vec",
+                    grid,
+                    (32 * MV_WARPS, 1, 1),
+                    &[
+                        A::P(self.ptr(g, node)?),
+                        A::T(td),
+                        A::P(self.ptr(g, w)?),
+                        A::T(T4::of(g, w)),
+                        tid(ty(w)),
+                        A::P(bp),
+                        A::T(tb),
+                        A::P(self.ptr(g, ids)?),
+                        A::T(T4::of(g, ids)),
+                        A::P(errp),
+                    ],
+                )
+            }
+            op => Err(BackendError::Unsupported(format!(
+                "op {} on {} (tensor '{}')",
+                op.name(),
+                self.dev.name,
+                t.name
+            ))),
+        }
+    }
+
+    fn mul_mat(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let (a, b) = (t.src[0], t.src[1]);
+        let (at, bt) = (g.tensor(a), g.tensor(b));
+        let td = T4::of(g, node);
+        let r2 = (bt.ne[2] / at.ne[2]).max(1);
+        let r3 = (bt.ne[3] / at.ne[3]).max(1);
+        let b_bytes = pad256(bt.nelements() as usize * 4);
+        let vec = bt.ne[1] <= MMV_MAX_COLS;
+        let a_bytes = if !vec && at.ty.is_quantized() {
+            pad256(at.nelements() as usize * 4)
+        } else {
+            0
+        };
+        let base = self.scratch(s, b_bytes + a_bytes)?;
+        let (bp, tb, used) = self.f32_rows(g, b, base)?;
+        let ap = self.ptr(g, a)?;
+        let grid_z = (td.ne[2] * td.ne[3]) as u32;
+        if vec {
+            let grid = (
+                (td.ne[0] as u32).div_ceil(MV_WARPS),
+                td.ne[1] as u32,
+                grid_z,
+            );
+            return self.launch(
+                "k_mul_mat_vec",
+                grid,
+                (32 * MV_WARPS, 1, 1),
+                &[
+                    A::P(self.ptr(g, node)?),
+                    A::T(td),
+                    A::P(ap),
+                    A::T(T4::of(g, a)),
+                    tid(at.ty),
+                    A::P(bp),
+                    A::T(tb),
+                    A::L(r2),
+                    A::L(r3),
+                ],
+            );
+        }
+        let (ap, ta, aty) = if at.ty.is_quantized() {
+            let dq = base + used as u64;
+            let ta = T4::of(g, a);
+            self.launch_n(
+                "k_to_f32",
+                ta.n(),
+                &[A::P(dq), A::P(ap), A::T(ta), tid(at.ty)],
+            )?;
+            (dq, T4::dense(GgmlType::F32, at.ne), GgmlType::F32)
+        } else {
+            (ap, T4::of(g, a), at.ty)
+        };
+        let grid = (
+            (td.ne[0] as u32).div_ceil(GEMM_TILE),
+            (td.ne[1] as u32).div_ceil(GEMM_TILE),
+            grid_z,
+        );
+        self.launch(
+            "k_mul_mat_tiled",
+            grid,
+            (GEMM_TILE, GEMM_TILE, 1),
+            &[
+                A::P(self.ptr(g, node)?),
+                A::T(td),
+                A::P(ap),
+                A::T(ta),
+                tid(aty),
+                A::P(bp),
+                A::T(tb),
+                A::L(r2),
+                A::L(r3),
+            ],
+        )
+    }
+}
+
+/// `ggml_rope_yarn_corr_dims`: the dimension range YaRN ramps over.
+pub fn rope_yarn_corr_dims(
+    n_dims: i32,
+    n_ctx_orig: i32,
+    freq_base: f32,
+    beta_fast: f32,
+    beta_slow: f32,
+) -> (f32, f32) {
+    let corr_dim = |n_rot: f32| {
+        n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+            / (2.0 * freq_base.ln())
+    };
+    let start = corr_dim(beta_fast).floor();
+    let end = corr_dim(beta_slow).ceil();
+    (start.max(0.0), end.min((n_dims - 1) as f32))
+}
+
+/// Whether the CUDA kernels implement this node (op, types, layout, grid
+/// limits). Pure: needs no device, so it is tested without a GPU.
+pub fn supports_node(g: &Graph, node: TensorId) -> bool {
+    let t = g.tensor(node);
+    let st = |i: usize| g.tensor(t.src[i]);
+    let f32_dst = t.ty == GgmlType::F32;
+    let grid_ok = |n: i64| n <= i32::MAX as i64; // grid.x limit
+    match t.op {
+        Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => true,
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            f32_dst && is_float(st(0).ty) && is_float(st(1).ty)
+        }
+        Op::Scale { .. } | Op::Sqr | Op::Sqrt | Op::Unary(_) => f32_dst && is_float(st(0).ty),
+        Op::Glu { .. } => f32_dst && t.src.iter().all(|&s| is_float(g.tensor(s).ty)),
+        Op::Cpy | Op::Cont | Op::Dup => {
+            let (s, d) = (st(0).ty, t.ty);
+            (is_float(s) && is_float(d)) || (s == GgmlType::I32 && d == GgmlType::I32)
+        }
+        Op::GetRows => {
+            let a = st(0).ty;
+            st(1).ty == GgmlType::I32
+                && st(0).rows_contiguous()
+                && ((is_weight_type(a) && f32_dst) || (a == GgmlType::I32 && t.ty == GgmlType::I32))
+        }
+        Op::SetRows => {
+            matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+                && st(1).ty == GgmlType::F32
+                && matches!(st(2).ty, GgmlType::I32 | GgmlType::I64)
+        }
+        Op::Concat { dim } => {
+            (0..4).contains(&dim) && !t.ty.is_quantized() && st(0).ty == t.ty && st(1).ty == t.ty
+        }
+        Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows | Op::Mean | Op::Argmax => {
+            is_float(st(0).ty)
+                && grid_ok(st(0).nrows())
+                && (t.op != Op::Argmax || t.is_contiguous())
+        }
+        Op::SoftMaxExt { .. } => {
+            is_float(st(0).ty)
+                && grid_ok(st(0).nrows())
+                && t.src
+                    .get(1)
+                    .is_none_or(|&m| matches!(g.tensor(m).ty, GgmlType::F32 | GgmlType::F16))
+                && t.src.get(2).is_none_or(|&sk| {
+                    let s = g.tensor(sk);
+                    s.ty == GgmlType::F32 && s.is_contiguous()
+                })
+        }
+        Op::RopeExt(_) => {
+            is_float(st(0).ty)
+                && f32_dst
+                && t.ne[0] % 2 == 0
+                && st(1).ty == GgmlType::I32
+                && st(1).is_contiguous()
+                && t.src.get(2).is_none_or(|&f| {
+                    let f = g.tensor(f);
+                    f.ty == GgmlType::F32 && f.is_contiguous()
+                })
+        }
+        Op::Argsort(_) | Op::TopK { .. } => is_float(st(0).ty) && t.ty == GgmlType::I32,
+        Op::AddId => {
+            f32_dst && is_float(st(0).ty) && is_float(st(1).ty) && st(2).ty == GgmlType::I32
+        }
+        Op::MulMat => {
+            let (a, b) = (st(0), st(1));
+            is_weight_type(a.ty)
+                && a.rows_contiguous()
+                && is_float(b.ty)
+                && f32_dst
+                && t.ne[2] * t.ne[3] <= GRID_YZ_MAX
+                && (b.ne[1] > MMV_MAX_COLS || t.ne[1] <= GRID_YZ_MAX)
+        }
+        Op::MulMatId => {
+            let (a, b) = (st(0), st(1));
+            is_weight_type(a.ty)
+                && a.rows_contiguous()
+                && is_float(b.ty)
+                && st(2).ty == GgmlType::I32
+                && f32_dst
+                && t.ne[1] <= GRID_YZ_MAX
+                && t.ne[2] <= GRID_YZ_MAX
+        }
+        Op::FlashAttnExt { .. } => false,
+    }
+}
+
+/// Whether a node's kernel validates ids through the device error flag.
+fn validates_ids(op: Op) -> bool {
+    matches!(op, Op::GetRows | Op::SetRows | Op::AddId | Op::MulMatId)
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &str {
+        &self.dev.name
+    }
+
+    fn is_host(&self) -> bool {
+        false
+    }
+
+    fn alloc_buffer(
+        &self,
+        size: usize,
+        usage: BufferUsage,
+    ) -> Result<Arc<dyn Buffer>, BackendError> {
+        Ok(Arc::new(CudaBuffer::new(&self.dev, size, usage)?))
+    }
+
+    fn can_use_buffer(&self, buf: &dyn Buffer) -> bool {
+        self.owns(buf)
+    }
+
+    fn supports_op(&self, g: &Graph, node: TensorId) -> bool {
+        supports_node(g, node)
+    }
+
+    fn offload_op(&self, g: &Graph, node: TensorId) -> bool {
+        // get_rows of a host embedding table is never worth a copy (ggml)
+        g.tensor(node).op != Op::GetRows && op_batch_size(g, node) >= self.offload_min_batch
+    }
+
+    fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
+        self.dev.bind()?;
+        let mut s = self
+            .scratch
+            .lock()
+            .map_err(|_| BackendError::Device("scratch lock poisoned".into()))?;
+        let mut check = false;
+        for &n in nodes {
+            let t = g.tensor(n);
+            if !supports_node(g, n) {
+                return Err(BackendError::Unsupported(format!(
+                    "op {} on {} for these types or shapes (tensor '{}')",
+                    t.op.name(),
+                    self.dev.name,
+                    t.name
+                )));
+            }
+            check |= validates_ids(t.op);
+            self.compute_node(g, n, &mut s)?;
+        }
+        if check {
+            self.check_err_flag()?;
+        }
+        Ok(())
+    }
+
+    fn write_async(
+        &self,
+        dst: &TensorData,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), BackendError> {
+        let Some(cb) = dst
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|c| c.same_dev(&self.dev))
+        else {
+            return dst.buffer.write(dst.offset + offset, data);
+        };
+        check_range(cb.name(), cb.size(), dst.offset + offset, data.len())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.dev.bind()?;
+        // SAFETY: the range was checked against the buffer; the trait's
+        // contract keeps `data` valid and unchanged until `synchronize`.
+        unsafe {
+            result::memcpy_htod_async(
+                cb.device_ptr() + (dst.offset + offset) as u64,
+                data,
+                self.dev.cu_stream(),
+            )
+        }
+        .map_err(|e| dev_err("async host-to-device copy", e))
+    }
+
+    fn read_async(
+        &self,
+        src: &TensorData,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), BackendError> {
+        // `out` is only borrowed for this call, so the read completes here.
+        src.buffer.read(src.offset + offset, out)
+    }
+
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.dev.bind()?;
+        self.dev.sync()
+    }
+
+    fn record_event(&self) -> Result<Event, BackendError> {
+        let ev = self
+            .dev
+            .stream
+            .record_event(None)
+            .map_err(|e| dev_err("recording an event", e))?;
+        Ok(Event(Arc::new(CudaEventHolder(ev))))
+    }
+
+    fn wait_event(&self, ev: &Event) -> Result<(), BackendError> {
+        let Some(h) = ev.0.downcast_ref::<CudaEventHolder>() else {
+            // another kind of backend: its work is complete when recorded
+            return Ok(());
+        };
+        self.dev.bind()?;
+        // SAFETY: both handles are live (the event is kept alive by `ev`);
+        // cuStreamWaitEvent accepts events from other contexts.
+        unsafe {
+            result::stream::wait_event(
+                self.dev.cu_stream(),
+                h.0.cu_event(),
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(|e| dev_err("waiting on an event", e))
+    }
+
+    fn read_overhang(&self) -> usize {
+        0
+    }
+}

@@ -1,0 +1,351 @@
+//! Device memory, pinned host memory and host registrations, each freed on
+//! drop.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUdeviceptr};
+use cudarc::driver::{result, CudaContext, CudaStream};
+use ggml_core::backend::check_range;
+use ggml_core::{BackendError, Buffer, BufferUsage};
+
+use crate::dev_err;
+
+/// One device: its context and the stream all of a backend's work goes on.
+pub(crate) struct Dev {
+    pub ordinal: usize,
+    pub name: String,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+}
+
+impl Dev {
+    pub fn bind(&self) -> Result<(), BackendError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| dev_err("binding the context", e))
+    }
+
+    pub fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    pub fn sync(&self) -> Result<(), BackendError> {
+        self.stream
+            .synchronize()
+            .map_err(|e| dev_err("stream synchronize", e))
+    }
+}
+
+/// An owned device allocation (`cuMemAlloc` / `cuMemFree`).
+pub(crate) struct DevMem {
+    pub ptr: CUdeviceptr,
+    pub size: usize,
+    dev: Arc<Dev>,
+}
+
+impl DevMem {
+    /// Allocate `size` bytes (at least 1) of device memory.
+    pub fn alloc(dev: &Arc<Dev>, size: usize) -> Result<DevMem, BackendError> {
+        dev.bind()?;
+        // SAFETY: the context is current on this thread; the result is owned
+        // by the returned DevMem and freed exactly once in Drop.
+        let ptr = unsafe { result::malloc_sync(size.max(1)) }
+            .map_err(|e| dev_err(&format!("cuMemAlloc of {size} bytes on {}", dev.name), e))?;
+        Ok(DevMem {
+            ptr,
+            size,
+            dev: Arc::clone(dev),
+        })
+    }
+}
+
+impl Drop for DevMem {
+    fn drop(&mut self) {
+        // Work queued on the stream may still use this memory: wait for it.
+        // Errors cannot be returned from drop; a failed free leaks at worst.
+        let _ = self.dev.bind();
+        let _ = self.dev.sync();
+        // SAFETY: `ptr` came from cuMemAlloc in `alloc` and is freed only here.
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+/// Device memory of a [`crate::CudaBackend`].
+pub struct CudaBuffer {
+    pub(crate) mem: DevMem,
+    usage: BufferUsage,
+}
+
+impl CudaBuffer {
+    pub(crate) fn new(
+        dev: &Arc<Dev>,
+        size: usize,
+        usage: BufferUsage,
+    ) -> Result<Self, BackendError> {
+        let mem = DevMem::alloc(dev, size)?;
+        // zero it, as host buffers are zeroed
+        // SAFETY: `mem` spans at least `size.max(1)` bytes; the memset is
+        // queued on the device's stream, ordered before any later use.
+        unsafe { result::memset_d8_async(mem.ptr, 0, size.max(1), dev.cu_stream()) }
+            .map_err(|e| dev_err("zeroing a new buffer", e))?;
+        Ok(CudaBuffer { mem, usage })
+    }
+
+    /// Device address of byte `offset`.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.mem.ptr
+    }
+
+    /// Device ordinal owning the memory.
+    pub fn device(&self) -> usize {
+        self.mem.dev.ordinal
+    }
+
+    pub(crate) fn same_dev(&self, dev: &Arc<Dev>) -> bool {
+        Arc::ptr_eq(&self.mem.dev, dev)
+    }
+}
+
+impl fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CudaBuffer({}, {} bytes)",
+            self.mem.dev.name, self.mem.size
+        )
+    }
+}
+
+impl Buffer for CudaBuffer {
+    fn name(&self) -> &str {
+        &self.mem.dev.name
+    }
+    fn size(&self) -> usize {
+        self.mem.size
+    }
+    fn is_host(&self) -> bool {
+        false
+    }
+    fn usage(&self) -> BufferUsage {
+        self.usage
+    }
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), BackendError> {
+        check_range(self.name(), self.mem.size, offset, data.len())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let dev = &self.mem.dev;
+        dev.bind()?;
+        // SAFETY: the range was checked against the allocation; the stream is
+        // synchronized before returning, so `data` outlives the copy.
+        unsafe { result::memcpy_htod_async(self.mem.ptr + offset as u64, data, dev.cu_stream()) }
+            .map_err(|e| dev_err("host-to-device copy", e))?;
+        dev.sync()
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
+        check_range(self.name(), self.mem.size, offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let dev = &self.mem.dev;
+        dev.bind()?;
+        // SAFETY: the range was checked; queued after earlier work on the
+        // stream and waited for before `out` is released.
+        unsafe { result::memcpy_dtoh_async(out, self.mem.ptr + offset as u64, dev.cu_stream()) }
+            .map_err(|e| dev_err("device-to-host copy", e))?;
+        dev.sync()
+    }
+    fn base_ptr(&self) -> Option<*mut u8> {
+        None
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Page-locked host memory (`cuMemHostAlloc`): host-addressable, so the CPU
+/// backend computes on it, and copies from it to the device are true DMA.
+pub struct PinnedBuffer {
+    ptr: *mut u8,
+    size: usize,
+    usage: BufferUsage,
+    dev: Arc<Dev>,
+}
+
+// SAFETY: plain host memory owned by this value; concurrent access is
+// coordinated by its users as for any host buffer.
+unsafe impl Send for PinnedBuffer {}
+// SAFETY: see above.
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    pub(crate) fn new(
+        dev: &Arc<Dev>,
+        size: usize,
+        usage: BufferUsage,
+    ) -> Result<Self, BackendError> {
+        dev.bind()?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer; the context is current.
+        let r = unsafe { sys::cuMemHostAlloc(&mut p, size.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) };
+        r.result()
+            .map_err(|e| dev_err(&format!("cuMemHostAlloc of {size} bytes"), e))?;
+        if p.is_null() {
+            return Err(BackendError::OutOfMemory(format!(
+                "{size} bytes of pinned memory"
+            )));
+        }
+        // SAFETY: `p` points to at least `size.max(1)` writable bytes.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, size.max(1)) };
+        Ok(PinnedBuffer {
+            ptr: p as *mut u8,
+            size,
+            usage,
+            dev: Arc::clone(dev),
+        })
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        let _ = self.dev.bind();
+        let _ = self.dev.sync(); // queued copies may still read it
+                                 // SAFETY: `ptr` came from cuMemHostAlloc and is freed only here.
+        let _ = unsafe { sys::cuMemFreeHost(self.ptr as *mut c_void) };
+    }
+}
+
+impl fmt::Debug for PinnedBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PinnedBuffer({} bytes)", self.size)
+    }
+}
+
+impl Buffer for PinnedBuffer {
+    fn name(&self) -> &str {
+        "CUDA_Host"
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn is_host(&self) -> bool {
+        true
+    }
+    fn usage(&self) -> BufferUsage {
+        self.usage
+    }
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), BackendError> {
+        check_range("CUDA_Host", self.size, offset, data.len())?;
+        // SAFETY: range checked; `copy` tolerates overlap.
+        unsafe { std::ptr::copy(data.as_ptr(), self.ptr.add(offset), data.len()) };
+        Ok(())
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
+        check_range("CUDA_Host", self.size, offset, out.len())?;
+        // SAFETY: range checked.
+        unsafe { std::ptr::copy(self.ptr.add(offset), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+    fn base_ptr(&self) -> Option<*mut u8> {
+        Some(self.ptr)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// An existing host range page-locked with `cuMemHostRegister`; keeps the
+/// bytes alive and unregisters on drop.
+pub struct HostRegistration {
+    bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    dev: Arc<Dev>,
+    read_only: bool,
+}
+
+impl HostRegistration {
+    pub(crate) fn new(
+        dev: &Arc<Dev>,
+        bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    ) -> Result<Self, BackendError> {
+        dev.bind()?;
+        let s: &[u8] = (*bytes).as_ref();
+        if s.is_empty() {
+            return Err(BackendError::Unsupported(
+                "registering an empty range".into(),
+            ));
+        }
+        let supported = dev
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED)
+            .unwrap_or(0);
+        if supported == 0 {
+            return Err(BackendError::Unsupported(format!(
+                "{}: cuMemHostRegister is not supported on this system",
+                dev.name
+            )));
+        }
+        // Mapped model files are read-only: try the read-only flag first.
+        let attempts = [
+            (
+                sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY,
+                true,
+            ),
+            (sys::CU_MEMHOSTREGISTER_PORTABLE, false),
+        ];
+        let mut last = None;
+        for (flags, ro) in attempts {
+            // SAFETY: the range is live for as long as `bytes` (held by the
+            // returned value, which unregisters before releasing it).
+            let r = unsafe { sys::cuMemHostRegister_v2(s.as_ptr() as *mut c_void, s.len(), flags) };
+            match r.result() {
+                Ok(()) => {
+                    return Ok(HostRegistration {
+                        bytes: Arc::clone(&bytes),
+                        dev: Arc::clone(dev),
+                        read_only: ro,
+                    })
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(BackendError::Unsupported(format!(
+            "cuMemHostRegister of {} bytes failed: {}",
+            s.len(),
+            last.map(|e| e.to_string()).unwrap_or_default()
+        )))
+    }
+
+    /// Registered bytes.
+    pub fn len(&self) -> usize {
+        (*self.bytes).as_ref().len()
+    }
+
+    /// Whether the range is empty (never: empty ranges are refused).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the read-only flag was accepted.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        let _ = self.dev.bind();
+        let _ = self.dev.sync(); // copies from the range may be queued
+        let p = (*self.bytes).as_ref().as_ptr();
+        // SAFETY: `p` is the start of the range registered in `new`.
+        let _ = unsafe { sys::cuMemHostUnregister(p as *mut c_void) };
+    }
+}
+
+impl fmt::Debug for HostRegistration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostRegistration({} bytes)", self.len())
+    }
+}

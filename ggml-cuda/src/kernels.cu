@@ -1,0 +1,823 @@
+// ggml-cuda kernels, compiled at run time by NVRTC (see kernels.rs).
+//
+// Rules for this file:
+// - no #include: NVRTC gets no toolkit headers; math builtins (expf, sqrtf,
+//   tanhf, ...) are available without them.
+// - every kernel is `extern "C" __global__` and named `k_*`; the Rust side
+//   lists the names in `kernels::KERNEL_NAMES` (a test checks they exist).
+// - tensors are passed as a base pointer plus a `T4` (ggml's ne and nb, in
+//   elements and bytes), so every kernel handles any strides.
+// - reads never go past the tensor extents: `read_overhang() == 0`.
+// - type ids are GGUF ids (F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, Q4_K = 12,
+//   Q5_K = 13, Q6_K = 14, I32 = 26, I64 = 27, BF16 = 30).
+//
+// The file also compiles as C++ with a small emulation prelude (the
+// kernel-source test does that with the host g++), so keep it to the common
+// subset of CUDA C++ and C++11.
+
+#define T_F32 0
+#define T_F16 1
+#define T_Q4_0 2
+#define T_Q8_0 8
+#define T_Q4_K 12
+#define T_Q5_K 13
+#define T_Q6_K 14
+#define T_I32 26
+#define T_I64 27
+#define T_BF16 30
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef signed char i8;
+
+struct T4 {
+    i64 ne[4];
+    i64 nb[4];
+};
+
+// ---------------------------------------------------------------- helpers
+
+__device__ __forceinline__ float u2f(u32 u) {
+    union { u32 u; float f; } c;
+    c.u = u;
+    return c.f;
+}
+
+__device__ __forceinline__ u32 f2u(float f) {
+    union { u32 u; float f; } c;
+    c.f = f;
+    return c.u;
+}
+
+__device__ __forceinline__ float neg_inf() { return u2f(0xff800000u); }
+
+// IEEE half -> float, exact (subnormals, inf and nan included).
+__device__ float h2f(u16 h) {
+    u32 sign = ((u32)h & 0x8000u) << 16;
+    u32 ex = ((u32)h >> 10) & 0x1fu;
+    u32 man = (u32)h & 0x3ffu;
+    if (ex == 0) {
+        // zero or subnormal: man * 2^-24
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    if (ex == 31) {
+        // inf, or nan made quiet (as the half crate and F16C do)
+        return u2f(sign | 0x7f800000u | (man ? 0x400000u : 0u) | (man << 13));
+    }
+    return u2f(sign | ((ex + 112u) << 23) | (man << 13));
+}
+
+// float -> IEEE half, round to nearest even (as the half crate and F16C).
+__device__ u16 f2h(float f) {
+    u32 x = f2u(f);
+    u32 sign = (x >> 16) & 0x8000u;
+    u32 ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) {
+        return (u16)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu)); // nan stays nan
+    }
+    if (ax >= 0x47800000u) {
+        return (u16)(sign | 0x7c00u); // >= 65536 (and inf): inf
+    }
+    if (ax < 0x38800000u) {
+        // result is subnormal or zero: units of 2^-24
+        if (ax < 0x33000000u) {
+            return (u16)sign; // < 2^-25 rounds to zero
+        }
+        u32 e = ax >> 23;
+        u32 m = (ax & 0x7fffffu) | 0x800000u;
+        u32 shift = 126u - e; // 14..24
+        u32 hm = m >> shift;
+        u32 rem = m & ((1u << shift) - 1u);
+        u32 half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (hm & 1u))) {
+            hm++;
+        }
+        return (u16)(sign | hm);
+    }
+    u32 h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13);
+    u32 rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) {
+        h++; // a carry into the exponent is the right answer (up to inf)
+    }
+    return (u16)(sign | h);
+}
+
+__device__ __forceinline__ float bf2f(u16 b) { return u2f(((u32)b) << 16); }
+
+// float -> bfloat16, round to nearest even, nan kept quiet.
+__device__ u16 f2bf(float f) {
+    u32 x = f2u(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) {
+        return (u16)((x >> 16) | 0x40u);
+    }
+    u32 r = x + 0x7fffu + ((x >> 16) & 1u);
+    return (u16)(r >> 16);
+}
+
+__device__ __forceinline__ u16 ld16(const u8* p) { return (u16)(p[0] | (p[1] << 8)); }
+
+// Element `j` (0-based within a block) of one quantized block at `b`.
+__device__ __forceinline__ void scale_min_k4(int j, const u8* q, float* sc, float* mn) {
+    if (j < 4) {
+        *sc = (float)(q[j] & 63);
+        *mn = (float)(q[j + 4] & 63);
+    } else {
+        *sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *mn = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+// block_q8_0 {f16 d; i8 qs[32]} (34 B)
+__device__ __forceinline__ float dq_q8_0(const u8* b, int j) {
+    return h2f(ld16(b)) * (float)((const i8*)(b + 2))[j];
+}
+
+// block_q4_0 {f16 d; u8 qs[16]} (18 B): low nibbles 0..15, high 16..31
+__device__ __forceinline__ float dq_q4_0(const u8* b, int j) {
+    const u8* qs = b + 2;
+    int q = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+    return h2f(ld16(b)) * (float)(q - 8);
+}
+
+// block_q4_K {f16 d, dmin; u8 scales[12]; u8 qs[128]} (144 B)
+__device__ __forceinline__ float dq_q4_k(const u8* b, int j) {
+    int c = j >> 6;         // 64-element chunk 0..3
+    int h = (j >> 5) & 1;   // low or high nibble half
+    int l = j & 31;
+    u8 q = b[16 + c * 32 + l];
+    int v = h ? (q >> 4) : (q & 0xF);
+    float sc, mn;
+    scale_min_k4(2 * c + h, b + 4, &sc, &mn);
+    return h2f(ld16(b)) * sc * (float)v - h2f(ld16(b + 2)) * mn;
+}
+
+// block_q5_K {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]} (176 B)
+__device__ __forceinline__ float dq_q5_k(const u8* b, int j) {
+    int c = j >> 6;
+    int h = (j >> 5) & 1;
+    int l = j & 31;
+    u8 q = b[48 + c * 32 + l];
+    int v = h ? (q >> 4) : (q & 0xF);
+    if ((b[16 + l] >> (2 * c + h)) & 1) {
+        v += 16;
+    }
+    float sc, mn;
+    scale_min_k4(2 * c + h, b + 4, &sc, &mn);
+    return h2f(ld16(b)) * sc * (float)v - h2f(ld16(b + 2)) * mn;
+}
+
+// block_q6_K {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} (210 B)
+__device__ __forceinline__ float dq_q6_k(const u8* b, int j) {
+    int n = j >> 7;         // 128-element half
+    int g = (j >> 5) & 3;   // quarter within the half
+    int l = j & 31;
+    const u8* ql = b + n * 64;
+    const u8* qh = b + 128 + n * 32;
+    const i8* sc = (const i8*)(b + 192) + n * 8;
+    u8 lq = ql[l + (g & 1) * 32];
+    int lo = (g >= 2) ? (lq >> 4) : (lq & 0xF);
+    int hi = (qh[l] >> (2 * g)) & 3;
+    int q = (lo | (hi << 4)) - 32;
+    return h2f(ld16(b + 208)) * (float)sc[(l >> 4) + 2 * g] * (float)q;
+}
+
+// Element `i` of a row of type `ty` starting at `row` (any supported type).
+__device__ float load_row_elem(const u8* row, int ty, i64 i) {
+    switch (ty) {
+    case T_F32: return ((const float*)row)[i];
+    case T_F16: return h2f(((const u16*)row)[i]);
+    case T_BF16: return bf2f(((const u16*)row)[i]);
+    case T_I32: return (float)((const int*)row)[i];
+    case T_Q8_0: return dq_q8_0(row + (i >> 5) * 34, (int)(i & 31));
+    case T_Q4_0: return dq_q4_0(row + (i >> 5) * 18, (int)(i & 31));
+    case T_Q4_K: return dq_q4_k(row + (i >> 8) * 144, (int)(i & 255));
+    case T_Q5_K: return dq_q5_k(row + (i >> 8) * 176, (int)(i & 255));
+    case T_Q6_K: return dq_q6_k(row + (i >> 8) * 210, (int)(i & 255));
+    default: return 0.0f;
+    }
+}
+
+// Plain (non-quantized) element at a byte address.
+__device__ __forceinline__ float load_f(const u8* p, int ty) {
+    switch (ty) {
+    case T_F32: return *(const float*)p;
+    case T_F16: return h2f(*(const u16*)p);
+    case T_BF16: return bf2f(*(const u16*)p);
+    case T_I32: return (float)*(const int*)p;
+    default: return 0.0f;
+    }
+}
+
+__device__ __forceinline__ void store_f(u8* p, int ty, float v) {
+    switch (ty) {
+    case T_F32: *(float*)p = v; break;
+    case T_F16: *(u16*)p = f2h(v); break;
+    case T_BF16: *(u16*)p = f2bf(v); break;
+    case T_I32: *(int*)p = (int)v; break;
+    default: break;
+    }
+}
+
+__device__ __forceinline__ i64 t4_n(const T4& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
+
+// Split a flat ggml-order index into coordinates.
+__device__ __forceinline__ void t4_coords(const T4& t, i64 i, i64* c) {
+    c[0] = i % t.ne[0];
+    i /= t.ne[0];
+    c[1] = i % t.ne[1];
+    i /= t.ne[1];
+    c[2] = i % t.ne[2];
+    c[3] = i / t.ne[2];
+}
+
+__device__ __forceinline__ i64 t4_off(const T4& t, i64 c0, i64 c1, i64 c2, i64 c3) {
+    return c0 * t.nb[0] + c1 * t.nb[1] + c2 * t.nb[2] + c3 * t.nb[3];
+}
+
+__device__ __forceinline__ i64 gtid() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ i64 gstride() { return (i64)gridDim.x * blockDim.x; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the result. `sh` holds 32 floats.
+__device__ float block_sum(float v, float* sh) {
+    int lane = threadIdx.x & 31;
+    int w = threadIdx.x >> 5;
+    int nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) {
+        sh[w] = v;
+    }
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(r);
+}
+
+__device__ float block_max(float v, float* sh) {
+    int lane = threadIdx.x & 31;
+    int w = threadIdx.x >> 5;
+    int nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) {
+        sh[w] = v;
+    }
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : neg_inf();
+    return warp_max(r);
+}
+
+__device__ __forceinline__ float gelu_f(float x) {
+    const float k = 0.7978845608028654f; // sqrt(2/pi)
+    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+}
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// ------------------------------------------------------------ element-wise
+
+// dst = a (op) b, b broadcast over a by index modulo its shape.
+// op: 0 add, 1 sub, 2 mul, 3 div.
+extern "C" __global__ void k_binary(u8* dst, T4 td, const u8* a, T4 ta, int tya,
+                                    const u8* b, T4 tb, int tyb, int op) {
+    i64 n = t4_n(td);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        t4_coords(td, i, c);
+        float x = load_f(a + t4_off(ta, c[0], c[1], c[2], c[3]), tya);
+        float y = load_f(b + t4_off(tb, c[0] % tb.ne[0], c[1] % tb.ne[1], c[2] % tb.ne[2],
+                                    c[3] % tb.ne[3]),
+                         tyb);
+        float r;
+        switch (op) {
+        case 0: r = x + y; break;
+        case 1: r = x - y; break;
+        case 2: r = x * y; break;
+        default: r = x / y; break;
+        }
+        *(float*)(dst + t4_off(td, c[0], c[1], c[2], c[3])) = r;
+    }
+}
+
+// Unary ops into an F32 dst of the same shape.
+// op: 0 scale (x*p0 + p1), 1 sqr, 2 sqrt, 3 silu, 4 gelu, 5 sigmoid, 6 neg,
+// 7 relu, 8 exp.
+extern "C" __global__ void k_unary(u8* dst, T4 td, const u8* a, T4 ta, int tya, int op,
+                                   float p0, float p1) {
+    i64 n = t4_n(td);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        t4_coords(td, i, c);
+        float x = load_f(a + t4_off(ta, c[0], c[1], c[2], c[3]), tya);
+        float r;
+        switch (op) {
+        case 0: r = x * p0 + p1; break;
+        case 1: r = x * x; break;
+        case 2: r = sqrtf(x); break;
+        case 3: r = silu_f(x); break;
+        case 4: r = gelu_f(x); break;
+        case 5: r = 1.0f / (1.0f + expf(-x)); break;
+        case 6: r = -x; break;
+        case 7: r = x > 0.0f ? x : 0.0f; break;
+        default: r = expf(x); break;
+        }
+        *(float*)(dst + t4_off(td, c[0], c[1], c[2], c[3])) = r;
+    }
+}
+
+// Gated linear units. With `split` = 0, gate and up are the two halves of
+// `a`'s rows (gate first unless `swapped`); with `split` = 1 the gate is `a`
+// and up is `b`. op: 0 swiglu, 1 geglu, 2 swiglu_oai(alpha, limit).
+extern "C" __global__ void k_glu(u8* dst, T4 td, const u8* a, T4 ta, int tya, const u8* b,
+                                 T4 tb, int tyb, int split, int swapped, int op, float alpha,
+                                 float limit) {
+    i64 n = t4_n(td);
+    i64 nc = td.ne[0];
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        t4_coords(td, i, c);
+        float g, u;
+        if (split) {
+            g = load_f(a + t4_off(ta, c[0], c[1], c[2], c[3]), tya);
+            u = load_f(b + t4_off(tb, c[0], c[1], c[2], c[3]), tyb);
+        } else {
+            i64 ig = swapped ? c[0] + nc : c[0];
+            i64 iu = swapped ? c[0] : c[0] + nc;
+            g = load_f(a + t4_off(ta, ig, c[1], c[2], c[3]), tya);
+            u = load_f(a + t4_off(ta, iu, c[1], c[2], c[3]), tya);
+        }
+        float r;
+        if (op == 0) {
+            r = silu_f(g) * u;
+        } else if (op == 1) {
+            r = gelu_f(g) * u;
+        } else {
+            g = fminf(g, limit);
+            u = fmaxf(fminf(u, limit), -limit);
+            r = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+        }
+        *(float*)(dst + t4_off(td, c[0], c[1], c[2], c[3])) = r;
+    }
+}
+
+// ------------------------------------------------------------------ copies
+
+// Copy with type conversion; element i of src (ggml order) goes to element i
+// of dst (ggml order), shapes may differ (cpy, cont, dup, reshaping copies).
+extern "C" __global__ void k_cpy(u8* dst, T4 td, int tyd, const u8* src, T4 ts, int tys) {
+    i64 n = t4_n(ts);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 cs[4], cd[4];
+        t4_coords(ts, i, cs);
+        t4_coords(td, i, cd);
+        const u8* ps = src + t4_off(ts, cs[0], cs[1], cs[2], cs[3]);
+        u8* pd = dst + t4_off(td, cd[0], cd[1], cd[2], cd[3]);
+        if (tys == tyd && tys == T_I32) {
+            *(int*)pd = *(const int*)ps; // exact for all i32 values
+        } else {
+            store_f(pd, tyd, load_f(ps, tys));
+        }
+    }
+}
+
+// Dequantize (or convert) a whole tensor of any supported type into a dense
+// F32 array of the same shape.
+extern "C" __global__ void k_to_f32(float* dst, const u8* src, T4 ts, int tys) {
+    i64 n = t4_n(ts);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        t4_coords(ts, i, c);
+        const u8* row = src + t4_off(ts, 0, c[1], c[2], c[3]);
+        dst[i] = load_row_elem(row, tys, c[0]);
+    }
+}
+
+// get_rows: dst[:, i10, i11, i12] = src[:, ids[i10, i11, i12], i11, i12].
+// One thread per dst element; an id outside [0, src.ne1) sets *err and
+// writes 0.
+extern "C" __global__ void k_get_rows(u8* dst, T4 td, int tyd, const u8* src, T4 ts, int tys,
+                                      const u8* ids, T4 ti, u32* err) {
+    i64 n = t4_n(td);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        t4_coords(td, i, c);
+        int r = *(const int*)(ids + t4_off(ti, c[1], c[2], c[3], 0));
+        u8* pd = dst + t4_off(td, c[0], c[1], c[2], c[3]);
+        if (r < 0 || (i64)r >= ts.ne[1]) {
+            atomicOr(err, 1u);
+            store_f(pd, tyd, 0.0f);
+            continue;
+        }
+        const u8* row = src + t4_off(ts, 0, r, c[2], c[3]);
+        if (tys == T_I32 && tyd == T_I32) {
+            *(int*)pd = ((const int*)row)[c[0]];
+        } else {
+            store_f(pd, tyd, load_row_elem(row, tys, c[0]));
+        }
+    }
+}
+
+// set_rows: dst[:, idx[i01, i02 % ni.ne1, i03 % ni.ne2], i02, i03] = src[:, i01, i02, i03].
+extern "C" __global__ void k_set_rows(u8* dst, T4 td, int tyd, const u8* src, T4 ts, int tys,
+                                      const u8* idx, T4 ti, int tyi, u32* err) {
+    i64 n = t4_n(ts);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        t4_coords(ts, i, c);
+        const u8* pi = idx + t4_off(ti, c[1], c[2] % ti.ne[1], c[3] % ti.ne[2], 0);
+        i64 r = tyi == T_I64 ? *(const i64*)pi : (i64)*(const int*)pi;
+        if (r < 0 || r >= td.ne[1]) {
+            atomicOr(err, 1u);
+            continue;
+        }
+        float v = load_f(src + t4_off(ts, c[0], c[1], c[2], c[3]), tys);
+        store_f(dst + t4_off(td, c[0], r, c[2], c[3]), tyd, v);
+    }
+}
+
+// concat along `dim`; element size `es` (2, 4 or 8 bytes), raw copies.
+extern "C" __global__ void k_concat(u8* dst, T4 td, const u8* a, T4 ta, const u8* b, T4 tb,
+                                    int dim, int es) {
+    i64 n = t4_n(td);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        t4_coords(td, i, c);
+        const u8* ps;
+        if (c[dim] < ta.ne[dim]) {
+            ps = a + t4_off(ta, c[0], c[1], c[2], c[3]);
+        } else {
+            c[dim] -= ta.ne[dim];
+            ps = b + t4_off(tb, c[0], c[1], c[2], c[3]);
+            c[dim] += ta.ne[dim];
+        }
+        u8* pd = dst + t4_off(td, c[0], c[1], c[2], c[3]);
+        for (int k = 0; k < es; k++) {
+            pd[k] = ps[k];
+        }
+    }
+}
+
+// ------------------------------------------------------------- reductions
+
+// One block per row. mode: 0 rms_norm, 1 norm, 2 sum_rows, 3 mean.
+extern "C" __global__ void k_row_reduce(u8* dst, T4 td, const u8* a, T4 ta, int tya, int mode,
+                                        float eps) {
+    __shared__ float sh[32];
+    i64 row = blockIdx.x;
+    i64 i1 = row % ta.ne[1];
+    i64 i2 = (row / ta.ne[1]) % ta.ne[2];
+    i64 i3 = row / (ta.ne[1] * ta.ne[2]);
+    const u8* pa = a + t4_off(ta, 0, i1, i2, i3);
+    i64 ne0 = ta.ne[0];
+    float s = 0.0f;
+    for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
+        float x = load_f(pa + k * ta.nb[0], tya);
+        s += mode == 0 ? x * x : x;
+    }
+    s = block_sum(s, sh);
+    float mean = s / (float)ne0;
+    if (mode >= 2) {
+        if (threadIdx.x == 0) {
+            *(float*)(dst + t4_off(td, 0, i1, i2, i3)) = mode == 2 ? s : mean;
+        }
+        return;
+    }
+    float scale;
+    float shift = 0.0f;
+    if (mode == 0) {
+        scale = 1.0f / sqrtf(mean + eps);
+    } else {
+        shift = mean;
+        float v = 0.0f;
+        for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
+            float x = load_f(pa + k * ta.nb[0], tya) - mean;
+            v += x * x;
+        }
+        v = block_sum(v, sh);
+        scale = 1.0f / sqrtf(v / (float)ne0 + eps);
+    }
+    for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
+        float x = load_f(pa + k * ta.nb[0], tya);
+        *(float*)(dst + t4_off(td, k, i1, i2, i3)) = (x - shift) * scale;
+    }
+}
+
+// argmax of each row (first index of the maximum), one block per row.
+extern "C" __global__ void k_argmax(int* dst, const u8* a, T4 ta, int tya) {
+    __shared__ float shv[1024];
+    __shared__ int shi[1024];
+    i64 row = blockIdx.x;
+    const u8* pa = a + t4_off(ta, 0, row % ta.ne[1], (row / ta.ne[1]) % ta.ne[2],
+                             row / (ta.ne[1] * ta.ne[2]));
+    float best = neg_inf();
+    int bi = -1;
+    for (i64 k = threadIdx.x; k < ta.ne[0]; k += blockDim.x) {
+        float x = load_f(pa + k * ta.nb[0], tya);
+        if (bi < 0 || x > best) {
+            best = x;
+            bi = (int)k;
+        }
+    }
+    shv[threadIdx.x] = best;
+    shi[threadIdx.x] = bi;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            float ov = shv[threadIdx.x + s];
+            int oi = shi[threadIdx.x + s];
+            int mi = shi[threadIdx.x];
+            if (oi >= 0 && (mi < 0 || ov > shv[threadIdx.x] ||
+                            (ov == shv[threadIdx.x] && oi < mi))) {
+                shv[threadIdx.x] = ov;
+                shi[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        dst[row] = shi[0] < 0 ? 0 : shi[0];
+    }
+}
+
+// soft_max_ext, one block per row of `a` (rows = ne1*ne2*ne3):
+// dst = softmax(a*scale + slope*mask) with optional per-head sink logits.
+extern "C" __global__ void k_soft_max(u8* dst, T4 td, const u8* a, T4 ta, int tya,
+                                      const u8* mask, T4 tm, int tym, int has_mask,
+                                      const float* sinks, int has_sinks, float scale,
+                                      float max_bias, float m0, float m1, int n_head_log2) {
+    __shared__ float sh[32];
+    i64 row = blockIdx.x;
+    i64 i1 = row % ta.ne[1];
+    i64 i2 = (row / ta.ne[1]) % ta.ne[2];
+    i64 i3 = row / (ta.ne[1] * ta.ne[2]);
+    const u8* pa = a + t4_off(ta, 0, i1, i2, i3);
+    const u8* pm = has_mask ? mask + t4_off(tm, 0, i1, i2 % tm.ne[2], i3 % tm.ne[3]) : 0;
+    float slope = 1.0f;
+    if (max_bias > 0.0f) {
+        int h = (int)i2;
+        slope = h < n_head_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_head_log2) + 1));
+    }
+    i64 ne0 = ta.ne[0];
+    float mx = neg_inf();
+    for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
+        float w = load_f(pa + k * ta.nb[0], tya) * scale;
+        if (has_mask) {
+            w += slope * load_f(pm + k * tm.nb[0], tym);
+        }
+        mx = fmaxf(mx, w);
+    }
+    mx = block_max(mx, sh);
+    float sink = 0.0f;
+    if (has_sinks) {
+        sink = sinks[i2];
+        mx = fmaxf(mx, sink);
+    }
+    float s = 0.0f;
+    for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
+        float w = load_f(pa + k * ta.nb[0], tya) * scale;
+        if (has_mask) {
+            w += slope * load_f(pm + k * tm.nb[0], tym);
+        }
+        s += expf(w - mx);
+    }
+    s = block_sum(s, sh);
+    if (has_sinks) {
+        s += expf(sink - mx);
+    }
+    float inv = 1.0f / s;
+    for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
+        float w = load_f(pa + k * ta.nb[0], tya) * scale;
+        if (has_mask) {
+            w += slope * load_f(pm + k * tm.nb[0], tym);
+        }
+        *(float*)(dst + t4_off(td, k, i1, i2, i3)) = expf(w - mx) * inv;
+    }
+}
+
+// ------------------------------------------------------------------- rope
+
+// rope_ext, one thread per rotated pair or passed-through element pair:
+// a is [ne0, n_head, n_tokens, ne3], pos I32 [n_tokens]. mode 0 normal,
+// 2 neox. YaRN as ggml's rope_yarn; corr0/corr1 from
+// ggml_rope_yarn_corr_dims, computed on the host.
+extern "C" __global__ void k_rope(u8* dst, T4 td, const u8* a, T4 ta, int tya, const int* pos,
+                                  const float* ff, int has_ff, int n_dims, int mode,
+                                  float theta_scale, float freq_scale, float ext_factor,
+                                  float attn_factor, float corr0, float corr1) {
+    i64 half = td.ne[0] / 2;
+    i64 n = half * td.ne[1] * td.ne[2] * td.ne[3];
+    for (i64 t = gtid(); t < n; t += gstride()) {
+        i64 ip = t % half;
+        i64 r = t / half;
+        i64 i1 = r % td.ne[1];
+        i64 i2 = (r / td.ne[1]) % td.ne[2];
+        i64 i3 = r / (td.ne[1] * td.ne[2]);
+        i64 i0 = 2 * ip;
+        if (i0 >= n_dims) {
+            // pass through, both elements of the pair
+            for (i64 k = i0; k < i0 + 2; k++) {
+                float x = load_f(a + t4_off(ta, k, i1, i2, i3), tya);
+                *(float*)(dst + t4_off(td, k, i1, i2, i3)) = x;
+            }
+            continue;
+        }
+        float theta_extrap = (float)pos[i2] * powf(theta_scale, (float)ip);
+        if (has_ff) {
+            theta_extrap /= ff[ip];
+        }
+        float theta_interp = freq_scale * theta_extrap;
+        float theta = theta_interp;
+        float mscale = attn_factor;
+        if (ext_factor != 0.0f) {
+            float y = ((float)ip - corr0) / fmaxf(0.001f, corr1 - corr0);
+            float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+            float mix = ramp * ext_factor;
+            theta = theta_interp * (1.0f - mix) + theta_extrap * mix;
+            mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+        }
+        float cs = cosf(theta) * mscale;
+        float sn = sinf(theta) * mscale;
+        i64 j0, j1;
+        if (mode == 2) {
+            j0 = ip;
+            j1 = ip + n_dims / 2;
+        } else {
+            j0 = i0;
+            j1 = i0 + 1;
+        }
+        float x0 = load_f(a + t4_off(ta, j0, i1, i2, i3), tya);
+        float x1 = load_f(a + t4_off(ta, j1, i1, i2, i3), tya);
+        *(float*)(dst + t4_off(td, j0, i1, i2, i3)) = x0 * cs - x1 * sn;
+        *(float*)(dst + t4_off(td, j1, i1, i2, i3)) = x0 * sn + x1 * cs;
+    }
+}
+
+// ---------------------------------------------------------------- sorting
+
+// argsort / top_k by counting: the rank of element k in its row is the number
+// of elements that sort before it (ties: lower index first). One thread per
+// source element; writes dst[rank] = k when rank < dst.ne0. O(n^2) per row,
+// meant for router rows (n_expert <= a few hundred).
+extern "C" __global__ void k_rank_sort(u8* dst, T4 td, const u8* a, T4 ta, int tya, int desc) {
+    i64 n = t4_n(ta);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        t4_coords(ta, i, c);
+        const u8* row = a + t4_off(ta, 0, c[1], c[2], c[3]);
+        float x = load_f(row + c[0] * ta.nb[0], tya);
+        i64 rank = 0;
+        for (i64 j = 0; j < ta.ne[0]; j++) {
+            float y = load_f(row + j * ta.nb[0], tya);
+            bool before = desc ? (y > x) : (y < x);
+            if (before || (y == x && j < c[0])) {
+                rank++;
+            }
+        }
+        if (rank < td.ne[0]) {
+            *(int*)(dst + t4_off(td, rank, c[1], c[2], c[3])) = (int)c[0];
+        }
+    }
+}
+
+// add_id: dst[:, i1, i2] = a[:, i1, i2] + b[:, ids[i1, i2]].
+extern "C" __global__ void k_add_id(u8* dst, T4 td, const u8* a, T4 ta, int tya, const u8* b,
+                                    T4 tb, int tyb, const u8* ids, T4 ti, u32* err) {
+    i64 n = t4_n(td);
+    for (i64 i = gtid(); i < n; i += gstride()) {
+        i64 c[4];
+        t4_coords(td, i, c);
+        int e = *(const int*)(ids + t4_off(ti, c[1], c[2], 0, 0));
+        float x = load_f(a + t4_off(ta, c[0], c[1], c[2], c[3]), tya);
+        float y = 0.0f;
+        if (e < 0 || (i64)e >= tb.ne[1]) {
+            atomicOr(err, 1u);
+        } else {
+            y = load_f(b + t4_off(tb, c[0], e, 0, 0), tyb);
+        }
+        *(float*)(dst + t4_off(td, c[0], c[1], c[2], c[3])) = x + y;
+    }
+}
+
+// ------------------------------------------------------------ matrix mult
+
+#define MV_WARPS 4
+
+// Matrix-vector products for small batches: one warp per dst element
+// dst[i0, i1, i2, i3] = dot(a[:, i0, i2 / r2, i3 / r3], b[:, i1, i2, i3]).
+// `a` rows may be quantized (dequantized on the fly); `b` is F32 with dense
+// rows. Grid: (ceil(ne0 / MV_WARPS), ne1, ne2 * ne3), block 32 * MV_WARPS.
+extern "C" __global__ void k_mul_mat_vec(float* dst, T4 td, const u8* a, T4 ta, int tya,
+                                         const u8* b, T4 tb, i64 r2, i64 r3) {
+    i64 i0 = (i64)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    i64 i1 = blockIdx.y;
+    i64 i2 = blockIdx.z % td.ne[2];
+    i64 i3 = blockIdx.z / td.ne[2];
+    if (i0 >= td.ne[0]) {
+        return; // whole warp leaves together
+    }
+    const u8* ra = a + t4_off(ta, 0, i0, i2 / r2, i3 / r3);
+    const float* rb = (const float*)(b + t4_off(tb, 0, i1, i2, i3));
+    float s = 0.0f;
+    for (i64 k = lane; k < ta.ne[0]; k += 32) {
+        s += load_row_elem(ra, tya, k) * rb[k];
+    }
+    s = warp_sum(s);
+    if (lane == 0) {
+        *(float*)((u8*)dst + t4_off(td, i0, i1, i2, i3)) = s;
+    }
+}
+
+// mul_mat_id, one warp per dst element:
+// dst[i0, e, t] = dot(as[:, i0, ids[e, t]], b[:, e % b.ne1, t]).
+// Grid: (ceil(ne0 / MV_WARPS), n_used, n_tokens). Bad ids set *err, give 0.
+extern "C" __global__ void k_mul_mat_id_vec(float* dst, T4 td, const u8* as, T4 ta, int tya,
+                                            const u8* b, T4 tb, const u8* ids, T4 ti,
+                                            u32* err) {
+    i64 i0 = (i64)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    i64 e = blockIdx.y;
+    i64 t = blockIdx.z;
+    if (i0 >= td.ne[0]) {
+        return;
+    }
+    int ex = *(const int*)(ids + t4_off(ti, e, t, 0, 0));
+    float s = 0.0f;
+    if (ex < 0 || (i64)ex >= ta.ne[2]) {
+        if (lane == 0) {
+            atomicOr(err, 1u);
+        }
+    } else {
+        const u8* ra = as + t4_off(ta, 0, i0, ex, 0);
+        const float* rb = (const float*)(b + t4_off(tb, 0, e % tb.ne[1], t, 0));
+        for (i64 k = lane; k < ta.ne[0]; k += 32) {
+            s += load_row_elem(ra, tya, k) * rb[k];
+        }
+        s = warp_sum(s);
+    }
+    if (lane == 0) {
+        *(float*)((u8*)dst + t4_off(td, i0, e, t, 0)) = s;
+    }
+}
+
+#define GT 16
+
+// Tiled GEMM for prompt batches: same contract as k_mul_mat_vec but `a` is
+// F32 or F16 (quantized weights are dequantized to F32 first). Block
+// (GT, GT); grid (ceil(ne0 / GT), ceil(ne1 / GT), ne2 * ne3).
+extern "C" __global__ void k_mul_mat_tiled(float* dst, T4 td, const u8* a, T4 ta, int tya,
+                                           const u8* b, T4 tb, i64 r2, i64 r3) {
+    __shared__ float sa[GT][GT + 1];
+    __shared__ float sb[GT][GT + 1];
+    int tx = threadIdx.x;
+    int ty = threadIdx.y;
+    i64 row0 = (i64)blockIdx.x * GT;
+    i64 col0 = (i64)blockIdx.y * GT;
+    i64 i2 = blockIdx.z % td.ne[2];
+    i64 i3 = blockIdx.z / td.ne[2];
+    i64 K = ta.ne[0];
+    float acc = 0.0f;
+    for (i64 k0 = 0; k0 < K; k0 += GT) {
+        i64 k = k0 + tx;
+        i64 ra = row0 + ty;
+        i64 cb = col0 + ty;
+        float va = 0.0f;
+        float vb = 0.0f;
+        if (k < K && ra < ta.ne[1]) {
+            va = load_f(a + t4_off(ta, k, ra, i2 / r2, i3 / r3), tya);
+        }
+        if (k < K && cb < tb.ne[1]) {
+            vb = *(const float*)(b + t4_off(tb, k, cb, i2, i3));
+        }
+        sa[ty][tx] = va;
+        sb[ty][tx] = vb;
+        __syncthreads();
+        for (int kk = 0; kk < GT; kk++) {
+            acc += sa[tx][kk] * sb[ty][kk];
+        }
+        __syncthreads();
+    }
+    i64 r = row0 + tx;
+    i64 c = col0 + ty;
+    if (r < td.ne[0] && c < td.ne[1]) {
+        *(float*)((u8*)dst + t4_off(td, r, c, i2, i3)) = acc;
+    }
+}

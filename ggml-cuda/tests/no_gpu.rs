@@ -1,0 +1,134 @@
+//! Tests that run everywhere: the clean no-device errors, and the pure parts
+//! of the backend (op support, YaRN dims). On a machine with CUDA the
+//! device tests check the real device instead.
+
+use ggml_core::op::{RopeMode, RopeParams};
+use ggml_core::{Backend, BufferUsage, GgmlType, Graph};
+use ggml_cuda::backend::{rope_yarn_corr_dims, supports_node};
+use ggml_cuda::{cuda_device_count, CudaBackend, NO_DRIVER};
+
+#[test]
+fn new_without_cuda_is_a_clean_no_device_error() {
+    match ggml_cuda::unavailable_reason() {
+        Some(reason) => {
+            let err = CudaBackend::new(0).err().expect("no device here");
+            let msg = err.to_string();
+            println!("CudaBackend::new(0): {msg}");
+            assert!(
+                matches!(err, ggml_core::BackendError::NoDevice(_)),
+                "{err:?}"
+            );
+            assert_eq!(msg, reason);
+            if ggml_cuda::probe_driver().is_err() {
+                assert_eq!(err, ggml_core::BackendError::NoDevice(NO_DRIVER.into()));
+                assert!(cuda_device_count().is_err());
+            }
+        }
+        None => {
+            let be = CudaBackend::new(0).expect("device 0");
+            assert_eq!(be.name(), "CUDA0");
+            assert!(cuda_device_count().unwrap() >= 1);
+            println!(
+                "{}: {} free bytes",
+                be.device_name().unwrap(),
+                be.free_memory().unwrap()
+            );
+            let n = cuda_device_count().unwrap();
+            assert!(matches!(
+                CudaBackend::new(n),
+                Err(ggml_core::BackendError::NoDevice(_))
+            ));
+        }
+    }
+}
+
+#[test]
+fn buffers_and_events_on_a_device() {
+    if let Some(reason) = ggml_cuda::unavailable_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    let be = CudaBackend::new(0).unwrap();
+    let buf = be.alloc_buffer(1000, BufferUsage::Compute).unwrap();
+    assert!(!buf.is_host());
+    assert!(buf.base_ptr().is_none());
+    assert!(be.can_use_buffer(buf.as_ref()));
+    let data: Vec<u8> = (0..100u8).collect();
+    buf.write(900, &data).unwrap();
+    let mut out = vec![0u8; 100];
+    buf.read(900, &mut out).unwrap();
+    assert_eq!(out, data);
+    assert!(buf.write(950, &data).is_err());
+    // async write ordered before a later read
+    let td = ggml_core::TensorData {
+        buffer: buf.clone(),
+        offset: 0,
+    };
+    let src = vec![7u8; 64];
+    be.write_async(&td, 10, &src).unwrap();
+    let ev = be.record_event().unwrap();
+    be.wait_event(&ev).unwrap();
+    be.synchronize().unwrap();
+    let mut out = vec![0u8; 64];
+    buf.read(10, &mut out).unwrap();
+    assert_eq!(out, src);
+    // pinned host memory
+    let pinned = be.alloc_pinned(4096, BufferUsage::Weights).unwrap();
+    assert!(pinned.is_host() && pinned.base_ptr().is_some());
+    pinned.write(0, &data).unwrap();
+    // registration of an existing range: supported or a clean error
+    let bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> =
+        std::sync::Arc::new(vec![1u8; 1 << 20]);
+    match be.register_host(bytes) {
+        Ok(r) => println!(
+            "registered {} bytes (read-only flag: {})",
+            r.len(),
+            r.is_read_only()
+        ),
+        Err(e) => println!("host registration unavailable: {e}"),
+    }
+    assert_eq!(be.read_overhang(), 0);
+}
+
+#[test]
+fn supports_op_is_truthful_about_types() {
+    let mut g = Graph::new();
+    let w = g.new_tensor_2d(GgmlType::Q4K, 256, 8);
+    let w1 = g.new_tensor_2d(GgmlType::Q4_1, 256, 8);
+    let x = g.new_tensor_2d(GgmlType::F32, 256, 3);
+    let mm = g.mul_mat(w, x);
+    let mm1 = g.mul_mat(w1, x);
+    assert!(supports_node(&g, mm));
+    assert!(!supports_node(&g, mm1), "Q4_1 has no CUDA kernel here");
+    let q = g.new_tensor_3d(GgmlType::F32, 64, 4, 2);
+    let fa = g.flash_attn_ext(q, q, q, None, 1.0, 0.0, 0.0);
+    assert!(!supports_node(&g, fa));
+    let pos = g.new_tensor_1d(GgmlType::I32, 2);
+    let p = RopeParams {
+        n_dims: 32,
+        mode: RopeMode::Neox,
+        n_ctx_orig: 4096,
+        freq_base: 10000.0.into(),
+        freq_scale: 1.0.into(),
+        ext_factor: 0.0.into(),
+        attn_factor: 1.0.into(),
+        beta_fast: 32.0.into(),
+        beta_slow: 1.0.into(),
+    };
+    let r = g.rope_ext(q, pos, None, p);
+    assert!(supports_node(&g, r));
+    let dst = g.new_tensor_2d(GgmlType::Q8_0, 64, 8);
+    let src = g.new_tensor_2d(GgmlType::F32, 64, 8);
+    let c = g.cpy(src, dst);
+    assert!(!supports_node(&g, c), "no quantizing copies");
+}
+
+#[test]
+fn yarn_corr_dims_match_ggml() {
+    // ggml_rope_yarn_corr_dims(128, 4096, 10000, 32, 1) = [20, 46]
+    let (a, b) = rope_yarn_corr_dims(128, 4096, 10000.0, 32.0, 1.0);
+    assert_eq!((a, b), (20.0, 46.0));
+    // clamped to [0, n_dims - 1]
+    let (a, b) = rope_yarn_corr_dims(8, 4096, 10000.0, 1e9, 1e-9);
+    assert_eq!((a, b), (0.0, 7.0));
+}

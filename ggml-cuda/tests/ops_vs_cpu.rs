@@ -1,0 +1,529 @@
+//! Every op and type the CUDA backend claims, computed on random inputs on
+//! both `CpuBackend` and `CUDA0` through the graph API, compared by NMSE
+//! (< 1e-6 for F32, < 1e-4 for F16/BF16 and quantized weights). Without a GPU
+//! it prints `skipped: <reason>`. Ops the CPU backend does not implement yet
+//! are reported and skipped (the CPU kernels land on other branches).
+
+use ggml_core::op::{GluOp, RopeMode, RopeParams, SortOrder};
+use ggml_core::tensor::TensorData;
+use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorId};
+use ggml_cuda::CudaBackend;
+
+const F32_TOL: f64 = 1e-6;
+const LOW_TOL: f64 = 1e-4;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// uniform in [-1, 1)
+    fn f(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn f16b(v: f32) -> [u8; 2] {
+    half::f16::from_f32(v).to_le_bytes()
+}
+
+/// Random bytes of a tensor of `ty` with `n` elements: values in [-1, 1)
+/// for plain types, random quants with sane scales for block types.
+fn rand_bytes(r: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
+    match ty {
+        GgmlType::F32 => (0..n).flat_map(|_| r.f().to_le_bytes()).collect(),
+        GgmlType::F16 => (0..n).flat_map(|_| f16b(r.f())).collect(),
+        GgmlType::BF16 => (0..n)
+            .flat_map(|_| half::bf16::from_f32(r.f()).to_le_bytes())
+            .collect(),
+        q => {
+            let nb = n / q.blck_size();
+            let bs = q.type_size();
+            let mut out = vec![0u8; nb * bs];
+            for b in out.chunks_mut(bs) {
+                for x in b.iter_mut() {
+                    *x = r.next() as u8;
+                }
+                let d = 0.002 + 0.01 * r.f().abs();
+                match q {
+                    GgmlType::Q8_0 | GgmlType::Q4_0 => b[0..2].copy_from_slice(&f16b(d)),
+                    GgmlType::Q4K | GgmlType::Q5K => {
+                        b[0..2].copy_from_slice(&f16b(d));
+                        b[2..4].copy_from_slice(&f16b(d * 0.5));
+                    }
+                    GgmlType::Q6K => b[208..210].copy_from_slice(&f16b(d)),
+                    other => panic!("no generator for {other}"),
+                }
+            }
+            out
+        }
+    }
+}
+
+struct Case {
+    name: String,
+    g: Graph,
+    inputs: Vec<(TensorId, Vec<u8>)>,
+    out: TensorId,
+    tol: f64,
+}
+
+/// Builds a case: a graph, random leaf data, one output.
+struct B {
+    g: Graph,
+    r: Rng,
+    inputs: Vec<(TensorId, Vec<u8>)>,
+}
+
+impl B {
+    fn new(seed: u64) -> B {
+        B {
+            g: Graph::new(),
+            r: Rng(seed | 1),
+            inputs: Vec::new(),
+        }
+    }
+    fn rand(&mut self, ty: GgmlType, ne: &[i64]) -> TensorId {
+        let id = self.g.new_tensor(ty, ne);
+        let n = self.g.tensor(id).nelements() as usize;
+        let bytes = rand_bytes(&mut self.r, ty, n);
+        self.inputs.push((id, bytes));
+        id
+    }
+    fn data(&mut self, ty: GgmlType, ne: &[i64], bytes: Vec<u8>) -> TensorId {
+        let id = self.g.new_tensor(ty, ne);
+        self.inputs.push((id, bytes));
+        id
+    }
+    fn i32s(&mut self, ne: &[i64], v: &[i32]) -> TensorId {
+        self.data(
+            GgmlType::I32,
+            ne,
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        )
+    }
+    fn done(mut self, name: impl Into<String>, out: TensorId, tol: f64) -> Case {
+        self.g.build_forward_expand(out);
+        Case {
+            name: name.into(),
+            g: self.g,
+            inputs: self.inputs,
+            out,
+            tol,
+        }
+    }
+}
+
+fn run_on(be: &dyn Backend, c: &Case) -> Result<Vec<f32>, String> {
+    let mut g = c.g.clone();
+    let mut offs = Vec::new();
+    let mut size = 0usize;
+    for id in g.ids() {
+        let t = g.tensor(id);
+        if t.view_src.is_none() {
+            let off = size.div_ceil(256) * 256;
+            size = off + t.nbytes();
+            offs.push((id, off));
+        }
+    }
+    let buf = be
+        .alloc_buffer(size, BufferUsage::Compute)
+        .map_err(|e| e.to_string())?;
+    for (id, off) in offs {
+        g.tensor_mut(id).data = Some(TensorData {
+            buffer: buf.clone(),
+            offset: off,
+        });
+    }
+    for (id, bytes) in &c.inputs {
+        g.write_bytes(*id, bytes).map_err(|e| e.to_string())?;
+    }
+    let nodes = g.nodes().to_vec();
+    be.compute(&g, &nodes).map_err(|e| e.to_string())?;
+    be.synchronize().map_err(|e| e.to_string())?;
+    g.read_f32(c.out).map_err(|e| e.to_string())
+}
+
+fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (a, b) in got.iter().zip(want) {
+        num += (*a as f64 - *b as f64).powi(2);
+        den += (*b as f64).powi(2);
+    }
+    if den == 0.0 {
+        num
+    } else {
+        num / den
+    }
+}
+
+const WEIGHT_TYPES: [GgmlType; 8] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+fn tol_for(ty: GgmlType) -> f64 {
+    if ty == GgmlType::F32 {
+        F32_TOL
+    } else {
+        LOW_TOL
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let mut seed = 1u64;
+    let mut next = || {
+        seed += 1;
+        B::new(seed * 0x9E37_79B9_7F4A_7C15)
+    };
+    // binary ops with broadcasting, F32 and F16 second operands
+    for (name, which) in [("add", 0), ("sub", 1), ("mul", 2), ("div", 3)] {
+        for bty in [GgmlType::F32, GgmlType::F16] {
+            let mut b = next();
+            let x = b.rand(GgmlType::F32, &[16, 6, 3, 2]);
+            let y = b.rand(bty, &[16, 1, 3, 1]);
+            let o = match which {
+                0 => b.g.add(x, y),
+                1 => b.g.sub(x, y),
+                2 => b.g.mul(x, y),
+                _ => b.g.div(x, y),
+            };
+            v.push(b.done(format!("{name} b={bty}"), o, tol_for(bty)));
+        }
+    }
+    // unary ops, on a strided (transposed) source too
+    for name in [
+        "scale", "sqr", "sqrt", "silu", "gelu", "sigmoid", "neg", "relu", "exp",
+    ] {
+        for strided in [false, true] {
+            let mut b = next();
+            let mut x = b.rand(GgmlType::F32, &[33, 7, 2]);
+            if name == "sqrt" {
+                x = b.g.sqr(x);
+            }
+            if strided {
+                x = b.g.transpose(x);
+            }
+            let o = match name {
+                "scale" => b.g.scale_bias(x, 0.5, 0.25),
+                "sqr" => b.g.sqr(x),
+                "sqrt" => b.g.sqrt(x),
+                "silu" => b.g.silu(x),
+                "gelu" => b.g.gelu(x),
+                "sigmoid" => b.g.sigmoid(x),
+                "neg" => b.g.neg(x),
+                "relu" => b.g.relu(x),
+                _ => b.g.exp(x),
+            };
+            v.push(b.done(format!("{name} strided={strided}"), o, F32_TOL));
+        }
+    }
+    // GLUs, fused and split
+    let glus = [
+        ("swiglu", GluOp::Swiglu),
+        ("geglu", GluOp::Geglu),
+        (
+            "swiglu_oai",
+            GluOp::SwigluOai {
+                alpha: 1.702.into(),
+                limit: 0.7.into(),
+            },
+        ),
+    ];
+    for (name, op) in glus {
+        for swapped in [false, true] {
+            let mut b = next();
+            let x = b.rand(GgmlType::F32, &[64, 5, 2]);
+            let o = b.g.glu(x, op, swapped);
+            v.push(b.done(format!("{name} fused swapped={swapped}"), o, F32_TOL));
+        }
+        let mut b = next();
+        let x = b.rand(GgmlType::F32, &[32, 5, 2]);
+        let y = b.rand(GgmlType::F32, &[32, 5, 2]);
+        let o = b.g.glu_split(x, y, op);
+        v.push(b.done(format!("{name} split"), o, F32_TOL));
+    }
+    // row reductions
+    for name in ["rms_norm", "norm", "sum_rows", "mean", "argmax"] {
+        for ne0 in [7i64, 300, 4096] {
+            let mut b = next();
+            let x = b.rand(GgmlType::F32, &[ne0, 5]);
+            let o = match name {
+                "rms_norm" => b.g.rms_norm(x, 1e-6),
+                "norm" => b.g.norm(x, 1e-5),
+                "sum_rows" => b.g.sum_rows(x),
+                "mean" => b.g.mean(x),
+                _ => b.g.argmax(x),
+            };
+            v.push(b.done(format!("{name} ne0={ne0}"), o, F32_TOL));
+        }
+    }
+    // rope: normal/neox, partial dims, freq factors, YaRN
+    for mode in [RopeMode::Normal, RopeMode::Neox] {
+        for (n_dims, ff, ext) in [(64, false, 0.0f32), (32, false, 0.0), (64, true, 1.0)] {
+            let mut b = next();
+            let x = b.rand(GgmlType::F32, &[64, 4, 6]);
+            let pos = b.i32s(&[6], &[0, 1, 7, 100, 1000, 4095]);
+            let f = ff.then(|| {
+                let vals: Vec<u8> = (0..n_dims / 2)
+                    .flat_map(|i| (1.0f32 + i as f32 * 0.1).to_le_bytes())
+                    .collect();
+                b.data(GgmlType::F32, &[n_dims as i64 / 2], vals)
+            });
+            let p = RopeParams {
+                n_dims,
+                mode,
+                n_ctx_orig: 4096,
+                freq_base: 10000.0.into(),
+                freq_scale: if ext != 0.0 { 0.25.into() } else { 1.0.into() },
+                ext_factor: ext.into(),
+                attn_factor: 1.0.into(),
+                beta_fast: 32.0.into(),
+                beta_slow: 1.0.into(),
+            };
+            let o = b.g.rope_ext(x, pos, f, p);
+            v.push(b.done(
+                format!("rope {mode:?} n_dims={n_dims} ff={ff} yarn={ext}"),
+                o,
+                F32_TOL,
+            ));
+        }
+    }
+    // soft_max_ext: plain, F32/F16 masks, ALiBi, sinks
+    for (mask, max_bias, sinks) in [
+        (None, 0.0f32, false),
+        (Some(GgmlType::F32), 0.0, false),
+        (Some(GgmlType::F16), 0.0, false),
+        (Some(GgmlType::F32), 8.0, false),
+        (Some(GgmlType::F16), 0.0, true),
+    ] {
+        let mut b = next();
+        let x = b.rand(GgmlType::F32, &[40, 6, 5]);
+        let m = mask.map(|ty| b.rand(ty, &[40, 8]));
+        let o = b.g.soft_max_ext(x, m, 0.125, max_bias);
+        if sinks {
+            let s = b.rand(GgmlType::F32, &[5]);
+            b.g.soft_max_add_sinks(o, s);
+        }
+        v.push(b.done(
+            format!("soft_max mask={mask:?} max_bias={max_bias} sinks={sinks}"),
+            o,
+            F32_TOL,
+        ));
+    }
+    // get_rows for every weight type
+    for ty in WEIGHT_TYPES {
+        let mut b = next();
+        let a = b.rand(ty, &[256, 10]);
+        let ids = b.i32s(&[4], &[3, 0, 9, 3]);
+        let o = b.g.get_rows(a, ids);
+        v.push(b.done(format!("get_rows {ty}"), o, tol_for(ty)));
+    }
+    // copies: cont of a permuted view, cpy with conversion, dup
+    for (sty, dty) in [
+        (GgmlType::F32, GgmlType::F32),
+        (GgmlType::F32, GgmlType::F16),
+        (GgmlType::F16, GgmlType::F32),
+        (GgmlType::F32, GgmlType::BF16),
+        (GgmlType::BF16, GgmlType::F32),
+    ] {
+        let mut b = next();
+        let x = b.rand(sty, &[12, 5, 3]);
+        let p = b.g.permute(x, [1, 2, 0, 3]);
+        let dst = b.g.new_tensor(dty, &[3, 12, 5]);
+        let o = b.g.cpy(p, dst);
+        let tol = if sty == dty { F32_TOL } else { LOW_TOL };
+        v.push(b.done(format!("cpy permuted {sty}->{dty}"), o, tol));
+    }
+    {
+        let mut b = next();
+        let x = b.rand(GgmlType::F32, &[12, 5, 3]);
+        let t = b.g.transpose(x);
+        let o = b.g.cont(t);
+        v.push(b.done("cont transposed", o, F32_TOL));
+        let mut b = next();
+        let x = b.rand(GgmlType::F16, &[12, 5]);
+        let o = b.g.dup(x);
+        v.push(b.done("dup f16", o, F32_TOL));
+    }
+    // set_rows into F32/F16 with I32/I64 indices
+    for dty in [GgmlType::F32, GgmlType::F16] {
+        for ity in [GgmlType::I32, GgmlType::I64] {
+            let mut b = next();
+            let dst = b.rand(dty, &[16, 10]);
+            let src = b.rand(GgmlType::F32, &[16, 3]);
+            let idx: Vec<u8> = [7i64, 0, 4]
+                .iter()
+                .flat_map(|&i| {
+                    if ity == GgmlType::I64 {
+                        i.to_le_bytes().to_vec()
+                    } else {
+                        (i as i32).to_le_bytes().to_vec()
+                    }
+                })
+                .collect();
+            let ix = b.data(ity, &[3], idx);
+            let o = b.g.set_rows(dst, src, ix);
+            v.push(b.done(format!("set_rows {dty} idx={ity}"), o, tol_for(dty)));
+        }
+    }
+    // concat along each dim
+    for dim in 0..3usize {
+        let mut b = next();
+        let mut ne_b = [6i64, 4, 3];
+        ne_b[dim] = 2;
+        let x = b.rand(GgmlType::F32, &[6, 4, 3]);
+        let y = b.rand(GgmlType::F32, &ne_b);
+        let o = b.g.concat(x, y, dim);
+        v.push(b.done(format!("concat dim={dim}"), o, F32_TOL));
+    }
+    // sorting
+    for (name, k) in [("argsort asc", 0), ("argsort desc", -1), ("top_k", 8)] {
+        let mut b = next();
+        let x = b.rand(GgmlType::F32, &[128, 6]);
+        let o = match k {
+            0 => b.g.argsort(x, SortOrder::Asc),
+            -1 => b.g.argsort(x, SortOrder::Desc),
+            k => b.g.top_k(x, k),
+        };
+        v.push(b.done(name, o, 0.0));
+    }
+    // add_id
+    {
+        let mut b = next();
+        let x = b.rand(GgmlType::F32, &[32, 4, 5]);
+        let bias = b.rand(GgmlType::F32, &[32, 8]);
+        let ids: Vec<i32> = (0..20).map(|i| i * 3 % 8).collect();
+        let ids = b.i32s(&[4, 5], &ids);
+        let o = b.g.add_id(x, bias, ids);
+        v.push(b.done("add_id", o, F32_TOL));
+    }
+    // mul_mat: every weight type, decode and batch sizes, broadcasting,
+    // strided activations
+    for ty in WEIGHT_TYPES {
+        for n in [1i64, 4, 33] {
+            let mut b = next();
+            let a = b.rand(ty, &[512, 24, 2]);
+            let x = b.rand(GgmlType::F32, &[512, n, 4]);
+            let o = b.g.mul_mat(a, x);
+            v.push(b.done(format!("mul_mat {ty} n={n} bcast"), o, tol_for(ty)));
+        }
+        let mut b = next();
+        let a = b.rand(ty, &[256, 20]);
+        let x = b.rand(GgmlType::F32, &[40, 256]);
+        let xt = b.g.transpose(x);
+        let o = b.g.mul_mat(a, xt);
+        v.push(b.done(format!("mul_mat {ty} strided b"), o, tol_for(ty)));
+    }
+    // mul_mat_id: every weight type, b shared (ne1 = 1) or per expert
+    for ty in WEIGHT_TYPES {
+        for (b_ne1, n_tok) in [(1i64, 1i64), (2, 5), (1, 40)] {
+            let mut b = next();
+            let n_used = 2i64;
+            let w = b.rand(ty, &[256, 16, 6]);
+            let x = b.rand(GgmlType::F32, &[256, b_ne1, n_tok]);
+            let ids: Vec<i32> = (0..n_used * n_tok).map(|_| b.r.below(6) as i32).collect();
+            let ids = b.i32s(&[n_used, n_tok], &ids);
+            let o = b.g.mul_mat_id(w, x, ids);
+            v.push(b.done(
+                format!("mul_mat_id {ty} b.ne1={b_ne1} tokens={n_tok}"),
+                o,
+                tol_for(ty),
+            ));
+        }
+    }
+    v
+}
+
+#[test]
+fn ops_match_cpu() {
+    if let Some(reason) = ggml_cuda::unavailable_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    let gpu = CudaBackend::new(0).expect("CUDA device 0");
+    let cpu = CpuBackend::new(2);
+    let (mut passed, mut skipped) = (0, 0);
+    let mut failures = Vec::new();
+    for c in cases() {
+        let nodes = c.g.nodes().to_vec();
+        if let Some(&n) = nodes.iter().find(|&&n| !gpu.supports_op(&c.g, n)) {
+            failures.push(format!(
+                "{}: CUDA does not claim {}",
+                c.name,
+                c.g.tensor(n).op.name()
+            ));
+            continue;
+        }
+        if let Some(&n) = nodes.iter().find(|&&n| !cpu.supports_op(&c.g, n)) {
+            println!(
+                "skipped {}: the CPU backend lacks {}",
+                c.name,
+                c.g.tensor(n).op.name()
+            );
+            skipped += 1;
+            continue;
+        }
+        let want = run_on(&cpu, &c);
+        let got = run_on(&gpu, &c);
+        match (got, want) {
+            (Ok(got), Ok(want)) => {
+                let e = nmse(&got, &want);
+                let finite = got.iter().all(|x| x.is_finite());
+                if e <= c.tol && finite && got.len() == want.len() {
+                    passed += 1;
+                } else {
+                    failures.push(format!("{}: NMSE {e:.3e} > {:.0e}", c.name, c.tol));
+                }
+            }
+            (Err(e), _) => failures.push(format!("{}: CUDA error: {e}", c.name)),
+            (_, Err(e)) => {
+                println!("skipped {}: CPU error: {e}", c.name);
+                skipped += 1;
+            }
+        }
+    }
+    println!(
+        "ops_vs_cpu: {passed} passed, {} failed, {skipped} skipped (CPU lacks the op)",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn bad_expert_id_is_an_error_not_a_read() {
+    if let Some(reason) = ggml_cuda::unavailable_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    let gpu = CudaBackend::new(0).expect("CUDA device 0");
+    let mut b = B::new(99);
+    let w = b.rand(GgmlType::Q8_0, &[64, 8, 4]);
+    let x = b.rand(GgmlType::F32, &[64, 1, 2]);
+    let ids = b.i32s(&[2, 2], &[0, 4, 1, -1]);
+    let o = b.g.mul_mat_id(w, x, ids);
+    let c = b.done("bad ids", o, 0.0);
+    let err = run_on(&gpu, &c).expect_err("out-of-range ids must fail");
+    assert!(err.contains("out of range"), "{err}");
+    // the backend stays usable
+    let mut b = B::new(7);
+    let a = b.rand(GgmlType::F32, &[8, 2]);
+    let y = b.rand(GgmlType::F32, &[8, 2]);
+    let o = b.g.add(a, y);
+    let c = b.done("after", o, 0.0);
+    run_on(&gpu, &c).expect("backend usable after an id error");
+}
