@@ -193,11 +193,12 @@ pub fn supported_types() -> Vec<&'static str> {
         .collect()
 }
 
-/// Whether this build can quantize to `ty`.
-fn quantize_supported(_ty: GgmlType) -> bool {
-    // TODO(quants): use ggml_core::quants::cpu_traits(ty).from_float once
-    // the quants branch is in main.
-    false
+/// Whether this build can quantize to `ty` (every block type with a CPU
+/// quantizer, except the activation-only Q8_1 / Q8_K).
+fn quantize_supported(ty: GgmlType) -> bool {
+    ty.is_quantized()
+        && !matches!(ty, GgmlType::Q8_1 | GgmlType::Q8K)
+        && ggml_core::quants::cpu_traits(ty).is_some()
 }
 
 /// llama.cpp's `general.file_type` for a model whose matrices are all `ty`.
@@ -303,25 +304,90 @@ fn convert(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
                 d.copy_from_slice(&half::bf16::from_f32(s).to_le_bytes());
             }
         }
-        // TODO(quants): (ggml_core::quants::cpu_traits(ty).unwrap().from_float)(src, dst)
-        _ => unreachable!("validate() rejects types without a quantizer"),
+        _ => {
+            let t = ggml_core::quants::cpu_traits(ty).expect("validate() checked the type");
+            (t.from_float)(src, dst)
+        }
+    }
+}
+
+/// Quantized tensors larger than this are assembled from pools of
+/// quantized blocks (see [`fill`]).
+pub const POOL_MIN_ELEMENTS: usize = 8 << 20;
+/// Elements per pool (4096 blocks of 256).
+const POOL_ELEMENTS: usize = 1 << 20;
+
+/// The distinct row scales of an init (for pools), `None` if too many.
+fn pool_scales(init: &Init) -> Option<(f32, Vec<f32>)> {
+    match init {
+        Init::Uniform(sd) => Some((*sd, vec![1.0])),
+        Init::RowScaled(sd, rows) => {
+            let mut v: Vec<f32> = Vec::new();
+            for r in rows {
+                if !v.contains(r) {
+                    if v.len() == 8 {
+                        return None;
+                    }
+                    v.push(*r);
+                }
+            }
+            Some((*sd, v))
+        }
+        Init::Ones(_) => None,
     }
 }
 
 /// Fill one tensor's bytes in parallel; `done` counts elements finished.
+///
+/// Small tensors, and all float ones, are drawn and converted value by
+/// value. Quantizing 10^9 values with the K-quant reference quantizers
+/// takes minutes on two cores, so a quantized tensor of more than
+/// [`POOL_MIN_ELEMENTS`] is assembled from blocks picked at random from a
+/// pool of 2^20 values quantized once (one pool per distinct row scale):
+/// same shapes, bytes, value statistics and compute cost, in seconds.
 fn fill(spec: &Spec, seed: u64, n_threads: usize, done: &AtomicUsize) -> Result<Vec<u8>> {
     let n: usize = spec.ne.iter().product::<i64>() as usize;
     let ne0 = spec.ne[0] as usize;
-    let nbytes = spec
-        .ty
+    let ty = spec.ty;
+    let nbytes = ty
         .row_size(n as u64)
-        .with_context(|| format!("{}: {} elements do not fit {}", spec.name, n, spec.ty))?;
-    let chunk_bytes = spec
-        .ty
+        .with_context(|| format!("{}: {} elements do not fit {}", spec.name, n, ty))?;
+    let chunk_bytes = ty
         .row_size(CHUNK as u64)
         .expect("CHUNK is a multiple of every block size");
-    let mut out = vec![0u8; nbytes];
     let tseed = hash_str(seed, &spec.name);
+
+    // pools of quantized blocks, one per distinct row scale
+    let mut pools: Vec<(f32, Vec<u8>)> = Vec::new();
+    if ty.is_quantized() && n > POOL_MIN_ELEMENTS {
+        if let Some((sd, scales)) = pool_scales(&spec.init) {
+            let scratch = AtomicUsize::new(0);
+            for (k, sc) in scales.into_iter().enumerate() {
+                let pool_spec = Spec {
+                    name: format!("{}#pool{k}", spec.name),
+                    ne: vec![POOL_ELEMENTS as i64],
+                    ty,
+                    init: Init::Uniform(sd * sc),
+                };
+                pools.push((sc, fill(&pool_spec, seed, n_threads, &scratch)?));
+            }
+        }
+    }
+    let pool_of_row = |row: usize| -> &[u8] {
+        let sc = match &spec.init {
+            Init::RowScaled(_, rows) => rows[row],
+            _ => 1.0,
+        };
+        &pools
+            .iter()
+            .find(|p| p.0 == sc)
+            .expect("a pool for every scale")
+            .1
+    };
+    let (blck, ts) = (ty.blck_size(), ty.type_size());
+    let pool_blocks = (POOL_ELEMENTS / blck) as u64;
+
+    let mut out = vec![0u8; nbytes];
     {
         let work = Mutex::new(out.chunks_mut(chunk_bytes).enumerate());
         std::thread::scope(|s| {
@@ -335,8 +401,17 @@ fn fill(spec: &Spec, seed: u64, n_threads: usize, done: &AtomicUsize) -> Result<
                         };
                         let start = ci * CHUNK;
                         let len = CHUNK.min(n - start);
-                        let vals = &mut buf[..len];
                         let mut rng = Rng(tseed ^ (ci as u64).wrapping_mul(0xa076_1d64_78bd_642f));
+                        if !pools.is_empty() {
+                            for (b, d) in dst.chunks_exact_mut(ts).enumerate() {
+                                let pool = pool_of_row((start + b * blck) / ne0);
+                                let k = (rng.next() % pool_blocks) as usize;
+                                d.copy_from_slice(&pool[k * ts..(k + 1) * ts]);
+                            }
+                            done.fetch_add(len, Ordering::Relaxed);
+                            continue;
+                        }
+                        let vals = &mut buf[..len];
                         for pair in vals.chunks_mut(2) {
                             let (a, b) = rng.pair();
                             pair[0] = a;
@@ -355,7 +430,7 @@ fn fill(spec: &Spec, seed: u64, n_threads: usize, done: &AtomicUsize) -> Result<
                                 }
                             }
                         }
-                        convert(spec.ty, vals, dst);
+                        convert(ty, vals, dst);
                         done.fetch_add(len, Ordering::Relaxed);
                     }
                 });
