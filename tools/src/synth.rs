@@ -27,7 +27,7 @@ pub const SYNTH_ARCHS: &[&str] = &["qwen3moe"];
 
 /// Bumped whenever the generator's output changes, so cached default
 /// models are regenerated.
-pub const GENERATOR_VERSION: u32 = 1;
+pub const GENERATOR_VERSION: u32 = 2;
 
 /// The shape and type of a synthetic model.
 #[derive(Clone, Debug, PartialEq)]
@@ -475,8 +475,9 @@ fn specs(p: &SynthParams, vocab: &SynthVocab) -> Vec<Spec> {
         .classes
         .iter()
         .map(|c| match c {
-            TokenClass::Word => 1.0,
-            TokenClass::Printable => 0.7,
+            TokenClass::SpaceWord => 1.0,
+            TokenClass::Word => 0.8,
+            TokenClass::Printable => 0.6,
             TokenClass::OtherByte => 0.15,
             TokenClass::Special => 0.05,
         })
@@ -534,15 +535,6 @@ fn specs(p: &SynthParams, vocab: &SynthVocab) -> Vec<Spec> {
     out
 }
 
-/// Total elements of the model's tensors (for progress and size estimates).
-pub fn n_elements(p: &SynthParams) -> u64 {
-    let vocab = SynthVocab::build(p.n_merges, p.n_vocab);
-    specs(p, &vocab)
-        .iter()
-        .map(|s| s.ne.iter().product::<i64>() as u64)
-        .sum()
-}
-
 /// Build the model in memory. `progress` is called from this thread with
 /// the fraction of elements generated.
 pub fn synthesize(p: &SynthParams, progress: &mut dyn FnMut(f32)) -> Result<GgufWriter> {
@@ -588,8 +580,8 @@ pub fn synthesize(p: &SynthParams, progress: &mut dyn FnMut(f32)) -> Result<Gguf
         .sum();
     let n_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let done = AtomicUsize::new(0);
-    let result: Mutex<Result<Vec<(String, Vec<i64>, GgmlType, Vec<u8>)>>> =
-        Mutex::new(Ok(Vec::new()));
+    type Tensors = Vec<(String, Vec<i64>, GgmlType, Vec<u8>)>;
+    let result: Mutex<Result<Tensors>> = Mutex::new(Ok(Vec::new()));
     let finished = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {

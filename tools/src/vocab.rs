@@ -15,7 +15,9 @@ pub const TOKEN_TYPE_CONTROL: i32 = 3;
 /// words and printable characters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenClass {
-    /// A merged token (two or more bytes: word pieces).
+    /// A merged token that starts with a space (a word start: " the").
+    SpaceWord,
+    /// Another merged token (a word piece: "ing").
     Word,
     /// A single printable ASCII byte (letters, digits, punctuation, space).
     Printable,
@@ -175,8 +177,12 @@ impl SynthVocab {
             merges.push(format!("{l} {r}"));
             if !index.contains_key(&joined) {
                 index.insert(joined.clone(), tokens.len());
+                classes.push(if joined.starts_with('\u{120}') {
+                    TokenClass::SpaceWord
+                } else {
+                    TokenClass::Word
+                });
                 tokens.push(joined);
-                classes.push(TokenClass::Word);
             }
         }
         let mut token_types = vec![TOKEN_TYPE_NORMAL; tokens.len()];

@@ -221,9 +221,11 @@ fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
         (a.embd / 4).max(2)
     });
     let heads = a.heads.unwrap_or((a.embd / head_dim.max(1)).max(1));
-    let heads_kv = a
-        .heads_kv
-        .unwrap_or(if heads % 4 == 0 { heads / 4 } else { heads });
+    let heads_kv = a.heads_kv.unwrap_or(if heads.is_multiple_of(4) {
+        heads / 4
+    } else {
+        heads
+    });
     let p = SynthParams {
         arch: a.arch.clone(),
         n_layer: a.layers,
