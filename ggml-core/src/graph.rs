@@ -448,6 +448,11 @@ impl Graph {
     pub fn set_rows(&mut self, a: TensorId, b: TensorId, c: TensorId) -> TensorId {
         let (at, bt, ct) = (self.tensor(a), self.tensor(b), self.tensor(c));
         assert_eq!(at.ne[0], bt.ne[0], "set_rows: row lengths differ");
+        assert!(
+            at.ne[2] == bt.ne[2] && at.ne[3] == bt.ne[3],
+            "set_rows: planes of source and destination differ"
+        );
+        assert_eq!(ct.ne[3], 1, "set_rows: 3-d indices");
         assert_eq!(bt.ne[1], ct.ne[0], "set_rows: one index per source row");
         assert!(
             matches!(ct.ty, GgmlType::I32 | GgmlType::I64),

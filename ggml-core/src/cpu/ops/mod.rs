@@ -8,7 +8,18 @@ use crate::graph::Graph;
 use crate::op::Op;
 use crate::tensor::TensorId;
 
+mod concat;
+mod copy;
 mod elementwise;
+mod flash_attn;
+mod glu;
+mod norm;
+mod reduce;
+mod rope;
+mod set_rows;
+mod softmax;
+mod sort;
+mod unary;
 
 /// What a kernel needs: the pool, the graph, and which buffers the running
 /// backend may touch.
@@ -84,6 +95,17 @@ pub fn supports(g: &Graph, node: TensorId) -> bool {
     match t.op {
         Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => true,
         Op::Add | Op::Sub | Op::Mul | Op::Div => elementwise::supports_binary(g, node),
+        Op::Scale { .. } | Op::Sqr | Op::Sqrt | Op::Unary(_) => elementwise::supports_map(g, node),
+        Op::Dup | Op::Cont | Op::Cpy => copy::supports_copy(g, node),
+        Op::Glu { .. } => glu::supports(g, node),
+        Op::RmsNorm { .. } | Op::Norm { .. } => norm::supports(g, node),
+        Op::SumRows | Op::Mean | Op::Argmax => reduce::supports(g, node),
+        Op::Argsort(_) | Op::TopK { .. } => sort::supports(g, node),
+        Op::SoftMaxExt { .. } => softmax::supports(g, node),
+        Op::RopeExt(_) => rope::supports(g, node),
+        Op::SetRows => set_rows::supports(g, node),
+        Op::Concat { .. } => concat::supports(g, node),
+        Op::FlashAttnExt { .. } => flash_attn::supports(g, node),
         _ => false,
     }
 }
@@ -94,6 +116,18 @@ pub fn compute_node(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendE
     match t.op {
         Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => Ok(()),
         Op::Add | Op::Sub | Op::Mul | Op::Div => elementwise::binary(ctx, node),
+        Op::Scale { .. } | Op::Sqr | Op::Sqrt => elementwise::map(ctx, node),
+        Op::Unary(_) => unary::unary(ctx, node),
+        Op::Dup | Op::Cont | Op::Cpy => copy::copy(ctx, node),
+        Op::Glu { .. } => glu::glu(ctx, node),
+        Op::RmsNorm { .. } | Op::Norm { .. } => norm::norm(ctx, node),
+        Op::SumRows | Op::Mean | Op::Argmax => reduce::reduce(ctx, node),
+        Op::Argsort(_) | Op::TopK { .. } => sort::sort(ctx, node),
+        Op::SoftMaxExt { .. } => softmax::soft_max(ctx, node),
+        Op::RopeExt(_) => rope::rope(ctx, node),
+        Op::SetRows => set_rows::set_rows(ctx, node),
+        Op::Concat { .. } => concat::concat(ctx, node),
+        Op::FlashAttnExt { .. } => flash_attn::flash_attn(ctx, node),
         op => Err(BackendError::Unsupported(format!(
             "op {} on {} (tensor '{}')",
             op.name(),

@@ -1,0 +1,172 @@
+//! `flash_attn_ext`: fused `softmax(scale * q·k + slope * mask) · v` per
+//! query row with an online softmax, as ggml's CPU kernel: GQA broadcast of
+//! k/v heads, optional F16/F32 mask (broadcast over dims 2 and 3, rows ≥ the
+//! query rows), ALiBi `max_bias`, logit `softcap`, optional sinks (src 4).
+//! Output `[dv, n_head, n_q, ne3]` (ggml's permuted layout).
+//!
+//! As ggml, q is rounded to F16 before the dot products when k is F16.
+//! Unlike ggml (which accumulates an F16 v in F16), the weighted sum of v
+//! is accumulated in f32.
+
+use super::copy::{is_float, load_row, load_row_at, min_rows, store_row};
+use super::softmax::alibi_slope;
+use super::ComputeCtx;
+use crate::backend::BackendError;
+use crate::graph::Graph;
+use crate::op::Op;
+use crate::tensor::TensorId;
+use crate::types::GgmlType;
+
+/// F32 dst; float q/k/v/mask of any strides with ggml's shapes.
+pub(super) fn supports(g: &Graph, node: TensorId) -> bool {
+    let t = g.tensor(node);
+    let (q, k, v) = (g.tensor(t.src[0]), g.tensor(t.src[1]), g.tensor(t.src[2]));
+    let shapes = q.ne[0] == k.ne[0]
+        && k.ne[1] == v.ne[1]
+        && k.ne[2] == v.ne[2]
+        && k.ne[3] == v.ne[3]
+        && k.ne[2] > 0
+        && k.ne[3] > 0
+        && q.ne[2] % k.ne[2] == 0
+        && q.ne[3] % k.ne[3] == 0
+        && t.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]];
+    let mask_ok = t.src.get(3).is_none_or(|&m| {
+        let m = g.tensor(m);
+        is_float(m.ty)
+            && m.ne[0] >= k.ne[1]
+            && m.ne[1] >= q.ne[1]
+            && m.ne[2] > 0
+            && m.ne[3] > 0
+            && q.ne[2] % m.ne[2] == 0
+            && q.ne[3] % m.ne[3] == 0
+    });
+    let sinks_ok = t.src.get(4).is_none_or(|&s| {
+        let s = g.tensor(s);
+        s.ty == GgmlType::F32 && s.ne[0] >= q.ne[2]
+    });
+    t.ty == GgmlType::F32
+        && is_float(q.ty)
+        && is_float(k.ty)
+        && is_float(v.ty)
+        && shapes
+        && mask_ok
+        && sinks_ok
+}
+
+/// Compute a `flash_attn_ext` node.
+pub(super) fn flash_attn(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendError> {
+    let Op::FlashAttnExt {
+        scale,
+        max_bias,
+        softcap,
+    } = ctx.g.tensor(node).op
+    else {
+        return Err(BackendError::Unsupported("flash_attn: wrong node".into()));
+    };
+    if !supports(ctx.g, node) {
+        return Err(BackendError::Unsupported(format!(
+            "flash_attn_ext '{}': types or shapes",
+            ctx.g.tensor(node).name
+        )));
+    }
+    let (mut scale, max_bias, softcap) = (scale.get(), max_bias.get(), softcap.get());
+    if softcap != 0.0 {
+        scale /= softcap;
+    }
+    let (dst, src) = ctx.views(node)?;
+    let (q, k, v) = (src[0], src[1], src[2]);
+    let mask = src.get(3).copied();
+    let sinks = src.get(4).copied();
+    let (dk, dv, n_kv) = (q.ne[0], v.ne[0], k.ne[1]);
+    let (n_q, n_head, ne3) = (q.ne[1], q.ne[2], q.ne[3]);
+    let (rk2, rk3) = (n_head / k.ne[2], ne3 / k.ne[3]);
+    let round_q = k.ty == GgmlType::F16;
+    let rows = n_q * n_head * ne3;
+    ctx.pool
+        .for_ranges(rows, min_rows(n_kv * (dk + dv)), &|range| {
+            let mut qr = vec![0f32; dk];
+            let mut kr = vec![0f32; dk];
+            let mut vr = vec![0f32; dv];
+            let mut mr = vec![0f32; if mask.is_some() { n_kv } else { 0 }];
+            let mut acc = vec![0f32; dv];
+            for r in range {
+                // row order of dst: head fastest, then query, then ne3
+                let iq2 = r % n_head;
+                let iq1 = (r / n_head) % n_q;
+                let iq3 = r / (n_head * n_q);
+                let (ik2, ik3) = (iq2 / rk2, iq3 / rk3);
+                let slope = alibi_slope(max_bias, n_head as u32, iq2 as u32);
+                // SAFETY: every coordinate below is within its view's shape
+                // (checked by `supports`); rows go to scratch vectors.
+                unsafe {
+                    load_row(&q, iq1, iq2, iq3, &mut qr);
+                    if let Some(m) = &mask {
+                        load_row_at(m, 0, iq1, iq2 % m.ne[2], iq3 % m.ne[3], &mut mr);
+                    }
+                }
+                if round_q {
+                    for x in qr.iter_mut() {
+                        *x = half::f16::from_f32(*x).to_f32();
+                    }
+                }
+                let mut m_run = f32::NEG_INFINITY;
+                let mut s_run = 0f32;
+                acc.fill(0.0);
+                for ic in 0..n_kv {
+                    let mv = mr.get(ic).map_or(0.0, |&m| slope * m);
+                    if mv == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    // SAFETY: ic < n_kv, (ik2, ik3) within k's and v's shapes.
+                    unsafe { load_row(&k, ic, ik2, ik3, &mut kr) };
+                    let mut dot = 0f64;
+                    for (a, b) in qr.iter().zip(&kr) {
+                        dot += (*a * *b) as f64;
+                    }
+                    let mut s = dot as f32 * scale;
+                    if softcap != 0.0 {
+                        s = softcap * s.tanh();
+                    }
+                    s += mv;
+                    let (mut ms, mut vs) = (1f32, 1f32);
+                    if s > m_run {
+                        let old = m_run;
+                        m_run = s;
+                        ms = (old - m_run).exp();
+                        for a in acc.iter_mut() {
+                            *a *= ms;
+                        }
+                    } else {
+                        vs = (s - m_run).exp();
+                    }
+                    // SAFETY: as above.
+                    unsafe { load_row(&v, ic, ik2, ik3, &mut vr) };
+                    for (a, &x) in acc.iter_mut().zip(&vr) {
+                        *a += x * vs;
+                    }
+                    s_run = s_run * ms + vs;
+                }
+                if let Some(sk) = &sinks {
+                    // SAFETY: iq2 < n_head <= sinks.ne[0].
+                    let s = unsafe { sk.get_f32(iq2, 0, 0, 0) };
+                    let (mut ms, mut vs) = (1f32, 1f32);
+                    if s > m_run {
+                        ms = (m_run - s).exp();
+                        for a in acc.iter_mut() {
+                            *a *= ms;
+                        }
+                    } else {
+                        vs = (s - m_run).exp();
+                    }
+                    s_run = s_run * ms + vs;
+                }
+                let inv = if s_run == 0.0 { 0.0 } else { 1.0 / s_run };
+                for a in acc.iter_mut() {
+                    *a *= inv;
+                }
+                // SAFETY: dst is [dv, n_head, n_q, ne3].
+                unsafe { store_row(&dst, iq2, iq1, iq3, &acc) };
+            }
+        });
+    Ok(())
+}
