@@ -180,13 +180,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn vec_dot_matches_scalar_and_reference(ti in 0usize..18, nb in 1usize..5, seed in any::<u64>()) {
+    fn quants_vec_dot_matches_scalar_and_reference(ti in 0usize..18, nb in 1usize..5, seed in any::<u64>()) {
         check(ti, nb, seed)?;
     }
 }
 
 #[test]
-fn every_type_many_seeds() {
+fn quants_every_type_many_seeds() {
     for ti in 0..types().len() {
         for seed in 0..200u64 {
             check(ti, 1 + (seed % 4) as usize, seed).unwrap();
@@ -195,7 +195,7 @@ fn every_type_many_seeds() {
 }
 
 #[test]
-fn lengths_are_checked() {
+fn quants_lengths_are_checked() {
     let tr = cpu_traits(T::Q4K).unwrap();
     let x = vec![0u8; 144];
     let y = vec![0u8; 292];

@@ -7,7 +7,7 @@ use ggml_core::GgmlType;
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/quants");
 
 #[test]
-fn fixtures_dequantize_bit_exact() {
+fn quants_fixtures_dequantize_bit_exact() {
     let index = std::fs::read_to_string(format!("{DATA}/index.tsv")).expect("index.tsv");
     let mut lines = index.lines();
     let header: Vec<&str> = lines.next().unwrap().split('\t').collect();

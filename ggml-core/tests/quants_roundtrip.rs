@@ -71,7 +71,7 @@ fn rel_rmse(x: &[f32], y: &[f32]) -> f64 {
 const N: usize = 16 * 256;
 
 #[test]
-fn gaussian_round_trip_within_bounds() {
+fn quants_gaussian_round_trip_within_bounds() {
     let mut rng = Rng(42);
     let x: Vec<f32> = (0..N).map(|_| rng.gauss()).collect();
     let mut failures = Vec::new();
@@ -86,7 +86,7 @@ fn gaussian_round_trip_within_bounds() {
 }
 
 #[test]
-fn all_zeros_round_trip_to_zeros() {
+fn quants_all_zeros_round_trip_to_zeros() {
     let x = vec![0f32; N];
     for &(ty, _) in BOUNDS {
         let y = round_trip(ty, &x);
@@ -95,7 +95,7 @@ fn all_zeros_round_trip_to_zeros() {
 }
 
 #[test]
-fn one_huge_value_is_kept() {
+fn quants_one_huge_value_is_kept() {
     // one value 1e4 (inside f16 range) in Gaussian data: the huge value is
     // reconstructed within the type's resolution, everything stays finite,
     // and the other blocks are unaffected.
@@ -114,7 +114,7 @@ fn one_huge_value_is_kept() {
 }
 
 #[test]
-fn small_values_keep_relative_accuracy() {
+fn quants_small_values_keep_relative_accuracy() {
     // values ~1e-3: scales far below 1 but normal in f16
     let mut rng = Rng(9);
     let x: Vec<f32> = (0..N).map(|_| 1e-3 * rng.gauss()).collect();
@@ -125,7 +125,7 @@ fn small_values_keep_relative_accuracy() {
 }
 
 #[test]
-fn tiny_values_give_finite_bounded_output() {
+fn quants_tiny_values_give_finite_bounded_output() {
     // far below the f16 scale range: the f16-scaled types flush to zero
     // (as ggml), the others keep some resolution; nothing may be NaN/inf or
     // exceed the input's magnitude by more than rounding.
@@ -148,7 +148,7 @@ fn tiny_values_give_finite_bounded_output() {
 }
 
 #[test]
-fn extreme_inputs_do_not_panic() {
+fn quants_extreme_inputs_do_not_panic() {
     // Beyond the range of a type's f16 scale the result is what ggml gives
     // (an infinite scale, so inf/NaN values); the quantizers must not panic.
     let mut rng = Rng(13);

@@ -5,6 +5,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::block::{impl_block, row, row_exact, row_exact_mut};
+use super::cpu_features::dispatch;
 use super::q8_0::BlockQ8_0;
 use crate::types::GgmlType;
 
@@ -157,7 +158,16 @@ pub(crate) fn group_dot(qs: &[u8; 16], q8: &[i8]) -> i32 {
 
 /// Scalar `ggml_vec_dot_iq4_nl_q8_0`. Panics when a row is shorter than `n` elements.
 pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_scalar(row::<BlockIq4Nl>(x, n), row::<BlockQ8_0>(y, n))
+}
+
+/// `ggml_vec_dot_iq4_nl_q8_0`, AVX2 when available. Panics as [`vec_dot_scalar`].
+pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockIq4Nl>(x, n), row::<BlockQ8_0>(y, n));
+    dispatch!(super::avx2::lut4::dot_iq4_nl_q8_0, dot_scalar, (x, y))
+}
+
+fn dot_scalar(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
         sumf += bx.d.to_f32() * by.d.to_f32() * group_dot(&bx.qs, &by.qs) as f32;

@@ -5,6 +5,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::block::{impl_block, row, row_exact, row_exact_mut};
+use super::cpu_features::dispatch;
 use super::iq4_nl::{group_dot, iq4_group_scale, iq4_indices, pack_nibbles, KVALUES_IQ4NL};
 use super::k_quants::q8_k::BlockQ8K;
 use super::k_quants::QK_K;
@@ -97,7 +98,16 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
 
 /// Scalar `ggml_vec_dot_iq4_xs_q8_K`. Panics when a row is shorter than `n` elements.
 pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_scalar(row::<BlockIq4Xs>(x, n), row::<BlockQ8K>(y, n))
+}
+
+/// `ggml_vec_dot_iq4_xs_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
+pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockIq4Xs>(x, n), row::<BlockQ8K>(y, n));
+    dispatch!(super::avx2::lut4::dot_iq4_xs_q8_k, dot_scalar, (x, y))
+}
+
+fn dot_scalar(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
         let sc = sub_scales(bx);

@@ -9,7 +9,7 @@
 //! ggml's reference rounding; the dots accumulate integers per block and
 //! scale once per block, as ggml's scalar `ggml_vec_dot_*`. AVX2/FMA/F16C
 //! kernels (chosen at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q4_K,
-//! Q5_K and Q6_K; the other types use the scalar dot.
+//! Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; the other types use the scalar dot.
 //!
 //! # Lengths
 //! These are internal kernels called with checked shapes, but they check
@@ -142,9 +142,9 @@ static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd);
 static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd);
 static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd);
 static Q8K: CpuTypeTraits = traits!(Q8K, Q8K, k_quants::q8_k);
-static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl);
-static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs);
-static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4);
+static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd);
+static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd);
+static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd);
 
 /// The CPU traits of `ty`, or `None` for types without CPU kernels here
 /// (the integer types and F64).

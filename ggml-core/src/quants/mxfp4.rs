@@ -3,6 +3,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::block::{impl_block, row, row_exact, row_exact_mut};
+use super::cpu_features::dispatch;
 use super::q8_0::BlockQ8_0;
 use crate::types::GgmlType;
 
@@ -83,7 +84,16 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
 
 /// Scalar `ggml_vec_dot_mxfp4_q8_0`. Panics when a row is shorter than `n` elements.
 pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_scalar(row::<BlockMxfp4>(x, n), row::<BlockQ8_0>(y, n))
+}
+
+/// `ggml_vec_dot_mxfp4_q8_0`, AVX2 when available. Panics as [`vec_dot_scalar`].
+pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockMxfp4>(x, n), row::<BlockQ8_0>(y, n));
+    dispatch!(super::avx2::lut4::dot_mxfp4_q8_0, dot_scalar, (x, y))
+}
+
+fn dot_scalar(x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
         let mut sumi = 0i32;

@@ -10,7 +10,7 @@ use crate::quants::q8_0::BlockQ8_0;
 /// for every quantizer output: Q8 activations are in -127..=127); `x` may.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
+pub(crate) unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
     // |x| as unsigned bytes (128 for -128) times y with x's sign: exact,
     // and each pair sum is at most 2·128·127 < 2^15, so no saturation.
     let ax = _mm256_sign_epi8(x, x);

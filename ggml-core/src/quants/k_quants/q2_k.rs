@@ -139,12 +139,17 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
             .map(|(&sc, &bs)| (sc >> 4) as i32 * bs as i32)
             .sum();
         let mut isum = 0i32;
+        // sub-block s = 8n + 2j + h holds elements 128n + 32j + 16h + l,
+        // bits 2j of qs[32n + 16h + l]
         for s in 0..QK_K / 16 {
-            let mut isuml = 0i32;
-            for l in 0..16 {
-                let e = 16 * s + l;
-                isuml += q2(&bx.qs, e) as i32 * by.qs[e] as i32;
-            }
+            let (n, j, h) = (s / 8, (s % 8) / 2, s % 2);
+            let qs = &bx.qs[32 * n + 16 * h..32 * n + 16 * h + 16];
+            let q8 = &by.qs[16 * s..16 * s + 16];
+            let isuml: i32 = qs
+                .iter()
+                .zip(q8)
+                .map(|(&q, &y)| ((q >> (2 * j)) & 3) as i32 * y as i32)
+                .sum();
             isum += (bx.scales[s] & 0x0f) as i32 * isuml;
         }
         let dall = by.d * bx.d.to_f32();

@@ -135,11 +135,18 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     for (bx, by) in x.iter().zip(y) {
         let sc = unpack_scales(&bx.scales);
         let mut isum = 0i32;
+        // sub-block s = 8n + 2j + h holds elements 128n + 32j + 16h + l:
+        // bits 2j of qs[32n + 16h + l], high bit 4n + j of hmask[16h + l]
         for (s, &scale) in sc.iter().enumerate() {
+            let (n, j, h) = (s / 8, (s % 8) / 2, s % 2);
+            let qs = &bx.qs[32 * n + 16 * h..32 * n + 16 * h + 16];
+            let hm = &bx.hmask[16 * h..16 * h + 16];
+            let q8 = &by.qs[16 * s..16 * s + 16];
+            let bit = 1u8 << (4 * n + j);
             let mut isuml = 0i32;
             for l in 0..16 {
-                let e = 16 * s + l;
-                isuml += q3(bx, e) * by.qs[e] as i32;
+                let q = ((qs[l] >> (2 * j)) & 3) as i32 - if hm[l] & bit != 0 { 0 } else { 4 };
+                isuml += q * q8[l] as i32;
             }
             isum += scale as i32 * isuml;
         }
