@@ -15,6 +15,7 @@ pub mod backend;
 pub mod cpu;
 pub mod graph;
 pub mod op;
+pub mod quants;
 pub mod sim;
 pub mod tensor;
 pub mod types;

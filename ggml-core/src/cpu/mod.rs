@@ -4,6 +4,7 @@
 pub mod buffer;
 pub mod ops;
 pub mod pool;
+pub mod scratch;
 pub mod view;
 
 use std::sync::Arc;

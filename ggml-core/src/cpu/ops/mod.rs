@@ -13,6 +13,7 @@ mod copy;
 mod elementwise;
 mod flash_attn;
 mod glu;
+mod matmul;
 mod norm;
 mod reduce;
 mod rope;
@@ -106,6 +107,10 @@ pub fn supports(g: &Graph, node: TensorId) -> bool {
         Op::SetRows => set_rows::supports(g, node),
         Op::Concat { .. } => concat::supports(g, node),
         Op::FlashAttnExt { .. } => flash_attn::supports(g, node),
+        Op::MulMat => matmul::supports_mul_mat(g, node),
+        Op::MulMatId => matmul::supports_mul_mat_id(g, node),
+        Op::AddId => matmul::supports_add_id(g, node),
+        Op::GetRows => matmul::supports_get_rows(g, node),
         _ => false,
     }
 }
@@ -128,6 +133,10 @@ pub fn compute_node(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendE
         Op::SetRows => set_rows::set_rows(ctx, node),
         Op::Concat { .. } => concat::concat(ctx, node),
         Op::FlashAttnExt { .. } => flash_attn::flash_attn(ctx, node),
+        Op::MulMat => matmul::mul_mat(ctx, node),
+        Op::MulMatId => matmul::mul_mat_id(ctx, node),
+        Op::AddId => matmul::add_id(ctx, node),
+        Op::GetRows => matmul::get_rows(ctx, node),
         op => Err(BackendError::Unsupported(format!(
             "op {} on {} (tensor '{}')",
             op.name(),

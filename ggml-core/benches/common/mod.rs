@@ -1,0 +1,159 @@
+//! Shared pieces of the CPU matmul benchmarks: plain `Instant` timing,
+//! best-of-N, and the memory-read yardstick measured in the same run.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ggml_core::{Backend, BufferUsage, Graph, TensorData, TensorId};
+
+/// Seconds of the fastest of `reps` runs of `f` (after one warm-up run).
+pub fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// A 256 MiB buffer of u64 to read: the bandwidth yardstick.
+pub struct MemRead {
+    buf: Vec<u64>,
+}
+
+impl MemRead {
+    pub fn new() -> MemRead {
+        MemRead {
+            buf: (0..(256usize << 20) / 8).map(|i| i as u64).collect(),
+        }
+    }
+
+    fn sum(s: &[u64]) -> u64 {
+        // four independent chains so the loop is bound by loads, not adds
+        let mut acc = [0u64; 4];
+        let mut it = s.chunks_exact(4);
+        for c in &mut it {
+            for (a, x) in acc.iter_mut().zip(c) {
+                *a = a.wrapping_add(*x);
+            }
+        }
+        it.remainder()
+            .iter()
+            .fold(acc.iter().fold(0, |a, x| a.wrapping_add(*x)), |a, x| {
+                a.wrapping_add(*x)
+            })
+    }
+
+    /// GB/s of summing the whole buffer with `nth` threads, best of `reps`.
+    pub fn gbps(&self, nth: usize, reps: usize) -> f64 {
+        let per = self.buf.len().div_ceil(nth);
+        let secs = best_of(reps, || {
+            let total = std::thread::scope(|s| {
+                let hs: Vec<_> = self
+                    .buf
+                    .chunks(per)
+                    .map(|c| s.spawn(move || MemRead::sum(std::hint::black_box(c))))
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().unwrap())
+                    .fold(0u64, u64::wrapping_add)
+            });
+            std::hint::black_box(total);
+        });
+        (self.buf.len() * 8) as f64 / secs / 1e9
+    }
+}
+
+impl MemRead {
+    /// GB/s of the fastest 8 MiB slice read with `nth` threads, over all
+    /// slices of the buffer (`rounds` passes): on a busy machine a slice
+    /// takes about as long as one timed op, so it is as likely to run
+    /// uninterrupted.
+    pub fn burst_gbps(&self, nth: usize, rounds: usize) -> f64 {
+        let slice = (8usize << 20) / 8;
+        let mut best = f64::INFINITY;
+        for _ in 0..rounds {
+            for part in self.buf.chunks(slice) {
+                let per = part.len().div_ceil(nth);
+                let t = Instant::now();
+                let total = std::thread::scope(|s| {
+                    let hs: Vec<_> = part
+                        .chunks(per)
+                        .skip(1)
+                        .map(|c| s.spawn(move || MemRead::sum(std::hint::black_box(c))))
+                        .collect();
+                    let mine = MemRead::sum(std::hint::black_box(&part[..per.min(part.len())]));
+                    hs.into_iter()
+                        .map(|h| h.join().unwrap())
+                        .fold(mine, u64::wrapping_add)
+                });
+                std::hint::black_box(total);
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+        }
+        (slice * 8) as f64 / best / 1e9
+    }
+}
+
+/// Give every non-view tensor of `g` memory in one buffer of `be`.
+pub fn alloc(g: &mut Graph, be: &dyn Backend) {
+    let ids: Vec<TensorId> = g
+        .ids()
+        .filter(|&t| g.tensor(t).view_src.is_none())
+        .collect();
+    let total: usize = ids
+        .iter()
+        .map(|&t| g.tensor(t).nbytes().next_multiple_of(64))
+        .sum();
+    let buf = be.alloc_buffer(total, BufferUsage::Compute).unwrap();
+    let mut off = 0;
+    for t in ids {
+        let n = g.tensor(t).nbytes().next_multiple_of(64);
+        g.tensor_mut(t).data = Some(TensorData {
+            buffer: Arc::clone(&buf),
+            offset: off,
+        });
+        off += n;
+    }
+}
+
+/// Deterministic values in [-1, 1).
+pub fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Command-line filters (arguments not starting with `-`), lower-cased.
+pub fn filters() -> Vec<String> {
+    std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .map(|a| a.to_lowercase())
+        .collect()
+}
+
+/// Whether `name` passes the filters (no filters: everything).
+pub fn wanted(filters: &[String], name: &str) -> bool {
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| name.to_lowercase().contains(f.as_str()))
+}
+
+/// The machine's load averages, as `uptime` prints them.
+pub fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}

@@ -1,0 +1,85 @@
+//! Weight-bytes throughput of every type's `vec_dot` (and its scalar
+//! reference) over a 2048 × 768 matrix, row by row against one activation
+//! row, beside a plain memory-read baseline (sum of a 64 MiB u64 buffer).
+//!
+//! Run: `cargo bench -p ggml-core --bench quant_dot`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use ggml_core::quants::{cpu_traits, simd_available};
+use ggml_core::GgmlType;
+
+const ROWS: usize = 2048;
+const COLS: usize = 768;
+
+fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Best-of-runs GB/s of `f`, which reads `bytes` bytes per call.
+fn gbps(bytes: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut best = Duration::MAX;
+    let mut total = Duration::ZERO;
+    while total < Duration::from_millis(300) {
+        let t = Instant::now();
+        f();
+        let e = t.elapsed();
+        best = best.min(e);
+        total += e;
+    }
+    bytes as f64 / best.as_secs_f64() / 1e9
+}
+
+fn main() {
+    let buf: Vec<u64> = (0..(64 << 20) / 8).map(|i| i as u64).collect();
+    let mem = gbps(buf.len() * 8, || {
+        black_box(buf.iter().fold(0u64, |a, &b| a.wrapping_add(b)));
+    });
+    println!(
+        "memory read (64 MiB u64 sum): {mem:.1} GB/s; AVX2 kernels: {}",
+        simd_available()
+    );
+    println!("{:8} {:>10} {:>10} {:>10}", "type", "MiB", "GB/s", "scalar");
+
+    let w = rand_f32(ROWS * COLS, 1);
+    let a = rand_f32(COLS, 2);
+    for ty in GgmlType::ALL {
+        let Some(tr) = cpu_traits(ty) else { continue };
+        let rb = ty.row_size(COLS as u64).unwrap();
+        let mut q = vec![0u8; rb * ROWS];
+        for (r, row) in q.chunks_exact_mut(rb).enumerate() {
+            (tr.from_float)(&w[r * COLS..(r + 1) * COLS], row);
+        }
+        let vt = tr.vec_dot_type;
+        let mut y = vec![0u8; vt.row_size(COLS as u64).unwrap()];
+        (cpu_traits(vt).unwrap().from_float)(&a, &mut y);
+        let run = |dot: fn(usize, &[u8], &[u8]) -> f32| {
+            gbps(q.len(), || {
+                let mut s = 0f32;
+                for row in q.chunks_exact(rb) {
+                    s += dot(COLS, row, &y);
+                }
+                black_box(s);
+            })
+        };
+        let fast = run(tr.vec_dot);
+        let scalar = run(tr.vec_dot_scalar);
+        println!(
+            "{:8} {:>10.2} {:>10.1} {:>10.1}",
+            ty.name(),
+            q.len() as f64 / (1 << 20) as f64,
+            fast,
+            scalar
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! Quantized `mul_mat_id` / `mul_mat` on the CPU backend, per weight type:
+//! a decode-shaped expert product (2048×768 per expert, 128 experts, 8
+//! used, 1 token) in GB/s of weight bytes read, beside a plain memory-read
+//! figure measured right before it; and a prompt-shaped `mul_mat` (one
+//! 2048×768 weight, 512 tokens) in GFLOP/s. 1 and 2 threads.
+//!
+//! `cargo bench -p ggml-core --bench quant_matmul [-- TYPE...]`, e.g.
+//! `q4_K q6_K q8_0`. `--no-prompt` skips the prompt-shaped product.
+
+mod common;
+
+use common::{alloc, best_of, filters, load, values, MemRead};
+use ggml_core::quants::cpu_traits;
+use ggml_core::{Backend, CpuBackend, GgmlType, Graph, TensorId};
+
+const K: usize = 2048;
+const M: usize = 768;
+const N_EXPERT: usize = 128;
+const N_USED: usize = 8;
+const N_PROMPT: usize = 512;
+
+/// Rows of `ty` bytes: 61 distinct quantized rows repeated (the values do
+/// not matter for speed, and the reference quantizers are slow).
+fn weight_bytes(ty: GgmlType, rows: usize) -> Vec<u8> {
+    let tr = cpu_traits(ty).unwrap();
+    let row = ty.row_size(K as u64).unwrap();
+    let distinct: Vec<Vec<u8>> = (0..61)
+        .map(|r| {
+            let mut b = vec![0u8; row];
+            (tr.from_float)(&values(r as u64 + 1, K), &mut b);
+            b
+        })
+        .collect();
+    let mut out = vec![0u8; row * rows];
+    for (r, dst) in out.chunks_exact_mut(row).enumerate() {
+        dst.copy_from_slice(&distinct[r % 61]);
+    }
+    out
+}
+
+struct Decode {
+    g: Graph,
+    ids: TensorId,
+    bytes_per_op: usize,
+    /// A copy of the weights and the converted activation row, for the
+    /// bare `vec_dot` loop the op is compared with.
+    raw_w: Vec<u8>,
+    raw_act: Vec<u8>,
+}
+
+fn decode_graph(ty: GgmlType, setup: &dyn Backend) -> Decode {
+    let mut g = Graph::new();
+    let a = g.new_tensor_3d(ty, K as i64, M as i64, N_EXPERT as i64);
+    let b = g.new_tensor_3d(GgmlType::F32, K as i64, 1, 1);
+    let ids = g.new_tensor_2d(GgmlType::I32, N_USED as i64, 1);
+    let out = g.mul_mat_id(a, b, ids);
+    g.build_forward_expand(out);
+    alloc(&mut g, setup);
+    let w = weight_bytes(ty, M * N_EXPERT);
+    g.write_bytes(a, &w).unwrap();
+    g.write_f32(b, &values(3, K)).unwrap();
+    let vdt = cpu_traits(ty).unwrap().vec_dot_type;
+    let mut raw_act = vec![0u8; vdt.row_size(K as u64).unwrap()];
+    (cpu_traits(vdt).unwrap().from_float)(&values(3, K), &mut raw_act);
+    Decode {
+        g,
+        ids,
+        bytes_per_op: N_USED * M * ty.row_size(K as u64).unwrap(),
+        raw_w: w,
+        raw_act,
+    }
+}
+
+/// The floor for one thread: `vec_dot` over the selected experts' rows,
+/// nothing else (activation already converted, no graph, no pool).
+fn bare_loop(ty: GgmlType, d: &Decode, ids: &[i32], out: &mut [f32]) {
+    let vec_dot = cpu_traits(ty).unwrap().vec_dot;
+    let row = ty.row_size(K as u64).unwrap();
+    for (e, &x) in ids.iter().enumerate() {
+        let w = &d.raw_w[x as usize * M * row..][..M * row];
+        for (r, o) in out[e * M..(e + 1) * M].iter_mut().enumerate() {
+            *o = vec_dot(K, &w[r * row..(r + 1) * row], &d.raw_act);
+        }
+    }
+}
+
+fn prompt_graph(ty: GgmlType, setup: &dyn Backend) -> Graph {
+    let mut g = Graph::new();
+    let a = g.new_tensor_2d(ty, K as i64, M as i64);
+    let b = g.new_tensor_2d(GgmlType::F32, K as i64, N_PROMPT as i64);
+    let out = g.mul_mat(a, b);
+    g.build_forward_expand(out);
+    alloc(&mut g, setup);
+    g.write_bytes(a, &weight_bytes(ty, M)).unwrap();
+    g.write_f32(b, &values(4, K * N_PROMPT)).unwrap();
+    g
+}
+
+/// 8 distinct experts, a different set each call (xorshift).
+fn next_ids(state: &mut u64) -> Vec<i32> {
+    let mut ids = Vec::with_capacity(N_USED);
+    while ids.len() < N_USED {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let e = (*state % N_EXPERT as u64) as i32;
+        if !ids.contains(&e) {
+            ids.push(e);
+        }
+    }
+    ids
+}
+
+fn main() {
+    let mut f = filters();
+    let prompt = !std::env::args().any(|a| a == "--no-prompt");
+    f.retain(|a| a != "bench");
+    let types: Vec<GgmlType> = if f.is_empty() {
+        use GgmlType::*;
+        vec![
+            Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, IQ4NL, IQ4XS, MXFP4, BF16, F16,
+        ]
+    } else {
+        f.iter()
+            .map(|n| GgmlType::from_name(n).unwrap_or_else(|| panic!("unknown type {n}")))
+            .collect()
+    };
+    let setup = CpuBackend::new(1);
+    let mem = MemRead::new();
+    println!("load before: {}", load());
+    println!(
+        "simd (AVX2/FMA/F16C): {}",
+        ggml_core::quants::simd_available()
+    );
+    println!(
+        "decode: mul_mat_id {K}x{M} x {N_EXPERT} experts, {N_USED} used, 1 token; \
+         prompt: mul_mat {K}x{M} x {N_PROMPT} tokens"
+    );
+    println!();
+    println!(
+        "| type | threads | decode µs | weight GB/s | mem read GB/s | % of read | 8 MiB burst read GB/s | % of burst | bare vec_dot loop µs (1 thread) | prompt GFLOP/s |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut rng = 0x1234_5678_9abc_def1u64;
+    for ty in types {
+        let dec = decode_graph(ty, &setup);
+        let pg = prompt.then(|| prompt_graph(ty, &setup));
+        for nth in [1, 2] {
+            let cpu = CpuBackend::new(nth);
+            let read = mem.gbps(nth, 5);
+            let burst = mem.burst_gbps(nth, 1);
+            let nodes = dec.g.nodes().to_vec();
+            let secs = best_of(40, || {
+                dec.g.write_i32(dec.ids, &next_ids(&mut rng)).unwrap();
+                cpu.compute(&dec.g, &nodes).unwrap();
+            });
+            let gbps = dec.bytes_per_op as f64 / secs / 1e9;
+            let bare = (nth == 1).then(|| {
+                let mut out = vec![0f32; N_USED * M];
+                best_of(40, || bare_loop(ty, &dec, &next_ids(&mut rng), &mut out)) * 1e6
+            });
+            let gflops = pg.as_ref().map(|g| {
+                let nodes = g.nodes().to_vec();
+                let s = best_of(2, || cpu.compute(g, &nodes).unwrap());
+                2.0 * (K * M * N_PROMPT) as f64 / s / 1e9
+            });
+            println!(
+                "| {ty} | {nth} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {} | {} |",
+                secs * 1e6,
+                100.0 * gbps / read,
+                100.0 * gbps / burst,
+                bare.map_or(String::new(), |x| format!("{x:.0}")),
+                gflops.map_or("-".into(), |x| format!("{x:.1}"))
+            );
+        }
+    }
+    println!();
+    println!("load after: {}", load());
+}

@@ -1,0 +1,412 @@
+//! Matrix products and the row gathers that feed them: `mul_mat`,
+//! `mul_mat_id`, `add_id`, `get_rows`.
+//!
+//! `mul_mat` and `mul_mat_id` follow ggml's CPU path exactly: the activations
+//! are converted once per op into the weight type's `vec_dot_type` (scratch
+//! memory), then every output element is one `vec_dot(weight row, activation
+//! row)`. Each output element therefore depends only on its two rows, never
+//! on how the work was split, so any thread count gives identical bits.
+//!
+//! Work is cut into tasks of (weight matrix, block of weight rows, block of
+//! activation columns) that threads take from a shared counter. Within a task
+//! a weight row is reused for a tile of [`TILE_COLS`] columns while it is in
+//! L1, and the task's rows stay in L2 across its column tiles.
+
+mod add_id;
+mod gemm;
+mod get_rows;
+mod mul_mat_id;
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::ComputeCtx;
+use crate::backend::BackendError;
+use crate::cpu::pool::ThreadPool;
+use crate::cpu::scratch::with_scratch;
+use crate::cpu::view::TView;
+use crate::graph::Graph;
+use crate::tensor::TensorId;
+use crate::types::GgmlType;
+
+use crate::quants;
+use gemm::GemmType;
+
+pub(super) use add_id::{add_id, supports_add_id};
+pub(super) use get_rows::{get_rows, supports_get_rows};
+pub(super) use mul_mat_id::{mul_mat_id, supports_mul_mat_id};
+
+/// Activation columns per tile: each weight row is dotted with this many
+/// columns back to back.
+const TILE_COLS: usize = 4;
+
+/// A raw pointer that may cross to the pool's threads; kernels write
+/// disjoint parts of what it points to.
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut u8);
+// SAFETY: see the type's doc; every use writes disjoint bytes per thread.
+unsafe impl Send for SyncPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SyncPtr {}
+
+impl SyncPtr {
+    /// The pointer (a method, so closures capture the `Sync` wrapper).
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+
+/// The kernels of a weight type, and those of its `vec_dot_type`.
+#[derive(Clone, Copy)]
+struct Kernels {
+    w: &'static quants::CpuTypeTraits,
+    act: &'static quants::CpuTypeTraits,
+}
+
+fn kernels(ty: GgmlType) -> Option<Kernels> {
+    let w = quants::cpu_traits(ty)?;
+    let act = quants::cpu_traits(w.vec_dot_type)?;
+    Some(Kernels { w, act })
+}
+
+/// Activation types the conversion reads (exactly, through f32).
+fn is_float_act(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+/// Whether weights `a` with activations `b` of length `k` can be multiplied.
+fn supports_pair(a_ty: GgmlType, a_nb0: usize, b_ty: GgmlType, k: i64) -> bool {
+    let Some(kr) = kernels(a_ty) else {
+        return false;
+    };
+    a_nb0 == a_ty.type_size()
+        && is_float_act(b_ty)
+        && k >= 0
+        && (k as u64).is_multiple_of(kr.act.ty.blck_size() as u64)
+        && (k as u64).is_multiple_of(a_ty.blck_size() as u64)
+}
+
+pub(super) fn supports_mul_mat(g: &Graph, node: TensorId) -> bool {
+    let t = g.tensor(node);
+    let (a, b) = (g.tensor(t.src[0]), g.tensor(t.src[1]));
+    t.ty == GgmlType::F32 && t.rows_contiguous() && supports_pair(a.ty, a.nb[0], b.ty, a.ne[0])
+}
+
+fn invalid(what: String) -> BackendError {
+    BackendError::InvalidInput(what)
+}
+
+/// Activations in `vec_dot_type`: row `(i1, i2, i3)` starts at
+/// `base + i1*nb[1] + i2*nb[2] + i3*nb[3]` and holds `row_bytes` bytes.
+#[derive(Clone, Copy)]
+struct Acts {
+    base: SyncPtr,
+    nb: [usize; 4],
+    row_bytes: usize,
+}
+
+impl Acts {
+    fn row(&self, i1: usize, i2: usize, i3: usize) -> *const u8 {
+        self.base
+            .get()
+            .wrapping_add(i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3])
+    }
+}
+
+/// Scratch bytes needed to convert `b` to the activation type of `kr`
+/// (0 when `b` is used as it is).
+fn acts_scratch_bytes(b: &TView, kr: Kernels, nth: usize) -> usize {
+    if b.ty == kr.act.ty && b.rows_contiguous() {
+        return 0;
+    }
+    let row = kr.act.ty.row_size(b.ne[0] as u64).unwrap_or(0);
+    (b.nrows() * row).next_multiple_of(64) + nth * b.ne[0] * 4
+}
+
+/// Convert every row of `b` into `vec_dot_type` in `scratch` (laid out
+/// densely), once, in parallel; or use `b` in place when it already is.
+fn prepare_acts(pool: &ThreadPool, b: &TView, kr: Kernels, scratch: &mut [u8]) -> Acts {
+    let k = b.ne[0];
+    let row_bytes = kr.act.ty.row_size(k as u64).unwrap_or(0);
+    if b.ty == kr.act.ty && b.rows_contiguous() {
+        return Acts {
+            base: SyncPtr(b.ptr),
+            nb: b.nb,
+            row_bytes,
+        };
+    }
+    let nrows = b.nrows();
+    let conv_bytes = (nrows * row_bytes).next_multiple_of(64);
+    let base = SyncPtr(scratch.as_mut_ptr());
+    let from_float = kr.act.from_float;
+    let bv = *b;
+    let work = |ith: usize, nth: usize| {
+        let per = nrows.div_ceil(nth);
+        let rows = (ith * per).min(nrows)..((ith + 1) * per).min(nrows);
+        if rows.is_empty() {
+            return;
+        }
+        // SAFETY: thread `ith` owns f32 slot `ith` after the converted rows
+        // and the converted rows in `rows`; the scratch holds both
+        // (`acts_scratch_bytes`).
+        let tmp = unsafe {
+            std::slice::from_raw_parts_mut(base.get().add(conv_bytes + ith * k * 4) as *mut f32, k)
+        };
+        for r in rows {
+            let (i1, i2, i3) = bv.row_coords(r);
+            let p = bv.row_ptr(i1, i2, i3);
+            // SAFETY: row `r` of the converted block, disjoint per thread.
+            let out =
+                unsafe { std::slice::from_raw_parts_mut(base.get().add(r * row_bytes), row_bytes) };
+            if bv.ty == GgmlType::F32 && bv.rows_contiguous() && (p as usize).is_multiple_of(4) {
+                // SAFETY: a dense, aligned F32 row of `k` elements inside `bv`.
+                from_float(
+                    unsafe { std::slice::from_raw_parts(p as *const f32, k) },
+                    out,
+                );
+                continue;
+            }
+            for (i0, t) in tmp.iter_mut().enumerate() {
+                // SAFETY: indices within `bv.ne`.
+                *t = unsafe { bv.get_f32(i0, i1, i2, i3) };
+            }
+            from_float(tmp, out);
+        }
+    };
+    if nrows * k < 1 << 14 {
+        work(0, 1);
+    } else {
+        // the f32 slots are sized for the pool's thread count
+        pool.run(&work);
+    }
+    Acts {
+        base,
+        nb: [
+            row_bytes,
+            row_bytes,
+            row_bytes * b.ne[1],
+            row_bytes * b.ne[1] * b.ne[2],
+        ],
+        row_bytes,
+    }
+}
+
+/// One unit of work: rows `rows` of weight matrix `group` against its
+/// columns `cols`.
+#[derive(Clone, Debug)]
+struct Task {
+    group: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+}
+
+/// Cut `n_rows` weight rows × `cols[g]` columns of each group into tasks.
+fn plan_tasks(
+    n_rows: usize,
+    group_cols: &[usize],
+    row_bytes: usize,
+    col_bytes: usize,
+    nth: usize,
+) -> Vec<Task> {
+    let max_cols = group_cols.iter().copied().max().unwrap_or(0);
+    // columns per task: a block that stays in L2 (~1 MiB), whole tiles
+    // (multiples of 12 = whole tiles of both the vec_dot loop and `gemm`)
+    let cc = if max_cols <= 12 {
+        12
+    } else {
+        ((1 << 20) / col_bytes.max(1) / 12 * 12).clamp(12, 252)
+    };
+    // rows per task: a block that stays in L2 across the column tiles
+    let mut rc = ((256 << 10) / row_bytes.max(1)).clamp(4, 256);
+    let count = |rc: usize| -> usize {
+        group_cols
+            .iter()
+            .filter(|&&c| c > 0)
+            .map(|&c| n_rows.div_ceil(rc) * c.div_ceil(cc))
+            .sum()
+    };
+    // enough tasks to balance threads that get interrupted
+    while rc > 1 && count(rc) < 8 * nth {
+        rc /= 2;
+    }
+    if rc > 4 {
+        rc -= rc % gemm::RM; // whole register tiles
+    }
+    let mut tasks = Vec::with_capacity(count(rc));
+    for (g, &c) in group_cols.iter().enumerate() {
+        for r0 in (0..n_rows).step_by(rc) {
+            for c0 in (0..c).step_by(cc) {
+                tasks.push(Task {
+                    group: g,
+                    rows: r0..(r0 + rc).min(n_rows),
+                    cols: c0..(c0 + cc).min(c),
+                });
+            }
+        }
+    }
+    tasks
+}
+
+/// Run `tasks` on the pool, each thread taking the next from a shared
+/// counter; small jobs run on the caller's thread.
+fn run_tasks(pool: &ThreadPool, tasks: &[Task], work_bytes: usize, f: &(dyn Fn(&Task) + Sync)) {
+    if pool.n_threads() == 1 || tasks.len() == 1 || work_bytes < 1 << 16 {
+        tasks.iter().for_each(f);
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    pool.run(&|_, _| loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        match tasks.get(i) {
+            Some(t) => f(t),
+            None => break,
+        }
+    });
+}
+
+/// The inner loop: `dst(r, c) = vec_dot(weight row r, column c)` for rows
+/// `rows` × columns `cols`, a weight row reused for [`TILE_COLS`] columns.
+///
+/// # Safety
+/// `w_row(r)` must point at `w_bytes` readable bytes for each `r` in `rows`,
+/// `col(c)` at an activation row of `act_bytes` readable bytes and a
+/// writable f32 destination column whose element `r` is at `+ r * 4`, for
+/// each `c` in `cols`; no other thread may write those destinations.
+#[inline]
+unsafe fn dot_block(
+    gemm: Option<GemmType>,
+    vec_dot: fn(usize, &[u8], &[u8]) -> f32,
+    k: usize,
+    w_row: impl Fn(usize) -> *const u8,
+    w_bytes: usize,
+    rows: Range<usize>,
+    col: impl Fn(usize) -> (*const u8, *mut u8),
+    act_bytes: usize,
+    cols: Range<usize>,
+) {
+    if let Some(ty) = gemm {
+        let mut c0 = cols.start;
+        while c0 < cols.end {
+            let n = (cols.end - c0).min(gemm::RN);
+            let mut ys = [std::ptr::null::<u8>(); gemm::RN];
+            let mut ds = [std::ptr::null_mut::<f32>(); gemm::RN];
+            for j in 0..n {
+                let (y, d) = col(c0 + j);
+                ys[j] = y;
+                ds[j] = d as *mut f32;
+            }
+            let mut r0 = rows.start;
+            while r0 < rows.end {
+                let m = (rows.end - r0).min(gemm::RM);
+                let mut xs = [std::ptr::null::<u8>(); gemm::RM];
+                for (i, x) in xs.iter_mut().enumerate().take(m) {
+                    *x = w_row(r0 + i);
+                }
+                let mut out = [[0f32; gemm::RN]; gemm::RM];
+                gemm::tile(ty, k, &xs, m, &ys, n, &mut out);
+                for (i, o) in out.iter().enumerate().take(m) {
+                    for j in 0..n {
+                        ds[j].add(r0 + i).write_unaligned(o[j]);
+                    }
+                }
+                r0 += m;
+            }
+            c0 += n;
+        }
+        return;
+    }
+    let mut c0 = cols.start;
+    while c0 < cols.end {
+        let n = (cols.end - c0).min(TILE_COLS);
+        let mut ys: [&[u8]; TILE_COLS] = [&[]; TILE_COLS];
+        let mut ds = [std::ptr::null_mut::<f32>(); TILE_COLS];
+        for j in 0..n {
+            let (y, d) = col(c0 + j);
+            ys[j] = std::slice::from_raw_parts(y, act_bytes);
+            ds[j] = d as *mut f32;
+        }
+        for r in rows.clone() {
+            let x = std::slice::from_raw_parts(w_row(r), w_bytes);
+            for j in 0..n {
+                ds[j].add(r).write_unaligned(vec_dot(k, x, ys[j]));
+            }
+        }
+        c0 += n;
+    }
+}
+
+/// `dst = mul_mat(a, b)`.
+pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendError> {
+    let (dst, src) = ctx.views(node)?;
+    let (a, b) = (src[0], src[1]);
+    let name = &ctx.g.tensor(node).name;
+    let kr = kernels(a.ty)
+        .filter(|_| supports_pair(a.ty, a.nb[0], b.ty, a.ne[0] as i64))
+        .filter(|_| dst.ty == GgmlType::F32 && dst.rows_contiguous())
+        .ok_or_else(|| {
+            BackendError::Unsupported(format!(
+                "mul_mat '{name}': weights {} (nb0 {}), activations {}, result {} on {}",
+                a.ty, a.nb[0], b.ty, dst.ty, ctx.backend
+            ))
+        })?;
+    let k = a.ne[0];
+    if b.ne[0] != k
+        || dst.ne != [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
+        || a.ne[2] == 0
+        || a.ne[3] == 0
+        || !b.ne[2].is_multiple_of(a.ne[2])
+        || !b.ne[3].is_multiple_of(a.ne[3])
+    {
+        return Err(invalid(format!(
+            "mul_mat '{name}': shapes a {:?}, b {:?}, dst {:?}",
+            a.ne, b.ne, dst.ne
+        )));
+    }
+    if dst.ne.contains(&0) {
+        return Ok(());
+    }
+    let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
+    let nth = ctx.pool.n_threads();
+    with_scratch(acts_scratch_bytes(&b, kr, nth), |scratch| {
+        let acts = prepare_acts(ctx.pool, &b, kr, scratch);
+        // one group per weight matrix (i02, i03); its columns are every
+        // (i11, i12, i13) with i12 / r2 == i02 and i13 / r3 == i03, so
+        // heads sharing a matrix (GQA) share its passes over the weights
+        let n_groups = a.ne[2] * a.ne[3];
+        let cols_per_group = b.ne[1] * r2 * r3;
+        let group_cols = vec![cols_per_group; n_groups];
+        let w_bytes = a.ty.row_size(k as u64).unwrap_or(0);
+        let tasks = plan_tasks(a.ne[1], &group_cols, w_bytes, acts.row_bytes, nth);
+        let work = a.ne[1] * w_bytes * n_groups + b.nrows() * acts.row_bytes;
+        let vec_dot = kr.w.vec_dot;
+        let gemm = GemmType::select(a.ty, kr.act.ty, k);
+        run_tasks(ctx.pool, &tasks, work, &|t: &Task| {
+            let (i02, i03) = (t.group % a.ne[2], t.group / a.ne[2]);
+            let col = |j: usize| {
+                let i11 = j % b.ne[1];
+                let rest = j / b.ne[1];
+                let i12 = i02 * r2 + rest % r2;
+                let i13 = i03 * r3 + rest / r2;
+                (acts.row(i11, i12, i13), dst.row_ptr(i11, i12, i13))
+            };
+            // SAFETY: every index is within the views' `ne` (checked above
+            // against dst and b; i02 < a.ne2, i03 < a.ne3), rows of `a` are
+            // dense (`supports_pair`), the activations were sized for `b`,
+            // and each (row, column) of dst belongs to exactly one task.
+            unsafe {
+                dot_block(
+                    gemm,
+                    vec_dot,
+                    k,
+                    |r| a.row_ptr(r, i02, i03),
+                    w_bytes,
+                    t.rows.clone(),
+                    col,
+                    acts.row_bytes,
+                    t.cols.clone(),
+                )
+            }
+        });
+    });
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! AVX2 dots of the 4-bit lookup-table types (IQ4_NL, MXFP4 against Q8_0;
+//! IQ4_XS against Q8_K): nibbles become table values with one `pshufb`.
+
+use std::arch::x86_64::*;
+
+use super::legacy::mul_sum_i8;
+use super::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
+use crate::quants::iq4_xs::BlockIq4Xs;
+use crate::quants::k_quants::q8_k::BlockQ8K;
+use crate::quants::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
+use crate::quants::q8_0::BlockQ8_0;
+
+/// The 16-entry i8 table in both 128-bit halves.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn table(values: &[i8; 16]) -> __m256i {
+    let t = load128(values.as_ptr());
+    _mm256_set_m128i(t, t)
+}
+
+/// The 32 table values of 16 nibble bytes at `qs` (low nibbles are elements
+/// 0..16, high nibbles 16..32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lookup(table: __m256i, qs: *const u8) -> __m256i {
+    let raw = load128(qs);
+    let nib = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
+        _mm256_set1_epi8(0x0f),
+    );
+    _mm256_shuffle_epi8(table, nib)
+}
+
+/// `ggml_vec_dot_iq4_nl_q8_0` over equally long block slices.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_iq4_nl_q8_0(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let t = table(&KVALUES_IQ4NL);
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+        let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
+        let q = mul_sum_i8(lookup(t, bx.qs.as_ptr()), load256(by.qs.as_ptr()));
+        acc[k & 1] = _mm256_fmadd_ps(d, q, acc[k & 1]);
+    }
+    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// `ggml_vec_dot_mxfp4_q8_0` over equally long block slices.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_mxfp4_q8_0(x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let t = table(&KVALUES_MXFP4);
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+        let d = _mm256_set1_ps(e8m0_to_f32_half(bx.e) * f16_to_f32(by.d));
+        let q = mul_sum_i8(lookup(t, bx.qs.as_ptr()), load256(by.qs.as_ptr()));
+        acc[k & 1] = _mm256_fmadd_ps(d, q, acc[k & 1]);
+    }
+    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// `ggml_vec_dot_iq4_xs_q8_K` over equally long block slices.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_iq4_xs_q8_k(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let t = table(&KVALUES_IQ4NL);
+    let mut acc = _mm256_setzero_ps();
+    for (bx, by) in x.iter().zip(y) {
+        let sh = u16::from_le(bx.scales_h);
+        let mut sumi = _mm256_setzero_si256();
+        for ib in 0..8 {
+            let ls = ((bx.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i16
+                | ((((sh >> (2 * ib)) & 3) as i16) << 4);
+            let qx = lookup(t, bx.qs.as_ptr().add(16 * ib));
+            let qy = load256(by.qs.as_ptr().add(32 * ib));
+            // |qx| ≤ 127 and qy ≠ -128, so maddubs cannot saturate
+            let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, _mm256_set1_epi16(ls - 32)));
+        }
+        let d = f16_to_f32(bx.d) * by.d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}

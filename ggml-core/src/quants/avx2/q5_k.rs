@@ -1,0 +1,60 @@
+//! AVX2 `ggml_vec_dot_q5_K_q8_K`.
+
+use std::arch::x86_64::*;
+
+use super::q4_k::{broadcast_i16_lane, mins_dot_bsums};
+use super::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::k_quants::q4_k::unpack_scales_mins;
+use crate::quants::k_quants::q5_k::BlockQ5K;
+use crate::quants::k_quants::q8_k::BlockQ8K;
+
+/// 16 in each byte whose bit `bit` is set in `h`, else 0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn high_bit(h: __m256i, bit: usize) -> __m256i {
+    let m = _mm256_set1_epi8((1u8 << bit) as i8);
+    _mm256_and_si256(
+        _mm256_cmpeq_epi8(_mm256_and_si256(h, m), m),
+        _mm256_set1_epi8(16),
+    )
+}
+
+/// `ggml_vec_dot_q5_K_q8_K` over equally long block slices.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for (bx, by) in x.iter().zip(y) {
+        let d = by.d * f16_to_f32(bx.d);
+        let dmin = -by.d * f16_to_f32(bx.dmin);
+        let sm = unpack_scales_mins(&bx.scales);
+        let sm16 = _mm256_cvtepu8_epi16(load128(sm.as_ptr()));
+        let prod = mins_dot_bsums(_mm256_extracti128_si256(sm16, 1), by);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        let sc128 = _mm256_castsi256_si128(sm16);
+        let scales = _mm256_set_m128i(sc128, sc128);
+        let hbits = load256(bx.qh.as_ptr());
+        let q5 = bx.qs.as_ptr();
+        let q8 = by.qs.as_ptr();
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let bits = load256(q5.add(32 * j));
+            let ql = _mm256_or_si256(_mm256_and_si256(bits, m4), high_bit(hbits, 2 * j));
+            let qh = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                high_bit(hbits, 2 * j + 1),
+            );
+            let pl = _mm256_maddubs_epi16(ql, load256(q8.add(64 * j)));
+            let ph = _mm256_maddubs_epi16(qh, load256(q8.add(64 * j + 32)));
+            let pl = _mm256_madd_epi16(broadcast_i16_lane(scales, 2 * j), pl);
+            let ph = _mm256_madd_epi16(broadcast_i16_lane(scales, 2 * j + 1), ph);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    hsum_ps(acc) + _mm_cvtss_f32(m)
+}

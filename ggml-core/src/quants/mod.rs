@@ -1,0 +1,222 @@
+//! GGUF block quantization: the block structs with ggml's byte layouts, and
+//! their CPU kernels — row dequantization (`to_float`), quantization
+//! (`from_float`) and the dot products of a weight row with an activation row
+//! (`vec_dot`), as ggml's `type_traits_cpu` pairs them.
+//!
+//! Semantics follow ggml exactly: dequantization is bit-for-bit ggml's
+//! `dequantize_row_*`; weight quantization is the reference quantizers
+//! (`quantize_row_*_ref`); activation quantization (Q8_0, Q8_1, Q8_K) is
+//! ggml's reference rounding; the dots accumulate integers per block and
+//! scale once per block, as ggml's scalar `ggml_vec_dot_*`. AVX2/FMA/F16C
+//! kernels (chosen at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q4_K,
+//! Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; the other types use the scalar dot.
+//!
+//! # Lengths
+//! These are internal kernels called with checked shapes, but they check
+//! anyway and **panic** on a mismatch: `to_float`/`from_float` require the
+//! byte slice to be exactly the row of `n` elements (`n` = the f32 slice
+//! length, a multiple of the block size); `vec_dot(n, x, y)` requires `n` to
+//! be a multiple of the block size and `x`, `y` to hold at least the rows of
+//! `n` elements (only that prefix is read).
+
+pub mod block;
+mod cpu_features;
+pub mod float;
+pub mod iq4_nl;
+pub mod iq4_xs;
+pub mod k_quants;
+pub mod mxfp4;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q5_0;
+pub mod q5_1;
+pub mod q8_0;
+pub mod q8_1;
+mod rounding;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+pub use block::Block;
+pub use iq4_nl::BlockIq4Nl;
+pub use iq4_xs::BlockIq4Xs;
+pub use k_quants::q2_k::BlockQ2K;
+pub use k_quants::q3_k::BlockQ3K;
+pub use k_quants::q4_k::BlockQ4K;
+pub use k_quants::q5_k::BlockQ5K;
+pub use k_quants::q6_k::BlockQ6K;
+pub use k_quants::q8_k::BlockQ8K;
+pub use k_quants::QK_K;
+pub use mxfp4::BlockMxfp4;
+pub use q4_0::BlockQ4_0;
+pub use q4_1::BlockQ4_1;
+pub use q5_0::BlockQ5_0;
+pub use q5_1::BlockQ5_1;
+pub use q8_0::BlockQ8_0;
+pub use q8_1::BlockQ8_1;
+
+use crate::types::GgmlType;
+
+/// CPU facts about a type, as ggml's `type_traits_cpu`: how to convert rows
+/// and which type activations are converted to for the dot product.
+#[derive(Debug)]
+pub struct CpuTypeTraits {
+    pub ty: GgmlType,
+    /// Activation type for `vec_dot`, as ggml pairs them: the type itself for
+    /// F32/F16/BF16, Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for
+    /// Q4_1/Q5_1 (and Q8_1), Q8_K for the K-quants, IQ4_XS (and Q8_K).
+    pub vec_dot_type: GgmlType,
+    /// Dequantize / convert `n = dst.len()` elements (a multiple of the block
+    /// size) from exactly `row_size(n)` raw bytes to f32. Panics otherwise.
+    pub to_float: fn(src: &[u8], dst: &mut [f32]),
+    /// Quantize / convert f32 to exactly `row_size(src.len())` raw bytes
+    /// (reference quality; for Q8_0/Q8_1/Q8_K ggml's activation rounding).
+    /// Panics on a length mismatch.
+    pub from_float: fn(src: &[f32], dst: &mut [u8]),
+    /// Dot product of `n` elements: `x` = weight row bytes of `ty`, `y` =
+    /// activation row bytes of `vec_dot_type` (each at least a row of `n`).
+    /// Uses AVX2/FMA/F16C when the CPU has them (detected once), else scalar.
+    pub vec_dot: fn(n: usize, x: &[u8], y: &[u8]) -> f32,
+    /// The scalar reference of `vec_dot`, kept for tests.
+    pub vec_dot_scalar: fn(n: usize, x: &[u8], y: &[u8]) -> f32,
+}
+
+macro_rules! traits {
+    ($ty:ident, $dot_ty:ident, $m:path) => {{
+        use $m as m;
+        CpuTypeTraits {
+            ty: GgmlType::$ty,
+            vec_dot_type: GgmlType::$dot_ty,
+            to_float: m::to_float,
+            from_float: m::from_float,
+            vec_dot: m::vec_dot_scalar,
+            vec_dot_scalar: m::vec_dot_scalar,
+        }
+    }};
+    ($ty:ident, $dot_ty:ident, $m:path, simd) => {{
+        use $m as m;
+        CpuTypeTraits {
+            ty: GgmlType::$ty,
+            vec_dot_type: GgmlType::$dot_ty,
+            to_float: m::to_float,
+            from_float: m::from_float,
+            vec_dot: m::vec_dot,
+            vec_dot_scalar: m::vec_dot_scalar,
+        }
+    }};
+}
+
+static F32: CpuTypeTraits = CpuTypeTraits {
+    ty: GgmlType::F32,
+    vec_dot_type: GgmlType::F32,
+    to_float: float::f32_to_float,
+    from_float: float::f32_from_float,
+    vec_dot: float::f32_vec_dot,
+    vec_dot_scalar: float::f32_vec_dot_scalar,
+};
+static F16: CpuTypeTraits = CpuTypeTraits {
+    ty: GgmlType::F16,
+    vec_dot_type: GgmlType::F16,
+    to_float: float::f16_to_float,
+    from_float: float::f16_from_float,
+    vec_dot: float::f16_vec_dot,
+    vec_dot_scalar: float::f16_vec_dot_scalar,
+};
+static BF16: CpuTypeTraits = CpuTypeTraits {
+    ty: GgmlType::BF16,
+    vec_dot_type: GgmlType::BF16,
+    to_float: float::bf16_to_float,
+    from_float: float::bf16_from_float,
+    vec_dot: float::bf16_vec_dot,
+    vec_dot_scalar: float::bf16_vec_dot_scalar,
+};
+static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd);
+static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1);
+static Q5_0: CpuTypeTraits = traits!(Q5_0, Q8_0, q5_0);
+static Q5_1: CpuTypeTraits = traits!(Q5_1, Q8_1, q5_1);
+static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd);
+static Q8_1: CpuTypeTraits = traits!(Q8_1, Q8_1, q8_1);
+static Q2K: CpuTypeTraits = traits!(Q2K, Q8K, k_quants::q2_k);
+static Q3K: CpuTypeTraits = traits!(Q3K, Q8K, k_quants::q3_k);
+static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd);
+static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd);
+static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd);
+static Q8K: CpuTypeTraits = traits!(Q8K, Q8K, k_quants::q8_k);
+static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd);
+static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd);
+static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd);
+
+/// The CPU traits of `ty`, or `None` for types without CPU kernels here
+/// (the integer types and F64).
+pub fn cpu_traits(ty: GgmlType) -> Option<&'static CpuTypeTraits> {
+    use GgmlType as T;
+    Some(match ty {
+        T::F32 => &F32,
+        T::F16 => &F16,
+        T::BF16 => &BF16,
+        T::Q4_0 => &Q4_0,
+        T::Q4_1 => &Q4_1,
+        T::Q5_0 => &Q5_0,
+        T::Q5_1 => &Q5_1,
+        T::Q8_0 => &Q8_0,
+        T::Q8_1 => &Q8_1,
+        T::Q2K => &Q2K,
+        T::Q3K => &Q3K,
+        T::Q4K => &Q4K,
+        T::Q5K => &Q5K,
+        T::Q6K => &Q6K,
+        T::Q8K => &Q8K,
+        T::IQ4NL => &IQ4NL,
+        T::IQ4XS => &IQ4XS,
+        T::MXFP4 => &MXFP4,
+        T::I8 | T::I16 | T::I32 | T::I64 | T::F64 => return None,
+    })
+}
+
+/// Whether `vec_dot` runs AVX2 kernels on this CPU (for logs and benches).
+pub fn simd_available() -> bool {
+    cpu_features::has_avx2_fma_f16c()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_match_the_type_table() {
+        fn check<B: Block>() {
+            assert_eq!(size_of::<B>(), B::TYPE.type_size(), "{}", B::TYPE);
+            assert_eq!(B::QK, B::TYPE.blck_size(), "{}", B::TYPE);
+        }
+        check::<BlockQ4_0>();
+        check::<BlockQ4_1>();
+        check::<BlockQ5_0>();
+        check::<BlockQ5_1>();
+        check::<BlockQ8_0>();
+        check::<BlockQ8_1>();
+        check::<BlockQ2K>();
+        check::<BlockQ3K>();
+        check::<BlockQ4K>();
+        check::<BlockQ5K>();
+        check::<BlockQ6K>();
+        check::<BlockQ8K>();
+        check::<BlockIq4Nl>();
+        check::<BlockIq4Xs>();
+        check::<BlockMxfp4>();
+    }
+
+    #[test]
+    fn every_float_and_block_type_has_traits() {
+        for t in GgmlType::ALL {
+            let has = cpu_traits(t).is_some();
+            let int_or_f64 = matches!(
+                t,
+                GgmlType::I8 | GgmlType::I16 | GgmlType::I32 | GgmlType::I64 | GgmlType::F64
+            );
+            assert_eq!(has, !int_or_f64, "{t}");
+            if let Some(tr) = cpu_traits(t) {
+                assert_eq!(tr.ty, t);
+            }
+        }
+    }
+}

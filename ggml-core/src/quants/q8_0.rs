@@ -1,0 +1,75 @@
+//! Q8_0: 32 signed bytes and an f16 scale; also the activation type of the
+//! Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4 dot products.
+
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use super::block::{impl_block, row, row_exact, row_exact_mut};
+use super::cpu_features::dispatch;
+use crate::types::GgmlType;
+
+/// Elements per Q8_0 block.
+pub const QK8_0: usize = 32;
+
+/// ggml's `block_q8_0`: value `i` is `d * qs[i]`.
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ8_0 {
+    pub d: f16,
+    pub qs: [i8; QK8_0],
+}
+impl_block!(BlockQ8_0, GgmlType::Q8_0, QK8_0, 34);
+
+/// `dequantize_row_q8_0`. Panics unless `src` is exactly the row of `dst.len()` elements.
+pub fn to_float(src: &[u8], dst: &mut [f32]) {
+    let xb = row_exact::<BlockQ8_0>(src, dst.len());
+    for (b, y) in xb.iter().zip(dst.chunks_exact_mut(QK8_0)) {
+        let d = b.d.to_f32();
+        for (v, &q) in y.iter_mut().zip(b.qs.iter()) {
+            *v = q as f32 * d;
+        }
+    }
+}
+
+/// `quantize_row_q8_0_ref`: `d = amax/127`, `q = roundf(x/d)` (half away
+/// from zero), `d` stored as f16. Used for weights and activations alike.
+/// Panics unless `dst` is exactly the row of `src.len()` elements.
+pub fn from_float(src: &[f32], dst: &mut [u8]) {
+    let yb = row_exact_mut::<BlockQ8_0>(dst, src.len());
+    for (x, b) in src.chunks_exact(QK8_0).zip(yb.iter_mut()) {
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = f16::from_f32(d);
+        let mut qs = [0i8; QK8_0];
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = (v * id).round() as i8;
+        }
+        b.qs = qs;
+    }
+}
+
+/// Scalar `ggml_vec_dot_q8_0_q8_0`. Panics when a row is shorter than `n` elements.
+pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_scalar(row::<BlockQ8_0>(x, n), row::<BlockQ8_0>(y, n))
+}
+
+/// `ggml_vec_dot_q8_0_q8_0`, AVX2 when available. Panics as [`vec_dot_scalar`].
+pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (x, y) = (row::<BlockQ8_0>(x, n), row::<BlockQ8_0>(y, n));
+    dispatch!(super::avx2::legacy::dot_q8_0_q8_0, dot_scalar, (x, y))
+}
+
+fn dot_scalar(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let sumi: i32 = bx
+            .qs
+            .iter()
+            .zip(by.qs.iter())
+            .map(|(&a, &b)| a as i32 * b as i32)
+            .sum();
+        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+    }
+    sumf
+}

@@ -1,0 +1,86 @@
+//! Dequantization of llama.cpp-quantized fixtures equals the reference
+//! (gguf-py) dequantization bit for bit, for every type in `index.tsv`.
+
+use ggml_core::quants::cpu_traits;
+use ggml_core::GgmlType;
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/quants");
+
+#[test]
+fn quants_fixtures_dequantize_bit_exact() {
+    let index = std::fs::read_to_string(format!("{DATA}/index.tsv")).expect("index.tsv");
+    let mut lines = index.lines();
+    let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (c_type, c_id, c_bytes, c_n) = (
+        col("type"),
+        col("ggml_type_id"),
+        col("bytes"),
+        col("n_values"),
+    );
+    let (c_ne0, c_ne1, c_ne2) = (col("ne0"), col("ne1"), col("ne2"));
+    let mut checked = 0;
+    for line in lines.filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split('\t').collect();
+        let name = f[c_type];
+        let ty = GgmlType::from_id(f[c_id].parse().unwrap()).expect("known type id");
+        assert_eq!(GgmlType::from_name(name), Some(ty), "{name}");
+        let n: usize = f[c_n].parse().unwrap();
+        let (ne0, ne1, ne2): (usize, usize, usize) = (
+            f[c_ne0].parse().unwrap(),
+            f[c_ne1].parse().unwrap(),
+            f[c_ne2].parse().unwrap(),
+        );
+        assert_eq!(n, ne0 * ne1 * ne2, "{name}");
+        let bytes: usize = f[c_bytes].parse().unwrap();
+        let raw = std::fs::read(format!("{DATA}/{name}.bin")).unwrap();
+        assert_eq!(raw.len(), bytes, "{name}: .bin size");
+        assert_eq!(
+            ty.row_size(ne0 as u64).unwrap() * ne1 * ne2,
+            bytes,
+            "{name}: row_size"
+        );
+        let want: Vec<u32> = std::fs::read(format!("{DATA}/{name}.f32"))
+            .unwrap()
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(want.len(), n, "{name}: .f32 size");
+
+        let tr = cpu_traits(ty).expect("cpu traits");
+        // whole tensor at once
+        let mut got = vec![0f32; n];
+        (tr.to_float)(&raw, &mut got);
+        let mismatches = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| g.to_bits() != **w)
+            .count();
+        if mismatches > 0 {
+            let i = got
+                .iter()
+                .zip(&want)
+                .position(|(g, w)| g.to_bits() != *w)
+                .unwrap();
+            panic!(
+                "{name}: {mismatches} of {n} values differ; first at {i}: got {} want {}",
+                got[i],
+                f32::from_bits(want[i])
+            );
+        }
+        // row by row, at the odd offsets rows have inside a tensor
+        let rb = ty.row_size(ne0 as u64).unwrap();
+        let mut row = vec![0f32; ne0];
+        for r in [0, 1, ne1 * ne2 - 1] {
+            (tr.to_float)(&raw[r * rb..(r + 1) * rb], &mut row);
+            assert!(
+                row.iter()
+                    .zip(&want[r * ne0..])
+                    .all(|(g, w)| g.to_bits() == *w),
+                "{name} row {r}"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 15, "index.tsv lists 15 types");
+}
