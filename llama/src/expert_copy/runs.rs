@@ -26,7 +26,12 @@ pub fn expert_runs(used: &[bool]) -> Vec<Range<usize>> {
 /// `expert_bytes` apart (`nb[2]`) in a span of `total_bytes`: one range per
 /// run, extended by `overhang` bytes (clamped to the tensor) so that
 /// kernels reading past the last expert of a run find valid data.
-pub fn copy_ranges(used: &[bool], expert_bytes: usize, total_bytes: usize, overhang: usize) -> Vec<Range<usize>> {
+pub fn copy_ranges(
+    used: &[bool],
+    expert_bytes: usize,
+    total_bytes: usize,
+    overhang: usize,
+) -> Vec<Range<usize>> {
     expert_runs(used)
         .into_iter()
         .map(|r| {
