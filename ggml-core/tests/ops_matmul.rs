@@ -211,6 +211,7 @@ struct MulMatCase {
     ty: GgmlType,
     b_ty: GgmlType,
     k_blocks: usize,
+    k_extra: usize,
     m: usize,
     n: usize,
     a2: usize,
@@ -225,36 +226,51 @@ struct MulMatCase {
 fn mul_mat_case() -> impl Strategy<Value = MulMatCase> {
     let types = weight_types();
     (
-        (0..types.len(), 0..3usize, 1..4usize, 1..7usize, 1..8usize),
+        (0..types.len(), 0..4usize, 1..4usize, 1..7usize, 1..8usize),
         (1..3usize, 1..4usize, 1..3usize, 1..3usize),
-        (0..3usize, 0..3usize, any::<u64>()),
+        (
+            0..3usize,
+            0..3usize,
+            any::<u64>(),
+            prop::sample::select(vec![0usize, 0, 3]),
+        ),
     )
         .prop_map(
-            move |((t, bt, k_blocks, m, n), (a2, r2, a3, r3), (al, bl, seed))| MulMatCase {
-                ty: types[t],
-                b_ty: [GgmlType::F32, GgmlType::F32, GgmlType::F16][bt],
-                k_blocks,
-                m,
-                n,
-                a2,
-                r2,
-                a3,
-                r3,
-                a_layout: [Layout::Plain, Layout::Permuted, Layout::Padded][al],
-                b_layout: [Layout::Plain, Layout::Permuted, Layout::Transposed][bl],
-                seed,
+            move |((t, bt, k_blocks, m, n), (a2, r2, a3, r3), (al, bl, seed, k_extra))| {
+                MulMatCase {
+                    ty: types[t],
+                    b_ty: [GgmlType::F32, GgmlType::F32, GgmlType::F16, GgmlType::BF16][bt],
+                    k_blocks,
+                    k_extra,
+                    m,
+                    n,
+                    a2,
+                    r2,
+                    a3,
+                    r3,
+                    a_layout: [Layout::Plain, Layout::Permuted, Layout::Padded][al],
+                    b_layout: [Layout::Plain, Layout::Permuted, Layout::Transposed][bl],
+                    seed,
+                }
             },
         )
 }
 
-/// Block size shared by a weight type and its activation type.
+/// Block size shared by a weight type and its activation type (8 for the
+/// float types: the F32/F16 register-tiled kernel steps by 8).
 fn k_unit(ty: GgmlType) -> usize {
     let vdt = cpu_traits(ty).unwrap().vec_dot_type;
-    ty.blck_size().max(vdt.blck_size())
+    ty.blck_size().max(vdt.blck_size()).max(8)
+}
+
+/// Row length of a case: whole blocks, plus a ragged tail for float types
+/// (which then take the `vec_dot` path).
+fn row_len(ty: GgmlType, k_blocks: usize, k_extra: usize) -> usize {
+    k_blocks * k_unit(ty) + if ty.blck_size() == 1 { k_extra } else { 0 }
 }
 
 fn check_mul_mat(c: &MulMatCase, be: &dyn Backend) {
-    let k = c.k_blocks * k_unit(c.ty);
+    let k = row_len(c.ty, c.k_blocks, c.k_extra);
     let mut g = Graph::new();
     let (a, a_base, a_bytes) = make_src(&mut g, c.ty, [k, c.m, c.a2, c.a3], c.a_layout, c.seed);
     let (b, b_base, b_bytes) = make_src(
@@ -325,6 +341,7 @@ fn mul_mat_every_type_every_layout() {
                     ty,
                     b_ty: GgmlType::F32,
                     k_blocks: 2,
+                    k_extra: 0,
                     m: 5,
                     n: 6,
                     a2: 2,
@@ -572,7 +589,8 @@ fn product_bits(ty: GgmlType, be: &dyn Backend) -> (Vec<u32>, Vec<u32>) {
     let c = MulMatCase {
         ty,
         b_ty: GgmlType::F32,
-        k_blocks: 2,
+        k_blocks: (256 / k_unit(ty)).max(1),
+        k_extra: 0,
         m: 67,
         n: 21,
         a2: 2,

@@ -1,1 +1,640 @@
-//! ggml-sched (work in progress)
+//! # ggml-sched
+//!
+//! The backend scheduler (`ggml_backend_sched` in spirit): it runs one
+//! [`Graph`] over several backends — devices first, the CPU last.
+//!
+//! How data flows through [`Scheduler::compute`]:
+//!
+//! 1. **Assignment.** Nodes writing caller memory (`cpy`/`set_rows` into a KV
+//!    cache) go where that memory is; nodes reading a weight go to the backend
+//!    holding it, or to a device whose `offload_op` asks for an op whose
+//!    weight is in host memory; assignments then spread to neighbouring nodes
+//!    (devices first); what is left goes to the highest-priority backend
+//!    that supports it. Views compute nothing and live where their memory is.
+//! 2. **Splits.** The node list is cut into maximal runs on one backend, and
+//!    before any node that reads a weight its backend cannot use, so that such
+//!    a node heads its split.
+//! 3. **Inputs.** Each tensor a split reads but its backend cannot use gets a
+//!    copy tensor (same type, shape and strides) added to the graph in the
+//!    backend's compute memory; the split's nodes are pointed at the copy
+//!    while the graph computes. A copy is reused by later splits while its
+//!    source is unchanged. Inputs in host weights buffers are *host weights*.
+//! 4. **Memory.** Everything the scheduler allocates (node results, leafs
+//!    without data, copies) is laid out by liveness in one compute buffer per
+//!    backend, kept across computes while large enough. Graph inputs and
+//!    outputs keep their memory; views take none.
+//! 5. **Run.** For each split: copy the inputs that are not host weights,
+//!    then offer each host weight to the [`CopyHook`] (a full copy when it
+//!    declines), compute the split on its backend, synchronize.
+//!
+//! A graph of the same structure as the previous one (ops, shapes, types,
+//! sources, placement of caller data) reuses its plan. [`ComputeStats`]
+//! counts splits and bytes moved per backend pair, by the scheduler and by
+//! the hook; [`Scheduler::plan_dump`] prints the plan.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use ggml_core::{Backend, CpuBackend, Graph, SimBackend};
+//! # use ggml_sched::Scheduler;
+//! # fn f(mut g: Graph, x: ggml_core::TensorId) -> Result<(), Box<dyn std::error::Error>> {
+//! let backends: Vec<Arc<dyn Backend>> =
+//!     vec![Arc::new(SimBackend::new(0, 1)), Arc::new(CpuBackend::new(2))];
+//! let mut sched = Scheduler::new(backends)?;
+//! sched.alloc_graph(&mut g)?; // inputs get memory: write them now
+//! g.write_f32(x, &[1.0, 2.0])?;
+//! let stats = sched.compute(&mut g)?;
+//! println!("{} splits, {} bytes copied", stats.n_splits, stats.sched_bytes());
+//! # Ok(()) }
+//! ```
+
+mod alloc;
+mod error;
+mod hook;
+mod plan;
+mod stats;
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Weak};
+
+use ggml_core::backend::{check_range, Backend, BackendError, Buffer, BufferUsage};
+use ggml_core::tensor::Tensor;
+use ggml_core::{Graph, Op, TensorData, TensorId};
+
+pub use error::{HookError, SchedError};
+pub use hook::{CopyHook, HookCtx, SplitInput};
+pub use stats::{ComputeStats, PairStats, SplitStats};
+
+use alloc::{Ent, ALIGN};
+use plan::{graph_key, make_plan, node_name, Env, Plan};
+
+/// A split of the current plan, as applied to the last graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitInfo {
+    /// Index of the split's backend in the scheduler's list.
+    pub backend: usize,
+    /// Its name.
+    pub backend_name: String,
+    /// The nodes it computes, in order (views, which compute nothing, are
+    /// not listed).
+    pub nodes: Vec<TensorId>,
+    /// Its inputs, in copy order of the plan (host weights are copied after
+    /// the others at run time).
+    pub inputs: Vec<SplitInput>,
+}
+
+struct Applied {
+    copy_ids: Vec<TensorId>,
+    splits: Vec<SplitInfo>,
+    dump: String,
+}
+
+/// Runs graphs over several backends. See the crate docs.
+pub struct Scheduler {
+    backends: Vec<Arc<dyn Backend>>,
+    own_use: Vec<Vec<bool>>,
+    bufs: Vec<Option<Arc<dyn Buffer>>>,
+    owned: Vec<Weak<dyn Buffer>>,
+    plan: Option<Plan>,
+    applied: Option<Applied>,
+    node_backend: Vec<Option<usize>>,
+    hook: Option<Box<dyn CopyHook>>,
+    n_plans: usize,
+    planned_since_compute: bool,
+    last_stats: ComputeStats,
+}
+
+impl Scheduler {
+    /// A scheduler over `backends` in priority order; the last one must be a
+    /// host backend (the CPU), which runs whatever no device takes.
+    pub fn new(backends: Vec<Arc<dyn Backend>>) -> Result<Scheduler, SchedError> {
+        if !backends.last().is_some_and(|b| b.is_host()) || backends.len() > 64 {
+            let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+            return Err(SchedError::NoHostBackend(names.join(", ")));
+        }
+        // which backend can use which backend's compute memory: probe once
+        let mut probes = Vec::with_capacity(backends.len());
+        for b in &backends {
+            probes.push(
+                b.alloc_buffer(ALIGN, BufferUsage::Compute)
+                    .map_err(|source| SchedError::Alloc {
+                        backend: b.name().to_string(),
+                        size: ALIGN,
+                        source,
+                    })?,
+            );
+        }
+        let own_use = backends
+            .iter()
+            .map(|b| {
+                probes
+                    .iter()
+                    .map(|p| b.can_use_buffer(p.as_ref()))
+                    .collect()
+            })
+            .collect();
+        let n = backends.len();
+        Ok(Scheduler {
+            backends,
+            own_use,
+            bufs: vec![None; n],
+            owned: Vec::new(),
+            plan: None,
+            applied: None,
+            node_backend: Vec::new(),
+            hook: None,
+            n_plans: 0,
+            planned_since_compute: false,
+            last_stats: ComputeStats::default(),
+        })
+    }
+
+    /// Install the copy hook (replacing any earlier one). Without a hook,
+    /// host weights are copied in full.
+    pub fn set_copy_hook(&mut self, hook: Box<dyn CopyHook>) {
+        self.hook = Some(hook);
+    }
+
+    /// Remove the copy hook and return it.
+    pub fn take_copy_hook(&mut self) -> Option<Box<dyn CopyHook>> {
+        self.hook.take()
+    }
+
+    /// The backends, in priority order.
+    pub fn backends(&self) -> &[Arc<dyn Backend>] {
+        &self.backends
+    }
+
+    /// How many times a graph was planned (not counting reused plans).
+    pub fn n_plans(&self) -> usize {
+        self.n_plans
+    }
+
+    /// The counters of the last successful compute.
+    pub fn last_stats(&self) -> &ComputeStats {
+        &self.last_stats
+    }
+
+    /// The splits of the plan as applied to the last graph.
+    pub fn splits(&self) -> &[SplitInfo] {
+        self.applied.as_ref().map_or(&[], |a| &a.splits)
+    }
+
+    /// The backend assigned to a node of the last graph (views included).
+    pub fn node_backend(&self, node: TensorId) -> Option<&str> {
+        let b = (*self.node_backend.get(node.index())?)?;
+        Some(self.backends[b].name())
+    }
+
+    /// Bytes of compute memory held per backend, as `(name, bytes)`.
+    pub fn compute_buffer_sizes(&self) -> Vec<(String, usize)> {
+        self.backends
+            .iter()
+            .zip(&self.bufs)
+            .map(|(b, m)| (b.name().to_string(), m.as_ref().map_or(0, |m| m.size())))
+            .collect()
+    }
+
+    /// The plan of the last graph, for debugging: node → backend, split
+    /// boundaries, and each split's inputs.
+    pub fn plan_dump(&self) -> String {
+        self.applied
+            .as_ref()
+            .map_or_else(|| "(no plan)\n".to_string(), |a| a.dump.clone())
+    }
+
+    fn our_addrs(&mut self) -> Vec<usize> {
+        self.owned.retain(|w| w.strong_count() > 0);
+        self.owned
+            .iter()
+            .map(|w| Weak::as_ptr(w) as *const u8 as usize)
+            .collect()
+    }
+
+    /// Plan the graph (or reuse the plan of a graph of the same structure)
+    /// and give memory to every tensor the scheduler allocates, inputs
+    /// included, so the caller can write them before [`Scheduler::compute`].
+    /// Adds the split input copies to the graph.
+    pub fn alloc_graph(&mut self, g: &mut Graph) -> Result<(), SchedError> {
+        let ours = self.our_addrs();
+        let key = graph_key(g, &ours);
+        let reuse = self.plan.as_ref().is_some_and(|p| p.key == key);
+        if !reuse {
+            self.plan = None;
+            self.applied = None;
+            let env = Env {
+                backends: &self.backends,
+                own_use: &self.own_use,
+                ours: &ours,
+            };
+            self.plan = Some(make_plan(g, &env, key)?);
+            self.n_plans += 1;
+            self.planned_since_compute = true;
+        }
+        let Some(plan) = self.plan.as_ref() else {
+            return Err(SchedError::Graph("no plan".into()));
+        };
+
+        // compute buffers, grown when too small
+        for (b, &need) in plan.buf_sizes.iter().enumerate() {
+            if need == 0 || self.bufs[b].as_ref().is_some_and(|m| m.size() >= need) {
+                continue;
+            }
+            let be = &self.backends[b];
+            let m = be
+                .alloc_buffer(need, BufferUsage::Compute)
+                .map_err(|source| SchedError::Alloc {
+                    backend: be.name().to_string(),
+                    size: need,
+                    source,
+                })?;
+            self.owned.push(Arc::downgrade(&m));
+            self.bufs[b] = Some(m);
+        }
+
+        // copy tensors: those added by an earlier run on this very graph,
+        // else new ones at the end of the arena
+        let prev = self.applied.as_ref().map(|a| a.copy_ids.clone());
+        let matches = |ids: &[TensorId]| {
+            ids.len() == plan.copies.len()
+                && ids.iter().zip(&plan.copies).all(|(&id, c)| {
+                    id.index() < g.len() && {
+                        let t = g.tensor(id);
+                        t.name == c.name
+                            && t.ty == c.ty
+                            && t.ne == c.ne
+                            && t.nb == c.nb
+                            && t.op == Op::None
+                            && t.view_src.is_none()
+                    }
+                })
+        };
+        let copy_ids = match prev {
+            Some(ids) if matches(&ids) => ids,
+            _ => plan
+                .copies
+                .iter()
+                .map(|c| {
+                    let mut t = Tensor::new(c.ty, c.ne);
+                    t.nb = c.nb;
+                    t.name = c.name.clone();
+                    g.push(t)
+                })
+                .collect(),
+        };
+
+        for &(e, b, off) in &plan.allocs {
+            let id = match e {
+                Ent::T(id) => id,
+                Ent::C(slot) => copy_ids[slot],
+            };
+            let Some(buffer) = self.bufs[b].clone() else {
+                return Err(SchedError::Graph(format!(
+                    "no compute buffer on {}",
+                    self.backends[b].name()
+                )));
+            };
+            g.tensor_mut(id).data = Some(TensorData {
+                buffer,
+                offset: off,
+            });
+        }
+
+        self.node_backend = vec![None; g.len()];
+        for &(n, b) in &plan.assign {
+            self.node_backend[n.index()] = Some(b);
+        }
+        let splits: Vec<SplitInfo> = plan
+            .splits
+            .iter()
+            .map(|sp| SplitInfo {
+                backend: sp.backend,
+                backend_name: self.backends[sp.backend].name().to_string(),
+                nodes: sp.nodes.clone(),
+                inputs: sp
+                    .inputs
+                    .iter()
+                    .map(|i| SplitInput {
+                        src: i.src,
+                        copy: copy_ids[i.slot],
+                        host_weight: i.host_weight,
+                        copied: i.copied,
+                        src_backend: self.backends[i.src_backend].name().to_string(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let dump = dump(g, &self.backends, plan, &splits);
+        self.applied = Some(Applied {
+            copy_ids,
+            splits,
+            dump,
+        });
+        Ok(())
+    }
+
+    /// Compute the graph: plan and allocate it if [`Scheduler::alloc_graph`]
+    /// was not called for it, copy split inputs (host weights through the
+    /// copy hook), run the splits in order. The graph's sources are restored
+    /// afterwards (the copies stay in the arena and are reused by the next
+    /// compute of the same graph). Errors of backends and of the hook reach
+    /// the caller; the scheduler stays usable.
+    pub fn compute(&mut self, g: &mut Graph) -> Result<ComputeStats, SchedError> {
+        self.alloc_graph(g)?;
+        let (Some(plan), Some(applied)) = (self.plan.as_ref(), self.applied.as_ref()) else {
+            return Err(SchedError::Graph("no plan".into()));
+        };
+        let mut undo: Vec<(TensorId, usize, TensorId)> = Vec::new();
+        for sp in &plan.splits {
+            for &(n, j, slot) in &sp.rewires {
+                let t = g.tensor_mut(n);
+                undo.push((n, j, t.src[j]));
+                t.src[j] = applied.copy_ids[slot];
+            }
+        }
+        let r = run(
+            g,
+            &self.backends,
+            plan,
+            applied,
+            self.hook.as_deref_mut(),
+            !std::mem::take(&mut self.planned_since_compute),
+        );
+        for (n, j, orig) in undo.into_iter().rev() {
+            g.tensor_mut(n).src[j] = orig;
+        }
+        let stats = r?;
+        self.last_stats = stats.clone();
+        Ok(stats)
+    }
+}
+
+/// Copy `len` bytes of `src` into `dst` on `dst_be`. Host sources are written
+/// directly (`keep` holds their buffer until the split synchronizes); device
+/// sources are staged through host memory.
+fn copy_full(
+    src_be: &dyn Backend,
+    src: &TensorData,
+    dst_be: &dyn Backend,
+    dst: &TensorData,
+    len: usize,
+    staging: &mut Vec<Vec<u8>>,
+    keep: &mut Vec<Arc<dyn Buffer>>,
+) -> Result<(), BackendError> {
+    if len == 0 {
+        return Ok(());
+    }
+    if src.buffer.is_host() {
+        if let Some(p) = src.buffer.base_ptr() {
+            check_range(src.buffer.name(), src.buffer.size(), src.offset, len)?;
+            // SAFETY: the range was checked; `keep` holds the buffer until the
+            // destination backend synchronizes, and no compute writes the
+            // source meanwhile (splits run one at a time).
+            let s = unsafe { std::slice::from_raw_parts(p.add(src.offset), len) };
+            dst_be.write_async(dst, 0, s)?;
+            keep.push(Arc::clone(&src.buffer));
+            return Ok(());
+        }
+    }
+    let mut tmp = vec![0u8; len];
+    src_be.read_async(src, 0, &mut tmp)?;
+    src_be.synchronize()?;
+    dst_be.write_async(dst, 0, &tmp)?;
+    staging.push(tmp);
+    Ok(())
+}
+
+fn run(
+    g: &Graph,
+    backends: &[Arc<dyn Backend>],
+    plan: &Plan,
+    applied: &Applied,
+    mut hook: Option<&mut (dyn CopyHook + '_)>,
+    reused: bool,
+) -> Result<ComputeStats, SchedError> {
+    if let Some(h) = hook.as_deref_mut() {
+        h.begin_graph();
+    }
+    let mut stats = ComputeStats {
+        n_splits: plan.splits.len(),
+        plan_reused: reused,
+        ..ComputeStats::default()
+    };
+    for (si, (sp, info)) in plan.splits.iter().zip(&applied.splits).enumerate() {
+        let be = backends[sp.backend].as_ref();
+        let mut staging: Vec<Vec<u8>> = Vec::new();
+        let mut keep: Vec<Arc<dyn Buffer>> = Vec::new();
+        let mut ss = SplitStats {
+            backend: be.name().to_string(),
+            n_nodes: sp.nodes.len(),
+            ..SplitStats::default()
+        };
+        let r = run_split(
+            g,
+            backends,
+            si,
+            sp,
+            info,
+            hook.as_deref_mut(),
+            &mut staging,
+            &mut keep,
+            &mut stats,
+            &mut ss,
+        );
+        if r.is_err() {
+            // let queued copies finish before their staging memory goes
+            let _ = be.synchronize();
+        }
+        r?;
+        stats.splits.push(ss);
+    }
+    Ok(stats)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_split(
+    g: &Graph,
+    backends: &[Arc<dyn Backend>],
+    si: usize,
+    sp: &plan::SplitPlan,
+    info: &SplitInfo,
+    hook: Option<&mut (dyn CopyHook + '_)>,
+    staging: &mut Vec<Vec<u8>>,
+    keep: &mut Vec<Arc<dyn Buffer>>,
+    stats: &mut ComputeStats,
+    ss: &mut SplitStats,
+) -> Result<(), SchedError> {
+    let be = backends[sp.backend].as_ref();
+    let data = |id: TensorId| {
+        g.data_of(id).ok_or_else(|| {
+            SchedError::Graph(format!("tensor '{}' has no memory", node_name(g, id)))
+        })
+    };
+    let full = |inp: &SplitInput,
+                pi: &plan::InputPlan,
+                staging: &mut Vec<Vec<u8>>,
+                keep: &mut Vec<Arc<dyn Buffer>>|
+     -> Result<u64, SchedError> {
+        let len = g.tensor(inp.src).nbytes();
+        let src_be = backends[pi.src_backend].as_ref();
+        copy_full(
+            src_be,
+            &data(inp.src)?,
+            be,
+            &data(inp.copy)?,
+            len,
+            staging,
+            keep,
+        )
+        .map_err(|source| SchedError::Copy {
+            tensor: node_name(g, inp.src),
+            src: src_be.name().to_string(),
+            dst: be.name().to_string(),
+            split: si,
+            source,
+        })?;
+        Ok(len as u64)
+    };
+
+    // 1. every input that is not a host weight
+    for (inp, pi) in info.inputs.iter().zip(&sp.inputs) {
+        if !pi.copied || pi.host_weight {
+            continue;
+        }
+        let n = full(inp, pi, staging, keep)?;
+        stats.add(&inp.src_backend, be.name(), n, 0);
+        ss.sched_bytes += n;
+        ss.n_copies += 1;
+    }
+    // 2. host weights, offered to the hook first
+    let mut hook = hook;
+    let mut synced = false;
+    for (inp, pi) in info.inputs.iter().zip(&sp.inputs) {
+        if !pi.copied || !pi.host_weight {
+            continue;
+        }
+        ss.n_copies += 1;
+        let mut handled = false;
+        if let Some(h) = hook.as_deref_mut() {
+            if !synced {
+                // the hook may read inputs copied in the first pass
+                be.synchronize().map_err(|source| SchedError::Compute {
+                    backend: be.name().to_string(),
+                    split: si,
+                    source,
+                })?;
+                synced = true;
+            }
+            let mut cx = HookCtx {
+                backend: be,
+                g,
+                split: si,
+                nodes: &info.nodes,
+                inputs: &info.inputs,
+                src: inp.src,
+                dst: inp.copy,
+                src_data: data(inp.src)?,
+                dst_data: data(inp.copy)?,
+                staging,
+                bytes: 0,
+            };
+            let r = h.copy_input(&mut cx);
+            let bytes = cx.bytes;
+            keep.push(Arc::clone(&cx.src_data.buffer));
+            stats.add(&inp.src_backend, be.name(), 0, bytes);
+            ss.hook_bytes += bytes;
+            handled = r.map_err(|source| SchedError::Hook {
+                tensor: node_name(g, inp.src),
+                backend: be.name().to_string(),
+                split: si,
+                source,
+            })?;
+            if handled {
+                stats.hook_handled += 1;
+            } else {
+                stats.hook_declined += 1;
+            }
+        }
+        if !handled {
+            let n = full(inp, pi, staging, keep)?;
+            stats.add(&inp.src_backend, be.name(), n, 0);
+            ss.sched_bytes += n;
+        }
+    }
+    // 3. compute
+    let err = |source| SchedError::Compute {
+        backend: be.name().to_string(),
+        split: si,
+        source,
+    };
+    be.compute(g, &sp.nodes).map_err(err)?;
+    be.synchronize().map_err(err)?;
+    Ok(())
+}
+
+fn dump(g: &Graph, backends: &[Arc<dyn Backend>], plan: &Plan, splits: &[SplitInfo]) -> String {
+    let mut s = String::new();
+    let name = |b: usize| backends[b].name();
+    let _ = writeln!(
+        s,
+        "plan: {} nodes, {} splits, {} copies; compute memory: {}",
+        plan.assign.len(),
+        plan.splits.len(),
+        plan.copies.len(),
+        plan.buf_sizes
+            .iter()
+            .enumerate()
+            .map(|(b, n)| format!("{} {} B", name(b), n))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut in_split = vec![usize::MAX; g.len()];
+    for (si, sp) in plan.splits.iter().enumerate() {
+        for &n in &sp.nodes {
+            in_split[n.index()] = si;
+        }
+    }
+    let mut cur = usize::MAX;
+    for &(n, b) in &plan.assign {
+        let t = g.tensor(n);
+        let si = in_split[n.index()];
+        if si != usize::MAX && si != cur {
+            cur = si;
+            let sp = &splits[si];
+            let _ = writeln!(
+                s,
+                "## split {si}: {} ({} nodes)",
+                sp.backend_name,
+                sp.nodes.len()
+            );
+            for inp in &sp.inputs {
+                let _ = writeln!(
+                    s,
+                    "   input {:?} '{}' {} -> {:?} '{}' [{}]{}",
+                    inp.src,
+                    node_name(g, inp.src),
+                    inp.src_backend,
+                    inp.copy,
+                    g.tensor(inp.copy).name,
+                    if inp.copied { "copied" } else { "reused" },
+                    if inp.host_weight {
+                        ", host weight: offered to the copy hook"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
+        let srcs: Vec<String> = t.src.iter().map(|x| format!("{x:?}")).collect();
+        let _ = writeln!(
+            s,
+            "  {:?} {:<12} {:<6} {:?} ({}){}",
+            n,
+            t.op.name(),
+            name(b),
+            node_name(g, n),
+            srcs.join(", "),
+            if si == usize::MAX { "  [view]" } else { "" }
+        );
+    }
+    s
+}

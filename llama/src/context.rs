@@ -2,11 +2,13 @@
 //! A tool, a test or a server drives it: tokenize, decode a batch (split
 //! into ubatches), read the logits of any output row, sample.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorData, TensorId};
+use ggml_sched::Scheduler;
 
 use crate::error::{LlamaError, Result};
+use crate::expert_copy::{ExpertCopyPolicy, ExpertCopyStats, IdFilter, PolicyShared};
 use crate::graph::decoder::DecoderGraph;
 use crate::graph::GraphBuilder;
 use crate::kv_cache::KvCache;
@@ -25,6 +27,9 @@ pub struct ContextParams {
     pub n_threads: usize,
     /// KV cache element type (F16 default, F32 option).
     pub kv_type: GgmlType,
+    /// Copy only the experts the router picked when a device computes with
+    /// host experts (`false`: full copies, for comparison).
+    pub expert_copy: bool,
 }
 
 impl Default for ContextParams {
@@ -35,6 +40,7 @@ impl Default for ContextParams {
             n_ubatch: 512,
             n_threads: 2,
             kv_type: GgmlType::F16,
+            expert_copy: true,
         }
     }
 }
@@ -57,12 +63,18 @@ pub struct TransferStats {
     pub graphs: u64,
 }
 
+/// Cells by which the attended KV span grows (llama.cpp pads `n_kv` too).
+const KV_PAD: usize = 32;
+
 /// A decoding context over a model.
 pub struct Context {
     model: Arc<Model>,
     params: ContextParams,
     cpu: Arc<dyn Backend>,
     kv: KvCache,
+    sched: Scheduler,
+    policy: Arc<Mutex<PolicyShared>>,
+    policy_base: ExpertCopyStats,
     input_buf: Option<Arc<dyn ggml_core::Buffer>>,
     logits: Vec<f32>,
     n_outputs: usize,
@@ -84,11 +96,25 @@ impl Context {
         params.n_ubatch = params.n_ubatch.min(params.n_batch);
         let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(params.n_threads.max(1)));
         let kv = KvCache::new(&model, params.n_ctx, params.kv_type, &cpu)?;
+        let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
+        if let Some(d) = &model.device {
+            backends.push(Arc::clone(d));
+        }
+        backends.push(Arc::clone(&cpu));
+        let mut sched = Scheduler::new(backends).map_err(|e| LlamaError::Sched(e.to_string()))?;
+        let policy = Arc::new(Mutex::new(PolicyShared {
+            disabled: !params.expert_copy,
+            ..Default::default()
+        }));
+        sched.set_copy_hook(Box::new(ExpertCopyPolicy::new(Arc::clone(&policy))));
         Ok(Context {
             model,
             params,
             cpu,
             kv,
+            sched,
+            policy,
+            policy_base: ExpertCopyStats::default(),
             input_buf: None,
             logits: Vec::new(),
             n_outputs: 0,
@@ -186,10 +212,13 @@ impl Context {
         let model = Arc::clone(&self.model);
         let n_tokens = ub.len();
         let n_out_graph = n_out.max(1);
+        // pad the attended cells so that the graph's shape (and the
+        // scheduler's plan) stays the same for runs of tokens (llama.cpp: 32)
+        let n_kv = (pos0 + n_tokens).next_multiple_of(KV_PAD).min(self.kv.size);
         let mut b = GraphBuilder::new(&model);
-        let dg = b.build_decoder(&self.kv, n_tokens, pos0, n_out_graph);
+        let dg = b.build_decoder(&self.kv, n_tokens, pos0, n_kv, n_out_graph);
         let mut g = b.g;
-        self.bind_inputs(&mut g, &dg, ub, pos0, n_out_graph)?;
+        self.bind_inputs(&mut g, &dg, ub, pos0, n_kv, n_out_graph)?;
         self.run(&mut g)?;
         self.last_expert_ids.clear();
         for &ids in &dg.expert_ids {
@@ -209,10 +238,10 @@ impl Context {
         dg: &DecoderGraph,
         ub: &[i32],
         pos0: usize,
+        n_kv: usize,
         n_out: usize,
     ) -> Result<()> {
         let n = ub.len();
-        let n_kv = pos0 + n;
         let mut mask = vec![f32::NEG_INFINITY; n_kv * n];
         for i in 0..n {
             for j in 0..=pos0 + i {
@@ -250,29 +279,48 @@ impl Context {
         Ok(())
     }
 
-    /// Compute a graph. (Interim: everything on the CPU in one buffer.)
+    /// Compute a graph through the scheduler and add up what it moved.
     fn run(&mut self, g: &mut Graph) -> Result<()> {
-        let ids: Vec<TensorId> = g
-            .ids()
-            .filter(|&t| g.tensor(t).data.is_none() && g.tensor(t).view_src.is_none())
-            .collect();
-        let total: usize = ids
-            .iter()
-            .map(|&t| g.tensor(t).nbytes().next_multiple_of(64))
-            .sum();
-        let buf = self.cpu.alloc_buffer(total.max(64), BufferUsage::Compute)?;
-        let mut off = 0;
-        for t in ids {
-            let n = g.tensor(t).nbytes().next_multiple_of(64);
-            g.tensor_mut(t).data = Some(TensorData {
-                buffer: Arc::clone(&buf),
-                offset: off,
-            });
-            off += n;
+        let st = self
+            .sched
+            .compute(g)
+            .map_err(|e| LlamaError::Sched(e.to_string()))?;
+        for p in &st.pairs {
+            if p.dst != self.cpu.name() {
+                self.stats.h2d_bytes_other += p.sched_bytes;
+            }
         }
-        let nodes = g.nodes().to_vec();
-        self.cpu.compute(g, &nodes)?;
+        self.stats.graphs += 1;
         Ok(())
+    }
+
+    /// The scheduler's plan of the last graph (which node on which backend,
+    /// splits, inputs), for `--verbose`.
+    pub fn plan_dump(&self) -> String {
+        self.sched.plan_dump()
+    }
+
+    /// The expert copy policy's counters since creation or the last reset.
+    pub fn expert_copy_stats(&self) -> ExpertCopyStats {
+        let s = self.policy.lock().unwrap_or_else(|e| e.into_inner()).stats;
+        let b = self.policy_base;
+        ExpertCopyStats {
+            bytes: s.bytes - b.bytes,
+            full_bytes: s.full_bytes - b.full_bytes,
+            experts_copied: s.experts_copied - b.experts_copied,
+            experts_full: s.experts_full - b.experts_full,
+            inputs: s.inputs - b.inputs,
+            declined: s.declined - b.declined,
+        }
+    }
+
+    /// Install (or remove) a function applied to every expert-ids tensor the
+    /// policy reads, before validation. For tests that poison ids.
+    pub fn set_expert_id_filter(&mut self, f: Option<IdFilter>) {
+        self.policy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .id_filter = f;
     }
 
     /// Logits of output row `i` of the last `decode` (every token's row with
@@ -284,12 +332,20 @@ impl Context {
 
     /// Transfer counters since creation or the last reset.
     pub fn stats(&self) -> TransferStats {
-        self.stats
+        let e = self.expert_copy_stats();
+        TransferStats {
+            h2d_bytes_experts: e.bytes,
+            h2d_bytes_full_copy: e.full_bytes,
+            experts_copied: e.experts_copied,
+            experts_full_copy: e.experts_full,
+            ..self.stats
+        }
     }
 
     /// Zero the transfer counters.
     pub fn reset_stats(&mut self) {
         self.stats = TransferStats::default();
+        self.policy_base = self.policy.lock().unwrap_or_else(|e| e.into_inner()).stats;
     }
 
     /// Number of logit rows kept by the last `decode`.

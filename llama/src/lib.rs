@@ -13,6 +13,7 @@ pub mod arch;
 pub mod context;
 pub mod device;
 pub mod error;
+pub mod expert_copy;
 pub mod graph;
 pub mod hparams;
 pub mod kv_cache;

@@ -26,7 +26,7 @@ pub trait Block: Pod {
 /// When `n` is not a multiple of the block size.
 pub(crate) fn n_blocks<B: Block>(n: usize) -> usize {
     assert!(
-        n % B::QK == 0,
+        n.is_multiple_of(B::QK),
         "{}: {n} elements is not a multiple of the block size {}",
         B::TYPE,
         B::QK

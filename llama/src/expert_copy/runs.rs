@@ -25,16 +25,25 @@ pub fn expert_runs(used: &[bool]) -> Vec<Range<usize>> {
 /// Byte ranges to copy for the used experts of a tensor whose experts are
 /// `expert_bytes` apart (`nb[2]`) in a span of `total_bytes`: one range per
 /// run, extended by `overhang` bytes (clamped to the tensor) so that
-/// kernels reading past the last expert of a run find valid data.
-pub fn copy_ranges(used: &[bool], expert_bytes: usize, total_bytes: usize, overhang: usize) -> Vec<Range<usize>> {
-    expert_runs(used)
-        .into_iter()
-        .map(|r| {
-            let start = r.start * expert_bytes;
-            let end = (r.end * expert_bytes + overhang).min(total_bytes);
-            start..end
-        })
-        .collect()
+/// kernels reading past the last expert of a run find valid data; runs
+/// whose padding reaches the next run are merged, so no byte goes twice.
+pub fn copy_ranges(
+    used: &[bool],
+    expert_bytes: usize,
+    total_bytes: usize,
+    overhang: usize,
+) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for r in expert_runs(used) {
+        let start = r.start * expert_bytes;
+        let end = (r.end * expert_bytes + overhang).min(total_bytes);
+        match out.last_mut() {
+            // a padded run reaching into the next one: copy both as one range
+            Some(prev) if prev.end >= start => prev.end = prev.end.max(end),
+            _ => out.push(start..end),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub struct UbatchInputs {
     pub n_tokens: usize,
     /// First cache cell written by this ubatch.
     pub pos0: usize,
-    /// Cache cells attended to (`pos0 + n_tokens`).
+    /// Cache cells attended to (at least `pos0 + n_tokens`; the mask hides the rest).
     pub n_kv: usize,
 }
 

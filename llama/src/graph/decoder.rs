@@ -27,13 +27,16 @@ pub struct DecoderGraph {
 
 impl GraphBuilder<'_> {
     /// Build the forward graph of a ubatch of `n_tokens` tokens stored at
-    /// cache cells `pos0..pos0 + n_tokens`, producing logits for all rows or
-    /// for `n_outputs` selected rows.
+    /// cache cells `pos0..pos0 + n_tokens`, attending to the first `n_kv`
+    /// cells (at least `pos0 + n_tokens`; more keeps the graph's shape, and so
+    /// the scheduler's plan, stable across tokens: the mask hides them),
+    /// producing logits for all rows or for `n_outputs` selected rows.
     pub fn build_decoder(
         &mut self,
         kv: &KvCache,
         n_tokens: usize,
         pos0: usize,
+        n_kv: usize,
         n_outputs: usize,
     ) -> DecoderGraph {
         let m = self.model;
@@ -46,7 +49,7 @@ impl GraphBuilder<'_> {
         let pos = self.g.new_tensor_1d(GgmlType::I32, nt);
         self.g.set_name(pos, "inp_pos");
         self.g.set_input(pos);
-        let n_kv = pos0 + n_tokens;
+        debug_assert!(n_kv >= pos0 + n_tokens && n_kv <= kv.size);
         let mask = self.g.new_tensor_2d(GgmlType::F32, n_kv as i64, nt);
         self.g.set_name(mask, "kq_mask");
         self.g.set_input(mask);
@@ -114,6 +117,7 @@ impl GraphBuilder<'_> {
                 style.norm_topk,
                 il,
             );
+            self.g.set_output(ids);
             expert_ids.push(ids);
             if let (Some(gi), Some(up), Some(gate), Some(down)) =
                 (lw.gate_inp_shexp, lw.up_shexp, lw.gate_shexp, lw.down_shexp)

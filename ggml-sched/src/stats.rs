@@ -1,0 +1,79 @@
+//! Counters of one compute: splits, bytes copied, hook decisions.
+
+/// Bytes moved between one pair of backends during a compute.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PairStats {
+    /// Backend whose memory held the source.
+    pub src: String,
+    /// Backend that received the copy.
+    pub dst: String,
+    /// Bytes copied by the scheduler (full copies).
+    pub sched_bytes: u64,
+    /// Bytes written by the copy hook.
+    pub hook_bytes: u64,
+}
+
+/// Counters of one split during a compute.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SplitStats {
+    /// The split's backend.
+    pub backend: String,
+    /// Nodes computed.
+    pub n_nodes: usize,
+    /// Inputs copied for this split (reused copies not counted).
+    pub n_copies: usize,
+    /// Bytes copied by the scheduler.
+    pub sched_bytes: u64,
+    /// Bytes written by the copy hook.
+    pub hook_bytes: u64,
+}
+
+/// What one [`crate::Scheduler::compute`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ComputeStats {
+    /// Number of splits run.
+    pub n_splits: usize,
+    /// Whether the plan of an earlier graph of the same structure was reused.
+    pub plan_reused: bool,
+    /// Bytes per (source backend, destination backend) pair.
+    pub pairs: Vec<PairStats>,
+    /// Per split.
+    pub splits: Vec<SplitStats>,
+    /// Host-weight inputs the copy hook handled.
+    pub hook_handled: usize,
+    /// Host-weight inputs the copy hook declined (copied in full).
+    pub hook_declined: usize,
+}
+
+impl ComputeStats {
+    /// Total bytes copied by the scheduler.
+    pub fn sched_bytes(&self) -> u64 {
+        self.pairs.iter().map(|p| p.sched_bytes).sum()
+    }
+
+    /// Total bytes written by the copy hook.
+    pub fn hook_bytes(&self) -> u64 {
+        self.pairs.iter().map(|p| p.hook_bytes).sum()
+    }
+
+    /// The counters of one backend pair, if anything moved between them.
+    pub fn pair(&self, src: &str, dst: &str) -> Option<&PairStats> {
+        self.pairs.iter().find(|p| p.src == src && p.dst == dst)
+    }
+
+    pub(crate) fn add(&mut self, src: &str, dst: &str, sched: u64, hook: u64) {
+        let i = match self.pairs.iter().position(|p| p.src == src && p.dst == dst) {
+            Some(i) => i,
+            None => {
+                self.pairs.push(PairStats {
+                    src: src.to_string(),
+                    dst: dst.to_string(),
+                    ..PairStats::default()
+                });
+                self.pairs.len() - 1
+            }
+        };
+        self.pairs[i].sched_bytes += sched;
+        self.pairs[i].hook_bytes += hook;
+    }
+}

@@ -1,0 +1,177 @@
+//! The selective expert copy policy: the scheduler's copy hook, in user
+//! code (as upstream llama.cpp moved it out of `ggml-backend` into
+//! `llama_context`).
+//!
+//! When a split on a device reads an expert tensor (`[k, m, n_expert]`)
+//! that lives in host memory, and every consumer of it in the split is a
+//! `mul_mat_id`, only the experts named by the consumers' ids are needed.
+//! The policy reads those ids (once per ids tensor per graph: gate, up and
+//! down share them), validates every id, and copies each run of consecutive
+//! used experts with one ranged write, padded by the backend's read
+//! overhang. Anything else is declined and copied whole by the scheduler.
+
+pub mod runs;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ggml_core::{GgmlType, Op, TensorId};
+use ggml_sched::{CopyHook, HookCtx, HookError};
+
+use runs::copy_ranges;
+
+/// Counters of the policy, cumulative.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpertCopyStats {
+    /// Bytes the policy copied.
+    pub bytes: u64,
+    /// Bytes the expert inputs offered would have cost copied whole
+    /// (also counted when the policy is disabled).
+    pub full_bytes: u64,
+    /// Experts copied.
+    pub experts_copied: u64,
+    /// Experts a full copy would have moved.
+    pub experts_full: u64,
+    /// Host-weight inputs offered to the policy.
+    pub inputs: u64,
+    /// Inputs declined (copied whole by the scheduler).
+    pub declined: u64,
+}
+
+/// A function applied to every ids tensor the policy reads, before
+/// validation: lets tests poison ids to prove they are checked.
+pub type IdFilter = Box<dyn FnMut(&mut [i32]) + Send>;
+
+/// State shared between the policy (owned by the scheduler) and its context.
+#[derive(Default)]
+pub struct PolicyShared {
+    /// Counters.
+    pub stats: ExpertCopyStats,
+    /// Test hook on the ids read.
+    pub id_filter: Option<IdFilter>,
+    /// When false the policy declines everything (full copies).
+    pub disabled: bool,
+}
+
+/// The expert copy policy.
+pub struct ExpertCopyPolicy {
+    shared: Arc<Mutex<PolicyShared>>,
+    /// used-expert masks per ids tensor, for the current graph
+    used: HashMap<TensorId, Vec<bool>>,
+}
+
+impl ExpertCopyPolicy {
+    /// A policy reporting into `shared`.
+    pub fn new(shared: Arc<Mutex<PolicyShared>>) -> ExpertCopyPolicy {
+        ExpertCopyPolicy {
+            shared,
+            used: HashMap::new(),
+        }
+    }
+
+    fn shared(&self) -> std::sync::MutexGuard<'_, PolicyShared> {
+        // a poisoned lock only means a test panicked mid-update; the counters stay usable
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Which experts the ids tensor `ids` names, validated against `n_expert`.
+    fn used_experts(
+        &mut self,
+        cx: &HookCtx<'_>,
+        ids: TensorId,
+        n_expert: usize,
+    ) -> Result<Vec<bool>, HookError> {
+        if let Some(u) = self.used.get(&ids) {
+            if u.len() == n_expert {
+                return Ok(u.clone());
+            }
+        }
+        let g = cx.graph();
+        let t = g.tensor(ids);
+        if t.ty != GgmlType::I32 {
+            return Err(HookError::msg(format!(
+                "expert ids '{}' are {}, not i32",
+                t.name, t.ty
+            )));
+        }
+        let raw = cx.read_tensor(ids)?;
+        let mut vals = Vec::with_capacity(t.nelements().max(0) as usize);
+        for i1 in 0..t.ne[1].max(0) as usize {
+            for i0 in 0..t.ne[0].max(0) as usize {
+                let o = i0 * t.nb[0] + i1 * t.nb[1];
+                let b = raw.get(o..o + 4).ok_or_else(|| {
+                    HookError::msg(format!("expert ids '{}' shorter than their shape", t.name))
+                })?;
+                vals.push(i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            }
+        }
+        if let Some(f) = self.shared().id_filter.as_mut() {
+            f(&mut vals);
+        }
+        let mut used = vec![false; n_expert];
+        for (i, &id) in vals.iter().enumerate() {
+            if id < 0 || id as usize >= n_expert {
+                return Err(HookError::msg(format!(
+                    "expert id {id} at position {i} of '{}' is out of range (the layer has {n_expert} experts)",
+                    t.name
+                )));
+            }
+            used[id as usize] = true;
+        }
+        self.used.insert(ids, used.clone());
+        Ok(used)
+    }
+}
+
+impl CopyHook for ExpertCopyPolicy {
+    fn begin_graph(&mut self) {
+        self.used.clear();
+    }
+
+    fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError> {
+        let g = cx.graph();
+        let src = g.tensor(cx.src());
+        let full = cx.nbytes() as u64;
+        let n_expert = src.ne[2].max(0) as usize;
+        let consumers = cx.consumers();
+        let expert_matmul = n_expert > 1
+            && src.ne[3] == 1
+            && !consumers.is_empty()
+            && consumers.iter().all(|&c| {
+                let t = g.tensor(c);
+                t.op == Op::MulMatId && t.src[0] == cx.dst()
+            });
+        let disabled = {
+            let mut s = self.shared();
+            s.stats.inputs += 1;
+            if expert_matmul {
+                s.stats.full_bytes += full;
+                s.stats.experts_full += n_expert as u64;
+            }
+            if s.disabled || !expert_matmul {
+                s.stats.declined += 1;
+            }
+            s.disabled
+        };
+        if disabled || !expert_matmul {
+            return Ok(false);
+        }
+        let mut used = vec![false; n_expert];
+        for &c in &consumers {
+            let ids = g.tensor(c).src[2];
+            for (u, x) in used.iter_mut().zip(self.used_experts(cx, ids, n_expert)?) {
+                *u |= x;
+            }
+        }
+        let expert_bytes = src.nb[2];
+        let ranges = copy_ranges(&used, expert_bytes, cx.nbytes(), cx.read_overhang());
+        for r in &ranges {
+            cx.copy_range(r.start, r.len())?;
+        }
+        let copied = cx.bytes_written();
+        let mut s = self.shared();
+        s.stats.bytes += copied;
+        s.stats.experts_copied += used.iter().filter(|&&u| u).count() as u64;
+        Ok(true)
+    }
+}
