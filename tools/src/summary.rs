@@ -13,6 +13,11 @@ pub struct RunSummary {
     pub model: String,
     /// `--device` in use (`CPU` when none).
     pub device: String,
+    /// Whether only the experts the router picked are copied (not
+    /// `--no-expert-copy`).
+    pub expert_copy: bool,
+    /// `--offload-min-batch`.
+    pub offload_min_batch: usize,
     /// Seconds to load the model (mapping, checks, copies to the device).
     pub load_s: f64,
     /// Prompt tokens (BOS included when the vocabulary adds one).
@@ -104,6 +109,31 @@ impl RunSummary {
         t.push_str(&format!("stopped by    = {}\n", self.stop));
         if self.device == "CPU" {
             t.push_str("expert h2d    = none (no --device: experts are used in host memory)\n");
+            return t;
+        }
+        if self.h2d_bytes_full_copy == 0 {
+            t.push_str(&format!(
+                "expert h2d    = none: no expert matmul ran on {} with experts in host memory (batches below --offload-min-batch {} run them on the CPU; experts on the device need no copy)\n",
+                self.device, self.offload_min_batch
+            ));
+            t.push_str(&format!(
+                "other h2d     = {} (inputs copied to {})\n",
+                fmt_bytes(self.h2d_bytes_other as f64),
+                self.device
+            ));
+            return t;
+        }
+        if !self.expert_copy {
+            t.push_str(&format!(
+                "expert h2d    = {} total, {} per generated token: whole expert tensors (--no-expert-copy)\n",
+                fmt_bytes(self.h2d_bytes_full_copy as f64),
+                fmt_bytes(self.h2d_bytes_full_copy_per_token),
+            ));
+            t.push_str(&format!(
+                "other h2d     = {} (all inputs copied to {}, whole expert tensors included)\n",
+                fmt_bytes(self.h2d_bytes_other as f64),
+                self.device
+            ));
             return t;
         }
         let ratio = |a: u64, b: u64| {

@@ -295,29 +295,68 @@ fn synthetic_routing_is_not_uniform() {
     assert!(skewed >= p.n_layer / 2, "routing too uniform: {ids:?}");
 }
 
+/// Run the default model greedily with `extra` flags; (tokens, stats).
+fn greedy_run(cache: &std::path::Path, tag: &str, extra: &[&str]) -> (Vec<i32>, serde_json::Value) {
+    let stats = cache.join(format!("{tag}.json"));
+    let tokens = cache.join(format!("{tag}.bin"));
+    let mut args = vec![
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--stats-out",
+        stats.to_str().unwrap(),
+        "--tokens-out",
+        tokens.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = run(RUN, &args, cache);
+    ok(&o);
+    let s = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    (read_i32(&tokens), s)
+}
+
 #[test]
-#[ignore = "needs the scheduler and expert copy hook in llama::Context (lead's branch)"]
-fn sim_device_reports_expert_traffic() {
+fn sim_device_reports_expert_traffic_and_matches_the_cpu() {
     let cache = tempfile::tempdir().unwrap();
-    let stats = cache.path().join("s.json");
-    let o = run(
-        RUN,
+    let (cpu_tokens, cpu) = greedy_run(cache.path(), "cpu", &[]);
+    assert_eq!(cpu["h2d_bytes_experts"], 0);
+
+    // experts in host memory, every batch offloaded: only picked experts move
+    let (sim_tokens, s) = greedy_run(
+        cache.path(),
+        "sim",
+        &["--device", "SIM0", "--cpu-moe", "-nomb", "1"],
+    );
+    assert_eq!(sim_tokens, cpu_tokens, "SIM0 generated other tokens");
+    let experts = s["h2d_bytes_experts"].as_u64().unwrap();
+    let full = s["h2d_bytes_full_copy"].as_u64().unwrap();
+    assert!(experts > 0 && experts < full, "{s}");
+    assert!(s["experts_copied"].as_u64().unwrap() > 0, "{s}");
+    assert!(
+        s["h2d_bytes_experts_per_token"].as_f64().unwrap() > 0.0,
+        "{s}"
+    );
+
+    // --no-expert-copy: whole tensors, same tokens
+    let (full_tokens, f) = greedy_run(
+        cache.path(),
+        "full",
         &[
             "--device",
             "SIM0",
             "--cpu-moe",
-            "-n",
-            "8",
-            "--stats-out",
-            stats.to_str().unwrap(),
+            "-nomb",
+            "1",
+            "--no-expert-copy",
         ],
-        cache.path(),
     );
-    ok(&o);
-    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
-    assert!(s["h2d_bytes_experts"].as_u64().unwrap() > 0, "{s}");
-    assert!(
-        s["h2d_bytes_experts"].as_u64().unwrap() < s["h2d_bytes_full_copy"].as_u64().unwrap(),
-        "{s}"
-    );
+    assert_eq!(full_tokens, cpu_tokens);
+    assert_eq!(f["h2d_bytes_experts"], 0, "{f}");
+    assert!(f["h2d_bytes_other"].as_u64().unwrap() >= full, "{f}");
+
+    // everything on the device: nothing to copy per token
+    let (dev_tokens, d) = greedy_run(cache.path(), "dev", &["--device", "SIM0", "-ngl", "99"]);
+    assert_eq!(dev_tokens, cpu_tokens);
+    assert_eq!(d["h2d_bytes_experts"], 0, "{d}");
 }

@@ -209,6 +209,7 @@ impl Rng {
 
 struct Cfg {
     n_threads: usize,
+    expert_copy: bool,
     n_batch: usize,
     n_ubatch: usize,
 }
@@ -229,6 +230,7 @@ fn run_once(
             n_batch: cfg.n_batch,
             n_ubatch: cfg.n_ubatch,
             n_threads: cfg.n_threads,
+            expert_copy: cfg.expert_copy,
             ..ContextParams::default()
         },
     )
@@ -318,6 +320,7 @@ fn run(a: &Args) -> Result<()> {
             }
             let cfg = Cfg {
                 n_threads: nt,
+                expert_copy: !a.placement.no_expert_copy,
                 n_batch: a.batch_size,
                 n_ubatch: a.ubatch_size,
             };

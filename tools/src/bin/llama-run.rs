@@ -346,11 +346,6 @@ fn run(a: &Args) -> Result<()> {
         (None, None) => DEFAULT_PROMPT.to_string(),
     };
     let n_threads = a.threads.unwrap_or_else(cli::default_threads);
-    // TODO(llama): pass --no-expert-copy as ContextParams::expert_copy = false
-    // once the field lands; until then the flag is accepted and has no effect.
-    if a.placement.no_expert_copy {
-        eprintln!("{TOOL}: note: --no-expert-copy is not wired to the engine yet (needs ContextParams::expert_copy)");
-    }
     // Open every output file before the long work, so a bad path fails fast.
     let mut logits_out = OutFile::create(&a.logits_out)?;
     let mut tokens_out = OutFile::create(&a.tokens_out)?;
@@ -381,9 +376,6 @@ fn run(a: &Args) -> Result<()> {
     eprintln!("{TOOL}: placement: {}", cli::placement_summary(model));
     if a.verbose {
         eprint!("{}", cli::placement_table(model));
-        // TODO(llama): print the scheduler's plan (splits, their backends and
-        // inputs) once the context exposes it.
-        eprintln!("{TOOL}: scheduler plan: not exposed by the llama crate yet");
     }
 
     let ctx_params = ContextParams {
@@ -391,11 +383,10 @@ fn run(a: &Args) -> Result<()> {
         n_batch: a.batch_size,
         n_ubatch: a.ubatch_size,
         n_threads,
-        ..ContextParams::default()
+        kv_type: GgmlType::F16,
+        // --offload-min-batch reaches the device through open_device
+        expert_copy: !a.placement.no_expert_copy,
     };
-    // TODO(llama): ContextParams { expert_copy: !a.placement.no_expert_copy,
-    // offload_min_batch: a.placement.offload_min_batch, .. } when they land
-    // (offload_min_batch already reaches the device via open_device).
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
 
     let tokenizer = &model.tokenizer;
@@ -464,6 +455,10 @@ fn run(a: &Args) -> Result<()> {
         }
     }
     let prompt_s = t_prompt.elapsed().as_secs_f64();
+    if a.verbose {
+        eprintln!("{TOOL}: scheduler plan of the last prompt graph:");
+        eprintln!("{}", ctx.plan_dump().trim_end());
+    }
     if !a.no_display_prompt {
         emit(&mut out, &prompt);
     }
@@ -523,6 +518,8 @@ fn run(a: &Args) -> Result<()> {
     let mut s = RunSummary {
         model: loaded.path.display().to_string(),
         device,
+        expert_copy: !a.placement.no_expert_copy,
+        offload_min_batch: a.placement.offload_min_batch,
         load_s: loaded.load_s,
         prompt_tokens: prompt_ids.len(),
         prompt_s,
