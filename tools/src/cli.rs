@@ -310,6 +310,44 @@ pub fn read_text_file(path: &Path) -> Result<String> {
     })
 }
 
+/// llama.cpp's `string_process_escapes`.
+pub fn process_escapes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('\'') => out.push('\''),
+            Some('"') => out.push('"'),
+            Some('\\') => out.push('\\'),
+            Some('x') => {
+                let hex: String = (0..2)
+                    .filter_map(|_| it.next_if(|c| c.is_ascii_hexdigit()))
+                    .collect();
+                match u8::from_str_radix(&hex, 16) {
+                    Ok(b) if hex.len() == 2 && b.is_ascii() => out.push(b as char),
+                    _ => {
+                        out.push_str("\\x");
+                        out.push_str(&hex);
+                    }
+                }
+            }
+            Some(o) => {
+                out.push('\\');
+                out.push(o);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,6 +374,11 @@ mod tests {
             .map(OsString::from)
             .collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn escapes_as_llama_cpp() {
+        assert_eq!(process_escapes(r"a\nb\t\\c\x41\q"), "a\nb\t\\cA\\q");
     }
 
     #[test]

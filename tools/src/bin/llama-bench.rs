@@ -26,7 +26,7 @@ enum Output {
     version,
     about = "Measure prompt processing (pp) and generation (tg) speed (llama.cpp's llama-bench).",
     after_help = "Lists take comma-separated values or repeated flags: -p 128,512 -t 1,2.\n\
-Multi-letter short flags as in llama.cpp: -ngl, -ub, -ot, -cmoe, -ncmoe, -dev, -nomb.\n\
+Multi-letter short flags as in llama.cpp: -ngl, -ub, -ot, -cmoe, -ncmoe, -dev (and -nomb for --offload-min-batch).\n\
 Without -m, benchmarks the embedded default model."
 )]
 struct Args {

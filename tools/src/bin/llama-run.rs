@@ -30,7 +30,7 @@ const DEFAULT_PROMPT: &str = "Once upon a time";
     version,
     about = "Generate text with a GGUF MoE model (llama.cpp flags).",
     long_about = None,
-    after_help = "Multi-letter short flags as in llama.cpp: -ngl, -ub, -ot, -cmoe, -ncmoe, -dev, -nomb.\n\
+    after_help = "Multi-letter short flags as in llama.cpp: -ngl, -ub, -ot, -cmoe, -ncmoe, -dev (and -nomb for --offload-min-batch).\n\
 Without -m, runs the embedded default model (generated into $GGML_RS_CACHE, $XDG_CACHE_HOME/ggml-rs or ~/.cache/ggml-rs on first use).\n\
 Examples:\n  llama-run -m Qwen3-30B-A3B-Q4_K_M.gguf -p \"Hello\" -n 64 --device CUDA0 -ngl 99 --cpu-moe\n  llama-run --device SIM0 --cpu-moe -n 32\n  llama-run --synth big.gguf --layers 2 --experts 128 --used 8 --embd 2048 --ff 768 --heads 32 --heads-kv 4 --type Q4_K"
 )]
@@ -39,7 +39,8 @@ struct Args {
     #[arg(short = 'm', long = "model", value_name = "FNAME")]
     model: Option<PathBuf>,
 
-    /// prompt to start generation with
+    /// prompt to start generation with (escapes such as \n are processed
+    /// unless --no-escape)
     #[arg(
         short = 'p',
         long = "prompt",
@@ -123,6 +124,10 @@ struct Args {
 
     #[command(flatten)]
     placement: PlacementArgs,
+
+    /// do not process escapes in -p (\n, \t, \\, ...)
+    #[arg(long = "no-escape")]
+    no_escape: bool,
 
     /// do not print the prompt before the generated text
     #[arg(long = "no-display-prompt")]
@@ -341,7 +346,8 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 fn run(a: &Args) -> Result<()> {
     check_args(a)?;
     let prompt = match (&a.prompt, &a.file) {
-        (Some(p), _) => p.clone(),
+        (Some(p), _) if a.no_escape => p.clone(),
+        (Some(p), _) => cli::process_escapes(p),
         (None, Some(f)) => cli::read_text_file(f)?,
         (None, None) => DEFAULT_PROMPT.to_string(),
     };

@@ -74,44 +74,6 @@ struct Args {
     log_disable: bool,
 }
 
-/// llama.cpp's `string_process_escapes`.
-fn process_escapes(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut it = s.chars().peekable();
-    while let Some(c) = it.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match it.next() {
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some('t') => out.push('\t'),
-            Some('\'') => out.push('\''),
-            Some('"') => out.push('"'),
-            Some('\\') => out.push('\\'),
-            Some('x') => {
-                let hex: String = (0..2)
-                    .filter_map(|_| it.next_if(|c| c.is_ascii_hexdigit()))
-                    .collect();
-                match u8::from_str_radix(&hex, 16) {
-                    Ok(b) if hex.len() == 2 && b.is_ascii() => out.push(b as char),
-                    _ => {
-                        out.push_str("\\x");
-                        out.push_str(&hex);
-                    }
-                }
-            }
-            Some(o) => {
-                out.push('\\');
-                out.push(o);
-            }
-            None => out.push('\\'),
-        }
-    }
-    out
-}
-
 fn main() -> ExitCode {
     let args = Args::parse_from(cli::normalize_args(std::env::args_os()));
     cli::main_wrapper(TOOL, || run(&args))
@@ -123,7 +85,7 @@ fn run(a: &Args) -> Result<()> {
             if a.no_escape {
                 p.clone()
             } else {
-                process_escapes(p)
+                cli::process_escapes(p)
             }
         }
         (None, Some(f), _) => cli::read_text_file(f)?,
