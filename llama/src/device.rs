@@ -38,8 +38,25 @@ fn unknown(name: &str) -> LlamaError {
     ))
 }
 
-fn open_cuda(dev: usize, _offload_min_batch: usize) -> Result<Arc<dyn Backend>> {
-    Err(LlamaError::Backend(ggml_core::BackendError::NoDevice(
-        format!("CUDA{dev}: the CUDA backend is not available in this build yet"),
-    )))
+fn open_cuda(dev: usize, offload_min_batch: usize) -> Result<Arc<dyn Backend>> {
+    let b = ggml_cuda::CudaBackend::new(dev)?.with_offload_min_batch(offload_min_batch as i64);
+    Ok(Arc::new(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_resolve_or_fail_clearly() {
+        assert!(open_device("CPU", 1, 32).unwrap().is_none());
+        assert_eq!(open_device("sim1", 1, 32).unwrap().unwrap().name(), "SIM1");
+        let e = open_device("GPU0", 1, 32).err().unwrap().to_string();
+        assert!(e.contains("unknown device 'GPU0'"), "{e}");
+        // without a CUDA driver this is an ordinary error naming the problem
+        if ggml_cuda::unavailable_reason().is_some() {
+            let e = open_device("CUDA0", 1, 32).err().unwrap().to_string();
+            assert!(e.contains("no CUDA device"), "{e}");
+        }
+    }
 }
