@@ -40,7 +40,7 @@ struct Args {
     model: Option<PathBuf>,
 
     /// prompt to start generation with (escapes such as \n are processed
-    /// unless --no-escape)
+    /// unless --no-escape) [default: "Once upon a time"]
     #[arg(
         short = 'p',
         long = "prompt",
