@@ -84,3 +84,58 @@ fn quants_fixtures_dequantize_bit_exact() {
     }
     assert_eq!(checked, 15, "index.tsv lists 15 types");
 }
+
+/// Re-quantizing llama.cpp's dequantized values reproduces llama.cpp's bytes
+/// for the types whose reference quantizer is idempotent on its own output
+/// (the largest value of a block maps back to the same scale and levels):
+/// a check of ggml's scale choice and rounding, not just of the layout.
+/// The searching quantizers (K-quants, IQ4) may legitimately find another
+/// optimum on already-quantized data, so for them a share of identical
+/// blocks is required (measured: q2_K 510/512, q3_K 277/512, q5_K 474/512,
+/// q6_K 418/512, iq4_nl 4064/4096, iq4_xs 480/512).
+#[test]
+fn quants_requantizing_fixtures_reproduces_llama_cpp_bytes() {
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for (name, min_share) in [
+        ("f16", 1.0),
+        ("bf16", 1.0),
+        ("q8_0", 1.0),
+        ("q4_0", 1.0),
+        ("q5_0", 1.0),
+        ("q4_1", 1.0),
+        ("q5_1", 1.0),
+        ("q4_k", 1.0),
+        ("mxfp4", 1.0),
+        ("q2_k", 0.95),
+        ("q3_k", 0.45),
+        ("q5_k", 0.85),
+        ("q6_k", 0.75),
+        ("iq4_nl", 0.95),
+        ("iq4_xs", 0.85),
+    ] {
+        let ty = GgmlType::from_name(name).unwrap();
+        let raw = std::fs::read(format!("{DATA}/{name}.bin")).unwrap();
+        let vals: Vec<f32> = std::fs::read(format!("{DATA}/{name}.f32"))
+            .unwrap()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let tr = cpu_traits(ty).unwrap();
+        let mut q = vec![0u8; raw.len()];
+        (tr.from_float)(&vals, &mut q);
+        let bs = ty.type_size();
+        let same = q
+            .chunks_exact(bs)
+            .zip(raw.chunks_exact(bs))
+            .filter(|(a, b)| a == b)
+            .count();
+        let total = raw.len() / bs;
+        report.push(format!("{name}: {same}/{total} blocks identical"));
+        if (same as f64) < min_share * total as f64 {
+            failures.push(format!("{name}: {same}/{total} < {min_share}"));
+        }
+    }
+    println!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{failures:?}");
+}
