@@ -176,11 +176,10 @@ fn main() {
                 2.0 * (K * M * N_PROMPT) as f64 / s / 1e9
             });
             println!(
-                "| {ty} | {nth} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {} | {} |",
+                "| {ty} | {nth} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {bare:.0} | {} |",
                 secs * 1e6,
                 100.0 * gbps / read,
                 100.0 * gbps / burst,
-                format!("{bare:.0}"),
                 gflops.map_or("-".into(), |x| format!("{x:.1}"))
             );
         }
