@@ -150,7 +150,7 @@ fn main() {
             let read = mem.gbps(nth, 5);
             let burst = mem.burst_gbps(nth, 1);
             let nodes = dec.g.nodes().to_vec();
-            let secs = best_of(40, || {
+            let secs = best_of(100, || {
                 dec.g.write_i32(dec.ids, &next_ids(&mut rng)).unwrap();
                 cpu.compute(&dec.g, &nodes).unwrap();
             });
@@ -159,7 +159,7 @@ fn main() {
             // equal share of the experts: what a perfect split would give
             let bare = {
                 let mut out = vec![0f32; N_USED * M];
-                best_of(40, || {
+                best_of(100, || {
                     let ids = next_ids(&mut rng);
                     let per = N_USED / nth;
                     std::thread::scope(|s| {
