@@ -862,3 +862,30 @@ fn f32_f16_products_sum_in_tinyblas_order() {
         }
     }
 }
+
+// ---- what the CPU does not claim ------------------------------------------------
+
+#[test]
+fn unsupported_layouts_are_refused_not_computed() {
+    let cpu = CpuBackend::new(2);
+    let mut g = Graph::new();
+    // weights whose rows are not dense (a transposed view): ggml refuses too
+    let w = g.new_tensor_2d(GgmlType::F32, 8, 16);
+    let wt = g.transpose(w); // [16, 8], nb0 = 32 bytes
+    let x = g.new_tensor_2d(GgmlType::F32, 16, 3);
+    let y = g.mul_mat(wt, x);
+    // integer weights have no CPU traits
+    let wi = g.new_tensor_2d(GgmlType::I16, 8, 4);
+    let xi = g.new_tensor_2d(GgmlType::F32, 8, 2);
+    let yi = g.mul_mat(wi, xi);
+    g.build_forward_expand(y);
+    g.build_forward_expand(yi);
+    alloc(&mut g, &cpu);
+    for node in [y, yi] {
+        assert!(!cpu.supports_op(&g, node));
+        match cpu.compute(&g, &[node]) {
+            Err(BackendError::Unsupported(_)) => {}
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+}

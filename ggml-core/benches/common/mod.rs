@@ -72,29 +72,48 @@ impl MemRead {
     /// GB/s of the fastest 8 MiB slice read with `nth` threads, over all
     /// slices of the buffer (`rounds` passes): on a busy machine a slice
     /// takes about as long as one timed op, so it is as likely to run
-    /// uninterrupted.
+    /// uninterrupted. The threads are started once and meet at a spinning
+    /// barrier before and after each slice.
     pub fn burst_gbps(&self, nth: usize, rounds: usize) -> f64 {
+        use std::sync::atomic::{AtomicUsize, Ordering};
         let slice = (8usize << 20) / 8;
-        let mut best = f64::INFINITY;
-        for _ in 0..rounds {
-            for part in self.buf.chunks(slice) {
-                let per = part.len().div_ceil(nth);
-                let t = Instant::now();
-                let total = std::thread::scope(|s| {
-                    let hs: Vec<_> = part
-                        .chunks(per)
-                        .skip(1)
-                        .map(|c| s.spawn(move || MemRead::sum(std::hint::black_box(c))))
-                        .collect();
-                    let mine = MemRead::sum(std::hint::black_box(&part[..per.min(part.len())]));
-                    hs.into_iter()
-                        .map(|h| h.join().unwrap())
-                        .fold(mine, u64::wrapping_add)
-                });
-                std::hint::black_box(total);
-                best = best.min(t.elapsed().as_secs_f64());
+        let n_slices = self.buf.len() / slice;
+        let arrived = AtomicUsize::new(0);
+        let barrier = |k: &mut usize| {
+            *k += 1;
+            arrived.fetch_add(1, Ordering::AcqRel);
+            while arrived.load(Ordering::Acquire) < *k * nth {
+                std::hint::spin_loop();
             }
-        }
+        };
+        let best = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..nth)
+                .map(|ith| {
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        let (mut k, mut best, mut acc) = (0usize, f64::INFINITY, 0u64);
+                        for _ in 0..rounds {
+                            for i in 0..n_slices {
+                                let part = &self.buf[i * slice..(i + 1) * slice];
+                                let per = slice / nth;
+                                barrier(&mut k);
+                                let t = Instant::now();
+                                acc = acc.wrapping_add(MemRead::sum(std::hint::black_box(
+                                    &part[ith * per..(ith + 1) * per],
+                                )));
+                                barrier(&mut k);
+                                best = best.min(t.elapsed().as_secs_f64());
+                            }
+                        }
+                        std::hint::black_box(acc);
+                        best
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .fold(f64::INFINITY, f64::min)
+        });
         (slice * 8) as f64 / best / 1e9
     }
 }

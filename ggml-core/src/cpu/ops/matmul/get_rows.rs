@@ -61,8 +61,6 @@ pub(crate) fn get_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
     let tr = quants::cpu_traits(a.ty);
     let kind_ok = ids.ty == GgmlType::I32
         && dst.rows_contiguous()
-        && (dst.ptr as usize).is_multiple_of(4)
-        && dst.nb.iter().all(|s| s.is_multiple_of(4))
         && match (a.ty, dst.ty) {
             (GgmlType::I32, GgmlType::I32) => true,
             (ty, GgmlType::F32) => tr.is_some() && (a.rows_contiguous() || is_plain_float(ty)),
@@ -88,6 +86,9 @@ pub(crate) fn get_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
     let row_bytes = a.ty.row_size(n as u64).unwrap_or(0);
     let dense = a.rows_contiguous();
     ctx.pool.for_ranges(dst.nrows(), 16, &|rows| {
+        // one row of f32 per range: `to_float` needs an aligned slice, and
+        // dst rows need not be aligned
+        let mut tmp = vec![0f32; if dense { n } else { 0 }];
         for r in rows {
             let (i10, i11, i12) = dst.row_coords(r);
             // SAFETY: within `ids.ne`, validated above to lie in 0..a.ne1.
@@ -96,30 +97,26 @@ pub(crate) fn get_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
             if a.ty == GgmlType::I32 {
                 for i0 in 0..n {
                     // SAFETY: i01 < a.ne1, i11 < a.ne2, i12 < a.ne3 (checked);
-                    // dst rows are dense and 4-aligned.
+                    // dst rows are dense.
                     unsafe {
                         let v = a.get_i32(i0, i01, i11, i12);
-                        (out as *mut i32).add(i0).write(v);
+                        (out as *mut i32).add(i0).write_unaligned(v);
                     }
                 }
             } else if dense {
-                // SAFETY: a dense row of `a` (indices checked above) and a
-                // dense, aligned F32 row of dst owned by this range.
-                let (s, d) = unsafe {
-                    (
-                        std::slice::from_raw_parts(a.row_ptr(i01, i11, i12), row_bytes),
-                        std::slice::from_raw_parts_mut(out as *mut f32, n),
-                    )
-                };
+                // SAFETY: a dense row of `a` (indices checked above).
+                let s = unsafe { std::slice::from_raw_parts(a.row_ptr(i01, i11, i12), row_bytes) };
                 if let Some(tr) = tr {
-                    (tr.to_float)(s, d);
+                    (tr.to_float)(s, &mut tmp);
                 }
+                // SAFETY: a dense F32 row of dst, owned by this range.
+                unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr() as *const u8, out, n * 4) };
             } else {
                 for i0 in 0..n {
                     // SAFETY: as above; plain float type read element-wise.
                     unsafe {
                         let v = a.get_f32(i0, i01, i11, i12);
-                        (out as *mut f32).add(i0).write(v);
+                        (out as *mut f32).add(i0).write_unaligned(v);
                     }
                 }
             }
