@@ -183,3 +183,20 @@ fn help_documents_every_flag() {
         assert!(h.contains(f), "help lacks {f}:\n{h}");
     }
 }
+
+#[test]
+fn prompt_longer_than_the_context() {
+    let m = f32_model();
+    fails_with(
+        RUN,
+        &[
+            "-m",
+            &m,
+            "-c",
+            "8",
+            "-p",
+            "this prompt is much longer than eight tokens, surely",
+        ],
+        &["more than the context of 8"],
+    );
+}
