@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{result, CudaContext, CudaEvent, DeviceRepr, LaunchConfig, PushKernelArg};
 use ggml_core::backend::{check_range, Event};
+use ggml_core::offload::offload_host_weight_op;
 use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
-use ggml_core::sim::op_batch_size;
 use ggml_core::{
     Backend, BackendError, Buffer, BufferUsage, GgmlType, Graph, Op, TensorData, TensorId,
 };
@@ -844,8 +844,7 @@ impl Backend for CudaBackend {
     }
 
     fn offload_op(&self, g: &Graph, node: TensorId) -> bool {
-        // get_rows of a host embedding table is never worth a copy (ggml)
-        g.tensor(node).op != Op::GetRows && op_batch_size(g, node) >= self.offload_min_batch
+        offload_host_weight_op(g, node, self.offload_min_batch)
     }
 
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
