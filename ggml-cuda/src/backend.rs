@@ -904,15 +904,8 @@ impl Backend for CudaBackend {
         .map_err(|e| dev_err("async host-to-device copy", e))
     }
 
-    fn read_async(
-        &self,
-        src: &TensorData,
-        offset: usize,
-        out: &mut [u8],
-    ) -> Result<(), BackendError> {
-        // `out` is only borrowed for this call, so the read completes here.
-        src.buffer.read(src.offset + offset, out)
-    }
+    // read_async: the trait's default, a buffer read that completes in the
+    // call (`out` is only borrowed for it).
 
     fn synchronize(&self) -> Result<(), BackendError> {
         self.dev.bind()?;
