@@ -19,6 +19,7 @@
 //! be a multiple of the block size and `x`, `y` to hold at least the rows of
 //! `n` elements (only that prefix is read).
 
+mod amax;
 pub mod block;
 mod cpu_features;
 pub mod float;

@@ -4,6 +4,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::QK_K;
+use crate::quants::amax::abs_max;
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::quants::rounding::nearest_int;
 use crate::types::GgmlType;
@@ -37,13 +38,7 @@ pub fn to_float(src: &[u8], dst: &mut [f32]) {
 pub fn from_float(src: &[f32], dst: &mut [u8]) {
     let yb = row_exact_mut::<BlockQ8K>(dst, src.len());
     for (x, b) in src.chunks_exact(QK_K).zip(yb.iter_mut()) {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (amax, max) = abs_max(x);
         if amax == 0.0 {
             *b = BlockQ8K::zeroed();
             continue;
