@@ -23,6 +23,7 @@ mod amax;
 pub mod block;
 mod cpu_features;
 pub mod float;
+mod int8;
 pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod k_quants;
