@@ -15,6 +15,7 @@ pub mod backend;
 pub mod cpu;
 pub mod gguf;
 pub mod graph;
+pub mod offload;
 pub mod op;
 pub mod quants;
 pub mod sim;

@@ -11,6 +11,7 @@ use crate::backend::{Backend, BackendError, Buffer, BufferUsage};
 use crate::cpu::buffer::HostMemory;
 use crate::cpu::{ops, ThreadPool};
 use crate::graph::Graph;
+use crate::offload::offload_host_weight_op;
 use crate::tensor::TensorId;
 
 /// Byte counters of a sim device.
@@ -144,17 +145,6 @@ impl SimBackend {
     }
 }
 
-/// Batch size of a node for `offload_op`: the activation's `ne[1]`
-/// (`ne[2]` tokens for `mul_mat_id`), as ggml's backends judge it.
-pub fn op_batch_size(g: &Graph, node: TensorId) -> i64 {
-    let t = g.tensor(node);
-    match t.op {
-        crate::op::Op::MulMatId => t.ne[2],
-        crate::op::Op::GetRows => t.ne[1],
-        _ => t.ne[1],
-    }
-}
-
 impl Backend for SimBackend {
     fn name(&self) -> &str {
         &self.name
@@ -187,9 +177,7 @@ impl Backend for SimBackend {
     }
 
     fn offload_op(&self, g: &Graph, node: TensorId) -> bool {
-        // get_rows of a host embedding table is never worth a copy (ggml)
-        g.tensor(node).op != crate::op::Op::GetRows
-            && op_batch_size(g, node) >= self.offload_min_batch
+        offload_host_weight_op(g, node, self.offload_min_batch)
     }
 
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{result, CudaContext, CudaEvent, DeviceRepr, LaunchConfig, PushKernelArg};
 use ggml_core::backend::{check_range, Event};
+use ggml_core::offload::offload_host_weight_op;
 use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
-use ggml_core::sim::op_batch_size;
 use ggml_core::{
     Backend, BackendError, Buffer, BufferUsage, GgmlType, Graph, Op, TensorData, TensorId,
 };
@@ -228,19 +228,35 @@ impl CudaBackend {
         Ok(cb.device_ptr() + d.offset as u64)
     }
 
+    /// A tensor as three kernel arguments, in the order the kernels take
+    /// them: device pointer, layout ([`T4`]) and type id.
+    fn tensor_args(&self, g: &Graph, id: TensorId) -> Result<[A; 3], BackendError> {
+        Ok([
+            A::P(self.ptr(g, id)?),
+            A::T(T4::of(g, id)),
+            tid(g.tensor(id).ty),
+        ])
+    }
+
+    /// A tensor as two kernel arguments, for kernels that know its type:
+    /// device pointer and layout ([`T4`]).
+    fn tensor_args_untyped(&self, g: &Graph, id: TensorId) -> Result<[A; 2], BackendError> {
+        Ok([A::P(self.ptr(g, id)?), A::T(T4::of(g, id))])
+    }
+
     fn launch(
         &self,
         name: &str,
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
-        args: &[A],
+        args: &[&[A]],
     ) -> Result<(), BackendError> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
         let f = self.kernels.get(name)?;
         let mut lb = self.dev.stream.launch_builder(f);
-        for a in args {
+        for a in args.iter().flat_map(|part| part.iter()) {
             match a {
                 A::P(v) => lb.arg(v),
                 A::I(v) => lb.arg(v),
@@ -264,7 +280,7 @@ impl CudaBackend {
     }
 
     /// Launch a grid-stride kernel over `n` items.
-    fn launch_n(&self, name: &str, n: i64, args: &[A]) -> Result<(), BackendError> {
+    fn launch_n(&self, name: &str, n: i64, args: &[&[A]]) -> Result<(), BackendError> {
         if n <= 0 {
             return Ok(());
         }
@@ -302,12 +318,8 @@ impl CudaBackend {
             "k_cpy",
             n,
             &[
-                A::P(at),
-                A::T(td),
-                tid(GgmlType::F32),
-                A::P(p),
-                A::T(T4::of(g, id)),
-                tid(t.ty),
+                &[A::P(at), A::T(td), tid(GgmlType::F32)],
+                &[A::P(p), A::T(T4::of(g, id)), tid(t.ty)],
             ],
         )?;
         Ok((at, td, pad256(n as usize * 4)))
@@ -352,15 +364,10 @@ impl CudaBackend {
                     "k_binary",
                     td.n(),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(td),
-                        A::P(self.ptr(g, a)?),
-                        A::T(T4::of(g, a)),
-                        tid(ty(a)),
-                        A::P(self.ptr(g, b)?),
-                        A::T(T4::of(g, b)),
-                        tid(ty(b)),
-                        A::I(op),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, a)?,
+                        &self.tensor_args(g, b)?,
+                        &[A::I(op)],
                     ],
                 )
             }
@@ -382,14 +389,9 @@ impl CudaBackend {
                     "k_unary",
                     td.n(),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(td),
-                        A::P(self.ptr(g, a)?),
-                        A::T(T4::of(g, a)),
-                        tid(ty(a)),
-                        A::I(op),
-                        A::F(p0),
-                        A::F(p1),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, a)?,
+                        &[A::I(op), A::F(p0), A::F(p1)],
                     ],
                 )
             }
@@ -407,19 +409,16 @@ impl CudaBackend {
                     "k_glu",
                     td.n(),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(td),
-                        A::P(self.ptr(g, a)?),
-                        A::T(T4::of(g, a)),
-                        tid(ty(a)),
-                        A::P(self.ptr(g, b)?),
-                        A::T(T4::of(g, b)),
-                        tid(ty(b)),
-                        A::I(split as i32),
-                        A::I(swapped as i32),
-                        A::I(opi),
-                        A::F(alpha),
-                        A::F(limit),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, a)?,
+                        &self.tensor_args(g, b)?,
+                        &[
+                            A::I(split as i32),
+                            A::I(swapped as i32),
+                            A::I(opi),
+                            A::F(alpha),
+                            A::F(limit),
+                        ],
                     ],
                 )
             }
@@ -429,14 +428,7 @@ impl CudaBackend {
                 self.launch_n(
                     "k_cpy",
                     ts.n(),
-                    &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(T4::of(g, node)),
-                        tid(t.ty),
-                        A::P(self.ptr(g, a)?),
-                        A::T(ts),
-                        tid(ty(a)),
-                    ],
+                    &[&self.tensor_args(g, node)?, &self.tensor_args(g, a)?],
                 )
             }
             Op::GetRows => {
@@ -446,15 +438,10 @@ impl CudaBackend {
                     "k_get_rows",
                     td.n(),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(td),
-                        tid(t.ty),
-                        A::P(self.ptr(g, a)?),
-                        A::T(T4::of(g, a)),
-                        tid(ty(a)),
-                        A::P(self.ptr(g, ids)?),
-                        A::T(T4::of(g, ids)),
-                        A::P(errp),
+                        &self.tensor_args(g, node)?,
+                        &self.tensor_args(g, a)?,
+                        &self.tensor_args_untyped(g, ids)?,
+                        &[A::P(errp)],
                     ],
                 )
             }
@@ -465,16 +452,10 @@ impl CudaBackend {
                     "k_set_rows",
                     ts.n(),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(T4::of(g, node)),
-                        tid(t.ty),
-                        A::P(self.ptr(g, b)?),
-                        A::T(ts),
-                        tid(ty(b)),
-                        A::P(self.ptr(g, idx)?),
-                        A::T(T4::of(g, idx)),
-                        tid(ty(idx)),
-                        A::P(errp),
+                        &self.tensor_args(g, node)?,
+                        &self.tensor_args(g, b)?,
+                        &self.tensor_args(g, idx)?,
+                        &[A::P(errp)],
                     ],
                 )
             }
@@ -485,14 +466,10 @@ impl CudaBackend {
                     "k_concat",
                     td.n(),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(td),
-                        A::P(self.ptr(g, a)?),
-                        A::T(T4::of(g, a)),
-                        A::P(self.ptr(g, b)?),
-                        A::T(T4::of(g, b)),
-                        A::I(dim),
-                        A::I(t.ty.type_size() as i32),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args_untyped(g, a)?,
+                        &self.tensor_args_untyped(g, b)?,
+                        &[A::I(dim), A::I(t.ty.type_size() as i32)],
                     ],
                 )
             }
@@ -510,13 +487,9 @@ impl CudaBackend {
                     (rows as u32, 1, 1),
                     (256, 1, 1),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(T4::of(g, node)),
-                        A::P(self.ptr(g, a)?),
-                        A::T(T4::of(g, a)),
-                        tid(ty(a)),
-                        A::I(mode),
-                        A::F(eps),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, a)?,
+                        &[A::I(mode), A::F(eps)],
                     ],
                 )
             }
@@ -527,12 +500,7 @@ impl CudaBackend {
                     "k_argmax",
                     (rows as u32, 1, 1),
                     (256, 1, 1),
-                    &[
-                        A::P(self.ptr(g, node)?),
-                        A::P(self.ptr(g, a)?),
-                        A::T(T4::of(g, a)),
-                        tid(ty(a)),
-                    ],
+                    &[&[A::P(self.ptr(g, node)?)], &self.tensor_args(g, a)?],
                 )
             }
             Op::SoftMaxExt { scale, max_bias } => {
@@ -557,22 +525,21 @@ impl CudaBackend {
                     (rows as u32, 1, 1),
                     (256, 1, 1),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(T4::of(g, node)),
-                        A::P(self.ptr(g, a)?),
-                        A::T(ta),
-                        tid(ty(a)),
-                        A::P(mp),
-                        A::T(tm),
-                        tid(tym),
-                        A::I(has_mask),
-                        A::P(sp),
-                        A::I(has_sinks),
-                        A::F(scale.get()),
-                        A::F(max_bias),
-                        A::F(m0),
-                        A::F(m1),
-                        A::I(n_head_log2 as i32),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, a)?,
+                        &[
+                            A::P(mp),
+                            A::T(tm),
+                            tid(tym),
+                            A::I(has_mask),
+                            A::P(sp),
+                            A::I(has_sinks),
+                            A::F(scale.get()),
+                            A::F(max_bias),
+                            A::F(m0),
+                            A::F(m1),
+                            A::I(n_head_log2 as i32),
+                        ],
                     ],
                 )
             }
@@ -597,22 +564,21 @@ impl CudaBackend {
                     "k_rope",
                     n,
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(td),
-                        A::P(self.ptr(g, a)?),
-                        A::T(T4::of(g, a)),
-                        tid(ty(a)),
-                        A::P(self.ptr(g, pos)?),
-                        A::P(ffp),
-                        A::I(has_ff),
-                        A::I(p.n_dims),
-                        A::I(if p.mode == RopeMode::Neox { 2 } else { 0 }),
-                        A::F(theta_scale),
-                        A::F(p.freq_scale.get()),
-                        A::F(p.ext_factor.get()),
-                        A::F(p.attn_factor.get()),
-                        A::F(c0),
-                        A::F(c1),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, a)?,
+                        &[
+                            A::P(self.ptr(g, pos)?),
+                            A::P(ffp),
+                            A::I(has_ff),
+                            A::I(p.n_dims),
+                            A::I(if p.mode == RopeMode::Neox { 2 } else { 0 }),
+                            A::F(theta_scale),
+                            A::F(p.freq_scale.get()),
+                            A::F(p.ext_factor.get()),
+                            A::F(p.attn_factor.get()),
+                            A::F(c0),
+                            A::F(c1),
+                        ],
                     ],
                 )
             }
@@ -624,12 +590,9 @@ impl CudaBackend {
                     "k_rank_sort",
                     ta.n(),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(T4::of(g, node)),
-                        A::P(self.ptr(g, a)?),
-                        A::T(ta),
-                        tid(ty(a)),
-                        A::I(desc as i32),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, a)?,
+                        &[A::I(desc as i32)],
                     ],
                 )
             }
@@ -640,17 +603,11 @@ impl CudaBackend {
                     "k_add_id",
                     td.n(),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(td),
-                        A::P(self.ptr(g, a)?),
-                        A::T(T4::of(g, a)),
-                        tid(ty(a)),
-                        A::P(self.ptr(g, b)?),
-                        A::T(T4::of(g, b)),
-                        tid(ty(b)),
-                        A::P(self.ptr(g, ids)?),
-                        A::T(T4::of(g, ids)),
-                        A::P(errp),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, a)?,
+                        &self.tensor_args(g, b)?,
+                        &self.tensor_args_untyped(g, ids)?,
+                        &[A::P(errp)],
                     ],
                 )
             }
@@ -671,16 +628,11 @@ impl CudaBackend {
                     grid,
                     (32 * MV_WARPS, 1, 1),
                     &[
-                        A::P(self.ptr(g, node)?),
-                        A::T(td),
-                        A::P(self.ptr(g, w)?),
-                        A::T(T4::of(g, w)),
-                        tid(ty(w)),
-                        A::P(bp),
-                        A::T(tb),
-                        A::P(self.ptr(g, ids)?),
-                        A::T(T4::of(g, ids)),
-                        A::P(errp),
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, w)?,
+                        &[A::P(bp), A::T(tb)],
+                        &self.tensor_args_untyped(g, ids)?,
+                        &[A::P(errp)],
                     ],
                 )
             }
@@ -722,15 +674,9 @@ impl CudaBackend {
                 grid,
                 (32 * MV_WARPS, 1, 1),
                 &[
-                    A::P(self.ptr(g, node)?),
-                    A::T(td),
-                    A::P(ap),
-                    A::T(T4::of(g, a)),
-                    tid(at.ty),
-                    A::P(bp),
-                    A::T(tb),
-                    A::L(r2),
-                    A::L(r3),
+                    &self.tensor_args_untyped(g, node)?,
+                    &[A::P(ap), A::T(T4::of(g, a)), tid(at.ty)],
+                    &[A::P(bp), A::T(tb), A::L(r2), A::L(r3)],
                 ],
             );
         }
@@ -740,7 +686,7 @@ impl CudaBackend {
             self.launch_n(
                 "k_to_f32",
                 ta.n(),
-                &[A::P(dq), A::P(ap), A::T(ta), tid(at.ty)],
+                &[&[A::P(dq), A::P(ap), A::T(ta), tid(at.ty)]],
             )?;
             (dq, T4::dense(GgmlType::F32, at.ne), GgmlType::F32)
         } else {
@@ -756,15 +702,9 @@ impl CudaBackend {
             grid,
             (GEMM_TILE, GEMM_TILE, 1),
             &[
-                A::P(self.ptr(g, node)?),
-                A::T(td),
-                A::P(ap),
-                A::T(ta),
-                tid(aty),
-                A::P(bp),
-                A::T(tb),
-                A::L(r2),
-                A::L(r3),
+                &self.tensor_args_untyped(g, node)?,
+                &[A::P(ap), A::T(ta), tid(aty)],
+                &[A::P(bp), A::T(tb), A::L(r2), A::L(r3)],
             ],
         )
     }
@@ -904,8 +844,7 @@ impl Backend for CudaBackend {
     }
 
     fn offload_op(&self, g: &Graph, node: TensorId) -> bool {
-        // get_rows of a host embedding table is never worth a copy (ggml)
-        g.tensor(node).op != Op::GetRows && op_batch_size(g, node) >= self.offload_min_batch
+        offload_host_weight_op(g, node, self.offload_min_batch)
     }
 
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
@@ -965,15 +904,8 @@ impl Backend for CudaBackend {
         .map_err(|e| dev_err("async host-to-device copy", e))
     }
 
-    fn read_async(
-        &self,
-        src: &TensorData,
-        offset: usize,
-        out: &mut [u8],
-    ) -> Result<(), BackendError> {
-        // `out` is only borrowed for this call, so the read completes here.
-        src.buffer.read(src.offset + offset, out)
-    }
+    // read_async: the trait's default, a buffer read that completes in the
+    // call (`out` is only borrowed for it).
 
     fn synchronize(&self) -> Result<(), BackendError> {
         self.dev.bind()?;

@@ -46,8 +46,10 @@ impl Default for ContextParams {
 }
 
 /// Bytes moved host -> device, cumulative since the context was made (or
-/// since [`Context::reset_stats`]).
+/// since [`Context::reset_stats`]). With the `serde` feature it serializes
+/// as its field names (the keys of `llama-run --stats-out`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct TransferStats {
     /// Bytes of expert weights copied by the expert copy policy.
     pub h2d_bytes_experts: u64,

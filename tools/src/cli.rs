@@ -1,5 +1,5 @@
 //! What the three tools share: llama.cpp's multi-letter short flags,
-//! placement flags, model loading with progress, error reporting.
+//! placement and batch flags, model loading with progress, error reporting.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use ggml_core::Backend;
 use llama::placement::{Placement, Target};
-use llama::{Model, ModelParams};
+use llama::{ContextParams, Model, ModelParams};
 
 use crate::progress::Progress;
 
@@ -142,6 +142,52 @@ impl PlacementArgs {
     }
 }
 
+/// Batch sizes: llama.cpp's `-b` and `-ub`.
+#[derive(Args, Debug, Clone)]
+pub struct BatchArgs {
+    /// logical maximum batch size
+    #[arg(
+        short = 'b',
+        long = "batch-size",
+        value_name = "N",
+        default_value_t = 2048
+    )]
+    pub batch_size: usize,
+
+    /// [-ub] physical maximum batch size
+    #[arg(long = "ubatch-size", value_name = "N", default_value_t = 512)]
+    pub ubatch_size: usize,
+}
+
+impl BatchArgs {
+    /// Errs unless both sizes are at least 1.
+    pub fn check(&self) -> Result<()> {
+        if self.batch_size == 0 || self.ubatch_size == 0 {
+            bail!("-b and -ub must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// Context parameters with these batch sizes, `n_ctx` cells, `n_threads`
+    /// threads and the expert copy policy unless `--no-expert-copy`
+    /// (`--offload-min-batch` reaches the device through `open_device`).
+    pub fn context_params(
+        &self,
+        n_ctx: usize,
+        n_threads: usize,
+        placement: &PlacementArgs,
+    ) -> ContextParams {
+        ContextParams {
+            n_ctx,
+            n_batch: self.batch_size,
+            n_ubatch: self.ubatch_size,
+            n_threads,
+            expert_copy: !placement.no_expert_copy,
+            ..ContextParams::default()
+        }
+    }
+}
+
 /// Check that a model path names a readable file before opening it, so the
 /// message is about the file rather than about GGUF parsing.
 pub fn check_model_path(path: &Path) -> Result<()> {
@@ -206,6 +252,15 @@ pub fn load_model(
         load_s,
         path,
     })
+}
+
+/// The name of the model's device backend, `CPU` when it has none.
+pub fn device_name(model: &Model) -> String {
+    model
+        .device
+        .as_ref()
+        .map(|d| d.name().to_string())
+        .unwrap_or_else(|| "CPU".into())
 }
 
 /// One line describing where the weights went.

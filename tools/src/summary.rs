@@ -36,18 +36,10 @@ pub struct RunSummary {
     pub gen_decodes: usize,
     /// Why generation stopped: `eog`, `n_predict`, `context_full`.
     pub stop: String,
-    /// Expert bytes copied host -> device (whole run).
-    pub h2d_bytes_experts: u64,
-    /// Other bytes copied host -> device (whole run).
-    pub h2d_bytes_other: u64,
-    /// What whole-tensor copies of the same expert inputs would have moved.
-    pub h2d_bytes_full_copy: u64,
-    /// Experts copied (whole run).
-    pub experts_copied: u64,
-    /// Experts whole-tensor copies would have moved.
-    pub experts_full_copy: u64,
-    /// Graphs computed.
-    pub graphs: u64,
+    /// Host -> device traffic of the whole run (its fields are keys of the
+    /// summary itself).
+    #[serde(flatten)]
+    pub traffic: TransferStats,
     /// Expert bytes per generated-token decode.
     pub h2d_bytes_experts_per_token: f64,
     /// Full-copy bytes per generated-token decode.
@@ -72,12 +64,7 @@ impl RunSummary {
     /// Fill the traffic fields from the whole run's counters and the
     /// generation phase's.
     pub fn set_traffic(&mut self, total: &TransferStats, gen: &TransferStats) {
-        self.h2d_bytes_experts = total.h2d_bytes_experts;
-        self.h2d_bytes_other = total.h2d_bytes_other;
-        self.h2d_bytes_full_copy = total.h2d_bytes_full_copy;
-        self.experts_copied = total.experts_copied;
-        self.experts_full_copy = total.experts_full_copy;
-        self.graphs = total.graphs;
+        self.traffic = *total;
         let n = self.gen_decodes.max(1) as f64;
         if self.gen_decodes > 0 {
             self.h2d_bytes_experts_per_token = gen.h2d_bytes_experts as f64 / n;
@@ -111,14 +98,14 @@ impl RunSummary {
             t.push_str("expert h2d    = none (no --device: experts are used in host memory)\n");
             return t;
         }
-        if self.h2d_bytes_full_copy == 0 {
+        if self.traffic.h2d_bytes_full_copy == 0 {
             t.push_str(&format!(
                 "expert h2d    = none: no expert matmul ran on {} with experts in host memory (batches below --offload-min-batch {} run them on the CPU; experts on the device need no copy)\n",
                 self.device, self.offload_min_batch
             ));
             t.push_str(&format!(
                 "other h2d     = {} (inputs copied to {})\n",
-                fmt_bytes(self.h2d_bytes_other as f64),
+                fmt_bytes(self.traffic.h2d_bytes_other as f64),
                 self.device
             ));
             return t;
@@ -126,12 +113,12 @@ impl RunSummary {
         if !self.expert_copy {
             t.push_str(&format!(
                 "expert h2d    = {} total, {} per generated token: whole expert tensors (--no-expert-copy)\n",
-                fmt_bytes(self.h2d_bytes_full_copy as f64),
+                fmt_bytes(self.traffic.h2d_bytes_full_copy as f64),
                 fmt_bytes(self.h2d_bytes_full_copy_per_token),
             ));
             t.push_str(&format!(
                 "other h2d     = {} (all inputs copied to {}, whole expert tensors included)\n",
-                fmt_bytes(self.h2d_bytes_other as f64),
+                fmt_bytes(self.traffic.h2d_bytes_other as f64),
                 self.device
             ));
             return t;
@@ -145,22 +132,22 @@ impl RunSummary {
         };
         t.push_str(&format!(
             "expert h2d    = {} total, {} per generated token; full copies would move {} ({} per token): {} of that\n",
-            fmt_bytes(self.h2d_bytes_experts as f64),
+            fmt_bytes(self.traffic.h2d_bytes_experts as f64),
             fmt_bytes(self.h2d_bytes_experts_per_token),
-            fmt_bytes(self.h2d_bytes_full_copy as f64),
+            fmt_bytes(self.traffic.h2d_bytes_full_copy as f64),
             fmt_bytes(self.h2d_bytes_full_copy_per_token),
-            ratio(self.h2d_bytes_experts, self.h2d_bytes_full_copy)
+            ratio(self.traffic.h2d_bytes_experts, self.traffic.h2d_bytes_full_copy)
         ));
         t.push_str(&format!(
             "experts       = {} copied of {} a full copy moves ({}), {:.1} per generated token\n",
-            self.experts_copied,
-            self.experts_full_copy,
-            ratio(self.experts_copied, self.experts_full_copy),
+            self.traffic.experts_copied,
+            self.traffic.experts_full_copy,
+            ratio(self.traffic.experts_copied, self.traffic.experts_full_copy),
             self.experts_copied_per_token
         ));
         t.push_str(&format!(
             "other h2d     = {} (non-expert inputs copied to {})\n",
-            fmt_bytes(self.h2d_bytes_other as f64),
+            fmt_bytes(self.traffic.h2d_bytes_other as f64),
             self.device
         ));
         t

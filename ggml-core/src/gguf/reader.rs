@@ -135,23 +135,17 @@ impl GgufTensorInfo {
 /// they were parsed from.
 pub struct GgufFile {
     bytes: GgufBytes,
-    version: u32,
-    alignment: usize,
-    metadata: Vec<(String, GgufValue)>,
-    key_index: HashMap<String, usize>,
-    tensors: Vec<GgufTensorInfo>,
-    tensor_index: HashMap<String, usize>,
-    data_offset: usize,
+    parsed: Parsed,
 }
 
 impl fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GgufFile")
-            .field("version", &self.version)
-            .field("alignment", &self.alignment)
-            .field("n_kv", &self.metadata.len())
-            .field("n_tensors", &self.tensors.len())
-            .field("data_offset", &self.data_offset)
+            .field("version", &self.parsed.version)
+            .field("alignment", &self.parsed.alignment)
+            .field("n_kv", &self.parsed.metadata.len())
+            .field("n_tensors", &self.parsed.tensors.len())
+            .field("data_offset", &self.parsed.data_offset)
             .field("bytes", &self.bytes)
             .finish()
     }
@@ -201,37 +195,31 @@ impl GgufFile {
 
     /// Parse bytes already wrapped in a [`GgufBytes`].
     pub fn from_backing(bytes: GgufBytes) -> Result<GgufFile, GgufError> {
-        let p = parse(bytes.as_slice())?;
-        Ok(GgufFile {
-            bytes,
-            version: p.version,
-            alignment: p.alignment,
-            metadata: p.metadata,
-            key_index: p.key_index,
-            tensors: p.tensors,
-            tensor_index: p.tensor_index,
-            data_offset: p.data_offset,
-        })
+        let parsed = parse(bytes.as_slice())?;
+        Ok(GgufFile { bytes, parsed })
     }
 
     /// The GGUF version (2 or 3).
     pub fn version(&self) -> u32 {
-        self.version
+        self.parsed.version
     }
 
     /// Alignment of the tensor data: `general.alignment`, or 32.
     pub fn alignment(&self) -> usize {
-        self.alignment
+        self.parsed.alignment
     }
 
     /// All metadata entries, in file order.
     pub fn metadata(&self) -> &[(String, GgufValue)] {
-        &self.metadata
+        &self.parsed.metadata
     }
 
     /// The value of a key.
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
-        self.key_index.get(key).map(|&i| &self.metadata[i].1)
+        self.parsed
+            .key_index
+            .get(key)
+            .map(|&i| &self.parsed.metadata[i].1)
     }
 
     /// An integer value as `u32`: any integer type is accepted when the
@@ -307,12 +295,15 @@ impl GgufFile {
 
     /// All tensor infos, in file order.
     pub fn tensors(&self) -> &[GgufTensorInfo] {
-        &self.tensors
+        &self.parsed.tensors
     }
 
     /// The tensor with this name.
     pub fn tensor(&self, name: &str) -> Option<&GgufTensorInfo> {
-        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+        self.parsed
+            .tensor_index
+            .get(name)
+            .map(|&i| &self.parsed.tensors[i])
     }
 
     /// The tensor's data: a zero-copy slice of the backing bytes. `t` must
@@ -321,7 +312,7 @@ impl GgufFile {
     pub fn tensor_data(&self, t: &GgufTensorInfo) -> &[u8] {
         let start = usize::try_from(t.offset)
             .ok()
-            .and_then(|o| o.checked_add(self.data_offset));
+            .and_then(|o| o.checked_add(self.parsed.data_offset));
         start
             .and_then(|s| Some(s..s.checked_add(t.size)?))
             .and_then(|r| self.bytes.as_slice().get(r))
@@ -331,7 +322,7 @@ impl GgufFile {
     /// Absolute file offset of the tensor data section. For a file without
     /// tensors this may be past the end of the file (no padding written).
     pub fn data_offset(&self) -> usize {
-        self.data_offset
+        self.parsed.data_offset
     }
 
     /// The backing bytes.
@@ -420,6 +411,7 @@ pub(crate) fn align_up(x: u64, align: u64) -> Option<u64> {
     }
 }
 
+/// What [`parse`] reads from the bytes: header, metadata and tensor infos.
 struct Parsed {
     version: u32,
     alignment: usize,

@@ -4,6 +4,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::amax::abs_max;
 use super::block::{impl_block, row, row_exact, row_exact_mut};
 use super::cpu_features::dispatch;
 use super::q8_0::BlockQ8_0;
@@ -58,13 +59,7 @@ pub(crate) fn best_index(values: &[i8; 16], x: f32) -> u8 {
 /// `x²` — the same minimizer, but no overflow for huge inputs.
 pub(crate) fn iq4_group_scale(xb: &[f32], ntry: i32) -> f32 {
     let values = &KVALUES_IQ4NL;
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in xb {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (amax, max) = abs_max(xb);
     if amax < 1e-15 {
         return 0.0;
     }

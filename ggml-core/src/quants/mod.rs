@@ -19,9 +19,11 @@
 //! be a multiple of the block size and `x`, `y` to hold at least the rows of
 //! `n` elements (only that prefix is read).
 
+mod amax;
 pub mod block;
 mod cpu_features;
 pub mod float;
+mod int8;
 pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod k_quants;
@@ -81,26 +83,23 @@ pub struct CpuTypeTraits {
     pub vec_dot_scalar: fn(n: usize, x: &[u8], y: &[u8]) -> f32,
 }
 
+/// The traits of a quant module `$m`; `simd` when it has a `vec_dot` of its
+/// own, else its scalar dot serves as both.
 macro_rules! traits {
-    ($ty:ident, $dot_ty:ident, $m:path) => {{
+    ($ty:ident, $dot_ty:ident, $m:path) => {
+        traits!(@ $ty, $dot_ty, $m, vec_dot_scalar)
+    };
+    ($ty:ident, $dot_ty:ident, $m:path, simd) => {
+        traits!(@ $ty, $dot_ty, $m, vec_dot)
+    };
+    (@ $ty:ident, $dot_ty:ident, $m:path, $vec_dot:ident) => {{
         use $m as m;
         CpuTypeTraits {
             ty: GgmlType::$ty,
             vec_dot_type: GgmlType::$dot_ty,
             to_float: m::to_float,
             from_float: m::from_float,
-            vec_dot: m::vec_dot_scalar,
-            vec_dot_scalar: m::vec_dot_scalar,
-        }
-    }};
-    ($ty:ident, $dot_ty:ident, $m:path, simd) => {{
-        use $m as m;
-        CpuTypeTraits {
-            ty: GgmlType::$ty,
-            vec_dot_type: GgmlType::$dot_ty,
-            to_float: m::to_float,
-            from_float: m::from_float,
-            vec_dot: m::vec_dot,
+            vec_dot: m::$vec_dot,
             vec_dot_scalar: m::vec_dot_scalar,
         }
     }};

@@ -3,6 +3,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::amax::abs_max;
 use super::block::{impl_block, row, row_exact, row_exact_mut};
 use super::cpu_features::dispatch;
 use super::q8_0::BlockQ8_0;
@@ -39,13 +40,7 @@ pub fn to_float(src: &[u8], dst: &mut [f32]) {
 pub fn from_float(src: &[f32], dst: &mut [u8]) {
     let yb = row_exact_mut::<BlockQ4_0>(dst, src.len());
     for (x, b) in src.chunks_exact(QK4_0).zip(yb.iter_mut()) {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (_, max) = abs_max(x);
         let d = max / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         b.d = f16::from_f32(d);

@@ -6,6 +6,7 @@ use half::f16;
 
 use super::block::{impl_block, row, row_exact, row_exact_mut};
 use super::cpu_features::dispatch;
+use super::int8::{dequantize_i8, dot_i8, quantize_amax_127};
 use crate::types::GgmlType;
 
 /// Elements per Q8_0 block.
@@ -24,10 +25,7 @@ impl_block!(BlockQ8_0, GgmlType::Q8_0, QK8_0, 34);
 pub fn to_float(src: &[u8], dst: &mut [f32]) {
     let xb = row_exact::<BlockQ8_0>(src, dst.len());
     for (b, y) in xb.iter().zip(dst.chunks_exact_mut(QK8_0)) {
-        let d = b.d.to_f32();
-        for (v, &q) in y.iter_mut().zip(b.qs.iter()) {
-            *v = q as f32 * d;
-        }
+        dequantize_i8(b.d.to_f32(), &b.qs, y);
     }
 }
 
@@ -37,14 +35,8 @@ pub fn to_float(src: &[u8], dst: &mut [f32]) {
 pub fn from_float(src: &[f32], dst: &mut [u8]) {
     let yb = row_exact_mut::<BlockQ8_0>(dst, src.len());
     for (x, b) in src.chunks_exact(QK8_0).zip(yb.iter_mut()) {
-        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let (d, qs) = quantize_amax_127(x);
         b.d = f16::from_f32(d);
-        let mut qs = [0i8; QK8_0];
-        for (q, &v) in qs.iter_mut().zip(x) {
-            *q = (v * id).round() as i8;
-        }
         b.qs = qs;
     }
 }
@@ -63,13 +55,7 @@ pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
 fn dot_scalar(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        let sumi: i32 = bx
-            .qs
-            .iter()
-            .zip(by.qs.iter())
-            .map(|(&a, &b)| a as i32 * b as i32)
-            .sum();
-        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+        sumf += dot_i8(&bx.qs, &by.qs) as f32 * (bx.d.to_f32() * by.d.to_f32());
     }
     sumf
 }

@@ -5,6 +5,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::block::{impl_block, row, row_exact, row_exact_mut};
+use super::int8::{dequantize_i8, dot_i8, quantize_amax_127};
 use crate::types::GgmlType;
 
 /// Elements per Q8_1 block.
@@ -25,10 +26,7 @@ impl_block!(BlockQ8_1, GgmlType::Q8_1, QK8_1, 36);
 pub fn to_float(src: &[u8], dst: &mut [f32]) {
     let xb = row_exact::<BlockQ8_1>(src, dst.len());
     for (b, y) in xb.iter().zip(dst.chunks_exact_mut(QK8_1)) {
-        let d = b.d.to_f32();
-        for (v, &q) in y.iter_mut().zip(b.qs.iter()) {
-            *v = q as f32 * d;
-        }
+        dequantize_i8(b.d.to_f32(), &b.qs, y);
     }
 }
 
@@ -37,15 +35,8 @@ pub fn to_float(src: &[u8], dst: &mut [f32]) {
 pub fn from_float(src: &[f32], dst: &mut [u8]) {
     let yb = row_exact_mut::<BlockQ8_1>(dst, src.len());
     for (x, b) in src.chunks_exact(QK8_1).zip(yb.iter_mut()) {
-        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let mut qs = [0i8; QK8_1];
-        let mut sum = 0i32;
-        for (q, &v) in qs.iter_mut().zip(x) {
-            *q = (v * id).round() as i8;
-            sum += *q as i32;
-        }
+        let (d, qs) = quantize_amax_127(x);
+        let sum: i32 = qs.iter().map(|&q| q as i32).sum();
         b.d = f16::from_f32(d);
         b.s = f16::from_f32(sum as f32 * d);
         b.qs = qs;
@@ -58,13 +49,7 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ8_1>(x, n), row::<BlockQ8_1>(y, n));
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        let sumi: i32 = bx
-            .qs
-            .iter()
-            .zip(by.qs.iter())
-            .map(|(&a, &b)| a as i32 * b as i32)
-            .sum();
-        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+        sumf += dot_i8(&bx.qs, &by.qs) as f32 * (bx.d.to_f32() * by.d.to_f32());
     }
     sumf
 }

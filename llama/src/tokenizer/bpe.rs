@@ -5,15 +5,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::symbol::{char_symbols, merge, Symbol};
 use super::vocab::{TokenId, Vocab};
-
-#[derive(Debug, Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
 
 /// Heap key: lowest rank first, then leftmost; the text guards staleness.
 type Entry = Reverse<(u32, usize, usize, String)>;
@@ -29,16 +22,7 @@ pub(crate) fn tokenize_word(vocab: &Vocab, word: &str, out: &mut Vec<TokenId>) {
             return;
         }
     }
-    let mut symbols: Vec<Symbol> = Vec::new();
-    for (i, (start, c)) in word.char_indices().enumerate() {
-        let len = c.len_utf8();
-        symbols.push(Symbol {
-            start,
-            len,
-            prev: i.checked_sub(1),
-            next: (start + len < word.len()).then_some(i + 1),
-        });
-    }
+    let mut symbols = char_symbols(word);
 
     let text_of = |s: &Symbol| &word[s.start..s.start + s.len];
     let mut queue: BinaryHeap<Entry> = BinaryHeap::new();
@@ -61,12 +45,7 @@ pub(crate) fn tokenize_word(vocab: &Vocab, word: &str, out: &mut Vec<TokenId>) {
         if l.start + l.len != r.start || word.get(l.start..r.start + r.len) != Some(text.as_str()) {
             continue;
         }
-        symbols[left].len += r.len;
-        symbols[right].len = 0;
-        symbols[left].next = r.next;
-        if let Some(n) = r.next {
-            symbols[n].prev = Some(left);
-        }
+        merge(&mut symbols, left, right);
         if let Some(p) = symbols[left].prev {
             add(&symbols, &mut queue, p, left);
         }

@@ -21,6 +21,7 @@ pub mod gguf;
 pub mod pretokenize;
 mod special;
 mod spm;
+mod symbol;
 mod unicode;
 pub mod vocab;
 

@@ -513,8 +513,13 @@ fn whitespace_run(p: &Piece<'_>, pos: usize) -> Option<usize> {
     }
 }
 
-/// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
-fn split_gpt2(cpts: &[char], lens: &[usize]) -> Vec<usize> {
+/// Split each piece (consecutive spans of `cpts`, `lens` long) with `split`,
+/// which emits the ends of its words; returns the word lengths in order.
+fn split_pieces(
+    cpts: &[char],
+    lens: &[usize],
+    split: fn(&Piece<'_>, &mut Emitter<'_>),
+) -> Vec<usize> {
     let mut out = Vec::with_capacity(lens.len());
     let mut start = 0;
     for &len in lens {
@@ -528,119 +533,119 @@ fn split_gpt2(cpts: &[char], lens: &[usize]) -> Vec<usize> {
             out: &mut out,
             prev_end: p.ini,
         };
-        let mut pos = p.ini;
-        while pos < p.end {
-            if let Some(n) = contraction_len(&p, pos, false) {
-                pos += e.add(pos + n);
-                continue;
-            }
-            let space = p.cpt(pos) == Some(' ');
-            let at = if space { pos + 1 } else { pos };
-            let classes: [&dyn Fn(usize) -> bool; 3] =
-                [&|i| p.is_letter(i), &|i| p.is_number(i), &|i| p.is_other(i)];
-            if let Some(class) = classes.iter().find(|f| f(at)) {
-                pos = at;
-                while class(pos) {
-                    pos += 1;
-                }
-                e.add(pos);
-                continue;
-            }
-            if let Some(next) = whitespace_run(&p, pos) {
-                pos = next;
-                e.add(pos);
-                continue;
-            }
-            pos += 1;
-            e.add(pos);
-        }
+        split(&p, &mut e);
     }
     out
 }
 
+/// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+fn split_gpt2(cpts: &[char], lens: &[usize]) -> Vec<usize> {
+    split_pieces(cpts, lens, gpt2_piece)
+}
+
+/// One piece of [`split_gpt2`].
+fn gpt2_piece(p: &Piece<'_>, e: &mut Emitter<'_>) {
+    let mut pos = p.ini;
+    while pos < p.end {
+        if let Some(n) = contraction_len(p, pos, false) {
+            pos += e.add(pos + n);
+            continue;
+        }
+        let space = p.cpt(pos) == Some(' ');
+        let at = if space { pos + 1 } else { pos };
+        let classes: [&dyn Fn(usize) -> bool; 3] =
+            [&|i| p.is_letter(i), &|i| p.is_number(i), &|i| p.is_other(i)];
+        if let Some(class) = classes.iter().find(|f| f(at)) {
+            pos = at;
+            while class(pos) {
+                pos += 1;
+            }
+            e.add(pos);
+            continue;
+        }
+        if let Some(next) = whitespace_run(p, pos) {
+            pos = next;
+            e.add(pos);
+            continue;
+        }
+        pos += 1;
+        e.add(pos);
+    }
+}
+
 /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 fn split_llama3(cpts: &[char], lens: &[usize]) -> Vec<usize> {
-    let mut out = Vec::with_capacity(lens.len());
-    let mut start = 0;
-    for &len in lens {
-        let p = Piece {
-            cpts,
-            ini: start,
-            end: start + len,
-        };
-        start += len;
-        let mut e = Emitter {
-            out: &mut out,
-            prev_end: p.ini,
-        };
-        let mut pos = p.ini;
-        while pos < p.end {
-            let cpt = p.cpt(pos).unwrap_or('\0');
-            if let Some(n) = contraction_len(&p, pos, true) {
-                pos += e.add(pos + n);
-                continue;
-            }
-            // [^\r\n\p{L}\p{N}]?\p{L}+
-            if !(cpt == '\r' || cpt == '\n' || p.is_number(pos))
-                && (p.is_letter(pos) || p.is_letter(pos + 1))
-            {
-                pos += 1;
-                while p.is_letter(pos) {
-                    pos += 1;
-                }
-                e.add(pos);
-                continue;
-            }
-            // \p{N}{1,3}
-            if p.is_number(pos) {
-                let mut ini = pos;
-                while p.is_number(pos) {
-                    pos += 1;
-                    if pos - ini >= 3 {
-                        e.add(pos);
-                        ini = pos;
-                    }
-                }
-                e.add(pos);
-                continue;
-            }
-            // <space>?[^\s\p{L}\p{N}]+[\r\n]*
-            let at = if cpt == ' ' { pos + 1 } else { pos };
-            if p.is_other(at) {
-                pos = at;
-                while p.is_other(pos) {
-                    pos += 1;
-                }
-                while matches!(p.cpt(pos), Some('\r' | '\n')) {
-                    pos += 1;
-                }
-                e.add(pos);
-                continue;
-            }
-            // \s*[\r\n]+
-            let mut n = 0;
-            let mut last_nl = None;
-            while p.is_whitespace(pos + n) {
-                if matches!(p.cpt(pos + n), Some('\r' | '\n')) {
-                    last_nl = Some(pos + n + 1);
-                }
-                n += 1;
-            }
-            if let Some(end) = last_nl {
-                pos = end;
-                e.add(pos);
-                continue;
-            }
-            if let Some(next) = whitespace_run(&p, pos) {
-                pos = next;
-                e.add(pos);
-                continue;
-            }
-            pos += 1;
-            e.add(pos);
+    split_pieces(cpts, lens, llama3_piece)
+}
+
+/// One piece of [`split_llama3`].
+fn llama3_piece(p: &Piece<'_>, e: &mut Emitter<'_>) {
+    let mut pos = p.ini;
+    while pos < p.end {
+        let cpt = p.cpt(pos).unwrap_or('\0');
+        if let Some(n) = contraction_len(p, pos, true) {
+            pos += e.add(pos + n);
+            continue;
         }
+        // [^\r\n\p{L}\p{N}]?\p{L}+
+        if !(cpt == '\r' || cpt == '\n' || p.is_number(pos))
+            && (p.is_letter(pos) || p.is_letter(pos + 1))
+        {
+            pos += 1;
+            while p.is_letter(pos) {
+                pos += 1;
+            }
+            e.add(pos);
+            continue;
+        }
+        // \p{N}{1,3}
+        if p.is_number(pos) {
+            let mut ini = pos;
+            while p.is_number(pos) {
+                pos += 1;
+                if pos - ini >= 3 {
+                    e.add(pos);
+                    ini = pos;
+                }
+            }
+            e.add(pos);
+            continue;
+        }
+        // <space>?[^\s\p{L}\p{N}]+[\r\n]*
+        let at = if cpt == ' ' { pos + 1 } else { pos };
+        if p.is_other(at) {
+            pos = at;
+            while p.is_other(pos) {
+                pos += 1;
+            }
+            while matches!(p.cpt(pos), Some('\r' | '\n')) {
+                pos += 1;
+            }
+            e.add(pos);
+            continue;
+        }
+        // \s*[\r\n]+
+        let mut n = 0;
+        let mut last_nl = None;
+        while p.is_whitespace(pos + n) {
+            if matches!(p.cpt(pos + n), Some('\r' | '\n')) {
+                last_nl = Some(pos + n + 1);
+            }
+            n += 1;
+        }
+        if let Some(end) = last_nl {
+            pos = end;
+            e.add(pos);
+            continue;
+        }
+        if let Some(next) = whitespace_run(p, pos) {
+            pos = next;
+            e.add(pos);
+            continue;
+        }
+        pos += 1;
+        e.add(pos);
     }
-    out
 }
 
 #[cfg(test)]

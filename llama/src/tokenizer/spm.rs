@@ -6,16 +6,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use super::symbol::{char_symbols, merge, Symbol};
 use super::vocab::{TokenId, Vocab};
-
-/// A symbol: a byte range of the text plus links to its live neighbours.
-#[derive(Debug, Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
 
 /// A candidate merge of symbols `left` and `right` into a token of `score`.
 #[derive(Debug, Clone, Copy)]
@@ -49,16 +41,7 @@ impl Ord for Bigram {
 
 /// Tokenize `text` (already space-escaped to `▁`) and append the ids.
 pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<TokenId>) {
-    let mut symbols: Vec<Symbol> = Vec::new();
-    for (i, (start, c)) in text.char_indices().enumerate() {
-        let len = c.len_utf8();
-        symbols.push(Symbol {
-            start,
-            len,
-            prev: i.checked_sub(1),
-            next: (start + len < text.len()).then_some(i + 1),
-        });
-    }
+    let mut symbols = char_symbols(text);
     if symbols.is_empty() {
         return;
     }
@@ -89,12 +72,7 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<TokenId>) {
         if l.len == 0 || r.len == 0 || l.len + r.len != b.size {
             continue;
         }
-        symbols[b.left].len += r.len;
-        symbols[b.right].len = 0;
-        symbols[b.left].next = r.next;
-        if let Some(n) = r.next {
-            symbols[n].prev = Some(b.left);
-        }
+        merge(&mut symbols, b.left, b.right);
         if let Some(p) = symbols[b.left].prev {
             try_add(&symbols, &mut queue, p, b.left);
         }

@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, ValueEnum};
-use llama::{Context, ContextParams, Model};
+use llama::{Context, Model};
 use serde::Serialize;
-use tools::cli::{self, PlacementArgs};
+use tools::cli::{self, BatchArgs, PlacementArgs};
 
 const TOOL: &str = "llama-bench";
 
@@ -60,18 +60,8 @@ struct Args {
     #[arg(short = 't', long = "threads", value_name = "N", value_delimiter = ',')]
     threads: Vec<usize>,
 
-    /// logical batch size
-    #[arg(
-        short = 'b',
-        long = "batch-size",
-        value_name = "N",
-        default_value_t = 2048
-    )]
-    batch_size: usize,
-
-    /// [-ub] physical batch size
-    #[arg(long = "ubatch-size", value_name = "N", default_value_t = 512)]
-    ubatch_size: usize,
+    #[command(flatten)]
+    batch: BatchArgs,
 
     #[command(flatten)]
     placement: PlacementArgs,
@@ -207,40 +197,27 @@ impl Rng {
     }
 }
 
-struct Cfg {
-    n_threads: usize,
-    expert_copy: bool,
-    n_batch: usize,
-    n_ubatch: usize,
-}
-
-/// Run one repetition; returns nanoseconds and the transfer counters.
+/// Run one repetition with `n_threads` threads; returns nanoseconds and the
+/// transfer counters.
 fn run_once(
     model: &std::sync::Arc<Model>,
-    cfg: &Cfg,
+    a: &Args,
+    n_threads: usize,
     n_prompt: usize,
     n_gen: usize,
     rng: &mut Rng,
 ) -> Result<(u64, llama::TransferStats)> {
     let n_vocab = model.hparams.n_vocab;
-    let mut ctx = Context::new(
-        model.clone(),
-        ContextParams {
-            n_ctx: (n_prompt + n_gen).max(1),
-            n_batch: cfg.n_batch,
-            n_ubatch: cfg.n_ubatch,
-            n_threads: cfg.n_threads,
-            expert_copy: cfg.expert_copy,
-            ..ContextParams::default()
-        },
-    )
-    .context("cannot create the context")?;
+    let params = a
+        .batch
+        .context_params((n_prompt + n_gen).max(1), n_threads, &a.placement);
+    let mut ctx = Context::new(model.clone(), params).context("cannot create the context")?;
     let tokens: Vec<i32> = (0..n_prompt.max(n_gen))
         .map(|_| rng.token(n_vocab))
         .collect();
     let t0 = Instant::now();
     if n_prompt > 0 {
-        for chunk in tokens[..n_prompt].chunks(cfg.n_batch) {
+        for chunk in tokens[..n_prompt].chunks(a.batch.batch_size) {
             ctx.decode(chunk, false).context("decode failed")?;
         }
     } else {
@@ -255,9 +232,7 @@ fn run(a: &Args) -> Result<()> {
     if a.repetitions == 0 {
         bail!("-r must be at least 1");
     }
-    if a.batch_size == 0 || a.ubatch_size == 0 {
-        bail!("-b and -ub must be at least 1");
-    }
+    a.batch.check()?;
     if a.threads.contains(&0) {
         bail!("-t must be at least 1");
     }
@@ -293,11 +268,7 @@ fn run(a: &Args) -> Result<()> {
         for &nt in &threads {
             let loaded = cli::load_model(TOOL, m.as_deref(), &a.placement, nt)?;
             let model = &loaded.model;
-            let backend = model
-                .device
-                .as_ref()
-                .map(|d| d.name().to_string())
-                .unwrap_or_else(|| "CPU".into());
+            let backend = cli::device_name(model);
             if a.verbose {
                 eprintln!("{TOOL}: placement: {}", cli::placement_summary(model));
                 eprint!("{}", cli::placement_table(model));
@@ -318,26 +289,20 @@ fn run(a: &Args) -> Result<()> {
                 out.flush()?;
                 header_done = true;
             }
-            let cfg = Cfg {
-                n_threads: nt,
-                expert_copy: !a.placement.no_expert_copy,
-                n_batch: a.batch_size,
-                n_ubatch: a.ubatch_size,
-            };
             for &(np, ng) in &tests {
                 let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (np as u64) << 20 ^ ng as u64);
                 if !a.no_warmup {
                     if np > 0 {
-                        run_once(model, &cfg, np, 0, &mut rng)?;
+                        run_once(model, a, nt, np, 0, &mut rng)?;
                     } else {
-                        run_once(model, &cfg, 0, 1, &mut rng)?;
+                        run_once(model, a, nt, 0, 1, &mut rng)?;
                     }
                 }
                 let n_tok = (np + ng) as f64;
                 let mut samples_ns = Vec::new();
                 let mut traffic = [0f64; 4];
                 for _ in 0..a.repetitions {
-                    let (ns, st) = run_once(model, &cfg, np, ng, &mut rng)?;
+                    let (ns, st) = run_once(model, a, nt, np, ng, &mut rng)?;
                     samples_ns.push(ns.max(1));
                     traffic[0] += st.h2d_bytes_experts as f64 / n_tok;
                     traffic[1] += st.h2d_bytes_full_copy as f64 / n_tok;
@@ -359,8 +324,8 @@ fn run(a: &Args) -> Result<()> {
                     model_size: model.size_bytes() as u64,
                     model_n_params: model.n_params(),
                     backends: backend.clone(),
-                    n_batch: a.batch_size,
-                    n_ubatch: a.ubatch_size,
+                    n_batch: a.batch.batch_size,
+                    n_ubatch: a.batch.ubatch_size,
                     n_threads: nt,
                     type_k: "f16".into(),
                     type_v: "f16".into(),

@@ -13,8 +13,8 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use ggml_core::GgmlType;
-use llama::{Context, ContextParams, Sampler, SamplerParams};
-use tools::cli::{self, PlacementArgs};
+use llama::{Context, Sampler, SamplerParams};
+use tools::cli::{self, BatchArgs, PlacementArgs};
 use tools::progress::Progress;
 use tools::stream::Utf8Stream;
 use tools::summary::{stats_delta, RunSummary};
@@ -76,18 +76,8 @@ struct Args {
     )]
     ctx_size: usize,
 
-    /// logical maximum batch size
-    #[arg(
-        short = 'b',
-        long = "batch-size",
-        value_name = "N",
-        default_value_t = 2048
-    )]
-    batch_size: usize,
-
-    /// [-ub] physical maximum batch size
-    #[arg(long = "ubatch-size", value_name = "N", default_value_t = 512)]
-    ubatch_size: usize,
+    #[command(flatten)]
+    batch: BatchArgs,
 
     /// RNG seed (-1 = random)
     #[arg(short = 's', long = "seed", value_name = "SEED", default_value_t = -1, allow_negative_numbers = true)]
@@ -277,9 +267,7 @@ fn check_args(a: &Args) -> Result<()> {
     if a.threads == Some(0) {
         bail!("-t must be at least 1");
     }
-    if a.batch_size == 0 || a.ubatch_size == 0 {
-        bail!("-b and -ub must be at least 1");
-    }
+    a.batch.check()?;
     if a.n_predict < -1 {
         bail!("-n {}: must be -1 (unlimited) or at least 0", a.n_predict);
     }
@@ -362,11 +350,7 @@ fn run(a: &Args) -> Result<()> {
     let loaded = cli::load_model(TOOL, a.model.as_deref(), &a.placement, n_threads)?;
     let model = &loaded.model;
     let hp = &model.hparams;
-    let device = model
-        .device
-        .as_ref()
-        .map(|d| d.name().to_string())
-        .unwrap_or_else(|| "CPU".into());
+    let device = cli::device_name(model);
     eprintln!(
         "{TOOL}: model {}: {}, {} layers, {} experts ({} used), n_embd {}, n_vocab {}, {:.2} M params, {}",
         loaded.path.display(),
@@ -384,15 +368,7 @@ fn run(a: &Args) -> Result<()> {
         eprint!("{}", cli::placement_table(model));
     }
 
-    let ctx_params = ContextParams {
-        n_ctx: a.ctx_size,
-        n_batch: a.batch_size,
-        n_ubatch: a.ubatch_size,
-        n_threads,
-        kv_type: GgmlType::F16,
-        // --offload-min-batch reaches the device through open_device
-        expert_copy: !a.placement.no_expert_copy,
-    };
+    let ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
 
     let tokenizer = &model.tokenizer;
@@ -446,7 +422,7 @@ fn run(a: &Args) -> Result<()> {
     let all_logits = logits_out.is_some();
     let t_prompt = Instant::now();
     let mut last_row: Vec<f32> = Vec::new();
-    for chunk in prompt_ids.chunks(a.batch_size) {
+    for chunk in prompt_ids.chunks(a.batch.batch_size) {
         ctx.decode(chunk, all_logits)
             .context("prompt decode failed")?;
         let rows = if all_logits { chunk.len() } else { 1 };

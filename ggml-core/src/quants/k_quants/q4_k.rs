@@ -182,23 +182,36 @@ pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
 fn dot_scalar(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        let sm = unpack_scales_mins(&bx.scales);
-        let bsums = by.bsums;
-        let mut summs = 0i32;
-        let mut isum = 0i32;
-        for s in 0..8 {
-            summs += sm[8 + s] as i32 * (bsums[2 * s] as i32 + bsums[2 * s + 1] as i32);
+        sumf += dot_block_scales_mins(bx.d, bx.dmin, &bx.scales, by, |s, l| {
             let (c, shift) = (s / 2, 4 * (s % 2));
-            let mut isuml = 0i32;
-            for l in 0..32 {
-                let q = ((bx.qs[32 * c + l] >> shift) & 0x0f) as i32;
-                isuml += q * by.qs[32 * s + l] as i32;
-            }
-            isum += sm[s] as i32 * isuml;
-        }
-        let d = bx.d.to_f32() * by.d;
-        let dmin = bx.dmin.to_f32() * by.d;
-        sumf += d * isum as f32 - dmin * summs as f32;
+            ((bx.qs[32 * c + l] >> shift) & 0x0f) as i32
+        });
     }
     sumf
+}
+
+/// One super-block of the scalar Q4_K and Q5_K dots with Q8_K: with
+/// `q(s, l)` the level of value `l` of sub-block `s`, and `sc`, `m` the
+/// 6-bit scales and minima in `scales`,
+/// `d·dy·Σ_s sc[s]·Σ_l q·qy − dmin·dy·Σ_s m[s]·(bsums of s)`.
+#[inline]
+pub(crate) fn dot_block_scales_mins(
+    d: f16,
+    dmin: f16,
+    scales: &[u8; 12],
+    by: &BlockQ8K,
+    q: impl Fn(usize, usize) -> i32,
+) -> f32 {
+    let sm = unpack_scales_mins(scales);
+    let bsums = by.bsums;
+    let mut summs = 0i32;
+    let mut isum = 0i32;
+    for s in 0..8 {
+        summs += sm[8 + s] as i32 * (bsums[2 * s] as i32 + bsums[2 * s + 1] as i32);
+        let isuml: i32 = (0..32).map(|l| q(s, l) * by.qs[32 * s + l] as i32).sum();
+        isum += sm[s] as i32 * isuml;
+    }
+    let d = d.to_f32() * by.d;
+    let dmin = dmin.to_f32() * by.d;
+    d * isum as f32 - dmin * summs as f32
 }

@@ -3,7 +3,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q4_k::{quantize_super_block_qkx, unpack_scales_mins};
+use super::q4_k::{dot_block_scales_mins, quantize_super_block_qkx, unpack_scales_mins};
 use super::q8_k::BlockQ8K;
 use super::QK_K;
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
@@ -87,20 +87,9 @@ pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
 fn dot_scalar(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        let sm = unpack_scales_mins(&bx.scales);
-        let bsums = by.bsums;
-        let mut summs = 0i32;
-        let mut isum = 0i32;
-        for s in 0..8 {
-            summs += sm[8 + s] as i32 * (bsums[2 * s] as i32 + bsums[2 * s + 1] as i32);
-            let isuml: i32 = (0..32)
-                .map(|l| q5(bx, 32 * s + l) as i32 * by.qs[32 * s + l] as i32)
-                .sum();
-            isum += sm[s] as i32 * isuml;
-        }
-        let d = bx.d.to_f32() * by.d;
-        let dmin = bx.dmin.to_f32() * by.d;
-        sumf += d * isum as f32 - dmin * summs as f32;
+        sumf += dot_block_scales_mins(bx.d, bx.dmin, &bx.scales, by, |s, l| {
+            q5(bx, 32 * s + l) as i32
+        });
     }
     sumf
 }

@@ -4,7 +4,9 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::QK_K;
+use crate::quants::amax::abs_max;
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
+use crate::quants::int8::{dequantize_i8, dot_i8};
 use crate::quants::rounding::nearest_int;
 use crate::types::GgmlType;
 
@@ -22,10 +24,7 @@ impl_block!(BlockQ8K, GgmlType::Q8K, QK_K, 292);
 pub fn to_float(src: &[u8], dst: &mut [f32]) {
     let xb = row_exact::<BlockQ8K>(src, dst.len());
     for (b, y) in xb.iter().zip(dst.chunks_exact_mut(QK_K)) {
-        let d = b.d;
-        for (v, &q) in y.iter_mut().zip(b.qs.iter()) {
-            *v = d * q as f32;
-        }
+        dequantize_i8(b.d, &b.qs, y);
     }
 }
 
@@ -37,13 +36,7 @@ pub fn to_float(src: &[u8], dst: &mut [f32]) {
 pub fn from_float(src: &[f32], dst: &mut [u8]) {
     let yb = row_exact_mut::<BlockQ8K>(dst, src.len());
     for (x, b) in src.chunks_exact(QK_K).zip(yb.iter_mut()) {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (amax, max) = abs_max(x);
         if amax == 0.0 {
             *b = BlockQ8K::zeroed();
             continue;
@@ -69,13 +62,7 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ8K>(x, n), row::<BlockQ8K>(y, n));
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        let sumi: i32 = bx
-            .qs
-            .iter()
-            .zip(by.qs.iter())
-            .map(|(&a, &b)| a as i32 * b as i32)
-            .sum();
-        sumf += bx.d * by.d * sumi as f32;
+        sumf += bx.d * by.d * dot_i8(&bx.qs, &by.qs) as f32;
     }
     sumf
 }

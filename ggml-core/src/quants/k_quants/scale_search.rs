@@ -7,6 +7,7 @@
 //! rounding saturates (see [`nearest_int`]) and degenerate sums keep the
 //! first guess, so extreme inputs cannot panic.
 
+use crate::quants::amax::abs_max;
 use crate::quants::rounding::{clamp_i32, nearest_int};
 
 /// Below this group maximum a group quantizes to zero (ggml's `GROUP_MAX_EPS`).
@@ -15,13 +16,7 @@ pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
 /// `make_qx_quants`: levels `l + nmax` in `0..2·nmax` and the scale, for
 /// `rmse_type == 1` (weights `x²`, the only kind the K-quant refs use).
 pub(crate) fn make_qx_quants(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (amax, max) = abs_max(x);
     if amax < GROUP_MAX_EPS {
         l_out.fill(0);
         return 0.0;
@@ -63,13 +58,7 @@ pub(crate) fn make_qx_quants(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
 
 /// `make_q3_quants` with `do_rmse`: levels `l + nmax` and the scale.
 pub(crate) fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (amax, max) = abs_max(x);
     if amax < GROUP_MAX_EPS {
         l_out.fill(0);
         return 0.0;
