@@ -220,3 +220,25 @@ impl Op {
         matches!(self, Op::Cpy | Op::SetRows)
     }
 }
+
+fn yarn_corr_dim(n_dims: i32, n_ctx_orig: i32, n_rot: f32, base: f32) -> f32 {
+    n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+        / (2.0 * base.ln())
+}
+
+/// `ggml_rope_yarn_corr_dims`: the dims where YaRN ramps from extrapolation
+/// to interpolation.
+pub fn rope_yarn_corr_dims(
+    n_dims: i32,
+    n_ctx_orig: i32,
+    freq_base: f32,
+    beta_fast: f32,
+    beta_slow: f32,
+) -> [f32; 2] {
+    let start = yarn_corr_dim(n_dims, n_ctx_orig, beta_fast, freq_base).floor();
+    let end = yarn_corr_dim(n_dims, n_ctx_orig, beta_slow, freq_base).ceil();
+    let lo = if 0.0 > start { 0.0 } else { start };
+    let top = (n_dims - 1) as f32;
+    let hi = if top < end { top } else { end };
+    [lo, hi]
+}

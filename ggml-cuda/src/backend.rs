@@ -710,7 +710,8 @@ impl CudaBackend {
     }
 }
 
-/// `ggml_rope_yarn_corr_dims`: the dimension range YaRN ramps over.
+/// `ggml_rope_yarn_corr_dims`: the dimension range YaRN ramps over (the
+/// CPU backend's definition, so both agree bit for bit, NaN included).
 pub fn rope_yarn_corr_dims(
     n_dims: i32,
     n_ctx_orig: i32,
@@ -718,13 +719,9 @@ pub fn rope_yarn_corr_dims(
     beta_fast: f32,
     beta_slow: f32,
 ) -> (f32, f32) {
-    let corr_dim = |n_rot: f32| {
-        n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
-            / (2.0 * freq_base.ln())
-    };
-    let start = corr_dim(beta_fast).floor();
-    let end = corr_dim(beta_slow).ceil();
-    (start.max(0.0), end.min((n_dims - 1) as f32))
+    let [lo, hi] =
+        ggml_core::op::rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow);
+    (lo, hi)
 }
 
 /// Whether the CUDA kernels implement this node (op, types, layout, grid
