@@ -264,6 +264,33 @@ fn run_tasks(pool: &ThreadPool, tasks: &[Task], work_bytes: usize, f: &(dyn Fn(&
     });
 }
 
+/// Weight rows ahead of the one being multiplied whose bytes are requested
+/// early: decode streams each used expert from DRAM once, and the dot
+/// kernels are fast enough that the hardware prefetcher alone leaves them
+/// waiting.
+const PREFETCH_ROWS: usize = 2;
+
+/// Ask the cache hierarchy for `len` bytes at `p` (a hint: never faults).
+#[inline(always)]
+fn prefetch(p: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut off = 0;
+        while off < len {
+            // SAFETY: `_mm_prefetch` is a hint that never faults, whatever
+            // the address; SSE is part of the x86_64 baseline.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    p.wrapping_add(off) as *const i8,
+                )
+            };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
+}
+
 /// The inner loop: `dst(r, c) = vec_dot(weight row r, column c)` for rows
 /// `rows` × columns `cols`, a weight row reused for [`TILE_COLS`] columns.
 ///
@@ -326,6 +353,9 @@ unsafe fn dot_block(
             ds[j] = d as *mut f32;
         }
         for r in rows.clone() {
+            if r + PREFETCH_ROWS < rows.end {
+                prefetch(w_row(r + PREFETCH_ROWS), w_bytes);
+            }
             let x = std::slice::from_raw_parts(w_row(r), w_bytes);
             for j in 0..n {
                 ds[j].add(r).write_unaligned(vec_dot(k, x, ys[j]));
