@@ -328,6 +328,9 @@ unsafe fn dot_block(
                 let mut xs = [std::ptr::null::<u8>(); gemm::RM];
                 for (i, x) in xs.iter_mut().enumerate().take(m) {
                     *x = w_row(r0 + i);
+                    if r0 + i + gemm::RM < rows.end {
+                        prefetch(w_row(r0 + i + gemm::RM), w_bytes);
+                    }
                 }
                 let mut out = [[0f32; gemm::RN]; gemm::RM];
                 gemm::tile(ty, k, &xs, m, &ys, n, &mut out);
