@@ -11,6 +11,7 @@
 pub mod cache;
 pub mod cli;
 pub mod progress;
+pub mod quantize;
 pub mod stream;
 pub mod summary;
 pub mod synth;
