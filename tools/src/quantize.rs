@@ -23,8 +23,9 @@ pub struct QuantizeReport {
     pub bytes_out: usize,
 }
 
-/// llama.cpp's `general.file_type` for a model whose matrices are `ty`.
-fn file_type(ty: GgmlType) -> Option<u32> {
+/// llama.cpp's `general.file_type` for a model whose matrices are all `ty`
+/// (the K-quants as their "small" mixes, the closest to a pure file).
+pub fn file_type(ty: GgmlType) -> Option<u32> {
     Some(match ty {
         GgmlType::F32 => 0,
         GgmlType::F16 => 1,
@@ -34,9 +35,9 @@ fn file_type(ty: GgmlType) -> Option<u32> {
         GgmlType::Q5_0 => 8,
         GgmlType::Q5_1 => 9,
         GgmlType::Q2K => 10,
-        GgmlType::Q3K => 12,
-        GgmlType::Q4K => 15,
-        GgmlType::Q5K => 17,
+        GgmlType::Q3K => 11,
+        GgmlType::Q4K => 14,
+        GgmlType::Q5K => 16,
         GgmlType::Q6K => 18,
         GgmlType::IQ4NL => 25,
         GgmlType::IQ4XS => 30,

@@ -203,25 +203,7 @@ fn quantize_supported(ty: GgmlType) -> bool {
 
 /// llama.cpp's `general.file_type` for a model whose matrices are all `ty`.
 fn file_type(ty: GgmlType) -> u32 {
-    match ty {
-        GgmlType::F32 => 0,
-        GgmlType::F16 => 1,
-        GgmlType::Q4_0 => 2,
-        GgmlType::Q4_1 => 3,
-        GgmlType::Q8_0 => 7,
-        GgmlType::Q5_0 => 8,
-        GgmlType::Q5_1 => 9,
-        GgmlType::Q2K => 10,
-        GgmlType::Q3K => 11,
-        GgmlType::Q4K => 14,
-        GgmlType::Q5K => 16,
-        GgmlType::Q6K => 18,
-        GgmlType::IQ4NL => 25,
-        GgmlType::IQ4XS => 30,
-        GgmlType::BF16 => 32,
-        GgmlType::MXFP4 => 38,
-        _ => 0,
-    }
+    crate::quantize::file_type(ty).unwrap_or(0)
 }
 
 /// How a tensor's values are drawn.
