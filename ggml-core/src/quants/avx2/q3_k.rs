@@ -1,0 +1,83 @@
+//! AVX2 `ggml_vec_dot_q3_K_q8_K`.
+
+use std::arch::x86_64::*;
+use std::ptr::addr_of;
+
+use super::{f16_to_f32, hsum_ps, load256};
+use crate::quants::block::row;
+use crate::quants::k_quants::q3_k::BlockQ3K;
+use crate::quants::k_quants::q8_k::BlockQ8K;
+
+/// 16 bytes `v` (signed) → 16 i16 lanes: the low 128-bit half holds byte
+/// `s` eight times, the high half byte `s + 1` — the scales of the two
+/// 16-element sub-blocks a 32-byte vector of Q8_K values covers.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn pair_scales(v: __m128i, s: usize) -> __m256i {
+    let lanes = 0x0101_0101_0101_0101u64;
+    let s = s as u64;
+    let mask = _mm_set_epi64x(((s + 1) * lanes) as i64, (s * lanes) as i64);
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, mask))
+}
+
+/// The 16 signed 6-bit scales (minus 32) of a Q3_K block as i8 lanes, as
+/// the scalar `unpack_scales`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_scales(s: &[u8; 12]) -> __m128i {
+    const KM1: u32 = 0x0303_0303;
+    const KM2: u32 = 0x0f0f_0f0f;
+    let a0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let a1 = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+    let a2 = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+    // scale j: low nibble of s[j % 8] (high nibble for j ≥ 8), and bits
+    // 2·(j / 4) of s[8 + j % 4] on top
+    let w0 = (a0 & KM2) | ((a2 & KM1) << 4);
+    let w1 = (a1 & KM2) | (((a2 >> 2) & KM1) << 4);
+    let w2 = ((a0 >> 4) & KM2) | (((a2 >> 4) & KM1) << 4);
+    let w3 = ((a1 >> 4) & KM2) | (((a2 >> 6) & KM1) << 4);
+    let v = _mm_set_epi32(w3 as i32, w2 as i32, w1 as i32, w0 as i32);
+    _mm_sub_epi8(v, _mm_set1_epi8(32))
+}
+
+/// `ggml_vec_dot_q3_K_q8_K` over equally long block slices. Each value is
+/// taken as the unsigned `q + 4` (low bits | 4 when its `hmask` bit is
+/// set), and the `-4` applied once per block through the Q8_K sums:
+/// `Σ sc·q·y = Σ sc·(q+4)·y - 4·Σ sc·bsum`. All integer sums are exact:
+/// `maddubs` pairs are at most 2·7·128, the scales at most 32 in magnitude.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+        let d = f16_to_f32(bx.d) * by.d;
+        let scales = bx.scales;
+        let sc = unpack_scales(&scales);
+        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), load256(addr_of!(by.bsums)));
+        let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 2));
+        let hm = load256(bx.hmask.as_ptr());
+        for n in 0..2 {
+            let qs = load256(bx.qs.as_ptr().add(32 * n));
+            for j in 0..4 {
+                let ql =
+                    _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)), m3);
+                let bit = _mm256_set1_epi8((1u8 << (4 * n + j)) as i8);
+                let hi = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                let q = _mm256_or_si256(ql, _mm256_and_si256(hi, four));
+                let p = _mm256_maddubs_epi16(q, load256(by.qs.as_ptr().add(128 * n + 32 * j)));
+                let s16 = pair_scales(sc, 8 * n + 2 * j);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s16));
+            }
+        }
+        acc[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[k & 1]);
+    }
+    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// [`dot_q3_k_q8_k`] on raw rows of `n` elements. Panics as the scalar dot.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q3_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_q3_k_q8_k(row::<BlockQ3K>(x, n), row::<BlockQ8K>(y, n))
+}
