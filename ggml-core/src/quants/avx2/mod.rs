@@ -10,6 +10,7 @@
 pub(crate) mod float;
 pub(crate) mod legacy;
 pub(crate) mod lut4;
+pub(crate) mod q2_k;
 pub(crate) mod q3_k;
 pub(crate) mod q4_k;
 pub(crate) mod q5_k;

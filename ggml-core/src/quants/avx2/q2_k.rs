@@ -1,0 +1,49 @@
+//! AVX2 `ggml_vec_dot_q2_K_q8_K`.
+
+use std::arch::x86_64::*;
+use std::ptr::addr_of;
+
+use super::q3_k::pair_scales;
+use super::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::block::row;
+use crate::quants::k_quants::q2_k::BlockQ2K;
+use crate::quants::k_quants::q8_k::BlockQ8K;
+
+/// `ggml_vec_dot_q2_K_q8_K` over equally long block slices: the 4-bit
+/// minima go through the Q8_K sums, the 2-bit values times 4-bit scales
+/// through `maddubs` (pairs at most 2·3·128) and `madd`; all exact.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let m3 = _mm256_set1_epi8(3);
+    let m4 = _mm_set1_epi8(0x0f);
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+        let dall = by.d * f16_to_f32(bx.d);
+        let dmin = by.d * f16_to_f32(bx.dmin);
+        let sc8 = load128(bx.scales.as_ptr());
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        let summs = _mm256_madd_epi16(mins, load256(addr_of!(by.bsums)));
+        let sc = _mm_and_si128(sc8, m4);
+        let mut sumi = _mm256_setzero_si256();
+        for n in 0..2 {
+            let qs = load256(bx.qs.as_ptr().add(32 * n));
+            for j in 0..4 {
+                let q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)), m3);
+                let p = _mm256_maddubs_epi16(q, load256(by.qs.as_ptr().add(128 * n + 32 * j)));
+                let s16 = pair_scales(sc, 8 * n + 2 * j);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s16));
+            }
+        }
+        let a = &mut acc[k & 1];
+        *a = _mm256_fmadd_ps(_mm256_set1_ps(-dmin), _mm256_cvtepi32_ps(summs), *a);
+        *a = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), *a);
+    }
+    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// [`dot_q2_k_q8_k`] on raw rows of `n` elements. Panics as the scalar dot.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q2_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_q2_k_q8_k(row::<BlockQ2K>(x, n), row::<BlockQ8K>(y, n))
+}
