@@ -8,9 +8,9 @@
 //! (`quantize_row_*_ref`); activation quantization (Q8_0, Q8_1, Q8_K) is
 //! ggml's reference rounding; the dots accumulate integers per block and
 //! scale once per block, as ggml's scalar `ggml_vec_dot_*`. AVX2/FMA/F16C
-//! kernels (chosen at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q2_K,
-//! Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; the other types use the
-//! scalar dot.
+//! kernels (chosen at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+//! Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; Q8_1
+//! and Q8_K use the scalar dot.
 //!
 //! # Lengths
 //! These are internal kernels called with checked shapes, but they check
@@ -131,9 +131,9 @@ static BF16: CpuTypeTraits = CpuTypeTraits {
     vec_dot_scalar: float::bf16_vec_dot_scalar,
 };
 static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd);
-static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1);
-static Q5_0: CpuTypeTraits = traits!(Q5_0, Q8_0, q5_0);
-static Q5_1: CpuTypeTraits = traits!(Q5_1, Q8_1, q5_1);
+static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1, simd);
+static Q5_0: CpuTypeTraits = traits!(Q5_0, Q8_0, q5_0, simd);
+static Q5_1: CpuTypeTraits = traits!(Q5_1, Q8_1, q5_1, simd);
 static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd);
 static Q8_1: CpuTypeTraits = traits!(Q8_1, Q8_1, q8_1);
 static Q2K: CpuTypeTraits = traits!(Q2K, Q8K, k_quants::q2_k, simd);

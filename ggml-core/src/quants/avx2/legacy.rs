@@ -1,10 +1,16 @@
-//! AVX2 dots of the 32-element block types against Q8_0: Q8_0 and Q4_0.
+//! AVX2 dots of the 32-element block types: Q8_0, Q4_0 and Q5_0 against
+//! Q8_0, Q4_1 and Q5_1 against Q8_1.
 
 use std::arch::x86_64::*;
 
 use super::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::block::row;
 use crate::quants::q4_0::BlockQ4_0;
+use crate::quants::q4_1::BlockQ4_1;
+use crate::quants::q5_0::BlockQ5_0;
+use crate::quants::q5_1::BlockQ5_1;
 use crate::quants::q8_0::BlockQ8_0;
+use crate::quants::q8_1::BlockQ8_1;
 
 /// `Σ x·y` of 32 signed bytes as 8 f32 lanes. `y` must not hold -128 (true
 /// for every quantizer output: Q8 activations are in -127..=127); `x` may.
@@ -49,4 +55,169 @@ pub(crate) unsafe fn dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
         acc[k & 1] = _mm256_fmadd_ps(d, q, acc[k & 1]);
     }
     hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// The 32 bits of `qh` (little-endian) as 32 bytes: `0x10` where bit `i`
+/// is set, 0 where clear (lane `i` ↔ bit `i`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn fifth_bits(qh: [u8; 4]) -> __m256i {
+    let bits = _mm256_set1_epi32(u32::from_le_bytes(qh) as i32);
+    // byte i holds byte i / 8 of qh
+    let shuf = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    // every bit but bit i % 8 set: all ones exactly when bit i is set
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    let set = _mm256_or_si256(_mm256_shuffle_epi8(bits, shuf), others);
+    let ones = _mm256_cmpeq_epi8(set, _mm256_set1_epi8(-1));
+    _mm256_and_si256(ones, _mm256_set1_epi8(0x10))
+}
+
+/// The 32 nibbles of `qs` as bytes 0..16 in element order: low nibbles are
+/// elements 0..16, high nibbles 16..32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    let raw = load128(qs.as_ptr());
+    let both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+}
+
+/// `Σ x·y` of 32 unsigned bytes `x` (at most 31) and signed bytes `y` (any,
+/// -128 included) as 8 i32 lanes: `maddubs` pairs are at most 2·31·128.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mul_sum_u5_i8(x: __m256i, y: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
+}
+
+/// `ggml_vec_dot_q5_0_q8_0` over equally long block slices. The unsigned
+/// values `q` (0..32) go through `maddubs` and the `-16` as `16·Σ y`, also
+/// through `maddubs`; the 16-bit difference of the pairs is at most 2·16·128
+/// in magnitude, so the sum is exact for every Q8_0 byte.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let sixteen = _mm256_set1_epi8(16);
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+        let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
+        let qs = bx.qs;
+        let q = _mm256_or_si256(nibbles(&qs), fifth_bits(bx.qh));
+        let qy = load256(by.qs.as_ptr());
+        let p = _mm256_sub_epi16(
+            _mm256_maddubs_epi16(q, qy),
+            _mm256_maddubs_epi16(sixteen, qy),
+        );
+        let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+        acc[k & 1] = _mm256_fmadd_ps(d, s, acc[k & 1]);
+    }
+    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// `ggml_vec_dot_q4_1_q8_1` over equally long block slices.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut acc_m = [0f32; 2];
+    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+        let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
+        let qs = bx.qs;
+        let s = mul_sum_u5_i8(nibbles(&qs), load256(by.qs.as_ptr()));
+        acc[k & 1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[k & 1]);
+        acc_m[k & 1] += f16_to_f32(bx.m) * f16_to_f32(by.s);
+    }
+    hsum_ps(_mm256_add_ps(acc[0], acc[1])) + (acc_m[0] + acc_m[1])
+}
+
+/// `ggml_vec_dot_q5_1_q8_1` over equally long block slices.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+    assert_eq!(x.len(), y.len());
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut acc_m = [0f32; 2];
+    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+        let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
+        let qs = bx.qs;
+        let q = _mm256_or_si256(nibbles(&qs), fifth_bits(bx.qh));
+        let s = mul_sum_u5_i8(q, load256(by.qs.as_ptr()));
+        acc[k & 1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[k & 1]);
+        acc_m[k & 1] += f16_to_f32(bx.m) * f16_to_f32(by.s);
+    }
+    hsum_ps(_mm256_add_ps(acc[0], acc[1])) + (acc_m[0] + acc_m[1])
+}
+
+/// [`dot_q5_0_q8_0`] on raw rows of `n` elements. Panics as the scalar dot.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q5_0_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_q5_0_q8_0(row::<BlockQ5_0>(x, n), row::<BlockQ8_0>(y, n))
+}
+
+/// [`dot_q4_1_q8_1`] on raw rows of `n` elements. Panics as the scalar dot.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q4_1_q8_1(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_q4_1_q8_1(row::<BlockQ4_1>(x, n), row::<BlockQ8_1>(y, n))
+}
+
+/// [`dot_q5_1_q8_1`] on raw rows of `n` elements. Panics as the scalar dot.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q5_1_q8_1(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    dot_q5_1_q8_1(row::<BlockQ5_1>(x, n), row::<BlockQ8_1>(y, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::quants::cpu_traits;
+    use crate::types::GgmlType;
+
+    /// With unit scales the integer sums are the result, so the AVX2 dots
+    /// must equal the scalar ones exactly, for activation bytes of every
+    /// value (-128 included, which no quantizer writes but a file may hold).
+    #[test]
+    fn legacy_dots_are_exact_for_any_activation_byte() {
+        let one = half::f16::ONE.to_bits().to_le_bytes();
+        let mut s = 0x1234_5678_9abc_def0u64;
+        let mut byte = || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 56) as u8
+        };
+        for ty in [GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q5_1] {
+            let tr = cpu_traits(ty).unwrap();
+            let vt = tr.vec_dot_type;
+            let n = 32 * 64;
+            for round in 0..50 {
+                let mut x: Vec<u8> = (0..ty.row_size(n as u64).unwrap())
+                    .map(|_| byte())
+                    .collect();
+                let mut y: Vec<u8> = (0..vt.row_size(n as u64).unwrap())
+                    .map(|_| byte())
+                    .collect();
+                for b in x.chunks_exact_mut(ty.type_size()) {
+                    b[..2].copy_from_slice(&one);
+                    if ty != GgmlType::Q5_0 {
+                        b[2..4].copy_from_slice(&one);
+                    }
+                }
+                for b in y.chunks_exact_mut(vt.type_size()) {
+                    b[..2].copy_from_slice(&one);
+                    if vt == GgmlType::Q8_1 {
+                        b[2..4].copy_from_slice(&one);
+                    }
+                    if round == 0 {
+                        b[vt.type_size() - 32..].fill(0x80);
+                    }
+                }
+                let fast = (tr.vec_dot)(n as usize, &x, &y);
+                let scalar = (tr.vec_dot_scalar)(n as usize, &x, &y);
+                assert_eq!(fast, scalar, "{ty} round {round}");
+            }
+        }
+    }
 }
