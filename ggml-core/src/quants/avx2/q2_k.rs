@@ -3,7 +3,7 @@
 use std::arch::x86_64::*;
 use std::ptr::addr_of;
 
-use super::q3_k::pair_scales;
+use super::q3_k::{pair_scales, scale_halves};
 use super::{f16_to_f32, hsum_ps, load128, load256};
 use crate::quants::block::row;
 use crate::quants::k_quants::q2_k::BlockQ2K;
@@ -24,14 +24,16 @@ pub(crate) unsafe fn dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
         let sc8 = load128(bx.scales.as_ptr());
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
         let summs = _mm256_madd_epi16(mins, load256(addr_of!(by.bsums)));
-        let sc = _mm_and_si128(sc8, m4);
+        let halves = scale_halves(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)));
         let mut sumi = _mm256_setzero_si256();
-        for n in 0..2 {
-            let qs = load256(bx.qs.as_ptr().add(32 * n));
+        for (n, &half) in halves.iter().enumerate() {
+            let mut qs = load256(bx.qs.as_ptr().add(32 * n));
             for j in 0..4 {
-                let q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)), m3);
+                // bits 2j of each byte (16-bit shifts keep bytes apart here)
+                let q = _mm256_and_si256(qs, m3);
+                qs = _mm256_srli_epi16(qs, 2);
                 let p = _mm256_maddubs_epi16(q, load256(by.qs.as_ptr().add(128 * n + 32 * j)));
-                let s16 = pair_scales(sc, 8 * n + 2 * j);
+                let s16 = pair_scales(half, j);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s16));
             }
         }

@@ -8,16 +8,26 @@ use crate::quants::block::row;
 use crate::quants::k_quants::q3_k::BlockQ3K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
 
-/// 16 bytes `v` (signed) → 16 i16 lanes: the low 128-bit half holds byte
-/// `s` eight times, the high half byte `s + 1` — the scales of the two
-/// 16-element sub-blocks a 32-byte vector of Q8_K values covers.
+/// The 16 i16 scales `sc16` as two vectors: `[n]` holds scales
+/// `8n..8n + 8` in both 128-bit halves.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn pair_scales(v: __m128i, s: usize) -> __m256i {
-    let lanes = 0x0101_0101_0101_0101u64;
-    let s = s as u64;
-    let mask = _mm_set_epi64x(((s + 1) * lanes) as i64, (s * lanes) as i64);
-    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, mask))
+pub(crate) unsafe fn scale_halves(sc16: __m256i) -> [__m256i; 2] {
+    [
+        _mm256_permute2x128_si256(sc16, sc16, 0x00),
+        _mm256_permute2x128_si256(sc16, sc16, 0x11),
+    ]
+}
+
+/// From `v` (8 i16 scales in both halves, see [`scale_halves`]): scale
+/// `2j` in every lane of the low half, `2j + 1` in the high half — the
+/// scales of the two 16-element sub-blocks a 32-byte vector covers.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn pair_scales(v: __m256i, j: usize) -> __m256i {
+    let lo = (((4 * j + 1) << 8) | (4 * j)) as i16;
+    let hi = (((4 * j + 3) << 8) | (4 * j + 2)) as i16;
+    _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)))
 }
 
 /// The 16 signed 6-bit scales (minus 32) of a Q3_K block as i8 lanes, as
@@ -55,19 +65,22 @@ pub(crate) unsafe fn dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
         let d = f16_to_f32(bx.d) * by.d;
         let scales = bx.scales;
         let sc = unpack_scales(&scales);
-        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), load256(addr_of!(by.bsums)));
+        let sc16 = _mm256_cvtepi8_epi16(sc);
+        let halves = scale_halves(sc16);
+        let offset = _mm256_madd_epi16(sc16, load256(addr_of!(by.bsums)));
         let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 2));
         let hm = load256(bx.hmask.as_ptr());
-        for n in 0..2 {
-            let qs = load256(bx.qs.as_ptr().add(32 * n));
+        for (n, &half) in halves.iter().enumerate() {
+            let mut qs = load256(bx.qs.as_ptr().add(32 * n));
             for j in 0..4 {
-                let ql =
-                    _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * j as i32)), m3);
+                // bits 2j of each byte (16-bit shifts keep bytes apart here)
+                let ql = _mm256_and_si256(qs, m3);
+                qs = _mm256_srli_epi16(qs, 2);
                 let bit = _mm256_set1_epi8((1u8 << (4 * n + j)) as i8);
                 let hi = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
                 let q = _mm256_or_si256(ql, _mm256_and_si256(hi, four));
                 let p = _mm256_maddubs_epi16(q, load256(by.qs.as_ptr().add(128 * n + 32 * j)));
-                let s16 = pair_scales(sc, 8 * n + 2 * j);
+                let s16 = pair_scales(half, j);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s16));
             }
         }
