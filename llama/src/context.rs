@@ -30,6 +30,9 @@ pub struct ContextParams {
     /// Copy only the experts the router picked when a device computes with
     /// host experts (`false`: full copies, for comparison).
     pub expert_copy: bool,
+    /// Attention with the fused `flash_attn_ext` op (`-fa`); off by default,
+    /// the `mul_mat`/`soft_max` path llama.cpp's reference logits use.
+    pub flash_attn: bool,
 }
 
 impl Default for ContextParams {
@@ -41,6 +44,7 @@ impl Default for ContextParams {
             n_threads: 2,
             kv_type: GgmlType::F16,
             expert_copy: true,
+            flash_attn: false,
         }
     }
 }
@@ -97,7 +101,13 @@ impl Context {
         }
         params.n_ubatch = params.n_ubatch.min(params.n_batch);
         let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(params.n_threads.max(1)));
-        let kv = KvCache::new(&model, params.n_ctx, params.kv_type, &cpu)?;
+        let kv = KvCache::new(
+            &model,
+            params.n_ctx,
+            params.kv_type,
+            params.flash_attn,
+            &cpu,
+        )?;
         let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
         if let Some(d) = &model.device {
             backends.push(Arc::clone(d));

@@ -1,6 +1,7 @@
 //! The KV cache: per layer, K as rows of `n_embd_k_gqa` per cell and V
-//! transposed (one row of `kv_size` cells per channel, so `kq · V` reads
-//! rows), F16 by default, on the backend of the layer.
+//! either transposed (one row of `kv_size` cells per channel, so `kq · V`
+//! reads rows: the `mul_mat` attention path) or as rows like K (flash
+//! attention), F16 by default, on the backend of the layer.
 
 use std::sync::Arc;
 
@@ -14,8 +15,11 @@ use crate::model::Model;
 pub struct LayerKv {
     /// K: `[n_embd_k_gqa, size]`.
     pub k: TensorData,
-    /// V transposed: `[size, n_embd_v_gqa]`.
+    /// V: `[size, n_embd_v_gqa]` when `v_trans`, else `[n_embd_v_gqa, size]`.
     pub v: TensorData,
+    /// Whether V is stored transposed (the `mul_mat` attention path; false
+    /// for flash attention).
+    pub v_trans: bool,
     /// Element type.
     pub ty: GgmlType,
     /// Cells.
@@ -29,9 +33,13 @@ impl LayerKv {
     pub fn k_ne(&self) -> [i64; 4] {
         [self.n_embd_k_gqa as i64, self.size as i64, 1, 1]
     }
-    /// Shape of the (transposed) V tensor.
+    /// Shape of the V tensor.
     pub fn v_ne(&self) -> [i64; 4] {
-        [self.size as i64, self.n_embd_v_gqa as i64, 1, 1]
+        if self.v_trans {
+            [self.size as i64, self.n_embd_v_gqa as i64, 1, 1]
+        } else {
+            [self.n_embd_v_gqa as i64, self.size as i64, 1, 1]
+        }
     }
 }
 
@@ -47,11 +55,13 @@ pub struct KvCache {
 
 impl KvCache {
     /// Allocate a cache of `size` cells of `ty` (F16 or F32), each layer on
-    /// `device` when the model put that layer there, else on `host`.
+    /// `device` when the model put that layer there, else on `host`; V laid
+    /// out for flash attention when `flash_attn`.
     pub fn new(
         model: &Model,
         size: usize,
         ty: GgmlType,
+        flash_attn: bool,
         host: &Arc<dyn Backend>,
     ) -> Result<KvCache> {
         if !matches!(ty, GgmlType::F16 | GgmlType::F32) {
@@ -79,6 +89,7 @@ impl KvCache {
                     buffer: buf,
                     offset: k_bytes,
                 },
+                v_trans: !flash_attn,
                 ty,
                 size,
                 n_embd_k_gqa: ek,

@@ -1,5 +1,5 @@
 //! Every model fixture against llama.cpp's logits: prompt tokens, prompt
-//! logits (one batch, and ubatches of 7), teacher-forced decoding of the
+//! logits (one batch, ubatches of 7, flash attention), teacher-forced decoding of the
 //! reference generation, and greedy generation up to the first low-margin
 //! row (see tests/data/README.md for the bounds).
 
@@ -16,12 +16,13 @@ struct Run {
     greedy: Vec<i32>,
 }
 
-fn run(model: &Arc<Model>, fx: &Fixture, n_ubatch: usize) -> Run {
+fn run(model: &Arc<Model>, fx: &Fixture, n_ubatch: usize, flash_attn: bool) -> Run {
     let params = ContextParams {
         n_ctx: 512,
         n_batch: 512,
         n_ubatch,
         n_threads: 2,
+        flash_attn,
         ..Default::default()
     };
     let n = fx.n_vocab();
@@ -66,28 +67,31 @@ fn check(name: &str) {
         .expect("tokenize");
     assert_eq!(toks, fx.tokens, "{name}: prompt tokens");
     let reliable = fx.reliable_greedy_len();
-    for ub in [512, 7] {
-        let r = run(&model, &fx, ub);
+    // the plain attention path in one batch and in ubatches of 7, then
+    // flash attention (llama.cpp with -fa passes these files by the same rules)
+    for (ub, fa) in [(512, false), (7, false), (512, true)] {
+        let r = run(&model, &fx, ub, fa);
+        let tag = format!("ubatch {ub}{}", if fa { " -fa" } else { "" });
         println!(
-            "{name} ubatch {ub}: prompt NMSE {:.2e}, teacher-forced NMSE {:.2e}, greedy checked for {reliable} tokens",
+            "{name} {tag}: prompt NMSE {:.2e}, teacher-forced NMSE {:.2e}, greedy checked for {reliable} tokens",
             r.prompt_nmse, r.forced_nmse
         );
         assert!(
             r.prompt_nmse <= fx.bound,
-            "{name} ub {ub}: prompt NMSE {:.3e} > {:.0e}",
+            "{name} {tag}: prompt NMSE {:.3e} > {:.0e}",
             r.prompt_nmse,
             fx.bound
         );
         assert!(
             r.forced_nmse <= fx.bound,
-            "{name} ub {ub}: forced NMSE {:.3e} > {:.0e}",
+            "{name} {tag}: forced NMSE {:.3e} > {:.0e}",
             r.forced_nmse,
             fx.bound
         );
         assert_eq!(
             &r.greedy[..reliable],
             &fx.gen[..reliable],
-            "{name} ub {ub}: greedy tokens"
+            "{name} {tag}: greedy tokens"
         );
     }
 }

@@ -25,6 +25,7 @@ pub const MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
     ("-ncmoe", "--n-cpu-moe"),
     ("-dev", "--device"),
     ("-nomb", "--offload-min-batch"),
+    ("-fa", "--flash-attn"),
 ];
 
 /// Rewrite `-ngl 99` as `--n-gpu-layers 99` etc. (whole arguments only,
@@ -157,6 +158,19 @@ pub struct BatchArgs {
     /// [-ub] physical maximum batch size
     #[arg(long = "ubatch-size", value_name = "N", default_value_t = 512)]
     pub ubatch_size: usize,
+
+    /// [-fa] flash attention: on, off or auto (`-fa` alone = on; auto keeps
+    /// the mul_mat/soft_max attention path, the one llama.cpp's reference
+    /// logits are made with)
+    #[arg(
+        long = "flash-attn",
+        value_name = "on|off|auto",
+        num_args = 0..=1,
+        default_missing_value = "on",
+        default_value = "off",
+        value_parser = ["on", "off", "auto", "1", "0"]
+    )]
+    pub flash_attn: String,
 }
 
 impl BatchArgs {
@@ -183,6 +197,7 @@ impl BatchArgs {
             n_ubatch: self.ubatch_size,
             n_threads,
             expert_copy: !placement.no_expert_copy,
+            flash_attn: matches!(self.flash_attn.as_str(), "on" | "1"),
             ..ContextParams::default()
         }
     }

@@ -20,6 +20,10 @@ fn sd(row: &[f32]) -> f64 {
 }
 
 fn check_model(name: &str, bound: f64) {
+    check_model_with(name, bound, &[]);
+}
+
+fn check_model_with(name: &str, bound: f64, extra: &[&str]) {
     let base = model(name);
     let dir = tempfile::tempdir().unwrap();
     let (logits, tokens, stats) = (
@@ -27,28 +31,26 @@ fn check_model(name: &str, bound: f64) {
         dir.path().join("t.bin"),
         dir.path().join("s.json"),
     );
-    let o = run(
-        RUN,
-        &[
-            "-m",
-            with_ext(&base, ".gguf").to_str().unwrap(),
-            "-f",
-            with_ext(&base, ".prompt.txt").to_str().unwrap(),
-            "-n",
-            "16",
-            "--temp",
-            "0",
-            "-t",
-            "2",
-            "--logits-out",
-            logits.to_str().unwrap(),
-            "--tokens-out",
-            tokens.to_str().unwrap(),
-            "--stats-out",
-            stats.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
+    let mut args: Vec<&str> = vec![
+        "-m",
+        with_ext(&base, ".gguf").to_str().unwrap(),
+        "-f",
+        with_ext(&base, ".prompt.txt").to_str().unwrap(),
+        "-n",
+        "16",
+        "--temp",
+        "0",
+        "-t",
+        "2",
+        "--logits-out",
+        logits.to_str().unwrap(),
+        "--tokens-out",
+        tokens.to_str().unwrap(),
+        "--stats-out",
+        stats.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = run(RUN, &args, dir.path());
     ok(&o);
     let ref_tokens = read_i32(&with_ext(&base, ".tokens"));
     let ref_gen = read_i32(&with_ext(&base, ".gen"));
@@ -102,6 +104,13 @@ fn check_model(name: &str, bound: f64) {
 #[test]
 fn tiny_qwen3moe_f32_matches_llama_cpp() {
     check_model("tiny-qwen3moe-f32", 5e-5);
+}
+
+#[test]
+fn flash_attention_matches_llama_cpp() {
+    // llama.cpp with -fa passes the fixtures by the same bounds (tests/data/README.md)
+    check_model_with("tiny-qwen3moe-f32", 5e-5, &["-fa"]);
+    check_model_with("tiny-qwen3moe-q4_k", 5e-3, &["--flash-attn", "on"]);
 }
 
 #[test]

@@ -65,7 +65,9 @@ impl GraphBuilder<'_> {
 
     /// Store this ubatch's K and V in the cache, then attend over the cache:
     /// `softmax(K·Q * scale + mask) · V`, merged over heads and projected by
-    /// `wo`. `q`, `k`, `v` are `[head_dim, heads, n_tokens]`.
+    /// `wo` — as `mul_mat`, `soft_max_ext`, `mul_mat` over a transposed V
+    /// cache, or with flash attention (`flash_attn_ext`, V stored as rows)
+    /// when the cache was made for it. `q`, `k`, `v` are `[head_dim, heads, n_tokens]`.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &mut self,
@@ -85,7 +87,8 @@ impl GraphBuilder<'_> {
         let esz = kv.ty.type_size();
         let k_row = kv.ty.row_size(hp.n_embd_k_gqa() as u64).unwrap_or(0);
 
-        // store: K rows at the ubatch's cells, V transposed (one row per channel)
+        // store: K rows at the ubatch's cells; V transposed (one row per
+        // channel) for the mul_mat path, rows like K for flash attention
         let k2 = self.g.reshape_2d(k, hp.n_embd_k_gqa() as i64, nt);
         let k_dst = self
             .g
@@ -94,12 +97,20 @@ impl GraphBuilder<'_> {
         self.name(k_store, "k_store", Some(il));
         self.g.build_forward_expand(k_store);
         let v2 = self.g.reshape_2d(v, hp.n_embd_v_gqa() as i64, nt);
-        let vt = self.g.transpose(v2);
-        let v_row = kv.size * esz;
-        let v_dst = self
-            .g
-            .view_2d(vc, nt, hp.n_embd_v_gqa() as i64, v_row, inp.pos0 * esz);
-        let v_store = self.g.cpy(vt, v_dst);
+        let (v_src, v_dst) = if kv.v_trans {
+            let row = kv.size * esz;
+            let dst = self
+                .g
+                .view_2d(vc, nt, hp.n_embd_v_gqa() as i64, row, inp.pos0 * esz);
+            (self.g.transpose(v2), dst)
+        } else {
+            let row = kv.ty.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
+            let dst = self
+                .g
+                .view_2d(vc, hp.n_embd_v_gqa() as i64, nt, row, inp.pos0 * row);
+            (v2, dst)
+        };
+        let v_store = self.g.cpy(v_src, v_dst);
         self.name(v_store, "v_store", Some(il));
         self.g.build_forward_expand(v_store);
 
@@ -110,17 +121,32 @@ impl GraphBuilder<'_> {
             .g
             .view_3d(kc, hk as i64, n_kv, nkv as i64, k_row, k_head, 0);
         let qp = self.g.permute(q, [0, 2, 1, 3]);
-        let kq = self.g.mul_mat(kview, qp);
-        self.name(kq, "kq", Some(il));
         let scale = 1.0 / (hk as f32).sqrt();
-        let kq = self.g.soft_max_ext(kq, Some(inp.mask), scale, 0.0);
-        self.name(kq, "kq_soft_max", Some(il));
-        let vview = self
-            .g
-            .view_3d(vc, n_kv, hv as i64, nkv as i64, v_row, v_row * hv, 0);
-        let kqv = self.g.mul_mat(vview, kq);
-        let merged = self.g.permute(kqv, [0, 2, 1, 3]);
-        let cur = self.g.cont_reshape(merged, &[(hv * nh) as i64, nt]);
+        let cur = if kv.v_trans {
+            let kq = self.g.mul_mat(kview, qp);
+            self.name(kq, "kq", Some(il));
+            let kq = self.g.soft_max_ext(kq, Some(inp.mask), scale, 0.0);
+            self.name(kq, "kq_soft_max", Some(il));
+            let v_row = kv.size * esz;
+            let vview = self
+                .g
+                .view_3d(vc, n_kv, hv as i64, nkv as i64, v_row, v_row * hv, 0);
+            let kqv = self.g.mul_mat(vview, kq);
+            let merged = self.g.permute(kqv, [0, 2, 1, 3]);
+            self.g.cont_reshape(merged, &[(hv * nh) as i64, nt])
+        } else {
+            // flash attention: V rows like K, one fused op, output [hv, nh, nt]
+            let v_row = kv.ty.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
+            let v_head = kv.ty.row_size(hv as u64).unwrap_or(0);
+            let vview = self
+                .g
+                .view_3d(vc, hv as i64, n_kv, nkv as i64, v_row, v_head, 0);
+            let fa = self
+                .g
+                .flash_attn_ext(qp, kview, vview, Some(inp.mask), scale, 0.0, 0.0);
+            self.name(fa, "fattn", Some(il));
+            self.g.reshape_2d(fa, (hv * nh) as i64, nt)
+        };
         let out = self.linear(wo, cur, None);
         self.name(out, "attn_out", Some(il))
     }
