@@ -31,11 +31,12 @@ fn check_model_with(name: &str, bound: f64, extra: &[&str]) {
         dir.path().join("t.bin"),
         dir.path().join("s.json"),
     );
+    let (gguf, prompt) = (with_ext(&base, ".gguf"), with_ext(&base, ".prompt.txt"));
     let mut args: Vec<&str> = vec![
         "-m",
-        with_ext(&base, ".gguf").to_str().unwrap(),
+        gguf.to_str().unwrap(),
         "-f",
-        with_ext(&base, ".prompt.txt").to_str().unwrap(),
+        prompt.to_str().unwrap(),
         "-n",
         "16",
         "--temp",
