@@ -33,6 +33,10 @@ pub struct ContextParams {
     /// Attention with the fused `flash_attn_ext` op (`-fa`); off by default,
     /// the `mul_mat`/`soft_max` path llama.cpp's reference logits use.
     pub flash_attn: bool,
+    /// Read back each layer's selected experts after every ubatch
+    /// ([`Context::last_expert_ids`]); off by default, since on a device it
+    /// costs a read per layer per token.
+    pub record_expert_ids: bool,
 }
 
 impl Default for ContextParams {
@@ -45,6 +49,7 @@ impl Default for ContextParams {
             kv_type: GgmlType::F16,
             expert_copy: true,
             flash_attn: false,
+            record_expert_ids: false,
         }
     }
 }
@@ -233,9 +238,11 @@ impl Context {
         self.bind_inputs(&mut g, &dg, ub, pos0, n_kv, n_out_graph)?;
         self.run(&mut g)?;
         self.last_expert_ids.clear();
-        for &ids in &dg.expert_ids {
-            let v = g.read_bytes(ids)?;
-            self.last_expert_ids.push(bytemuck::pod_collect_to_vec(&v));
+        if self.params.record_expert_ids {
+            for &ids in &dg.expert_ids {
+                let v = g.read_bytes(ids)?;
+                self.last_expert_ids.push(bytemuck::pod_collect_to_vec(&v));
+            }
         }
         if n_out == 0 {
             return Ok(Vec::new());
@@ -365,7 +372,9 @@ impl Context {
         self.n_outputs
     }
 
-    /// The experts each layer selected in the last ubatch (`[layer][n_used * n_tokens]`).
+    /// The experts each layer selected in the last ubatch
+    /// (`[layer][n_used * n_tokens]`); empty unless
+    /// [`ContextParams::record_expert_ids`].
     pub fn last_expert_ids(&self) -> &[Vec<i32>] {
         &self.last_expert_ids
     }

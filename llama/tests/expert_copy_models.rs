@@ -28,6 +28,7 @@ fn ctx(model: &Arc<Model>, expert_copy: bool) -> Context {
         n_ubatch: 256,
         n_threads: 2,
         expert_copy,
+        record_expert_ids: true,
         ..Default::default()
     };
     Context::new(Arc::clone(model), p).expect("context")
