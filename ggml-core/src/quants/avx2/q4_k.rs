@@ -28,6 +28,26 @@ pub(crate) unsafe fn mins_dot_bsums(mins16: __m128i, by: &BlockQ8K) -> __m128i {
     _mm_madd_epi16(mins16, pairs)
 }
 
+/// The per-block setup shared by the Q4_K and Q5_K dots: returns
+/// `d = dy·dx` and the 8 sub-block scales as i16 in both 128-bit halves,
+/// and adds the minima term `-dy·dmin·Σ m·bsums` into `acc_m`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn block_scales(
+    dx: f32,
+    dmin_x: f32,
+    packed: &[u8; 12],
+    by: &BlockQ8K,
+    acc_m: &mut __m128,
+) -> (f32, __m256i) {
+    let sm = unpack_scales_mins(packed);
+    let sm16 = _mm256_cvtepu8_epi16(load128(sm.as_ptr()));
+    let prod = mins_dot_bsums(_mm256_extracti128_si256(sm16, 1), by);
+    *acc_m = _mm_fmadd_ps(_mm_set1_ps(-by.d * dmin_x), _mm_cvtepi32_ps(prod), *acc_m);
+    let sc128 = _mm256_castsi256_si128(sm16);
+    (by.d * dx, _mm256_set_m128i(sc128, sc128))
+}
+
 /// `ggml_vec_dot_q4_K_q8_K` over equally long block slices.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
@@ -36,14 +56,13 @@ pub(crate) unsafe fn dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (bx, by) in x.iter().zip(y) {
-        let d = by.d * f16_to_f32(bx.d);
-        let dmin = -by.d * f16_to_f32(bx.dmin);
-        let sm = unpack_scales_mins(&bx.scales);
-        let sm16 = _mm256_cvtepu8_epi16(load128(sm.as_ptr()));
-        let prod = mins_dot_bsums(_mm256_extracti128_si256(sm16, 1), by);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        let sc128 = _mm256_castsi256_si128(sm16);
-        let scales = _mm256_set_m128i(sc128, sc128);
+        let (d, scales) = block_scales(
+            f16_to_f32(bx.d),
+            f16_to_f32(bx.dmin),
+            &bx.scales,
+            by,
+            &mut acc_m,
+        );
         let q4 = bx.qs.as_ptr();
         let q8 = by.qs.as_ptr();
         let mut sumi = _mm256_setzero_si256();

@@ -2,9 +2,8 @@
 
 use std::arch::x86_64::*;
 
-use super::q4_k::{broadcast_i16_lane, mins_dot_bsums};
-use super::{f16_to_f32, hsum_ps, load128, load256};
-use crate::quants::k_quants::q4_k::unpack_scales_mins;
+use super::q4_k::{block_scales, broadcast_i16_lane};
+use super::{f16_to_f32, hsum_ps, load256};
 use crate::quants::k_quants::q5_k::BlockQ5K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
 
@@ -27,14 +26,13 @@ pub(crate) unsafe fn dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (bx, by) in x.iter().zip(y) {
-        let d = by.d * f16_to_f32(bx.d);
-        let dmin = -by.d * f16_to_f32(bx.dmin);
-        let sm = unpack_scales_mins(&bx.scales);
-        let sm16 = _mm256_cvtepu8_epi16(load128(sm.as_ptr()));
-        let prod = mins_dot_bsums(_mm256_extracti128_si256(sm16, 1), by);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        let sc128 = _mm256_castsi256_si128(sm16);
-        let scales = _mm256_set_m128i(sc128, sc128);
+        let (d, scales) = block_scales(
+            f16_to_f32(bx.d),
+            f16_to_f32(bx.dmin),
+            &bx.scales,
+            by,
+            &mut acc_m,
+        );
         let hbits = load256(bx.qh.as_ptr());
         let q5 = bx.qs.as_ptr();
         let q8 = by.qs.as_ptr();
