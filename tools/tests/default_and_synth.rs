@@ -275,7 +275,11 @@ fn synthetic_routing_is_not_uniform() {
     let w = tools::synth::synthesize(&p, &mut |_| {}).unwrap();
     let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     let model = Arc::new(llama::Model::from_gguf(file, llama::ModelParams::default()).unwrap());
-    let mut ctx = llama::Context::new(model.clone(), llama::ContextParams::default()).unwrap();
+    let params = llama::ContextParams {
+        record_expert_ids: true,
+        ..Default::default()
+    };
+    let mut ctx = llama::Context::new(model.clone(), params).unwrap();
     let n_vocab = model.hparams.n_vocab as i32;
     let tokens: Vec<i32> = (0..256).map(|i| (i * 7919 + 13) % n_vocab).collect();
     ctx.decode(&tokens, false).unwrap();
