@@ -164,6 +164,18 @@ pub fn compile_options(arch: &str) -> Vec<String> {
     vec![format!("--gpu-architecture={arch}")]
 }
 
+/// The NVRTC version `(major, minor)` (`NoDevice` without `libnvrtc.so`).
+pub fn nvrtc_version() -> Result<(i32, i32), BackendError> {
+    crate::probe_nvrtc()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loadable (probed above); the two pointers are valid
+    // for writes of one `c_int` each for the duration of the call.
+    unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| BackendError::Device(format!("nvrtcVersion failed: {:?}", e.0)))?;
+    Ok((major, minor))
+}
+
 /// A created NVRTC program, destroyed on drop.
 struct Program(nvrtc_sys::nvrtcProgram);
 

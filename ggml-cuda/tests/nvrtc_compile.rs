@@ -6,24 +6,30 @@
 //!   notice, and a PTX that defines every entry point the backend looks up
 //!   ([`Kernel::ALL`]) and no other;
 //! - a broken copy of one kernel is a compile error carrying NVRTC's log;
-//! - a warning in a source is caught, a deprecation notice is let through.
+//! - a warning in a source is caught, a deprecation notice is let through;
+//! - `ptxas` assembles the `compute_90` PTX for `sm_90`: registers, shared
+//!   memory, stack and spills per kernel, and no spills in the matvec
+//!   kernels.
 //!
-//! Without a system `libnvrtc.so` the tests install PyPI's
-//! `nvidia-cuda-nvrtc-cu12` into a cache folder (see `nvrtc_wheel`); where
-//! that cannot be done (no registry, no pip) they print `skipped: <reason>`
-//! and pass, unless `GGML_CUDA_REQUIRE_NVRTC=1` makes that a failure.
+//! Without a system `libnvrtc.so` (or `ptxas` on `PATH`) the tests install
+//! PyPI's `nvidia-cuda-nvrtc-cu12` (`nvidia-cuda-nvcc-cu12`) into a cache
+//! folder (see `cuda_wheels`); where that cannot be done (no registry, no
+//! pip) they print `skipped: <reason>` and pass, unless
+//! `GGML_CUDA_REQUIRE_NVRTC=1` makes that a failure.
 //!
 //! The per-architecture summary is written straight to stderr, so it shows
 //! in `cargo test` output without `--nocapture`.
 
-mod nvrtc_wheel;
+mod cuda_wheels;
 
+use std::collections::HashMap;
 use std::io::Write;
+use std::process::Command;
 
 use ggml_core::BackendError;
 use ggml_cuda::kernels::{
-    compile, compiled_for, Compiled, Kernel, FALLBACK_ARCH, KERNELS_FILE_NAME, KERNELS_SRC,
-    KERNEL_NAMES,
+    compile, compiled_for, nvrtc_version, Compiled, Kernel, FALLBACK_ARCH, KERNELS_FILE_NAME,
+    KERNELS_SRC, KERNEL_NAMES,
 };
 
 /// The architectures every CI run compiles for.
@@ -40,17 +46,28 @@ fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// Reports that `test` skips, and why; fails instead under
+/// `GGML_CUDA_REQUIRE_NVRTC=1`.
+fn skip(test: &str, why: &str) {
+    let required = std::env::var("GGML_CUDA_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    assert!(!required, "GGML_CUDA_REQUIRE_NVRTC=1 but: {why}");
+    report(&format!("{test}: skipped: {why}"));
+}
+
 /// Whether NVRTC can be used; reports where it came from or why not.
 fn nvrtc_or_skip(test: &str) -> bool {
-    match nvrtc_wheel::ensure_nvrtc() {
+    match cuda_wheels::ensure_nvrtc() {
         Ok(from) => {
-            report(&format!("{test}: NVRTC from {from}"));
+            let version = match nvrtc_version() {
+                Ok((major, minor)) => format!("{major}.{minor}"),
+                Err(e) => format!("of unknown version ({e})"),
+            };
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| report(&format!("{test}: NVRTC {version} from {from}")));
             true
         }
         Err(why) => {
-            let required = std::env::var("GGML_CUDA_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
-            assert!(!required, "GGML_CUDA_REQUIRE_NVRTC=1 but: {why}");
-            report(&format!("{test}: skipped: {why}"));
+            skip(test, &why);
             false
         }
     }
@@ -233,11 +250,12 @@ fn without_a_registry_the_install_says_why() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     // nothing listens on port 9 (discard) of the loopback: refused at once
-    let err = nvrtc_wheel::install_into(&dir, Some("http://127.0.0.1:9/simple"))
-        .expect_err("no registry, no install");
+    let err =
+        cuda_wheels::install_into(&cuda_wheels::NVRTC, &dir, Some("http://127.0.0.1:9/simple"))
+            .expect_err("no registry, no install");
     report(&format!("without a registry: {err}"));
     assert!(
-        err.contains(nvrtc_wheel::WHEEL) || err.contains("pip"),
+        err.contains(cuda_wheels::NVRTC.name) || err.contains("pip"),
         "{err}"
     );
     let left: Vec<_> = std::fs::read_dir(&dir)
@@ -247,4 +265,171 @@ fn without_a_registry_the_install_says_why() {
         .collect();
     assert!(left.is_empty(), "staging left behind: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What `ptxas -v` says one function uses.
+#[derive(Clone, Copy, Debug, Default)]
+struct Resources {
+    registers: u32,
+    smem: u32,
+    stack: u32,
+    spill_stores: u32,
+    spill_loads: u32,
+}
+
+/// The number just before `unit` in `line` (`"24 registers"`).
+fn number_before(line: &str, unit: &str) -> Option<u32> {
+    let at = line.find(unit)?;
+    line[..at]
+        .split([' ', ','])
+        .rfind(|t| !t.is_empty())?
+        .parse()
+        .ok()
+}
+
+/// Per-function resources from `ptxas -v` output:
+/// `Function properties for NAME` / `N bytes stack frame, N bytes spill
+/// stores, N bytes spill loads` / `Used N registers, ..., N bytes smem`.
+fn parse_ptxas_info(text: &str) -> HashMap<String, Resources> {
+    let mut out: HashMap<String, Resources> = HashMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let quoted = line.split('\'').nth(1);
+        if line.contains("Compiling entry function") {
+            current = quoted.map(str::to_string);
+        } else if let Some(name) = line.split("Function properties for ").nth(1) {
+            current = Some(name.trim().to_string());
+        }
+        let Some(name) = current.clone() else {
+            continue;
+        };
+        let r = out.entry(name).or_default();
+        if line.contains("bytes stack frame") {
+            r.stack = number_before(line, "bytes stack frame").unwrap_or(0);
+            r.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
+            r.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
+        }
+        if line.contains("Used ") && line.contains("registers") {
+            r.registers = number_before(line, "registers").unwrap_or(0);
+            r.smem = number_before(line, "bytes smem").unwrap_or(0);
+        }
+    }
+    out
+}
+
+#[test]
+fn ptxas_parser_reads_ptxas_info_lines() {
+    // lines in the form ptxas 12.9 -v writes them
+    let text = "ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k_a' for 'sm_90'
+ptxas info    : Function properties for k_a
+    56 bytes stack frame, 88 bytes spill stores, 96 bytes spill loads
+ptxas info    : Used 24 registers, used 1 barriers, 2048 bytes smem, 56 bytes cumulative stack size
+ptxas info    : Compiling entry function 'k_b' for 'sm_90'
+ptxas info    : Function properties for k_b
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 18 registers, used 0 barriers
+ptxas info    : Compile time = 6.699 ms
+";
+    let r = parse_ptxas_info(text);
+    let a = r["k_a"];
+    assert_eq!(
+        (a.registers, a.smem, a.stack, a.spill_stores, a.spill_loads),
+        (24, 2048, 56, 88, 96)
+    );
+    let b = r["k_b"];
+    assert_eq!(
+        (b.registers, b.smem, b.stack, b.spill_stores, b.spill_loads),
+        (18, 0, 0, 0, 0)
+    );
+}
+
+/// The kernels that must not spill: the matrix-vector products that
+/// decode runs.
+const NO_SPILL: &[Kernel] = &[Kernel::MulMatVec, Kernel::MulMatIdVec];
+
+/// `ptxas -arch=sm_90 -v` (plus `extra`) on `ptx`: its info output.
+fn ptxas_info(ptxas: &std::path::Path, ptx: &str, tag: &str, extra: &[&str]) -> String {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let file = dir.join(format!(
+        "ggml-cuda-kernels-{}-{tag}.ptx",
+        std::process::id()
+    ));
+    let cubin = file.with_extension("cubin");
+    std::fs::write(&file, ptx).expect("write the PTX");
+    let out = Command::new(ptxas)
+        .args(["-arch=sm_90", "-v"])
+        .args(extra)
+        .arg("-o")
+        .arg(&cubin)
+        .arg(&file)
+        .output();
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&cubin);
+    let out = out.unwrap_or_else(|e| panic!("running {}: {e}", ptxas.display()));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "ptxas {extra:?} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+#[test]
+fn ptxas_sm_90_resources_per_kernel_and_no_spills_in_matvec() {
+    if !nvrtc_or_skip("ptxas") {
+        return;
+    }
+    let ptxas = match cuda_wheels::ensure_ptxas() {
+        Ok(p) => p,
+        Err(why) => return skip("ptxas", &why),
+    };
+    report(&format!("ptxas: {}", ptxas.display()));
+    let c = compiled_for("compute_90").expect("compute_90 compiles");
+    // the same PTX squeezed to sm_90's lowest register budget (24), where
+    // the matvec kernels do spill: shows the spill check reads real output
+    let (text, squeezed) = std::thread::scope(|s| {
+        let squeezed = s.spawn(|| ptxas_info(&ptxas, &c.ptx, "squeezed", &["--maxrregcount=24"]));
+        let text = ptxas_info(&ptxas, &c.ptx, "plain", &[]);
+        (text, squeezed.join().expect("ptxas thread"))
+    });
+    for w in text.lines().filter(|l| l.contains("warning")) {
+        report(&format!("ptxas sm_90: {w}"));
+    }
+    let res = parse_ptxas_info(&text);
+    let tight = parse_ptxas_info(&squeezed);
+    let spills = |r: &Resources| r.spill_stores > 0 || r.spill_loads > 0;
+    let mut problems = Vec::new();
+    for k in Kernel::ALL {
+        let Some(r) = res.get(k.name()) else {
+            problems.push(format!("ptxas reported nothing for {}", k.name()));
+            continue;
+        };
+        report(&format!(
+            "ptxas sm_90 {}: {} registers, {} B smem, {} B stack, spills {} B stores / {} B loads",
+            k.name(),
+            r.registers,
+            r.smem,
+            r.stack,
+            r.spill_stores,
+            r.spill_loads
+        ));
+        if NO_SPILL.contains(&k) && spills(r) {
+            problems.push(format!("{} spills: {r:?}", k.name()));
+        }
+    }
+    assert!(problems.is_empty(), "{}\n{text}", problems.join("\n"));
+    for k in NO_SPILL {
+        let r = tight.get(k.name()).copied().unwrap_or_default();
+        assert!(
+            spills(&r),
+            "{} under --maxrregcount=24 should spill, read {r:?}:\n{squeezed}",
+            k.name()
+        );
+    }
 }

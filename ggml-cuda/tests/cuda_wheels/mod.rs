@@ -1,32 +1,56 @@
-//! Making NVRTC loadable for the NVRTC tests on a machine without the CUDA
-//! toolkit. NVRTC needs no GPU and no driver, and PyPI's
-//! `nvidia-cuda-nvrtc-cu12` wheel ships `libnvrtc.so.12`. When cudarc
-//! cannot find a system `libnvrtc.so`, the wheel is installed with `pip
-//! install --target` into a cache folder (the user cache, else the target
-//! folder; never system-wide) and its `libnvrtc.so.12` is loaded by path:
-//! cudarc's later `dlopen("libnvrtc.so.12")` then finds the loaded library
+//! Making NVRTC (and `ptxas`) available to the kernel compile tests on a
+//! machine without the CUDA toolkit. Neither needs a GPU or a driver, and
+//! PyPI ships both: `nvidia-cuda-nvrtc-cu12` has `libnvrtc.so.12`,
+//! `nvidia-cuda-nvcc-cu12` has `ptxas`. When cudarc cannot find a system
+//! `libnvrtc.so` (or `ptxas` is not on `PATH`), the wheel is installed with
+//! `pip install --target` into a cache folder (the user cache, else the
+//! target folder; never system-wide). `libnvrtc.so.12` is then loaded by
+//! path: cudarc's later `dlopen("libnvrtc.so.12")` finds the loaded library
 //! by its soname.
 //!
 //! The install is idempotent and safe for several test processes at once:
 //! each installs into its own staging folder and renames it into place;
 //! the loser of a race drops its copy and uses the winner's. Once cached,
-//! finding NVRTC costs a directory lookup.
+//! finding a wheel costs a directory lookup.
 //!
-//! Environment: `GGML_CUDA_NVRTC_CACHE` overrides the cache folder;
-//! pip's own variables (`PIP_INDEX_URL`, ...) apply to the install.
+//! Environment: `GGML_CUDA_WHEEL_CACHE` overrides the cache folder; pip's
+//! own variables (`PIP_INDEX_URL`, ...) apply to the install.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The PyPI package that ships `libnvrtc.so.12`.
-pub const WHEEL: &str = "nvidia-cuda-nvrtc-cu12";
-/// Its version, pinned so every run compiles with the same NVRTC.
-pub const WHEEL_VERSION: &str = "12.9.86";
+/// A PyPI wheel that ships one CUDA tool or library.
+pub struct Wheel {
+    /// The package name.
+    pub name: &'static str,
+    /// Its version, pinned so every run uses the same compiler.
+    pub version: &'static str,
+    /// The file wanted, relative to the install folder.
+    pub file: &'static str,
+    /// What the tests do not use, removed after the install (relative).
+    pub unused: &'static [&'static str],
+}
 
-/// The library inside an installed wheel.
-const LIB_IN_WHEEL: &str = "nvidia/cuda_nvrtc/lib/libnvrtc.so.12";
+/// NVRTC 12.9 (`libnvrtc.so.12` and its builtins).
+pub const NVRTC: Wheel = Wheel {
+    name: "nvidia-cuda-nvrtc-cu12",
+    version: "12.9.86",
+    file: "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+    unused: &[
+        "nvidia/cuda_nvrtc/lib/libnvrtc.alt.so.12",
+        "nvidia/cuda_nvrtc/lib/libnvrtc-builtins.alt.so.12.9",
+    ],
+};
+
+/// The PTX assembler of CUDA 12.9 (`ptxas`).
+pub const PTXAS: Wheel = Wheel {
+    name: "nvidia-cuda-nvcc-cu12",
+    version: "12.9.86",
+    file: "nvidia/cuda_nvcc/bin/ptxas",
+    unused: &["nvidia/cuda_nvcc/nvvm"],
+};
 
 /// Makes NVRTC loadable, once per process. `Ok` says where it came from;
 /// `Err` says why it cannot be had here (the caller skips with it).
@@ -36,8 +60,8 @@ pub fn ensure_nvrtc() -> Result<String, String> {
         if ggml_cuda::probe_nvrtc().is_ok() {
             return Ok("the system's libnvrtc.so".into());
         }
-        let root = cache_root()?;
-        let lib = install_into(&root, None)?;
+        let lib = install_into(&NVRTC, &cache_root()?, None)
+            .map_err(|e| format!("no libnvrtc.so here, and {e}"))?;
         preload(&lib)?;
         ggml_cuda::probe_nvrtc().map_err(|e| {
             format!(
@@ -45,19 +69,41 @@ pub fn ensure_nvrtc() -> Result<String, String> {
                 lib.display()
             )
         })?;
-        Ok(format!("{WHEEL} {WHEEL_VERSION} at {}", lib.display()))
+        Ok(format!(
+            "{} {} at {}",
+            NVRTC.name,
+            NVRTC.version,
+            lib.display()
+        ))
     })
     .clone()
 }
 
-/// The folder the wheel is cached in: `$GGML_CUDA_NVRTC_CACHE`, else
+/// A `ptxas` to run, once per process: the one on `PATH`, else the wheel's.
+/// `Err` says why there is none.
+pub fn ensure_ptxas() -> Result<PathBuf, String> {
+    static ONCE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let on_path = Command::new("ptxas")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if on_path {
+            return Ok(PathBuf::from("ptxas"));
+        }
+        install_into(&PTXAS, &cache_root()?, None).map_err(|e| format!("no ptxas on PATH, and {e}"))
+    })
+    .clone()
+}
+
+/// The folder the wheel is cached in: `$GGML_CUDA_WHEEL_CACHE`, else
 /// `$XDG_CACHE_HOME/ggml-rs` or `~/.cache/ggml-rs`, else the target
 /// folder's `tmp/` (the first that can be created).
 fn cache_root() -> Result<PathBuf, String> {
-    if let Some(dir) = std::env::var_os("GGML_CUDA_NVRTC_CACHE") {
+    if let Some(dir) = std::env::var_os("GGML_CUDA_WHEEL_CACHE") {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("GGML_CUDA_NVRTC_CACHE={}: {e}", dir.display()))?;
+            .map_err(|e| format!("GGML_CUDA_WHEEL_CACHE={}: {e}", dir.display()))?;
         return Ok(dir);
     }
     let user = std::env::var_os("XDG_CACHE_HOME")
@@ -72,34 +118,52 @@ fn cache_root() -> Result<PathBuf, String> {
             Err(e) => why.push(format!("{}: {e}", dir.display())),
         }
     }
-    Err(format!("no cache folder for {WHEEL}: {}", why.join("; ")))
+    Err(format!(
+        "no cache folder for the CUDA wheels: {}",
+        why.join("; ")
+    ))
 }
 
-/// `libnvrtc.so.12` of the wheel installed under `root`, installing it with
-/// pip first if it is not there. `index_url` replaces pip's index.
-pub fn install_into(root: &Path, index_url: Option<&str>) -> Result<PathBuf, String> {
-    let dest = root.join(format!("{WHEEL}-{WHEEL_VERSION}"));
-    let lib = dest.join(LIB_IN_WHEEL);
-    if lib.is_file() {
-        return Ok(lib);
+/// `wheel.file` of `wheel` installed under `root`, installing it with pip
+/// first if it is not there. `index_url` replaces pip's index.
+pub fn install_into(
+    wheel: &Wheel,
+    root: &Path,
+    index_url: Option<&str>,
+) -> Result<PathBuf, String> {
+    let dest = root.join(format!("{}-{}", wheel.name, wheel.version));
+    let file = dest.join(wheel.file);
+    if file.is_file() {
+        return Ok(file);
     }
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let staging = root.join(format!(".staging-{WHEEL}-{}-{nanos}", std::process::id()));
-    let result = pip_install(&staging, index_url).and_then(|()| {
-        let staged = staging.join(LIB_IN_WHEEL);
-        if !staged.is_file() {
+    let staging = root.join(format!(
+        ".staging-{}-{}-{nanos}",
+        wheel.name,
+        std::process::id()
+    ));
+    let result = pip_install(wheel, &staging, index_url).and_then(|()| {
+        if !staging.join(wheel.file).is_file() {
             return Err(format!(
-                "pip installed {WHEEL}=={WHEEL_VERSION} but {LIB_IN_WHEEL} is not in it"
+                "pip installed {}=={} but {} is not in it",
+                wheel.name, wheel.version, wheel.file
             ));
         }
-        drop_unused_libraries(&staging);
+        for unused in wheel.unused {
+            let path = staging.join(unused);
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+        }
         match std::fs::rename(&staging, &dest) {
             Ok(()) => Ok(()),
             // another process renamed its copy into place first
-            Err(_) if lib.is_file() => Ok(()),
+            Err(_) if file.is_file() => Ok(()),
             Err(e) => Err(format!(
                 "moving {} to {}: {e}",
                 staging.display(),
@@ -110,12 +174,12 @@ pub fn install_into(root: &Path, index_url: Option<&str>) -> Result<PathBuf, Str
     if staging.exists() {
         let _ = std::fs::remove_dir_all(&staging);
     }
-    result.map(|()| lib)
+    result.map(|()| file)
 }
 
 /// Runs `pip install --target staging` with the first pip found.
-fn pip_install(staging: &Path, index_url: Option<&str>) -> Result<(), String> {
-    let spec = format!("{WHEEL}=={WHEEL_VERSION}");
+fn pip_install(wheel: &Wheel, staging: &Path, index_url: Option<&str>) -> Result<(), String> {
+    let spec = format!("{}=={}", wheel.name, wheel.version);
     let mut args: Vec<String> = [
         "install",
         "--no-deps",
@@ -171,7 +235,7 @@ fn pip_install(staging: &Path, index_url: Option<&str>) -> Result<(), String> {
         }
         let pip: Vec<&str> = [prog].iter().chain(pre).copied().collect();
         return Err(format!(
-            "no libnvrtc.so here, and `{} install {spec}` failed ({}): {tail}",
+            "`{} install {spec}` failed ({}): {tail}",
             pip.join(" "),
             out.status
         ));
@@ -180,22 +244,6 @@ fn pip_install(staging: &Path, index_url: Option<&str>) -> Result<(), String> {
         "no pip to install {spec} with ({})",
         tried.join("; ")
     ))
-}
-
-/// Removes the wheel's alternative builds (`*.alt.so*`), which are unused
-/// and half its size.
-fn drop_unused_libraries(staging: &Path) {
-    let Some(dir) = staging.join(LIB_IN_WHEEL).parent().map(Path::to_path_buf) else {
-        return;
-    };
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_name().to_string_lossy().contains(".alt.so") {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
 
 /// Loads `lib` by path for the rest of the process, so that cudarc's
