@@ -137,11 +137,11 @@ pub struct Compiled {
 
 impl Compiled {
     /// The log's warning lines (NVRTC writes `file(line): warning #N-D: ...`
-    /// for the source and `nvrtc warning : ...` for its own notices).
+    /// for the source and `nvrtc: warning: ...` for its own notices).
     pub fn warnings(&self) -> Vec<&str> {
         self.log
             .lines()
-            .filter(|l| l.contains(": warning") || l.trim_start().starts_with("nvrtc warning"))
+            .filter(|l| l.contains(": warning"))
             .collect()
     }
 
@@ -242,27 +242,32 @@ pub fn compile(src: &str, arch: &str) -> Result<Compiled, BackendError> {
     Ok(Compiled { ptx, log })
 }
 
-/// The PTX cache: each architecture's compile result (errors as text).
-type PtxCache = Mutex<HashMap<String, Result<Arc<Compiled>, String>>>;
+/// One architecture's compile result (errors as text), computed once.
+type PtxSlot = Arc<OnceLock<Result<Arc<Compiled>, String>>>;
 
 /// [`compile`]d kernels per `compute_XY` architecture, once per process.
-fn ptx_cache() -> &'static PtxCache {
-    static CACHE: OnceLock<PtxCache> = OnceLock::new();
+fn ptx_cache() -> &'static Mutex<HashMap<String, PtxSlot>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, PtxSlot>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 /// [`KERNELS_SRC`] compiled for `arch` (`"compute_90"`), with its log: the
-/// path [`Kernels::load`] takes (compiled once per process, then cached).
+/// path [`Kernels::load`] takes (compiled once per process, then cached;
+/// different architectures may compile at the same time).
 pub fn compiled_for(arch: &str) -> Result<Arc<Compiled>, BackendError> {
-    let mut cache = ptx_cache()
-        .lock()
-        .map_err(|_| BackendError::Device("PTX cache lock poisoned".into()))?;
-    let entry = cache.entry(arch.to_string()).or_insert_with(|| {
+    let slot = {
+        let mut cache = ptx_cache()
+            .lock()
+            .map_err(|_| BackendError::Device("PTX cache lock poisoned".into()))?;
+        Arc::clone(cache.entry(arch.to_string()).or_default())
+    };
+    slot.get_or_init(|| {
         compile(KERNELS_SRC, arch)
             .map(Arc::new)
             .map_err(|e| e.to_string())
-    });
-    entry.clone().map_err(BackendError::Device)
+    })
+    .clone()
+    .map_err(BackendError::Device)
 }
 
 /// The PTX of [`KERNELS_SRC`] for `arch` (`"compute_90"`), compiled once.
