@@ -13,7 +13,7 @@ use ggml_core::{
 };
 
 use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer};
-use crate::kernels::{Kernels, GEMM_TILE, MV_WARPS};
+use crate::kernels::{Kernel, Kernels, GEMM_TILE, MV_WARPS};
 use crate::{dev_err, probe_libraries};
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
@@ -246,7 +246,7 @@ impl CudaBackend {
 
     fn launch(
         &self,
-        name: &str,
+        kernel: Kernel,
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
         args: &[&[A]],
@@ -254,7 +254,7 @@ impl CudaBackend {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
-        let f = self.kernels.get(name)?;
+        let f = self.kernels.get(kernel)?;
         let mut lb = self.dev.stream.launch_builder(f);
         for a in args.iter().flat_map(|part| part.iter()) {
             match a {
@@ -275,17 +275,18 @@ impl CudaBackend {
         // the parameters in order), every pointer was range-checked against
         // its buffer for the tensor's extents, and the kernels never index
         // past those extents.
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err(&format!("launching {name}"), e))?;
+        unsafe { lb.launch(cfg) }
+            .map_err(|e| dev_err(&format!("launching {}", kernel.name()), e))?;
         Ok(())
     }
 
     /// Launch a grid-stride kernel over `n` items.
-    fn launch_n(&self, name: &str, n: i64, args: &[&[A]]) -> Result<(), BackendError> {
+    fn launch_n(&self, kernel: Kernel, n: i64, args: &[&[A]]) -> Result<(), BackendError> {
         if n <= 0 {
             return Ok(());
         }
         let blocks = (n as u64).div_ceil(256).min(1 << 20) as u32;
-        self.launch(name, (blocks, 1, 1), (256, 1, 1), args)
+        self.launch(kernel, (blocks, 1, 1), (256, 1, 1), args)
     }
 
     /// Scratch memory of at least `size` bytes (contents undefined).
@@ -315,7 +316,7 @@ impl CudaBackend {
         let td = T4::dense(GgmlType::F32, t.ne);
         let n = td.n();
         self.launch_n(
-            "k_cpy",
+            Kernel::Cpy,
             n,
             &[
                 &[A::P(at), A::T(td), tid(GgmlType::F32)],
@@ -361,7 +362,7 @@ impl CudaBackend {
                 let (a, b) = (src(0), src(1));
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_binary",
+                    Kernel::Binary,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -386,7 +387,7 @@ impl CudaBackend {
                 let a = src(0);
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_unary",
+                    Kernel::Unary,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -406,7 +407,7 @@ impl CudaBackend {
                 let b = if split { src(1) } else { a };
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_glu",
+                    Kernel::Glu,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -426,7 +427,7 @@ impl CudaBackend {
                 let a = src(0);
                 let ts = T4::of(g, a);
                 self.launch_n(
-                    "k_cpy",
+                    Kernel::Cpy,
                     ts.n(),
                     &[&self.tensor_args(g, node)?, &self.tensor_args(g, a)?],
                 )
@@ -435,7 +436,7 @@ impl CudaBackend {
                 let (a, ids) = (src(0), src(1));
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_get_rows",
+                    Kernel::GetRows,
                     td.n(),
                     &[
                         &self.tensor_args(g, node)?,
@@ -449,7 +450,7 @@ impl CudaBackend {
                 let (b, idx) = (src(1), src(2));
                 let ts = T4::of(g, b);
                 self.launch_n(
-                    "k_set_rows",
+                    Kernel::SetRows,
                     ts.n(),
                     &[
                         &self.tensor_args(g, node)?,
@@ -463,7 +464,7 @@ impl CudaBackend {
                 let (a, b) = (src(0), src(1));
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_concat",
+                    Kernel::Concat,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -483,7 +484,7 @@ impl CudaBackend {
                 let a = src(0);
                 let rows = g.tensor(a).nrows();
                 self.launch(
-                    "k_row_reduce",
+                    Kernel::RowReduce,
                     (rows as u32, 1, 1),
                     (256, 1, 1),
                     &[
@@ -497,7 +498,7 @@ impl CudaBackend {
                 let a = src(0);
                 let rows = g.tensor(a).nrows();
                 self.launch(
-                    "k_argmax",
+                    Kernel::Argmax,
                     (rows as u32, 1, 1),
                     (256, 1, 1),
                     &[&[A::P(self.ptr(g, node)?)], &self.tensor_args(g, a)?],
@@ -521,7 +522,7 @@ impl CudaBackend {
                 let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
                 let rows = g.tensor(a).nrows();
                 self.launch(
-                    "k_soft_max",
+                    Kernel::SoftMax,
                     (rows as u32, 1, 1),
                     (256, 1, 1),
                     &[
@@ -561,7 +562,7 @@ impl CudaBackend {
                 let td = T4::of(g, node);
                 let n = td.n() / 2;
                 self.launch_n(
-                    "k_rope",
+                    Kernel::Rope,
                     n,
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -587,7 +588,7 @@ impl CudaBackend {
                 let a = src(0);
                 let ta = T4::of(g, a);
                 self.launch_n(
-                    "k_rank_sort",
+                    Kernel::RankSort,
                     ta.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -600,7 +601,7 @@ impl CudaBackend {
                 let (a, b, ids) = (src(0), src(1), src(2));
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_add_id",
+                    Kernel::AddId,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -624,7 +625,7 @@ impl CudaBackend {
                     td.ne[2] as u32,
                 );
                 self.launch(
-                    "k_mul_mat_id_vec",
+                    Kernel::MulMatIdVec,
                     grid,
                     (32 * MV_WARPS, 1, 1),
                     &[
@@ -670,7 +671,7 @@ impl CudaBackend {
                 grid_z,
             );
             return self.launch(
-                "k_mul_mat_vec",
+                Kernel::MulMatVec,
                 grid,
                 (32 * MV_WARPS, 1, 1),
                 &[
@@ -684,7 +685,7 @@ impl CudaBackend {
             let dq = base + used as u64;
             let ta = T4::of(g, a);
             self.launch_n(
-                "k_to_f32",
+                Kernel::ToF32,
                 ta.n(),
                 &[&[A::P(dq), A::P(ap), A::T(ta), tid(at.ty)]],
             )?;
@@ -698,7 +699,7 @@ impl CudaBackend {
             grid_z,
         );
         self.launch(
-            "k_mul_mat_tiled",
+            Kernel::MulMatTiled,
             grid,
             (GEMM_TILE, GEMM_TILE, 1),
             &[
