@@ -105,7 +105,12 @@ impl Context {
             ));
         }
         params.n_ubatch = params.n_ubatch.min(params.n_batch);
-        let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(params.n_threads.max(1)));
+        // the CPU joins a sim device's clock: one simulated timeline
+        let mut cpu_be = CpuBackend::new(params.n_threads.max(1));
+        if let Some(c) = model.device.as_ref().and_then(|d| d.sim_clock()) {
+            cpu_be = cpu_be.with_clock(c);
+        }
+        let cpu: Arc<dyn Backend> = Arc::new(cpu_be);
         let kv = KvCache::new(
             &model,
             params.n_ctx,
@@ -311,6 +316,12 @@ impl Context {
         }
         self.stats.graphs += 1;
         Ok(())
+    }
+
+    /// The simulated clock of the run, when the device is a sim device
+    /// (shared by the device and the context's CPU backend).
+    pub fn sim_clock(&self) -> Option<Arc<ggml_core::SimClock>> {
+        self.model.device.as_ref().and_then(|d| d.sim_clock())
     }
 
     /// The scheduler's plan of the last graph (which node on which backend,

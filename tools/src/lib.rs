@@ -12,6 +12,7 @@ pub mod cache;
 pub mod cli;
 pub mod progress;
 pub mod quantize;
+pub mod simtime;
 pub mod stream;
 pub mod summary;
 pub mod synth;

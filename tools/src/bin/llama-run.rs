@@ -16,6 +16,7 @@ use ggml_core::GgmlType;
 use llama::{Context, Sampler, SamplerParams};
 use tools::cli::{self, BatchArgs, PlacementArgs};
 use tools::progress::Progress;
+use tools::simtime::SimRun;
 use tools::stream::Utf8Stream;
 use tools::summary::{stats_delta, RunSummary};
 use tools::synth::{self, SynthParams};
@@ -135,6 +136,12 @@ struct Args {
     /// write int32 LE token ids: the prompt's, then the generated ones
     #[arg(long = "tokens-out", value_name = "FILE")]
     tokens_out: Option<PathBuf>,
+
+    /// write every op, copy and wait of the run on the simulated clock as a
+    /// Chrome trace (open in Perfetto; see docs/timeline.md); needs a sim
+    /// device
+    #[arg(long = "timeline-out", value_name = "FILE.json")]
+    timeline_out: Option<PathBuf>,
 
     /// write the summary as one JSON object
     #[arg(long = "stats-out", value_name = "FILE")]
@@ -371,6 +378,13 @@ fn run(a: &Args) -> Result<()> {
     let ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
 
+    let mut sim = ctx
+        .sim_clock()
+        .map(|c| SimRun::start(c, a.timeline_out.is_some()));
+    if a.timeline_out.is_some() && sim.is_none() {
+        bail!("--timeline-out: needs a simulated device (--device SIM0); device timelines from CUDA events are not recorded yet");
+    }
+
     let tokenizer = &model.tokenizer;
     let prompt_ids = tok::tokenize(tokenizer, &prompt, true, true)?;
     if prompt_ids.is_empty() {
@@ -437,6 +451,9 @@ fn run(a: &Args) -> Result<()> {
         }
     }
     let prompt_s = t_prompt.elapsed().as_secs_f64();
+    if let Some(sim) = &mut sim {
+        sim.prompt_done();
+    }
     if a.verbose {
         eprintln!("{TOOL}: scheduler plan of the last prompt graph:");
         eprintln!("{}", ctx.plan_dump().trim_end());
@@ -515,8 +532,14 @@ fn run(a: &Args) -> Result<()> {
         },
         gen_decodes,
         stop: stop.into(),
+        sim: sim
+            .as_ref()
+            .map(|r| r.report(prompt_ids.len(), gen_decodes)),
         ..Default::default()
     };
+    if let (Some(r), Some(p)) = (&sim, &a.timeline_out) {
+        r.write_timeline(p)?;
+    }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     eprintln!();
     eprint!("{}", s.to_text());
