@@ -18,7 +18,9 @@
 //! 4. `B`'s compute stream waits for the copies' event, computes the split,
 //!    and records the split's event.
 //!
-//! A CPU split that reads nothing from a device never waits for it. The
+//! A CPU split that reads nothing from a device never waits for it, and one
+//! that does computes the nodes before the first reader of a device's output
+//! before waiting. The
 //! host synchronizes every backend once, at the end of the graph (the
 //! caller reads outputs then), and on any error before staging memory is
 //! dropped.
@@ -199,6 +201,32 @@ impl Exec<'_> {
             }
         }
 
+        // A CPU split computes the nodes before the first one that reads an
+        // input copy without waiting for the devices that input comes from.
+        let mut nodes: &[TensorId] = &sp.nodes;
+        if be.is_host() && any_copy {
+            let copies: Vec<TensorId> = info
+                .inputs
+                .iter()
+                .zip(&sp.inputs)
+                .filter(|(_, p)| p.copied)
+                .map(|(i, _)| i.copy)
+                .collect();
+            let k = nodes
+                .iter()
+                .position(|&n| {
+                    g.tensor(n)
+                        .src
+                        .iter()
+                        .any(|&s| copies.contains(&g.view_root(s)))
+                })
+                .unwrap_or(nodes.len());
+            if k > 0 {
+                be.compute(g, &nodes[..k]).map_err(compute_err)?;
+                nodes = &nodes[k..];
+            }
+        }
+
         // 1. every input that is not a host weight
         for (inp, pi) in info.inputs.iter().zip(&sp.inputs) {
             if !pi.copied || pi.host_weight {
@@ -269,7 +297,7 @@ impl Exec<'_> {
             be.wait_event_on(Stream::Compute, &ev)
                 .map_err(compute_err)?;
         }
-        be.compute(g, &sp.nodes).map_err(compute_err)?;
+        be.compute(g, nodes).map_err(compute_err)?;
         self.done[si] = Some(be.record_event_on(Stream::Compute).map_err(compute_err)?);
         for &n in &sp.nodes {
             let root = g.view_root(n).index();

@@ -55,6 +55,7 @@ fn offloaded_experts_give_cpu_logits_bit_for_bit() {
         let fx = Fixture::load(name);
         let cpu = logits(&load(&fx, None, Placement::default(), 32), &fx, true);
         let cases = [
+            ("all on the device", Placement::default()),
             (
                 "--cpu-moe",
                 Placement {
