@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{result, CudaContext, CudaEvent, DeviceRepr, LaunchConfig, PushKernelArg};
-use ggml_core::backend::{check_range, Event};
+use ggml_core::backend::{check_range, Event, Stream};
 use ggml_core::offload::offload_host_weight_op;
 use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
 use ggml_core::{
@@ -129,11 +129,15 @@ impl CudaBackend {
         let stream = ctx
             .new_stream()
             .map_err(|e| dev_err("creating a stream", e))?;
+        let copy_stream = ctx
+            .new_stream()
+            .map_err(|e| dev_err("creating the copy stream", e))?;
         let dev = Arc::new(Dev {
             ordinal: device,
             name: format!("CUDA{device}"),
             ctx: Arc::clone(&ctx),
             stream,
+            copy_stream,
         });
         let kernels = Kernels::load(&ctx)?;
         let err_flag = DevMem::alloc(&dev, 4)?;
@@ -877,6 +881,20 @@ impl Backend for CudaBackend {
         offset: usize,
         data: &[u8],
     ) -> Result<(), BackendError> {
+        self.write_on(Stream::Compute, dst, offset, data)
+    }
+
+    fn n_copy_streams(&self) -> usize {
+        1
+    }
+
+    fn write_on(
+        &self,
+        stream: Stream,
+        dst: &TensorData,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), BackendError> {
         let Some(cb) = dst
             .buffer
             .as_any()
@@ -891,15 +909,48 @@ impl Backend for CudaBackend {
         }
         self.dev.bind()?;
         // SAFETY: the range was checked against the buffer; the trait's
-        // contract keeps `data` valid and unchanged until `synchronize`.
+        // contract keeps `data` valid and unchanged until the stream's work
+        // is complete (an event on it, or `synchronize`).
         unsafe {
             result::memcpy_htod_async(
                 cb.device_ptr() + (dst.offset + offset) as u64,
                 data,
-                self.dev.cu_stream(),
+                self.dev.stream_of(stream).cu_stream(),
             )
         }
         .map_err(|e| dev_err("async host-to-device copy", e))
+    }
+
+    fn read_on(
+        &self,
+        stream: Stream,
+        src: &TensorData,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), BackendError> {
+        let Some(cb) = src
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|c| c.same_dev(&self.dev))
+        else {
+            return src.buffer.read(src.offset + offset, out);
+        };
+        check_range(cb.name(), cb.size(), src.offset + offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.dev.bind()?;
+        // SAFETY: the range was checked; the caller keeps `out` alive and
+        // unread until an event recorded after this read is complete.
+        unsafe {
+            result::memcpy_dtoh_async(
+                out,
+                cb.device_ptr() + (src.offset + offset) as u64,
+                self.dev.stream_of(stream).cu_stream(),
+            )
+        }
+        .map_err(|e| dev_err("async device-to-host copy", e))
     }
 
     // read_async: the trait's default, a buffer read that completes in the
@@ -911,15 +962,23 @@ impl Backend for CudaBackend {
     }
 
     fn record_event(&self) -> Result<Event, BackendError> {
+        self.record_event_on(Stream::Compute)
+    }
+
+    fn wait_event(&self, ev: &Event) -> Result<(), BackendError> {
+        self.wait_event_on(Stream::Compute, ev)
+    }
+
+    fn record_event_on(&self, stream: Stream) -> Result<Event, BackendError> {
         let ev = self
             .dev
-            .stream
+            .stream_of(stream)
             .record_event(None)
             .map_err(|e| dev_err("recording an event", e))?;
         Ok(Event(Arc::new(CudaEventHolder(ev))))
     }
 
-    fn wait_event(&self, ev: &Event) -> Result<(), BackendError> {
+    fn wait_event_on(&self, stream: Stream, ev: &Event) -> Result<(), BackendError> {
         let Some(h) = ev.0.downcast_ref::<CudaEventHolder>() else {
             // another kind of backend: its work is complete when recorded
             return Ok(());
@@ -929,12 +988,22 @@ impl Backend for CudaBackend {
         // cuStreamWaitEvent accepts events from other contexts.
         unsafe {
             result::stream::wait_event(
-                self.dev.cu_stream(),
+                self.dev.stream_of(stream).cu_stream(),
                 h.0.cu_event(),
                 sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
             )
         }
         .map_err(|e| dev_err("waiting on an event", e))
+    }
+
+    fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {
+        match ev.0.downcast_ref::<CudaEventHolder>() {
+            Some(h) => h
+                .0
+                .synchronize()
+                .map_err(|e| dev_err("event synchronize", e)),
+            None => self.synchronize(),
+        }
     }
 
     fn read_overhang(&self) -> usize {

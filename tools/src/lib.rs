@@ -16,5 +16,6 @@ pub mod simtime;
 pub mod stream;
 pub mod summary;
 pub mod synth;
+pub mod timeline_svg;
 pub mod tok;
 pub mod vocab;
