@@ -207,33 +207,57 @@ fn split_flag(raw: &str) -> (String, Option<String>) {
 
 /// `--help`.
 pub fn usage() -> String {
-    let mut s = String::from(
-        "usage: llama-bench [options]\n\n\
-Measure prompt processing (pp) and generation (tg) speed, as llama.cpp's llama-bench.\n\n\
-options:\n\
-  -h, --help\n\
-  -r, --repetitions <n>                 repetitions of each test (default: 5)\n\
-  --delay <0...N>                       seconds of pause before each test (default: 0)\n\
-  -o, --output <csv|json|jsonl|md|sql>  format on stdout (default: md)\n\
-  -oe, --output-err <csv|json|jsonl|md|sql>  format on stderr (default: none)\n\
-  --list-devices                        list the devices and exit\n\
-  -v, --verbose                         print where every tensor went\n\
-  --progress                            print test progress on stderr\n\
-  --no-warmup                           skip the warm-up run of each test\n\
-  --no-expert-copy                      copy whole expert tensors to the device (for comparison)\n\
-\ntest parameters:\n\
-  -p, --n-prompt <n>                    prompt lengths (default: 512)\n\
-  -n, --n-gen <n>                       generation lengths (default: 128)\n\
-  -pg <pp,tg>                           prompt then generation (may be repeated)\n",
-    );
+    let mut s = String::new();
+    let lines = [
+        "usage: llama-bench [options]",
+        "",
+        "Measure prompt processing (pp) and generation (tg) speed, as llama.cpp's llama-bench.",
+        "",
+        "options:",
+        "  -h, --help",
+        "  --version",
+        "  -r, --repetitions <n>                 repetitions of each test (default: 5)",
+        "  --delay <0...N>                       seconds of pause before each test (default: 0)",
+        "  -o, --output <csv|json|jsonl|md|sql>  format on stdout (default: md)",
+        "  -oe, --output-err <csv|json|jsonl|md|sql>",
+        "                                        format on stderr (default: none)",
+        "  --list-devices                        list the devices and exit",
+        "  -v, --verbose                         print where every tensor went",
+        "  --progress                            print test progress on stderr",
+        "  --no-warmup                           skip the warm-up run of each test",
+        "  --no-expert-copy                      copy whole expert tensors to the device (for comparison)",
+        "",
+        "test parameters:",
+        "  -p, --n-prompt <n>                    prompt lengths (default: 512)",
+        "  -n, --n-gen <n>                       generation lengths (default: 128)",
+        "  -pg <pp,tg>                           prompt then generation (may be repeated)",
+    ];
+    for l in lines {
+        s.push_str(l);
+        s.push('\n');
+    }
     for spec in PARAMS {
         let flags = format!("{} <{}>", spec.flags.join(", "), spec.metavar);
-        let def: Vec<String> = (spec.default)().iter().map(Value::text).collect();
+        let def: Vec<String> = (spec.default)()
+            .iter()
+            .map(|v| match (spec.syntax, v) {
+                // a choice's default by its name (`auto`, not -1)
+                (Syntax::Choice(names), Value::Int(i)) => names
+                    .iter()
+                    .find(|(_, x)| x == i)
+                    .map_or_else(|| v.text(), |(n, _)| n.to_string()),
+                _ => v.text(),
+            })
+            .collect();
         let def = match def.join(",") {
             d if d.is_empty() => String::new(),
             d => format!(" (default: {d})"),
         };
-        s.push_str(&format!("  {flags:<37} {}{def}\n", spec.help));
+        if flags.len() > 37 {
+            s.push_str(&format!("  {flags}\n  {:<37} {}{def}\n", "", spec.help));
+        } else {
+            s.push_str(&format!("  {flags:<37} {}{def}\n", spec.help));
+        }
     }
     s.push_str(
         "\nMultiple values can be given for each test parameter by separating them with ','\n\
