@@ -2,7 +2,8 @@
 //! ([`LLAMA_FIELDS`], from llama.cpp's `test::get_fields` and
 //! `get_field_type`), then ours, present only where they apply: our own
 //! test parameters ([`ParamSpec::ours`]) when a device is in use or the flag
-//! was given, and the host-to-device traffic when a device is in use.
+//! was given, the median of the repetitions ([`MEDIAN_FIELDS`]) always, and
+//! the host-to-device traffic when a device is in use.
 //!
 //! Values are written as llama.cpp's `get_values` writes them (numbers as
 //! `std::to_string`, bools `0`/`1`, floats `%f`); each format then renders
@@ -75,6 +76,10 @@ pub const LLAMA_FIELDS: &[(&str, FieldType)] = &[
     ("avg_ts", Float),
     ("stddev_ts", Float),
 ];
+
+/// Our statistics, written for every test: the median of the repetitions
+/// (llama.cpp writes the mean, `avg_ns`/`avg_ts`).
+pub const MEDIAN_FIELDS: &[(&str, FieldType)] = &[("median_ns", Int), ("median_ts", Float)];
 
 /// Our fields that are not test parameters, in order, with their types:
 /// per-token host-to-device traffic, written where a device is in use.
@@ -158,6 +163,27 @@ impl TestResult {
         (m as u64, sd as u64)
     }
 
+    /// Median nanoseconds and median tokens per second of the repetitions
+    /// (the mean of the middle two for an even count).
+    pub fn median(&self) -> (u64, f64) {
+        let mut ns = self.samples_ns.clone();
+        ns.sort_unstable();
+        let mut ts = self.samples_ts();
+        ts.sort_by(f64::total_cmp);
+        let n = ns.len();
+        if n == 0 {
+            return (0, 0.0);
+        }
+        if n % 2 == 1 {
+            (ns[n / 2], ts[n / 2])
+        } else {
+            (
+                (ns[n / 2 - 1] + ns[n / 2]) / 2,
+                (ts[n / 2 - 1] + ts[n / 2]) / 2.0,
+            )
+        }
+    }
+
     /// `pp512`, `tg128`, `pp512+tg128`, with ` @ d4096` for a depth.
     pub fn test_name(&self) -> String {
         let (p, g) = (self.inst.n_prompt, self.inst.n_gen);
@@ -201,6 +227,9 @@ impl TestResult {
                 out.push((spec.field, ty, v.text()));
             }
         }
+        let (med_ns, med_ts) = self.median();
+        out.push(("median_ns", Int, med_ns.to_string()));
+        out.push(("median_ts", Float, format!("{med_ts:.6}")));
         if let Some(t) = &self.traffic {
             let vals = [
                 u8::from(!self.no_expert_copy).to_string(),
@@ -277,6 +306,7 @@ pub fn own_columns(p: &Params, insts: &[Instance]) -> Vec<(&'static str, FieldTy
             out.push((spec.field, ty));
         }
     }
+    out.extend_from_slice(MEDIAN_FIELDS);
     if any_dev {
         out.extend_from_slice(TRAFFIC_FIELDS);
     }
@@ -317,6 +347,32 @@ mod tests {
                 "{f}"
             );
         }
+    }
+
+    #[test]
+    fn medians() {
+        let inst = crate::bench::matrix::Instance {
+            values: PARAMS.iter().map(|p| (p.default)()[0].clone()).collect(),
+            n_prompt: 0,
+            n_gen: 10,
+        };
+        let mut r = TestResult {
+            inst,
+            model: ModelInfo::default(),
+            test_time: String::new(),
+            samples_ns: vec![4_000_000_000, 1_000_000_000, 2_000_000_000],
+            traffic: None,
+            no_expert_copy: false,
+            given: vec![false; PARAMS.len()],
+        };
+        assert_eq!(r.median(), (2_000_000_000, 5.0));
+        r.samples_ns.push(3_000_000_000);
+        let (ns, ts) = r.median();
+        assert_eq!(ns, 2_500_000_000);
+        assert!((ts - (10.0 / 3.0 + 5.0) / 2.0).abs() < 1e-12);
+        assert_eq!(r.test_name(), "tg10");
+        let names: Vec<&str> = r.fields().iter().map(|f| f.0).collect();
+        assert_eq!(names.len(), LLAMA_FIELDS.len() + 2, "{names:?}");
     }
 
     #[test]
