@@ -24,6 +24,8 @@ use crate::cli::{self, Loaded, PlacementArgs};
 const TOOL: &str = "llama-bench";
 
 /// The placement flags of a test (what `cli::load_model` takes).
+// `..Default::default()` keeps this building when cli.rs gains flags
+#[allow(clippy::needless_update)]
 pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
     let dev = inst.device();
     let min_batch = if inst.bool("no_op_offload") {
