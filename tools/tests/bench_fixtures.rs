@@ -366,3 +366,82 @@ fn bad_lists_fail_clearly() {
     fails(&["-m", &m, "-ot", "exps=SIM0"], &["SIM0", "available: CPU"]);
     fails(&["-m", &m, "-p", "0", "-n", "0"], &["no tests"]);
 }
+
+#[test]
+fn no_op_offload_stops_expert_copies() {
+    let m = model("tiny-qwen3moe-q4_k.gguf")
+        .to_string_lossy()
+        .into_owned();
+    let args: Vec<String> = [
+        "-m",
+        &m,
+        "-r",
+        "1",
+        "-p",
+        "64",
+        "-n",
+        "0",
+        "--no-warmup",
+        "-dev",
+        "SIM0",
+        "--cpu-moe",
+        "-nomb",
+        "1",
+        "-nopo",
+        "0,1",
+        "-o",
+        "jsonl",
+        "--progress",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (out, err) = bench(&args);
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["no_op_offload"], 0);
+    assert_eq!(rows[0]["cpu_moe"], true);
+    let copied = |r: &serde_json::Value| r["h2d_bytes_experts_per_token"].as_f64().unwrap();
+    assert!(copied(&rows[0]) > 0.0, "{}", rows[0]);
+    assert_eq!(rows[1]["no_op_offload"], 1);
+    assert_eq!(copied(&rows[1]), 0.0, "{}", rows[1]);
+    // --progress: llama.cpp's lines
+    for l in [
+        "llama-bench: benchmark 1/2: starting",
+        "llama-bench: benchmark 1/2: prompt run 1/1",
+        "llama-bench: benchmark 2/2: starting",
+    ] {
+        assert!(err.contains(l), "{l}\n{err}");
+    }
+}
+
+#[test]
+fn help_and_list_devices() {
+    let (out, _) = bench(&["--help".to_string()]);
+    for f in [
+        "-ncmoe",
+        "-fa",
+        "-ot",
+        "-ctk",
+        "-ctv",
+        "-dev",
+        "-nopo",
+        "-nomb",
+        "-pg",
+        "-oe",
+        "--progress",
+        "--list-devices",
+        "--delay",
+        "-d, --n-depth",
+    ] {
+        assert!(out.contains(f), "--help lacks {f}:\n{out}");
+    }
+    let (out, _) = bench(&["--list-devices".to_string()]);
+    assert!(
+        out.starts_with("Available devices:") && out.contains("SIM0"),
+        "{out}"
+    );
+}
