@@ -174,6 +174,17 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
                     p.output = f;
                 }
             }
+            // llama.cpp's process options: only their defaults run here
+            "--prio" => {
+                let v = value(&mut it, &flag)?;
+                if v != "0" {
+                    bail!("--prio {v}: not supported: threads run at normal priority (0)");
+                }
+            }
+            "--numa" => {
+                let v = value(&mut it, &flag)?;
+                bail!("--numa {v}: not supported: no NUMA placement");
+            }
             "-v" | "--verbose" => p.verbose = true,
             "--progress" => p.progress = true,
             "--no-warmup" => p.no_warmup = true,
@@ -226,6 +237,7 @@ pub fn usage() -> String {
         "  --progress                            print test progress on stderr",
         "  --no-warmup                           skip the warm-up run of each test",
         "  --no-expert-copy                      copy whole expert tensors to the device (for comparison)",
+        "  --prio <0>                            process priority (only 0)",
         "",
         "test parameters:",
         "  -p, --n-prompt <n>                    prompt lengths (default: 512)",
@@ -317,5 +329,8 @@ mod tests {
         assert!(e(&["-r", "0"]).contains("-r"));
         assert!(e(&["--bogus"]).contains("--bogus"));
         assert!(e(&["-p"]).contains("needs a value"));
+        assert!(e(&["--prio", "2"]).contains("not supported"));
+        assert!(e(&["--numa", "distribute"]).contains("not supported"));
+        assert!(run(&["--prio", "0"]).is_ok());
     }
 }
