@@ -25,8 +25,11 @@ pub struct ContextParams {
     pub n_ubatch: usize,
     /// CPU threads (`-t`).
     pub n_threads: usize,
-    /// KV cache element type (F16 default, F32 option).
+    /// KV cache element type (F16 default, F32 option): of K, and of V
+    /// unless `kv_type_v` says otherwise.
     pub kv_type: GgmlType,
+    /// V cache element type when it differs from K's (llama.cpp's `-ctv`).
+    pub kv_type_v: Option<GgmlType>,
     /// Copy only the experts the router picked when a device computes with
     /// host experts (`false`: full copies, for comparison).
     pub expert_copy: bool,
@@ -47,6 +50,7 @@ impl Default for ContextParams {
             n_ubatch: 512,
             n_threads: 2,
             kv_type: GgmlType::F16,
+            kv_type_v: None,
             expert_copy: true,
             flash_attn: false,
             record_expert_ids: false,
@@ -111,10 +115,11 @@ impl Context {
             cpu_be = cpu_be.with_clock(c);
         }
         let cpu: Arc<dyn Backend> = Arc::new(cpu_be);
-        let kv = KvCache::new(
+        let kv = KvCache::with_types(
             &model,
             params.n_ctx,
             params.kv_type,
+            params.kv_type_v.unwrap_or(params.kv_type),
             params.flash_attn,
             &cpu,
         )?;

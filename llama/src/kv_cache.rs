@@ -20,8 +20,10 @@ pub struct LayerKv {
     /// Whether V is stored transposed (the `mul_mat` attention path; false
     /// for flash attention).
     pub v_trans: bool,
-    /// Element type.
+    /// Element type of K.
     pub ty: GgmlType,
+    /// Element type of V (llama.cpp's `type_v`; usually `ty`).
+    pub ty_v: GgmlType,
     /// Cells.
     pub size: usize,
     n_embd_k_gqa: usize,
@@ -64,15 +66,29 @@ impl KvCache {
         flash_attn: bool,
         host: &Arc<dyn Backend>,
     ) -> Result<KvCache> {
-        if !matches!(ty, GgmlType::F16 | GgmlType::F32) {
-            return Err(LlamaError::Invalid(format!(
-                "KV cache type {ty} is not supported (f16, f32)"
-            )));
+        Self::with_types(model, size, ty, ty, flash_attn, host)
+    }
+
+    /// [`KvCache::new`] with K of `ty` and V of `ty_v` (each F16 or F32).
+    pub fn with_types(
+        model: &Model,
+        size: usize,
+        ty: GgmlType,
+        ty_v: GgmlType,
+        flash_attn: bool,
+        host: &Arc<dyn Backend>,
+    ) -> Result<KvCache> {
+        for t in [ty, ty_v] {
+            if !matches!(t, GgmlType::F16 | GgmlType::F32) {
+                return Err(LlamaError::Invalid(format!(
+                    "KV cache type {t} is not supported (f16, f32)"
+                )));
+            }
         }
         let hp = &model.hparams;
         let (ek, ev) = (hp.n_embd_k_gqa(), hp.n_embd_v_gqa());
         let k_bytes = ty.row_size(ek as u64).unwrap_or(0) * size;
-        let v_bytes = ty.type_size() * size * ev;
+        let v_bytes = ty_v.type_size() * size * ev;
         let mut layers = Vec::with_capacity(hp.n_layer);
         for lw in &model.layers {
             let be: &Arc<dyn Backend> = match (&model.device, lw.on_device) {
@@ -91,6 +107,7 @@ impl KvCache {
                 },
                 v_trans: !flash_attn,
                 ty,
+                ty_v,
                 size,
                 n_embd_k_gqa: ek,
                 n_embd_v_gqa: ev,

@@ -2,12 +2,13 @@
 //!
 //! The command-line tools over the `llama` crate, with llama.cpp's flags:
 //! `llama-run` (generate text, report speed and expert traffic),
-//! `llama-bench` (pp/tg throughput table), `llama-tokenize` (text to ids).
+//! `llama-bench` (pp/tg throughput, [`bench`](mod@bench)), `llama-tokenize` (text to ids).
 //! This library holds what they share: the synthetic model generator
 //! ([`synth`], [`vocab`]), the cached embedded default model ([`cache`]),
 //! flags and loading ([`cli`]), progress display ([`progress`]), UTF-8
 //! streaming ([`stream`]) and the run summary ([`summary`]).
 
+pub mod bench;
 pub mod cache;
 pub mod cli;
 pub mod progress;

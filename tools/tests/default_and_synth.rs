@@ -157,7 +157,6 @@ fn bench_json_and_markdown() {
             "stddev_ts",
             "samples_ts",
             "backends",
-            "h2d_bytes_experts_per_token",
         ] {
             assert!(r.get(k).is_some(), "missing {k}: {r}");
         }

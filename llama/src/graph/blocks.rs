@@ -83,8 +83,8 @@ impl GraphBuilder<'_> {
         let (hk, hv, nh, nkv) = (hp.n_embd_head_k, hp.n_embd_head_v, hp.n_head, hp.n_head_kv);
         let nt = inp.n_tokens as i64;
         let kc = self.bound(&format!("cache_k_l{il}"), kv.ty, kv.k_ne(), kv.k.clone());
-        let vc = self.bound(&format!("cache_v_l{il}"), kv.ty, kv.v_ne(), kv.v.clone());
-        let esz = kv.ty.type_size();
+        let vc = self.bound(&format!("cache_v_l{il}"), kv.ty_v, kv.v_ne(), kv.v.clone());
+        let esz = kv.ty_v.type_size();
         let k_row = kv.ty.row_size(hp.n_embd_k_gqa() as u64).unwrap_or(0);
 
         // store: K rows at the ubatch's cells; V transposed (one row per
@@ -104,7 +104,7 @@ impl GraphBuilder<'_> {
                 .view_2d(vc, nt, hp.n_embd_v_gqa() as i64, row, inp.pos0 * esz);
             (self.g.transpose(v2), dst)
         } else {
-            let row = kv.ty.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
+            let row = kv.ty_v.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
             let dst = self
                 .g
                 .view_2d(vc, hp.n_embd_v_gqa() as i64, nt, row, inp.pos0 * row);
@@ -136,8 +136,8 @@ impl GraphBuilder<'_> {
             self.g.cont_reshape(merged, &[(hv * nh) as i64, nt])
         } else {
             // flash attention: V rows like K, one fused op, output [hv, nh, nt]
-            let v_row = kv.ty.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
-            let v_head = kv.ty.row_size(hv as u64).unwrap_or(0);
+            let v_row = kv.ty_v.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
+            let v_head = kv.ty_v.row_size(hv as u64).unwrap_or(0);
             let vview = self
                 .g
                 .view_3d(vc, hv as i64, n_kv, nkv as i64, v_row, v_head, 0);
