@@ -998,10 +998,10 @@ impl Backend for CudaBackend {
 
     fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {
         match ev.0.downcast_ref::<CudaEventHolder>() {
-            Some(h) => h
-                .0
-                .synchronize()
-                .map_err(|e| dev_err("event synchronize", e)),
+            Some(h) => {
+                h.0.synchronize()
+                    .map_err(|e| dev_err("event synchronize", e))
+            }
             None => self.synchronize(),
         }
     }

@@ -77,7 +77,10 @@ pub fn parse(json: &str) -> Result<(String, Vec<Bar>)> {
         .map(|e| Bar {
             lane: format!(
                 "{} {}",
-                procs.get(&e.pid).cloned().unwrap_or_else(|| e.pid.to_string()),
+                procs
+                    .get(&e.pid)
+                    .cloned()
+                    .unwrap_or_else(|| e.pid.to_string()),
                 threads
                     .get(&(e.pid, e.tid))
                     .cloned()
@@ -117,7 +120,12 @@ fn esc(s: &str) -> String {
 
 /// Draw the bars whose time range meets `[from_us, to_us]` (whole trace when
 /// `None`).
-pub fn render(title: &str, bars: &[Bar], from_us: Option<f64>, to_us: Option<f64>) -> Result<String> {
+pub fn render(
+    title: &str,
+    bars: &[Bar],
+    from_us: Option<f64>,
+    to_us: Option<f64>,
+) -> Result<String> {
     if bars.is_empty() {
         bail!("the trace has no spans to draw");
     }

@@ -38,6 +38,9 @@ pub struct Params {
     pub no_warmup: bool,
     /// `--no-expert-copy`: copy whole expert tensors (for comparison).
     pub no_expert_copy: bool,
+    /// `--timeline-out`: the simulated timeline of the last repetition of
+    /// the last test on a sim device (Chrome trace JSON).
+    pub timeline_out: Option<std::path::PathBuf>,
 }
 
 impl Params {
@@ -85,6 +88,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
         progress: false,
         no_warmup: false,
         no_expert_copy: false,
+        timeline_out: None,
     };
     let mut it = args.into_iter().peekable();
     while let Some(raw) = it.next() {
@@ -154,6 +158,9 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
                     Ok(n) if n >= 1 => n,
                     _ => bail!("-r {v}: the repetitions must be a number of at least 1"),
                 };
+            }
+            "--timeline-out" => {
+                p.timeline_out = Some(value(&mut it, &flag)?.into());
             }
             "--delay" => {
                 let v = value(&mut it, &flag)?;
@@ -229,6 +236,7 @@ pub fn usage() -> String {
         "  --version",
         "  -r, --repetitions <n>                 repetitions of each test (default: 5)",
         "  --delay <0...N>                       seconds of pause before each test (default: 0)",
+        "  --timeline-out FILE.json              simulated timeline of the last repetition on a sim device (Chrome trace)",
         "  -o, --output <csv|json|jsonl|md|sql>  format on stdout (default: md)",
         "  -oe, --output-err <csv|json|jsonl|md|sql>",
         "                                        format on stderr (default: none)",

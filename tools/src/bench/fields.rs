@@ -91,6 +91,31 @@ pub const TRAFFIC_FIELDS: &[(&str, FieldType)] = &[
     ("experts_copied_per_token", Float),
 ];
 
+/// Our simulated-clock fields, written for tests on a sim device: the
+/// profile, simulated tokens per second (mean over the repetitions) and
+/// the link and device busy times per repetition (simulated seconds).
+pub const SIM_FIELDS: &[(&str, FieldType)] = &[
+    ("sim_avg_ts", Float),
+    ("sim_link_busy_s", Float),
+    ("sim_device_busy_s", Float),
+    ("sim_link_hidden_s", Float),
+];
+
+/// Simulated-clock figures of a test (every number simulated).
+#[derive(Clone, Debug, Default)]
+pub struct SimStats {
+    /// Profile name.
+    pub profile: String,
+    /// Simulated tokens per second, mean over repetitions.
+    pub avg_ts: f64,
+    /// Simulated seconds the link was busy, per repetition.
+    pub link_busy_s: f64,
+    /// Simulated seconds the device computed, per repetition.
+    pub device_busy_s: f64,
+    /// Simulated seconds of link time hidden under compute, per repetition.
+    pub link_hidden_s: f64,
+}
+
 /// What the model and the device report for a result.
 #[derive(Clone, Debug, Default)]
 pub struct ModelInfo {
@@ -134,6 +159,8 @@ pub struct TestResult {
     pub samples_ns: Vec<u64>,
     /// Traffic, where a device is in use.
     pub traffic: Option<Traffic>,
+    /// Simulated-clock figures, on a sim device.
+    pub sim: Option<SimStats>,
     /// `--no-expert-copy` was given.
     pub no_expert_copy: bool,
     /// Which of our own parameters were given (aligned with `PARAMS`).
@@ -242,6 +269,17 @@ impl TestResult {
                 out.push((name, ty, v));
             }
         }
+        if let Some(sm) = &self.sim {
+            let vals = [
+                sm.avg_ts,
+                sm.link_busy_s,
+                sm.device_busy_s,
+                sm.link_hidden_s,
+            ];
+            for (&(name, ty), v) in SIM_FIELDS.iter().zip(vals) {
+                out.push((name, ty, format!("{v:.9}")));
+            }
+        }
         out
     }
 
@@ -310,6 +348,12 @@ pub fn own_columns(p: &Params, insts: &[Instance]) -> Vec<(&'static str, FieldTy
     if any_dev {
         out.extend_from_slice(TRAFFIC_FIELDS);
     }
+    if insts.iter().any(|i| {
+        i.device()
+            .is_some_and(|d| d.to_ascii_uppercase().starts_with("SIM"))
+    }) {
+        out.extend_from_slice(SIM_FIELDS);
+    }
     out
 }
 
@@ -362,6 +406,7 @@ mod tests {
             test_time: String::new(),
             samples_ns: vec![4_000_000_000, 1_000_000_000, 2_000_000_000],
             traffic: None,
+            sim: None,
             no_expert_copy: false,
             given: vec![false; PARAMS.len()],
         };

@@ -215,6 +215,10 @@ fn load_mode_ok(v: &Value) -> Result<(), String> {
 
 /// `-dev`: `auto`, `none`, or a device name (`SIM0`, `CUDA0`); llama.cpp's
 /// `/`-separated device sets name one device at most here.
+fn sim_profile(s: &str) -> Result<String, String> {
+    ggml_core::SimProfile::from_name_or_file(s.trim()).map(|_| s.trim().to_string())
+}
+
 fn device(s: &str) -> Result<String, String> {
     let t = s.trim();
     match t.to_ascii_lowercase().as_str() {
@@ -508,6 +512,18 @@ pub static PARAMS: &[ParamSpec] = &[
         default: default!(Value::Int(32)),
         accept: any,
         md: md("nomb", 5),
+        scope: Scope::Model,
+        ours: true,
+    },
+    ParamSpec {
+        field: "sim_profile",
+        flags: &["--sim-profile"],
+        metavar: "NAME|FILE",
+        help: "timing profile of a sim device's simulated clock (pcie4-x16, pcie5-x16, h200-pcie5, or a JSON file)",
+        syntax: Syntax::Text(sim_profile),
+        default: default!(s("pcie4-x16")),
+        accept: any,
+        md: md("sim", 10),
         scope: Scope::Model,
         ours: true,
     },

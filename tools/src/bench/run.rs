@@ -13,7 +13,7 @@ use ggml_core::GgmlType;
 use llama::{Context, ContextParams, Model};
 
 use crate::bench::args::Params;
-use crate::bench::fields::{ModelInfo, TestResult, Traffic};
+use crate::bench::fields::{ModelInfo, SimStats, TestResult, Traffic};
 use crate::bench::matrix::{instances, Instance};
 use crate::bench::model_desc::model_desc;
 use crate::bench::output::{printer, Plan, Printer};
@@ -42,6 +42,9 @@ pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
         n_cpu_moe: Some(inst.int("n_cpu_moe").max(0) as usize),
         no_expert_copy,
         offload_min_batch: min_batch,
+        sim_profile: dev
+            .filter(|d| d.to_ascii_uppercase().starts_with("SIM"))
+            .map(|_| inst.str("sim_profile").to_string()),
         ..Default::default()
     }
 }
@@ -273,6 +276,15 @@ fn run_test(
     }
     let mut samples_ns = Vec::with_capacity(p.reps);
     let mut traffic = Traffic::default();
+    let clock = ctx.sim_clock();
+    let mut sim = clock.as_ref().map(|c| SimStats {
+        profile: c.profile().name.clone(),
+        ..SimStats::default()
+    });
+    if let (Some(c), Some(_)) = (&clock, &p.timeline_out) {
+        // the timeline of the last repetition (each one starts it anew)
+        c.set_recording(true);
+    }
     for rep in 1..=p.reps {
         ctx.clear();
         if nd > 0 {
@@ -280,6 +292,10 @@ fn run_test(
             test_prompt(&mut ctx, nd, n_batch, &mut rng)?;
         }
         ctx.reset_stats();
+        if let (Some(c), Some(_)) = (&clock, &p.timeline_out) {
+            c.take_timeline();
+        }
+        let sim0 = clock.as_ref().map(|c| c.totals());
         let t0 = Instant::now();
         if np > 0 {
             progress(&format!("prompt run {rep}/{}", p.reps));
@@ -290,6 +306,14 @@ fn run_test(
             test_gen(&mut ctx, ng, &mut rng)?;
         }
         samples_ns.push((t0.elapsed().as_nanos() as u64).max(1));
+        if let (Some(c), Some(s0), Some(sim)) = (&clock, sim0, sim.as_mut()) {
+            let d = c.totals().since(&s0);
+            let r = p.reps as f64;
+            sim.avg_ts += (np + ng) as f64 / (d.now_ns.max(1) as f64 / 1e9) / r;
+            sim.link_busy_s += d.link_busy_ns as f64 / 1e9 / r;
+            sim.device_busy_s += d.device_busy_ns as f64 / 1e9 / r;
+            sim.link_hidden_s += d.link_hidden_ns as f64 / 1e9 / r;
+        }
         let st = ctx.stats();
         let n_tok = (np + ng) as f64 * p.reps as f64;
         traffic.experts += st.h2d_bytes_experts as f64 / n_tok;
@@ -297,7 +321,25 @@ fn run_test(
         traffic.other += st.h2d_bytes_other as f64 / n_tok;
         traffic.experts_copied += st.experts_copied as f64 / n_tok;
     }
+    if let (Some(c), Some(path)) = (&clock, &p.timeline_out) {
+        let t = c.take_timeline();
+        c.set_recording(false);
+        let title = format!(
+            "simulated clock, profile {}, last repetition of {}",
+            c.profile().name,
+            if np > 0 && ng == 0 {
+                format!("pp{np}")
+            } else if np == 0 {
+                format!("tg{ng}")
+            } else {
+                format!("pp{np}+tg{ng}")
+            }
+        );
+        std::fs::write(path, t.to_chrome_json(&title))
+            .with_context(|| format!("--timeline-out: cannot write '{}'", path.display()))?;
+    }
     Ok(TestResult {
+        sim,
         inst: inst.clone(),
         model: info.clone(),
         test_time,
