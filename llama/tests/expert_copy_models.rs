@@ -92,12 +92,13 @@ fn offloaded_experts_give_cpu_logits_bit_for_bit() {
 fn expected_bytes(model: &Model, ids: &[Vec<i32>]) -> u64 {
     let mut total = 0u64;
     for (il, lw) in model.layers.iter().enumerate() {
+        let Some(moe) = lw.moe() else { continue };
         let mut used = vec![false; model.hparams.n_expert];
         for &e in &ids[il] {
             used[e as usize] = true;
         }
         let n_used = used.iter().filter(|&&u| u).count() as u64;
-        for w in [lw.gate_exps, lw.up_exps, lw.down_exps] {
+        for w in [moe.gate_exps, moe.up_exps, moe.down_exps] {
             let w = model.weight(w);
             if w.target == llama::placement::Target::Host {
                 let t = ggml_core::Tensor::new(w.ty, w.ne);

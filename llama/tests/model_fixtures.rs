@@ -69,7 +69,7 @@ fn check(name: &str) {
     let reliable = fx.reliable_greedy_len();
     // the plain attention path in one batch and in ubatches of 7, then
     // flash attention (llama.cpp with -fa passes these files by the same rules)
-    for (ub, fa) in [(512, false), (7, false), (512, true)] {
+    for (ub, fa) in [(512, false), (7, false), (512, true), (7, true)] {
         let r = run(&model, &fx, ub, fa);
         let tag = format!("ubatch {ub}{}", if fa { " -fa" } else { "" });
         println!(
@@ -131,4 +131,16 @@ fn tiny_qwen3moe_q6_k() {
 #[test]
 fn small_qwen3moe_spm_f16() {
     check(MODELS[8]);
+}
+#[test]
+fn tiny_deepseek2_f32() {
+    check(MODELS[9]);
+}
+#[test]
+fn tiny_deepseek2_q4_k() {
+    check(MODELS[10]);
+}
+#[test]
+fn tiny_gptoss_mxfp4() {
+    check(MODELS[11]);
 }
