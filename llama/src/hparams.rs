@@ -177,9 +177,7 @@ impl HParams {
             }
             None => 1.0,
         };
-        let expert_weights_norm = file
-            .get_bool(&key("expert_weights_norm"))?
-            .unwrap_or(false);
+        let expert_weights_norm = file.get_bool(&key("expert_weights_norm"))?.unwrap_or(false);
         let expert_gating = match (opt("expert_gating_func")?, arch) {
             (_, Arch::GptOss) => ExpertGating::SoftmaxWeight,
             // llama.cpp: DeepSeek-V2 files without the key use softmax

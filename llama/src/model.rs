@@ -388,7 +388,11 @@ impl Loader<'_> {
                 Some(self.get(&n("attn_q_b.weight"), &[ql, nh * hk_mla])?),
             )
         } else {
-            (self.get(&n("attn_q.weight"), &[e, nh * hk_mla])?, None, None)
+            (
+                self.get(&n("attn_q.weight"), &[e, nh * hk_mla])?,
+                None,
+                None,
+            )
         };
         if self.file.tensor(&n("attn_kv_b.weight")).is_some()
             && self.file.tensor(&n("attn_k_b.weight")).is_none()

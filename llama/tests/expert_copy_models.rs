@@ -129,7 +129,11 @@ fn host_expert_tensors(model: &Model) -> u64 {
         let Some(moe) = lw.moe() else { continue };
         let all = [moe.gate_exps, moe.up_exps, moe.down_exps]
             .into_iter()
-            .chain([moe.gate_exps_b, moe.up_exps_b, moe.down_exps_b].into_iter().flatten());
+            .chain(
+                [moe.gate_exps_b, moe.up_exps_b, moe.down_exps_b]
+                    .into_iter()
+                    .flatten(),
+            );
         for w in all {
             if model.weight(w).target == llama::placement::Target::Host {
                 n += 1;

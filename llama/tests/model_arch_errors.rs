@@ -43,11 +43,7 @@ fn load_err(f: GgufFile) -> String {
 
 #[test]
 fn deepseek2_without_attn_kv_a_mqa_names_the_tensor() {
-    let f = rebuild(
-        "tiny-deepseek2-f32",
-        &["blk.1.attn_kv_a_mqa.weight"],
-        &[],
-    );
+    let f = rebuild("tiny-deepseek2-f32", &["blk.1.attn_kv_a_mqa.weight"], &[]);
     let e = load_err(f);
     assert!(
         e.contains("missing tensor 'blk.1.attn_kv_a_mqa.weight'"),

@@ -147,18 +147,16 @@ impl CopyHook for ExpertCopyPolicy {
         // (experts, bytes between experts) of an expert matmul weight
         // `[k, m, n_expert]` or an expert bias `[n, n_expert]` read by add_id
         // (bias rows are counted in bytes, not as experts)
-        let (n_expert, expert_bytes, expert_matmul, bias) =
-            if src.ne[3] == 1 && src.ne[2] > 1 && all_consumers(Op::MulMatId, 0) {
-                (src.ne[2] as usize, src.nb[2], true, false)
-            } else if src.ne[3] == 1
-                && src.ne[2] == 1
-                && src.ne[1] > 1
-                && all_consumers(Op::AddId, 1)
-            {
-                (src.ne[1] as usize, src.nb[1], true, true)
-            } else {
-                (0, 0, false, false)
-            };
+        let (n_expert, expert_bytes, expert_matmul, bias) = if src.ne[3] == 1
+            && src.ne[2] > 1
+            && all_consumers(Op::MulMatId, 0)
+        {
+            (src.ne[2] as usize, src.nb[2], true, false)
+        } else if src.ne[3] == 1 && src.ne[2] == 1 && src.ne[1] > 1 && all_consumers(Op::AddId, 1) {
+            (src.ne[1] as usize, src.nb[1], true, true)
+        } else {
+            (0, 0, false, false)
+        };
         let disabled = {
             let mut s = self.shared();
             s.stats.inputs += 1;

@@ -124,10 +124,9 @@ impl GraphBuilder<'_> {
         let (hk, hv, nh, nkv) = (hp.n_embd_head_k, hp.n_embd_head_v, hp.n_head, hp.n_head_kv);
         let nt = inp.n_tokens as i64;
         let kc = self.bound(&format!("cache_k_l{il}"), kv.ty, kv.k_ne(), kv.k.clone());
-        let v_data = kv
-            .v
-            .clone()
-            .expect("an MHA layer's cache has V (only MLA caches go without)");
+        let v_data =
+            kv.v.clone()
+                .expect("an MHA layer's cache has V (only MLA caches go without)");
         let vc = self.bound(&format!("cache_v_l{il}"), kv.ty, kv.v_ne(), v_data);
         let esz = kv.ty.type_size();
         let k_row = kv.ty.row_size(hp.n_embd_k_gqa() as u64).unwrap_or(0);

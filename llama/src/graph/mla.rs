@@ -22,7 +22,11 @@ use crate::model::MlaWeights;
 /// (ggml's YaRN multiplies it back by `1 + 0.1 ln s`, so rotated values keep
 /// their length) and puts `mscale² / sqrt(key_length_mla)` in the softmax,
 /// with `mscale = 1 + yarn_log_multiplier · ln s`, `s = 1 / freq_scale`.
-pub fn mla_yarn_factors(freq_scale: f32, yarn_log_mul: f32, n_embd_head_k_mla: usize) -> (f32, f32) {
+pub fn mla_yarn_factors(
+    freq_scale: f32,
+    yarn_log_mul: f32,
+    n_embd_head_k_mla: usize,
+) -> (f32, f32) {
     let ln_s = (1.0f32 / freq_scale).ln();
     let mscale = 1.0f32 * (1.0f32 + yarn_log_mul * ln_s);
     let kq_scale = 1.0f32 * mscale * mscale / (n_embd_head_k_mla as f32).sqrt();
@@ -79,9 +83,15 @@ impl GraphBuilder<'_> {
         self.name(kv_pe, "kv_cmpr_pe", Some(il));
         let kv_row = (kv_lora + n_rope) as usize * f32s;
         let c = self.g.view_2d(kv_pe, kv_lora, nt, kv_row, 0);
-        let k_pe = self
-            .g
-            .view_3d(kv_pe, n_rope, 1, nt, kv_row, kv_row, kv_lora as usize * f32s);
+        let k_pe = self.g.view_3d(
+            kv_pe,
+            n_rope,
+            1,
+            nt,
+            kv_row,
+            kv_row,
+            kv_lora as usize * f32s,
+        );
 
         let (attn_factor, kq_scale) =
             mla_yarn_factors(hp.rope_freq_scale, hp.yarn_log_mul, hp.n_embd_head_k_mla);
