@@ -15,5 +15,6 @@ pub mod quantize;
 pub mod stream;
 pub mod summary;
 pub mod synth;
+pub mod synth_arch;
 pub mod tok;
 pub mod vocab;
