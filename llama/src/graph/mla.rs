@@ -16,21 +16,27 @@ use super::GraphBuilder;
 use crate::kv_cache::LayerKv;
 use crate::model::MlaWeights;
 
-/// The YaRN factors of MLA attention: `(rope attn_factor, kq_scale)`.
+/// The YaRN factors of MLA attention: `(rope attn_factor, kq_scale)`, in
+/// llama.cpp's f32 steps.
 ///
 /// llama.cpp pre-scales: it passes RoPE `attn_factor = 1 / (1 + 0.1 ln s)`
 /// (ggml's YaRN multiplies it back by `1 + 0.1 ln s`, so rotated values keep
 /// their length) and puts `mscale² / sqrt(key_length_mla)` in the softmax,
-/// with `mscale = 1 + yarn_log_multiplier · ln s`, `s = 1 / freq_scale`.
+/// with `mscale = attn_factor_org · (1 + 0.1 · mscale_all_dim · ln s)`,
+/// `s = 1 / freq_scale`, `attn_factor_org` the pre-adjustment factor
+/// (`attn_factor · (1 + 0.1 ln s)`, 1 up to rounding) and `mscale_all_dim`
+/// the file's `yarn_log_multiplier / 0.1` (the converter stores 0.1 x it).
 pub fn mla_yarn_factors(
     freq_scale: f32,
     yarn_log_mul: f32,
     n_embd_head_k_mla: usize,
 ) -> (f32, f32) {
     let ln_s = (1.0f32 / freq_scale).ln();
-    let mscale = 1.0f32 * (1.0f32 + yarn_log_mul * ln_s);
-    let kq_scale = 1.0f32 * mscale * mscale / (n_embd_head_k_mla as f32).sqrt();
     let attn_factor = 1.0f32 / (1.0f32 + 0.1f32 * ln_s);
+    let attn_factor_org = attn_factor * (1.0f32 + 0.1f32 * ln_s);
+    let mscale_all_dim = yarn_log_mul / 0.1f32;
+    let mscale = attn_factor_org * (1.0f32 + 0.1f32 * mscale_all_dim * ln_s);
+    let kq_scale = 1.0f32 * mscale * mscale / (n_embd_head_k_mla as f32).sqrt();
     (attn_factor, kq_scale)
 }
 
@@ -158,5 +164,22 @@ impl GraphBuilder<'_> {
             .cont_reshape(o, &[hp.n_embd_head_v_mla as i64 * nh, nt]);
         let out = self.linear(a.wo, o, None);
         self.name(out, "attn_out", Some(il))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yarn_factors_of_deepseek_v3() {
+        // factor 40, yarn_log_multiplier 0.1, key_length_mla 192
+        let (af, kq) = mla_yarn_factors(1.0 / 40.0, 0.1, 192);
+        let m = 1.0 + 0.1 * 40f64.ln();
+        assert!((af as f64 - 1.0 / m).abs() < 1e-6, "{af}");
+        assert!((kq as f64 - m * m / 192f64.sqrt()).abs() < 1e-6, "{kq}");
+        // no scaling: plain 1/sqrt(d)
+        let (af, kq) = mla_yarn_factors(1.0, 0.0, 64);
+        assert_eq!((af, kq), (1.0, 0.125));
     }
 }
