@@ -39,16 +39,25 @@ pub struct Weight {
 /// and gpt-oss's sinks).
 #[derive(Clone, Debug)]
 pub struct MhaWeights {
+    /// `attn_q`: `[n_embd, n_head * head_dim]`.
     pub wq: WeightId,
+    /// `attn_k`: `[n_embd, n_head_kv * head_dim]`.
     pub wk: WeightId,
+    /// `attn_v`: `[n_embd, n_head_kv * head_dim_v]`.
     pub wv: WeightId,
+    /// `attn_output`: `[n_head * head_dim_v, n_embd]`.
     pub wo: WeightId,
+    /// `attn_q.bias`.
     pub bq: Option<WeightId>,
+    /// `attn_k.bias`.
     pub bk: Option<WeightId>,
+    /// `attn_v.bias`.
     pub bv: Option<WeightId>,
     /// `attn_output.bias` (gpt-oss).
     pub bo: Option<WeightId>,
+    /// `attn_q_norm` (per head or over the projection, by the style).
     pub q_norm: Option<WeightId>,
+    /// `attn_k_norm`.
     pub k_norm: Option<WeightId>,
     /// `attn_sinks.weight`: one logit per head joining the softmax
     /// denominator (gpt-oss).
@@ -89,8 +98,11 @@ pub enum AttnWeights {
 /// A dense SwiGLU FFN (deepseek2's leading layers).
 #[derive(Clone, Debug)]
 pub struct DenseFfn {
+    /// `ffn_up`: `[n_embd, n_ff]`.
     pub up: WeightId,
+    /// `ffn_gate`: `[n_embd, n_ff]`.
     pub gate: WeightId,
+    /// `ffn_down`: `[n_ff, n_embd]`.
     pub down: WeightId,
 }
 
@@ -100,8 +112,11 @@ pub struct DenseFfn {
 pub struct SharedExpert {
     /// `ffn_gate_inp_shexp` (qwen2moe).
     pub gate_inp: Option<WeightId>,
+    /// `ffn_up_shexp`: `[n_embd, n_ff_shexp]`.
     pub up: WeightId,
+    /// `ffn_gate_shexp`: `[n_embd, n_ff_shexp]`.
     pub gate: WeightId,
+    /// `ffn_down_shexp`: `[n_ff_shexp, n_embd]`.
     pub down: WeightId,
 }
 
@@ -142,10 +157,13 @@ pub enum FfnWeights {
 /// A decoder layer's weights.
 #[derive(Clone, Debug)]
 pub struct LayerWeights {
+    /// `attn_norm`: `[n_embd]`.
     pub attn_norm: WeightId,
+    /// The attention's weights.
     pub attn: AttnWeights,
     /// The norm before the FFN (`ffn_norm`; `post_attention_norm` in gpt-oss).
     pub ffn_norm: WeightId,
+    /// The FFN's weights.
     pub ffn: FfnWeights,
     /// Whether this layer's KV cache and activations belong on the device.
     pub on_device: bool,
