@@ -30,8 +30,8 @@ fn with_kv(key: &str, v: GgufValue) -> GgufFile {
 }
 
 fn with_kv_in(model: &str, key: &str, v: GgufValue) -> GgufFile {
-    let f = GgufFile::open(common::data_dir().join(format!("models/{model}.gguf")))
-        .expect("fixture");
+    let f =
+        GgufFile::open(common::data_dir().join(format!("models/{model}.gguf"))).expect("fixture");
     let mut w = GgufWriter::from_file(&f);
     w.set_kv(key, v);
     GgufFile::from_bytes(w.to_bytes().expect("write")).expect("reparse")
