@@ -165,6 +165,11 @@ impl Context {
         self.kv.size
     }
 
+    /// The KV cache (its memory, for size checks).
+    pub fn kv_cache(&self) -> &KvCache {
+        &self.kv
+    }
+
     /// Tokens in the cache.
     pub fn n_past(&self) -> usize {
         self.kv.n_past
@@ -249,9 +254,12 @@ impl Context {
         self.run(&mut g)?;
         self.last_expert_ids.clear();
         if self.params.record_expert_ids {
-            for &ids in &dg.expert_ids {
-                let v = g.read_bytes(ids)?;
-                self.last_expert_ids.push(bytemuck::pod_collect_to_vec(&v));
+            for ids in &dg.expert_ids {
+                let v = match ids {
+                    Some(ids) => bytemuck::pod_collect_to_vec(&g.read_bytes(*ids)?),
+                    None => Vec::new(),
+                };
+                self.last_expert_ids.push(v);
             }
         }
         if n_out == 0 {
@@ -277,6 +285,18 @@ impl Context {
                 mask[i * n_kv + j] = 0.0;
             }
         }
+        // sliding window (gpt-oss): a query at position i sees i - n_swa < j <= i
+        let mask_swa = dg.mask_swa.map(|_| {
+            let w = self.model.hparams.n_swa;
+            let mut m = vec![f32::NEG_INFINITY; n_kv * n];
+            for i in 0..n {
+                let p = pos0 + i;
+                for j in (p + 1).saturating_sub(w)..=p {
+                    m[i * n_kv + j] = 0.0;
+                }
+            }
+            m
+        });
         let pos: Vec<i32> = (0..n).map(|i| (pos0 + i) as i32).collect();
         let out_ids: Vec<i32> = ((n - n_out)..n).map(|i| i as i32).collect();
         let mut parts: Vec<(TensorId, Vec<u8>)> = vec![
@@ -286,6 +306,9 @@ impl Context {
         ];
         if let Some(o) = dg.out_ids {
             parts.push((o, bytemuck::cast_slice(&out_ids).to_vec()));
+        }
+        if let (Some(t), Some(m)) = (dg.mask_swa, &mask_swa) {
+            parts.push((t, bytemuck::cast_slice(m).to_vec()));
         }
         let total: usize = parts.iter().map(|p| p.1.len().next_multiple_of(64)).sum();
         let buf = match &self.input_buf {
@@ -389,7 +412,7 @@ impl Context {
     }
 
     /// The experts each layer selected in the last ubatch
-    /// (`[layer][n_used * n_tokens]`); empty unless
+    /// (`[layer][n_used * n_tokens]`, empty for a dense layer); empty unless
     /// [`ContextParams::record_expert_ids`].
     pub fn last_expert_ids(&self) -> &[Vec<i32>] {
         &self.last_expert_ids

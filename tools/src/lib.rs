@@ -17,6 +17,7 @@ pub mod simtime;
 pub mod stream;
 pub mod summary;
 pub mod synth;
+pub mod synth_arch;
 pub mod timeline_svg;
 pub mod tok;
 pub mod vocab;

@@ -54,7 +54,14 @@ fn target_type(name: &str, ne: &[i64; 4], n_dims: u32, ty: GgmlType) -> Option<G
     if n_dims < 2 || !name.ends_with(".weight") || name.contains("ffn_gate_inp") {
         return None;
     }
-    let fits = |t: GgmlType| ne[0] % t.blck_size() as i64 == 0;
+    row_type(ne[0], ty)
+}
+
+/// The type rows of `ne0` values get when asked for `ty`: `ty` when they
+/// split into its blocks, else llama.cpp's fallback (q4_K -> q5_0, ...),
+/// `None` when neither fits.
+pub fn row_type(ne0: i64, ty: GgmlType) -> Option<GgmlType> {
+    let fits = |t: GgmlType| ne0 % t.blck_size() as i64 == 0;
     if fits(ty) {
         return Some(ty);
     }

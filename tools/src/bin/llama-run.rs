@@ -151,39 +151,43 @@ struct Args {
     #[arg(long = "synth", value_name = "OUT.gguf", help_heading = "Synthesis")]
     synth: Option<PathBuf>,
 
-    /// architecture of the synthetic model
+    /// architecture of the synthetic model: qwen3moe, or deepseek2 /
+    /// gpt-oss with DeepSeek-V3's / GPT-OSS-120B's layer shapes (2 layers)
+    /// where the flags below are not given
     #[arg(long = "arch", default_value = "qwen3moe", help_heading = "Synthesis")]
     arch: String,
 
-    /// decoder layers
-    #[arg(long = "layers", default_value_t = 4, help_heading = "Synthesis")]
-    layers: usize,
+    /// decoder layers [default: 4; deepseek2, gpt-oss: 2]
+    #[arg(long = "layers", help_heading = "Synthesis")]
+    layers: Option<usize>,
 
-    /// experts per layer
-    #[arg(long = "experts", default_value_t = 16, help_heading = "Synthesis")]
-    experts: usize,
+    /// experts per layer [default: 16; deepseek2: 256, gpt-oss: 128]
+    #[arg(long = "experts", help_heading = "Synthesis")]
+    experts: Option<usize>,
 
-    /// experts used per token
-    #[arg(long = "used", default_value_t = 4, help_heading = "Synthesis")]
-    used: usize,
+    /// experts used per token [default: 4; deepseek2: 8, gpt-oss: 4]
+    #[arg(long = "used", help_heading = "Synthesis")]
+    used: Option<usize>,
 
-    /// embedding width
-    #[arg(long = "embd", default_value_t = 256, help_heading = "Synthesis")]
-    embd: usize,
+    /// embedding width [default: 256; deepseek2: 7168, gpt-oss: 2880]
+    #[arg(long = "embd", help_heading = "Synthesis")]
+    embd: Option<usize>,
 
-    /// width of one expert's FFN
-    #[arg(long = "ff", default_value_t = 256, help_heading = "Synthesis")]
-    ff: usize,
+    /// width of one expert's FFN [default: 256; deepseek2: 2048, gpt-oss: 2880]
+    #[arg(long = "ff", help_heading = "Synthesis")]
+    ff: Option<usize>,
 
-    /// attention heads (default: embd / head-dim)
+    /// attention heads (default: embd / head-dim; deepseek2: 128, gpt-oss: 64)
     #[arg(long = "heads", help_heading = "Synthesis")]
     heads: Option<usize>,
 
-    /// key/value heads (default: heads / 4 when divisible, else heads)
+    /// key/value heads (default: heads / 4 when divisible, else heads;
+    /// gpt-oss: 8; deepseek2 always caches one latent head)
     #[arg(long = "heads-kv", help_heading = "Synthesis")]
     heads_kv: Option<usize>,
 
-    /// head dimension (default: 128, or embd / 4 below 512)
+    /// head dimension (default: 128, or embd / 4 below 512; gpt-oss: 64;
+    /// deepseek2: 128, which sets its MLA widths in DeepSeek-V3's ratios)
     #[arg(long = "head-dim", help_heading = "Synthesis")]
     head_dim: Option<usize>,
 
@@ -217,31 +221,48 @@ fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
             synth::supported_types().join(", ")
         )
     })?;
-    let head_dim = a.head_dim.unwrap_or(if a.embd >= 512 {
-        128
+    let base = SynthParams::preset(&a.arch).with_context(|| {
+        format!(
+            "--arch {}: cannot synthesize this architecture (supported: {})",
+            a.arch,
+            synth::SYNTH_ARCHS.join(", ")
+        )
+    })?;
+    let embd = a.embd.unwrap_or(base.n_embd);
+    let p = if a.arch == "qwen3moe" {
+        let head_dim = a
+            .head_dim
+            .unwrap_or(if embd >= 512 { 128 } else { (embd / 4).max(2) });
+        let heads = a.heads.unwrap_or((embd / head_dim.max(1)).max(1));
+        let heads_kv = a.heads_kv.unwrap_or(if heads.is_multiple_of(4) {
+            heads / 4
+        } else {
+            heads
+        });
+        SynthParams {
+            n_head: heads,
+            n_head_kv: heads_kv,
+            head_dim,
+            ..base
+        }
     } else {
-        (a.embd / 4).max(2)
-    });
-    let heads = a.heads.unwrap_or((a.embd / head_dim.max(1)).max(1));
-    let heads_kv = a.heads_kv.unwrap_or(if heads.is_multiple_of(4) {
-        heads / 4
-    } else {
-        heads
-    });
+        SynthParams {
+            n_head: a.heads.unwrap_or(base.n_head),
+            n_head_kv: a.heads_kv.unwrap_or(base.n_head_kv),
+            head_dim: a.head_dim.unwrap_or(base.head_dim),
+            ..base
+        }
+    };
     let p = SynthParams {
-        arch: a.arch.clone(),
-        n_layer: a.layers,
-        n_expert: a.experts,
-        n_expert_used: a.used,
-        n_embd: a.embd,
-        n_ff_exp: a.ff,
-        n_head: heads,
-        n_head_kv: heads_kv,
-        head_dim,
+        n_layer: a.layers.unwrap_or(p.n_layer),
+        n_expert: a.experts.unwrap_or(p.n_expert),
+        n_expert_used: a.used.unwrap_or(p.n_expert_used),
+        n_embd: embd,
+        n_ff_exp: a.ff.unwrap_or(p.n_ff_exp),
         n_vocab: a.vocab,
         seed: a.synth_seed,
         ty,
-        ..SynthParams::default_model()
+        ..p
     };
     p.validate()?;
     let t0 = Instant::now();
