@@ -171,6 +171,12 @@ pub trait Backend: Send + Sync {
     fn read_overhang(&self) -> usize {
         0
     }
+
+    /// `(free, total)` bytes of this backend's memory, where it knows them
+    /// (a device with a capacity); `None` = unknown or unlimited.
+    fn memory(&self) -> Option<(usize, usize)> {
+        None
+    }
 }
 
 /// Copy `len` bytes between two tensors' memory on any backends, staging

@@ -4,7 +4,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, Buffer, BufferUsage};
@@ -41,6 +41,47 @@ impl SimCounters {
     }
 }
 
+/// Memory accounting of a sim device: an optional capacity and the bytes
+/// its live buffers hold.
+#[derive(Debug, Default)]
+pub struct SimMemory {
+    /// Capacity in bytes; `None` = unlimited.
+    capacity: Option<usize>,
+    /// Bytes held by live buffers.
+    used: AtomicUsize,
+}
+
+impl SimMemory {
+    /// Bytes held by live buffers.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The capacity, `None` when unlimited.
+    pub fn capacity(&self) -> Option<usize> {
+        self.capacity
+    }
+
+    /// Reserve `size` bytes, or fail when they exceed the capacity.
+    fn reserve(&self, name: &str, size: usize) -> Result<(), BackendError> {
+        let Some(cap) = self.capacity else {
+            self.used.fetch_add(size, Ordering::Relaxed);
+            return Ok(());
+        };
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                u.checked_add(size).filter(|&n| n <= cap)
+            })
+            .map(|_| ())
+            .map_err(|u| {
+                BackendError::OutOfMemory(format!(
+                    "{name}: {size} bytes requested, {} of {cap} bytes free",
+                    cap.saturating_sub(u)
+                ))
+            })
+    }
+}
+
 /// Memory of a sim device.
 pub struct SimBuffer {
     name: String,
@@ -48,6 +89,15 @@ pub struct SimBuffer {
     mem: HostMemory,
     usage: BufferUsage,
     counters: Arc<SimCounters>,
+    account: Arc<SimMemory>,
+}
+
+impl Drop for SimBuffer {
+    fn drop(&mut self) {
+        self.account
+            .used
+            .fetch_sub(self.mem.size(), Ordering::Relaxed);
+    }
 }
 
 impl fmt::Debug for SimBuffer {
@@ -103,6 +153,7 @@ pub struct SimBackend {
     counters: Arc<SimCounters>,
     supports: Option<OpFilter>,
     offload_min_batch: i64,
+    account: Arc<SimMemory>,
 }
 
 impl SimBackend {
@@ -115,7 +166,25 @@ impl SimBackend {
             counters: Arc::new(SimCounters::default()),
             supports: None,
             offload_min_batch: 32,
+            account: Arc::new(SimMemory::default()),
         }
+    }
+
+    /// Give the device a memory capacity of `bytes` (default: unlimited):
+    /// allocations beyond it fail with [`BackendError::OutOfMemory`], and
+    /// [`Backend::memory`] reports free and total bytes. Set it before the
+    /// first allocation.
+    pub fn with_memory_capacity(mut self, bytes: usize) -> SimBackend {
+        self.account = Arc::new(SimMemory {
+            capacity: Some(bytes),
+            used: AtomicUsize::new(0),
+        });
+        self
+    }
+
+    /// The device's memory accounting.
+    pub fn memory_account(&self) -> &Arc<SimMemory> {
+        &self.account
     }
 
     /// Restrict the ops this device claims (tests of fallback paths); the
@@ -159,13 +228,27 @@ impl Backend for SimBackend {
         size: usize,
         usage: BufferUsage,
     ) -> Result<Arc<dyn Buffer>, BackendError> {
+        self.account.reserve(&self.name, size)?;
+        let mem = match HostMemory::new(size) {
+            Ok(m) => m,
+            Err(e) => {
+                self.account.used.fetch_sub(size, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
         Ok(Arc::new(SimBuffer {
             name: self.name.clone(),
             device: self.device,
-            mem: HostMemory::new(size)?,
+            mem,
             usage,
             counters: Arc::clone(&self.counters),
+            account: Arc::clone(&self.account),
         }))
+    }
+
+    fn memory(&self) -> Option<(usize, usize)> {
+        let cap = self.account.capacity?;
+        Some((cap.saturating_sub(self.account.used()), cap))
     }
 
     fn can_use_buffer(&self, buf: &dyn Buffer) -> bool {
@@ -197,5 +280,28 @@ impl Backend for SimBackend {
             ops::compute_node(&ctx, n)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    #[test]
+    fn capacity_limits_allocations_and_frees_on_drop() {
+        let unlimited = SimBackend::new(0, 1);
+        assert_eq!(unlimited.memory(), None);
+        let b = SimBackend::new(1, 1).with_memory_capacity(1000);
+        assert_eq!(b.memory(), Some((1000, 1000)));
+        let a = b.alloc_buffer(600, BufferUsage::Weights).expect("fits");
+        assert_eq!(b.memory(), Some((400, 1000)));
+        let e = b.alloc_buffer(500, BufferUsage::Compute).unwrap_err();
+        assert!(
+            matches!(&e, BackendError::OutOfMemory(m) if m.contains("SIM1") && m.contains("400 of 1000")),
+            "{e}"
+        );
+        drop(a);
+        assert_eq!(b.memory(), Some((1000, 1000)));
+        assert!(b.alloc_buffer(1000, BufferUsage::Compute).is_ok());
     }
 }

@@ -939,4 +939,10 @@ impl Backend for CudaBackend {
     fn read_overhang(&self) -> usize {
         0
     }
+
+    fn memory(&self) -> Option<(usize, usize)> {
+        let free = self.free_memory().ok()?;
+        let total = self.total_memory().ok()?;
+        Some((free, total))
+    }
 }

@@ -15,15 +15,35 @@ pub fn open_device(
     n_threads: usize,
     offload_min_batch: usize,
 ) -> Result<Option<Arc<dyn Backend>>> {
+    open_device_with_memory(name, n_threads, offload_min_batch, None)
+}
+
+/// [`open_device`], giving a sim device a memory capacity of `sim_mem`
+/// bytes (`--sim-mem-mib`; `None` = unlimited). A capacity for a device
+/// that is not simulated is an error.
+pub fn open_device_with_memory(
+    name: &str,
+    n_threads: usize,
+    offload_min_batch: usize,
+    sim_mem: Option<usize>,
+) -> Result<Option<Arc<dyn Backend>>> {
     let upper = name.to_ascii_uppercase();
     if upper == "CPU" || upper == "NONE" {
         return Ok(None);
     }
     if let Some(n) = upper.strip_prefix("SIM") {
         let dev: usize = n.parse().map_err(|_| unknown(name))?;
-        let b =
+        let mut b =
             SimBackend::new(dev, n_threads.max(1)).with_offload_min_batch(offload_min_batch as i64);
+        if let Some(bytes) = sim_mem {
+            b = b.with_memory_capacity(bytes);
+        }
         return Ok(Some(Arc::new(b)));
+    }
+    if sim_mem.is_some() {
+        return Err(LlamaError::Invalid(format!(
+            "a simulated memory capacity applies to SIM devices only, not '{name}'"
+        )));
     }
     if let Some(n) = upper.strip_prefix("CUDA") {
         let dev: usize = n.parse().map_err(|_| unknown(name))?;
@@ -50,6 +70,10 @@ mod tests {
     #[test]
     fn names_resolve_or_fail_clearly() {
         assert!(open_device("CPU", 1, 32).unwrap().is_none());
+        let sim = open_device_with_memory("SIM0", 1, 32, Some(1 << 20)).unwrap().unwrap();
+        assert_eq!(sim.memory(), Some((1 << 20, 1 << 20)));
+        let e = open_device_with_memory("CPU", 1, 32, Some(1)).err().unwrap().to_string();
+        assert!(e.contains("SIM devices only"), "{e}");
         assert_eq!(open_device("sim1", 1, 32).unwrap().unwrap().name(), "SIM1");
         let e = open_device("GPU0", 1, 32).err().unwrap().to_string();
         assert!(e.contains("unknown device 'GPU0'"), "{e}");
