@@ -7,10 +7,12 @@ pub mod blocks;
 pub mod decoder;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ggml_core::{Graph, Tensor, TensorData, TensorId};
 
 use crate::model::{Model, WeightId};
+use crate::moe_cache::CacheLayout;
 
 /// A graph under construction over a model's weights: each weight becomes
 /// one leaf, created on first use.
@@ -19,6 +21,8 @@ pub struct GraphBuilder<'m> {
     pub g: Graph,
     /// The model.
     pub model: &'m Model,
+    /// The expert cache the MoE layers read, when there is one.
+    pub moe_cache: Option<Arc<CacheLayout>>,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -28,6 +32,7 @@ impl<'m> GraphBuilder<'m> {
         GraphBuilder {
             g: Graph::new(),
             model,
+            moe_cache: None,
             leafs: HashMap::new(),
         }
     }
