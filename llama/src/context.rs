@@ -326,6 +326,9 @@ impl Context {
             b.moe_cache = Some(Arc::clone(&c.layout));
         }
         let dg = b.build_decoder(&self.kv, n_tokens, pos0, n_kv, n_out_graph);
+        if let Some(c) = &self.cache {
+            lock(c).note_bypassed(&b.moe_cache_bypassed);
+        }
         let mut g = b.g;
         self.bind_inputs(&mut g, &dg, ub, pos0, n_kv, n_out_graph)?;
         self.run(&mut g)?;

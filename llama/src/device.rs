@@ -28,6 +28,11 @@ pub fn open_device_with_memory(
     sim_mem: Option<usize>,
 ) -> Result<Option<Arc<dyn Backend>>> {
     let upper = name.to_ascii_uppercase();
+    if sim_mem.is_some() && !upper.starts_with("SIM") {
+        return Err(LlamaError::Invalid(format!(
+            "a simulated memory capacity applies to SIM devices only, not '{name}'"
+        )));
+    }
     if upper == "CPU" || upper == "NONE" {
         return Ok(None);
     }
@@ -39,11 +44,6 @@ pub fn open_device_with_memory(
             b = b.with_memory_capacity(bytes);
         }
         return Ok(Some(Arc::new(b)));
-    }
-    if sim_mem.is_some() {
-        return Err(LlamaError::Invalid(format!(
-            "a simulated memory capacity applies to SIM devices only, not '{name}'"
-        )));
     }
     if let Some(n) = upper.strip_prefix("CUDA") {
         let dev: usize = n.parse().map_err(|_| unknown(name))?;
@@ -70,9 +70,14 @@ mod tests {
     #[test]
     fn names_resolve_or_fail_clearly() {
         assert!(open_device("CPU", 1, 32).unwrap().is_none());
-        let sim = open_device_with_memory("SIM0", 1, 32, Some(1 << 20)).unwrap().unwrap();
+        let sim = open_device_with_memory("SIM0", 1, 32, Some(1 << 20))
+            .unwrap()
+            .unwrap();
         assert_eq!(sim.memory(), Some((1 << 20, 1 << 20)));
-        let e = open_device_with_memory("CPU", 1, 32, Some(1)).err().unwrap().to_string();
+        let e = open_device_with_memory("CPU", 1, 32, Some(1))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("SIM devices only"), "{e}");
         assert_eq!(open_device("sim1", 1, 32).unwrap().unwrap().name(), "SIM1");
         let e = open_device("GPU0", 1, 32).err().unwrap().to_string();

@@ -106,3 +106,132 @@ fn cached_experts_give_cpu_logits_bit_for_bit() {
         }
     }
 }
+
+/// The reference LRU: the order in which the cache documents its accesses
+/// (layers ascending, each layer's distinct experts ascending: hits, then
+/// misses evicting the least recent key that the layer does not need).
+struct RefLru {
+    cap: usize,
+    order: Vec<(u32, u32)>,
+}
+
+impl RefLru {
+    /// `(hits, misses, evictions)` of one layer's access.
+    fn access(&mut self, layer: u32, ids: &[i32]) -> (u64, u64, u64) {
+        let mut need: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
+        need.sort_unstable();
+        need.dedup();
+        let (mut h, mut m, mut ev) = (0, 0, 0);
+        let mut missing = Vec::new();
+        for &e in &need {
+            match self.order.iter().position(|&k| k == (layer, e)) {
+                Some(i) => {
+                    let k = self.order.remove(i);
+                    self.order.push(k);
+                    h += 1;
+                }
+                None => missing.push(e),
+            }
+        }
+        for e in missing {
+            if self.order.len() == self.cap {
+                let i = self
+                    .order
+                    .iter()
+                    .position(|&(l, x)| !(l == layer && need.contains(&x)))
+                    .expect("an unpinned victim");
+                self.order.remove(i);
+                ev += 1;
+            }
+            self.order.push((layer, e));
+            m += 1;
+        }
+        (h, m, ev)
+    }
+}
+
+#[test]
+fn accounting_matches_a_reference_lru_from_the_router_ids() {
+    for name in ["tiny-qwen3moe-f32", "tiny-qwen3moe-q4_k", "tiny-qwen2moe-f32"] {
+        let fx = Fixture::load(name);
+        let model = load(&fx, Some("SIM0"));
+        let groups = model_groups(&model);
+        let g = &groups[0];
+        let all = g.n_expert * g.layers.len() as u32;
+        for n_slots in [g.n_used, all / 2, all] {
+            let bytes = g.bank_bytes(n_slots);
+            let p = ContextParams {
+                n_ctx: 256,
+                n_batch: 256,
+                n_ubatch: 7,
+                n_threads: 2,
+                record_expert_ids: true,
+                moe_cache: cache(PolicyKind::Lru, bytes),
+                ..Default::default()
+            };
+            let mut c = Context::new(Arc::clone(&model), p).expect("context");
+            let max_tokens = 32.min(n_slots / g.n_used) as usize;
+            let mut reference = RefLru {
+                cap: n_slots as usize,
+                order: Vec::new(),
+            };
+            let mut steps: Vec<Vec<i32>> = fx.tokens.chunks(7).map(|c| c.to_vec()).collect();
+            steps.extend(fx.gen[..8].iter().map(|&t| vec![t]));
+            let mut seen = std::collections::BTreeSet::new();
+            let mut zero_steps = 0;
+            for (i, step) in steps.iter().enumerate() {
+                let before = c.moe_cache_stats().expect("cache").total();
+                let tb = c.stats();
+                c.decode(step, false).expect("decode");
+                let after = c.moe_cache_stats().expect("cache").total();
+                let ta = c.stats();
+                let d = after.since(&before);
+                let (mut h, mut m, mut ev) = (0, 0, 0);
+                let mut all_seen = true;
+                let (mut n_served, mut n_bypassed) = (0u64, 0u64);
+                for (il, ids) in c.last_expert_ids().iter().enumerate() {
+                    // a layer's tokens: the last layer computes only the output rows
+                    if ids.len() / g.n_used as usize > max_tokens {
+                        n_bypassed += 1;
+                        continue;
+                    }
+                    n_served += 1;
+                    {
+                        let r = reference.access(il as u32, ids);
+                        h += r.0;
+                        m += r.1;
+                        ev += r.2;
+                        for &e in ids {
+                            all_seen &= !seen.insert((il, e));
+                        }
+                    }
+                }
+                let what = format!("{name} {n_slots} slots step {i} ({} tokens)", step.len());
+                let served = n_bypassed == 0;
+                assert_eq!(d.id_reads, n_served, "{what}: one ids read per served layer");
+                assert_eq!(d.bypassed, n_bypassed, "{what}: bypassed layers");
+                assert_eq!((d.hits(), d.misses(), d.evictions), (h, m, ev), "{what}: hits, misses, evictions");
+                assert_eq!(d.bytes_uploaded, m * g.slot_bytes(), "{what}: bytes uploaded");
+                assert_eq!(d.bytes_from_bank, h * g.slot_bytes(), "{what}: bytes from the bank");
+                if served {
+                    assert_eq!(
+                        ta.h2d_bytes_experts - tb.h2d_bytes_experts,
+                        d.bytes_uploaded,
+                        "{what}: every expert byte that crossed is a cache upload"
+                    );
+                }
+                if n_slots == all && served && all_seen {
+                    assert_eq!(d.bytes_uploaded, 0, "{what}: a cache of every expert re-uploads");
+                    zero_steps += 1;
+                }
+                c.moe_cache_verify().expect("banks agree with the maps");
+            }
+            let t = c.moe_cache_stats().expect("cache").total();
+            assert!(t.hits() + t.misses() > 0, "{name}: the cache never ran");
+            if n_slots == all {
+                assert!(t.hits_decode > 0, "{name}: a full cache never hit");
+                assert!(zero_steps > 0, "{name}: no step after the first pass over its experts");
+            }
+        }
+    }
+}

@@ -23,6 +23,9 @@ pub struct GraphBuilder<'m> {
     pub model: &'m Model,
     /// The expert cache the MoE layers read, when there is one.
     pub moe_cache: Option<Arc<CacheLayout>>,
+    /// Cached layers whose ubatch was too large for their cache (they read
+    /// the host expert tensors instead).
+    pub moe_cache_bypassed: Vec<u32>,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -33,6 +36,7 @@ impl<'m> GraphBuilder<'m> {
             g: Graph::new(),
             model,
             moe_cache: None,
+            moe_cache_bypassed: Vec::new(),
             leafs: HashMap::new(),
         }
     }

@@ -23,11 +23,14 @@ impl GraphBuilder<'_> {
     /// the banks to use instead of the host expert tensors.
     pub fn moe_cache_lookup(&mut self, il: usize, selected: TensorId) -> Option<CachedExperts> {
         let [n_used, nt, ..] = self.g.tensor(selected).ne;
-        let lc = self
-            .moe_cache
-            .as_ref()?
-            .layer_for(il, nt.max(0) as usize)?
-            .clone();
+        let layout = self.moe_cache.as_ref()?;
+        let cached = layout.layers.get(il)?.is_some();
+        let Some(lc) = layout.layer_for(il, nt.max(0) as usize).cloned() else {
+            if cached {
+                self.moe_cache_bypassed.push(il as u32);
+            }
+            return None;
+        };
         let mut map = Tensor::new(GgmlType::I32, [1, lc.n_expert as i64, 1, 1]);
         map.name = format!("moe_cache_map-{il}");
         map.flags.weight = true;

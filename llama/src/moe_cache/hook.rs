@@ -77,14 +77,17 @@ impl CacheShared {
         } else {
             self.stats.ubatches += 1;
         }
-        for l in self.layout.layers.iter().flatten() {
-            if n_tokens > l.max_tokens {
-                self.stats.layers.entry(l.layer).or_default().bypassed += 1;
-            }
-        }
         // time advances for every ubatch, served or not
         for b in self.banks.iter_mut().flatten() {
             b.begin_ubatch(n_tokens as u32);
+        }
+    }
+
+    /// The graph just built reads the host experts of these cached layers:
+    /// their ubatch was too large for their cache.
+    pub fn note_bypassed(&mut self, layers: &[u32]) {
+        for &l in layers {
+            self.stats.layers.entry(l).or_default().bypassed += 1;
         }
     }
 
