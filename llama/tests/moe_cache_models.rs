@@ -152,7 +152,11 @@ impl RefLru {
 
 #[test]
 fn accounting_matches_a_reference_lru_from_the_router_ids() {
-    for name in ["tiny-qwen3moe-f32", "tiny-qwen3moe-q4_k", "tiny-qwen2moe-f32"] {
+    for name in [
+        "tiny-qwen3moe-f32",
+        "tiny-qwen3moe-q4_k",
+        "tiny-qwen2moe-f32",
+    ] {
         let fx = Fixture::load(name);
         let model = load(&fx, Some("SIM0"));
         let groups = model_groups(&model);
@@ -208,11 +212,26 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
                 }
                 let what = format!("{name} {n_slots} slots step {i} ({} tokens)", step.len());
                 let served = n_bypassed == 0;
-                assert_eq!(d.id_reads, n_served, "{what}: one ids read per served layer");
+                assert_eq!(
+                    d.id_reads, n_served,
+                    "{what}: one ids read per served layer"
+                );
                 assert_eq!(d.bypassed, n_bypassed, "{what}: bypassed layers");
-                assert_eq!((d.hits(), d.misses(), d.evictions), (h, m, ev), "{what}: hits, misses, evictions");
-                assert_eq!(d.bytes_uploaded, m * g.slot_bytes(), "{what}: bytes uploaded");
-                assert_eq!(d.bytes_from_bank, h * g.slot_bytes(), "{what}: bytes from the bank");
+                assert_eq!(
+                    (d.hits(), d.misses(), d.evictions),
+                    (h, m, ev),
+                    "{what}: hits, misses, evictions"
+                );
+                assert_eq!(
+                    d.bytes_uploaded,
+                    m * g.slot_bytes(),
+                    "{what}: bytes uploaded"
+                );
+                assert_eq!(
+                    d.bytes_from_bank,
+                    h * g.slot_bytes(),
+                    "{what}: bytes from the bank"
+                );
                 if served {
                     assert_eq!(
                         ta.h2d_bytes_experts - tb.h2d_bytes_experts,
@@ -221,7 +240,10 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
                     );
                 }
                 if n_slots == all && served && all_seen {
-                    assert_eq!(d.bytes_uploaded, 0, "{what}: a cache of every expert re-uploads");
+                    assert_eq!(
+                        d.bytes_uploaded, 0,
+                        "{what}: a cache of every expert re-uploads"
+                    );
                     zero_steps += 1;
                 }
                 c.moe_cache_verify().expect("banks agree with the maps");
@@ -230,7 +252,10 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
             assert!(t.hits() + t.misses() > 0, "{name}: the cache never ran");
             if n_slots == all {
                 assert!(t.hits_decode > 0, "{name}: a full cache never hit");
-                assert!(zero_steps > 0, "{name}: no step after the first pass over its experts");
+                assert!(
+                    zero_steps > 0,
+                    "{name}: no step after the first pass over its experts"
+                );
             }
         }
     }

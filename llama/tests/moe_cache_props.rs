@@ -47,7 +47,10 @@ fn run(n_layer: u32, n_expert: u32, n_slots: u32, policy: Box<dyn Policy>, t: &T
             let before: Vec<i32> = bank.slot_map(*l).expect("map").to_vec();
             let acc = bank.access(*l, ids).expect("access");
             for &(e, s) in &acc.hits {
-                assert_eq!(before[e as usize], s as i32, "{name}: a hit from another slot");
+                assert_eq!(
+                    before[e as usize], s as i32,
+                    "{name}: a hit from another slot"
+                );
                 assert_eq!(bank.owner(s), Some(Key::new(*l, e)));
             }
             for k in &acc.evicted {
@@ -122,7 +125,15 @@ proptest! {
 #[test]
 fn policies_are_deterministic() {
     let t: Trace = (0..50)
-        .map(|i| (1, vec![(0, vec![(i * 7) % 13, (i * 3) % 13]), (1, vec![(i * 5) % 13])]))
+        .map(|i| {
+            (
+                1,
+                vec![
+                    (0, vec![(i * 7) % 13, (i * 3) % 13]),
+                    (1, vec![(i * 5) % 13]),
+                ],
+            )
+        })
         .collect();
     for k in PolicyKind::ALL {
         let go = || {

@@ -8,9 +8,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, ValueEnum};
+use llama::moe_cache::{CacheStats, MoeCacheParams};
 use llama::{Context, Model};
 use serde::Serialize;
-use tools::cli::{self, BatchArgs, PlacementArgs};
+use tools::cli::{self, BatchArgs, MoeCacheArgs, PlacementArgs};
 
 const TOOL: &str = "llama-bench";
 
@@ -66,6 +67,9 @@ struct Args {
     #[command(flatten)]
     placement: PlacementArgs,
 
+    #[command(flatten)]
+    moe_cache: MoeCacheArgs,
+
     /// output format
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Md)]
     output: Output,
@@ -113,6 +117,18 @@ struct TestResult {
     h2d_bytes_other_per_token: f64,
     /// Experts copied per token.
     experts_copied_per_token: f64,
+    /// `--moe-cache-mib` of this test (`0` = off, `auto`, or MiB).
+    moe_cache_mib: String,
+    /// The cache's budget in MiB as resolved (0 = no cache).
+    moe_cache_budget_mib: f64,
+    /// The cache's policy (empty when there is no cache).
+    moe_cache_policy: String,
+    /// Decode-ubatch hit rate of the cache.
+    moe_cache_hit_rate: f64,
+    /// Prompt-ubatch hit rate of the cache.
+    moe_cache_hit_rate_prompt: f64,
+    /// Bytes uploaded into the cache per token.
+    moe_cache_bytes_uploaded_per_token: f64,
 }
 
 impl TestResult {
@@ -205,12 +221,14 @@ fn run_once(
     n_threads: usize,
     n_prompt: usize,
     n_gen: usize,
+    cache: MoeCacheParams,
     rng: &mut Rng,
-) -> Result<(u64, llama::TransferStats)> {
+) -> Result<(u64, llama::TransferStats, Option<CacheStats>)> {
     let n_vocab = model.hparams.n_vocab;
-    let params = a
+    let mut params = a
         .batch
         .context_params((n_prompt + n_gen).max(1), n_threads, &a.placement);
+    params.moe_cache = cache;
     let mut ctx = Context::new(model.clone(), params).context("cannot create the context")?;
     let tokens: Vec<i32> = (0..n_prompt.max(n_gen))
         .map(|_| rng.token(n_vocab))
@@ -225,7 +243,11 @@ fn run_once(
             ctx.decode(&[t], false).context("decode failed")?;
         }
     }
-    Ok((t0.elapsed().as_nanos() as u64, ctx.stats()))
+    Ok((
+        t0.elapsed().as_nanos() as u64,
+        ctx.stats(),
+        ctx.moe_cache_stats(),
+    ))
 }
 
 fn run(a: &Args) -> Result<()> {
@@ -236,6 +258,7 @@ fn run(a: &Args) -> Result<()> {
     if a.threads.contains(&0) {
         bail!("-t must be at least 1");
     }
+    let caches = a.moe_cache.all_params(&a.placement)?;
     let threads = if a.threads.is_empty() {
         vec![cli::default_threads()]
     } else {
@@ -276,8 +299,16 @@ fn run(a: &Args) -> Result<()> {
             let offloaded = backend != "CPU";
             if a.output == Output::Md && !header_done {
                 let mut out = stdout.lock();
-                let extra = if offloaded { " experts h2d/tok |" } else { "" };
-                let extra_sep = if offloaded { " --------------: |" } else { "" };
+                let extra = if offloaded {
+                    " cache MiB | cache hits | experts h2d/tok |"
+                } else {
+                    ""
+                };
+                let extra_sep = if offloaded {
+                    " --------: | ---------: | --------------: |"
+                } else {
+                    ""
+                };
                 writeln!(
                     out,
                     "| model                          |       size |     params | backend    | threads |            test |{extra}                  t/s |"
@@ -289,20 +320,35 @@ fn run(a: &Args) -> Result<()> {
                 out.flush()?;
                 header_done = true;
             }
-            for &(np, ng) in &tests {
+            for (&(np, ng), (cache_arg, cache)) in tests.iter().flat_map(|t| {
+                a.moe_cache
+                    .moe_cache_mib
+                    .iter()
+                    .zip(caches.iter().copied())
+                    .map(move |c| (t, c))
+            }) {
                 let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (np as u64) << 20 ^ ng as u64);
                 if !a.no_warmup {
                     if np > 0 {
-                        run_once(model, a, nt, np, 0, &mut rng)?;
+                        run_once(model, a, nt, np, 0, cache, &mut rng)?;
                     } else {
-                        run_once(model, a, nt, 0, 1, &mut rng)?;
+                        run_once(model, a, nt, 0, 1, cache, &mut rng)?;
                     }
                 }
                 let n_tok = (np + ng) as f64;
                 let mut samples_ns = Vec::new();
                 let mut traffic = [0f64; 4];
+                let mut cache_sum = [0f64; 3];
+                let mut cache_info = (0f64, String::new());
                 for _ in 0..a.repetitions {
-                    let (ns, st) = run_once(model, a, nt, np, ng, &mut rng)?;
+                    let (ns, st, cs) = run_once(model, a, nt, np, ng, cache, &mut rng)?;
+                    if let Some(c) = cs {
+                        let t = c.total();
+                        cache_sum[0] += t.hit_rate_decode();
+                        cache_sum[1] += t.hit_rate_prompt();
+                        cache_sum[2] += t.bytes_uploaded as f64 / n_tok;
+                        cache_info = (c.budget_bytes as f64 / 1048576.0, c.policy.clone());
+                    }
                     samples_ns.push(ns.max(1));
                     traffic[0] += st.h2d_bytes_experts as f64 / n_tok;
                     traffic[1] += st.h2d_bytes_full_copy as f64 / n_tok;
@@ -354,6 +400,12 @@ fn run(a: &Args) -> Result<()> {
                     h2d_bytes_full_copy_per_token: traffic[1] / reps,
                     h2d_bytes_other_per_token: traffic[2] / reps,
                     experts_copied_per_token: traffic[3] / reps,
+                    moe_cache_mib: cache_arg.clone(),
+                    moe_cache_budget_mib: cache_info.0,
+                    moe_cache_policy: cache_info.1.clone(),
+                    moe_cache_hit_rate: cache_sum[0] / reps,
+                    moe_cache_hit_rate_prompt: cache_sum[1] / reps,
+                    moe_cache_bytes_uploaded_per_token: cache_sum[2] / reps,
                 };
                 if a.output == Output::Md {
                     let mut out = stdout.lock();
@@ -370,7 +422,23 @@ fn run(a: &Args) -> Result<()> {
                         format!("{:.2} B", params / 1e9)
                     };
                     let extra = if offloaded {
-                        format!(" {:>15} |", cli::fmt_bytes(r.h2d_bytes_experts_per_token))
+                        let hits = if r.moe_cache_policy.is_empty() {
+                            "-".to_string()
+                        } else if r.n_gen > 0 {
+                            format!("{:.1}%", 100.0 * r.moe_cache_hit_rate)
+                        } else {
+                            format!("{:.1}%", 100.0 * r.moe_cache_hit_rate_prompt)
+                        };
+                        format!(
+                            " {:>9} | {:>10} | {:>15} |",
+                            if r.moe_cache_policy.is_empty() {
+                                "0".to_string()
+                            } else {
+                                format!("{:.2}", r.moe_cache_budget_mib)
+                            },
+                            hits,
+                            cli::fmt_bytes(r.h2d_bytes_experts_per_token)
+                        )
                     } else {
                         String::new()
                     };
