@@ -52,7 +52,9 @@ fn decode(model: &Arc<Model>, cache: MoeCacheParams, n: usize) -> (f64, Vec<i32>
         ..Default::default()
     };
     let mut ctx = Context::new(Arc::clone(model), cp).expect("context");
-    let prompt = ctx.tokenize("Once upon a time", true, false).expect("tokenize");
+    let prompt = ctx
+        .tokenize("Once upon a time", true, false)
+        .expect("tokenize");
     ctx.decode(&prompt, false).expect("prompt");
     let mut tok = llama::sampling::argmax(ctx.logits(0).expect("row"));
     ctx.reset_stats();

@@ -22,14 +22,27 @@ fn fails_with(bin: &str, args: &[&str], needles: &[&str]) {
     assert_eq!(o.status.code(), Some(1), "{bin} {args:?}:\n{err}");
     assert!(!err.contains("panicked"), "{bin} {args:?}:\n{err}");
     for n in needles {
-        assert!(err.contains(n), "{bin} {args:?}: stderr lacks {n:?}:\n{err}");
+        assert!(
+            err.contains(n),
+            "{bin} {args:?}: stderr lacks {n:?}:\n{err}"
+        );
     }
 }
 
 #[test]
 fn bad_cache_flags_are_errors_naming_the_flag() {
     let m = f32_model();
-    let sim = ["-m", &m, "--device", "SIM0", "--cpu-moe", "-nomb", "1", "-n", "2"];
+    let sim = [
+        "-m",
+        &m,
+        "--device",
+        "SIM0",
+        "--cpu-moe",
+        "-nomb",
+        "1",
+        "-n",
+        "2",
+    ];
     for bin in [RUN, BENCH] {
         let with = |extra: &[&'static str]| {
             let mut v: Vec<&str> = sim.to_vec();
@@ -40,12 +53,24 @@ fn bad_cache_flags_are_errors_naming_the_flag() {
             v.extend_from_slice(extra);
             v
         };
-        fails_with(bin, &with(&["--moe-cache-mib", "-3"]), &["--moe-cache-mib -3", ">= 0"]);
-        fails_with(bin, &with(&["--moe-cache-mib", "abc"]), &["--moe-cache-mib abc", "not a number"]);
+        fails_with(
+            bin,
+            &with(&["--moe-cache-mib", "-3"]),
+            &["--moe-cache-mib -3", ">= 0"],
+        );
+        fails_with(
+            bin,
+            &with(&["--moe-cache-mib", "abc"]),
+            &["--moe-cache-mib abc", "not a number"],
+        );
         fails_with(
             bin,
             &with(&["--moe-cache-policy", "mru"]),
-            &["--moe-cache-policy mru", "unknown cache policy", "lru|slru|lrfu|hlfu"],
+            &[
+                "--moe-cache-policy mru",
+                "unknown cache policy",
+                "lru|slru|lrfu|hlfu",
+            ],
         );
         fails_with(
             bin,
@@ -53,9 +78,17 @@ fn bad_cache_flags_are_errors_naming_the_flag() {
             &["--moe-cache-mib 64", "does not fit", "SIM0"],
         );
         fails_with(bin, &with(&["--sim-mem-mib", "-1"]), &["--sim-mem-mib -1"]);
-        fails_with(bin, &with(&["--moe-cache-max-batch", "0"]), &["--moe-cache-max-batch"]);
+        fails_with(
+            bin,
+            &with(&["--moe-cache-max-batch", "0"]),
+            &["--moe-cache-max-batch"],
+        );
     }
-    fails_with(RUN, &["-m", &m, "--sim-mem-mib", "8"], &["--sim-mem-mib", "SIM0"]);
+    fails_with(
+        RUN,
+        &["-m", &m, "--sim-mem-mib", "8"],
+        &["--sim-mem-mib", "SIM0"],
+    );
     fails_with(
         RUN,
         &["-m", &m, "--device", "SIM0", "--moe-cache-mib", "1,2"],
@@ -63,7 +96,11 @@ fn bad_cache_flags_are_errors_naming_the_flag() {
     );
 }
 
-fn greedy(dir: &std::path::Path, tag: &str, extra: &[&str]) -> (Vec<i32>, serde_json::Value, String) {
+fn greedy(
+    dir: &std::path::Path,
+    tag: &str,
+    extra: &[&str],
+) -> (Vec<i32>, serde_json::Value, String) {
     let m = f32_model();
     let stats = dir.join(format!("{tag}.json"));
     let toks = dir.join(format!("{tag}.bin"));
@@ -146,8 +183,21 @@ fn bench_sweeps_cache_sizes() {
     let o = run(
         BENCH,
         &[
-            "--device", "SIM0", "--cpu-moe", "-nomb", "1", "--moe-cache-mib", "0,8,64", "-p", "0",
-            "-n", "8", "-r", "1", "-o", "json",
+            "--device",
+            "SIM0",
+            "--cpu-moe",
+            "-nomb",
+            "1",
+            "--moe-cache-mib",
+            "0,8,64",
+            "-p",
+            "0",
+            "-n",
+            "8",
+            "-r",
+            "1",
+            "-o",
+            "json",
         ],
         dir.path(),
     );
@@ -155,13 +205,22 @@ fn bench_sweeps_cache_sizes() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 3, "{v}");
-    let sizes: Vec<&str> = rows.iter().map(|r| r["moe_cache_mib"].as_str().unwrap()).collect();
+    let sizes: Vec<&str> = rows
+        .iter()
+        .map(|r| r["moe_cache_mib"].as_str().unwrap())
+        .collect();
     assert_eq!(sizes, ["0", "8", "64"]);
     assert_eq!(rows[0]["moe_cache_hit_rate"], 0.0);
     let b: Vec<f64> = rows
         .iter()
         .map(|r| r["h2d_bytes_experts_per_token"].as_f64().unwrap())
         .collect();
-    assert!(b[2] < b[1] && b[1] < b[0], "bytes per token should fall with the cache: {b:?}");
-    assert!(rows[2]["moe_cache_hit_rate"].as_f64().unwrap() > rows[1]["moe_cache_hit_rate"].as_f64().unwrap());
+    assert!(
+        b[2] < b[1] && b[1] < b[0],
+        "bytes per token should fall with the cache: {b:?}"
+    );
+    assert!(
+        rows[2]["moe_cache_hit_rate"].as_f64().unwrap()
+            > rows[1]["moe_cache_hit_rate"].as_f64().unwrap()
+    );
 }

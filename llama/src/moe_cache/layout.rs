@@ -120,20 +120,15 @@ pub fn model_groups(model: &Model) -> Vec<GroupShape> {
 /// in proportion to its experts' bytes.
 pub fn split_budget(groups: &[GroupShape], budget: u64) -> Vec<u32> {
     let total: u128 = groups.iter().map(|g| g.full_bytes() as u128).sum();
+    let total_all = bytes_for_all(groups);
     groups
         .iter()
         .map(|g| {
-            let share = if total == 0 {
-                0
-            } else {
-                (budget as u128 * g.full_bytes() as u128 / total) as u64
-            };
+            let share = (budget as u128 * g.full_bytes() as u128)
+                .checked_div(total)
+                .map_or(0, |v| v as u64);
             // a budget that holds everything gives every group everything
             let all = g.bank_bytes(g.n_expert * g.layers.len() as u32);
-            let total_all: u64 = groups
-                .iter()
-                .map(|h| h.bank_bytes(h.n_expert * h.layers.len() as u32))
-                .sum();
             g.slots_for(if budget >= total_all { all } else { share })
         })
         .collect()
