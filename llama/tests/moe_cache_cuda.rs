@@ -34,10 +34,7 @@ fn fixtures_on_cuda0_with_the_expert_cache() {
         let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
         let groups = model_groups(&model);
         let g = &groups[0];
-        let sizes = [
-            g.bank_bytes(g.n_used * 7),
-            bytes_for_all(&groups),
-        ];
+        let sizes = [g.bank_bytes(g.n_used * 7), bytes_for_all(&groups)];
         for bytes in sizes {
             for policy in PolicyKind::ALL {
                 let cp = ContextParams {

@@ -260,3 +260,88 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
         }
     }
 }
+
+#[test]
+fn poisoned_ids_are_an_error_in_the_cache_and_it_recovers() {
+    let fx = Fixture::load("tiny-qwen3moe-f32");
+    let model = load(&fx, Some("SIM0"));
+    let n_expert = model.hparams.n_expert as i32;
+    let bytes = bytes_for_all(&model_groups(&model));
+    let mut c = ctx(&model, 7, cache(PolicyKind::Lrfu, bytes));
+    for bad in [n_expert, -1, i32::MIN] {
+        c.set_expert_id_filter(Some(Box::new(move |ids: &mut [i32]| ids[0] = bad)));
+        let e = c
+            .decode(&fx.tokens[..3], false)
+            .expect_err("poisoned ids must fail");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("expert id {bad}")) && msg.contains("out of range"),
+            "{msg}"
+        );
+        assert_eq!(c.n_past(), 0);
+        c.moe_cache_verify().expect("the cache stays consistent");
+    }
+    c.set_expert_id_filter(None);
+    let got = logits(&mut c, &fx);
+    let cpu = logits(
+        &mut ctx(&load(&fx, None), 512, MoeCacheParams::default()),
+        &fx,
+    );
+    assert!(
+        got.iter()
+            .zip(&cpu)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "logits after the poisoned ubatches differ from the CPU's"
+    );
+}
+
+#[test]
+fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
+    let fx = Fixture::load("tiny-qwen3moe-f32");
+    let dev = llama::device::open_device_with_memory("SIM0", 2, 1, Some(16 << 20))
+        .expect("SIM0")
+        .expect("a device");
+    let params = ModelParams {
+        device: Some(dev),
+        placement: Placement {
+            cpu_moe: true,
+            ..Default::default()
+        },
+        progress: None,
+    };
+    let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
+    let p = ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: 7,
+        moe_cache: cache(PolicyKind::Lru, 64 << 20),
+        ..Default::default()
+    };
+    let e = Context::new(Arc::clone(&model), p)
+        .err()
+        .expect("must not fit")
+        .to_string();
+    assert!(
+        e.contains("--moe-cache-mib 64") && e.contains("does not fit") && e.contains("SIM0"),
+        "{e}"
+    );
+    // auto takes what is left, and works
+    let p = ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: 7,
+        moe_cache: MoeCacheParams {
+            size: CacheSize::Auto,
+            ..MoeCacheParams::default()
+        },
+        ..Default::default()
+    };
+    let mut c = Context::new(Arc::clone(&model), p).expect("auto fits");
+    c.decode(&fx.tokens, false).expect("decode");
+    let st = c.moe_cache_stats().expect("a cache");
+    assert!(
+        st.budget_bytes > 0 && st.budget_bytes < 16 << 20,
+        "{}",
+        st.budget_bytes
+    );
+}

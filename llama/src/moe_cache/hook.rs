@@ -29,6 +29,7 @@ pub struct CacheShared {
     pub banks: Vec<Option<SlotBank>>,
     /// Counters.
     pub stats: CacheStats,
+    policy: PolicyKind,
     n_tokens: u32,
 }
 
@@ -62,6 +63,7 @@ impl CacheShared {
             layout,
             banks,
             stats,
+            policy,
             n_tokens: 0,
         }
     }
@@ -88,6 +90,21 @@ impl CacheShared {
     pub fn note_bypassed(&mut self, layers: &[u32]) {
         for &l in layers {
             self.stats.layers.entry(l).or_default().bypassed += 1;
+        }
+    }
+
+    /// Forget everything group `g` holds (after a failed upload, so that no
+    /// map names a slot whose bytes did not arrive).
+    pub fn reset_group(&mut self, g: usize) {
+        if let (Some(slot), Some(info)) = (self.banks.get_mut(g), self.layout.groups.get(g)) {
+            if slot.is_some() {
+                *slot = Some(SlotBank::new(
+                    &info.layers,
+                    info.n_expert,
+                    info.n_slots,
+                    self.policy.build(info.n_slots as usize),
+                ));
+            }
         }
     }
 
@@ -208,21 +225,32 @@ impl MoeCacheHook {
             .map_err(HookError::msg)?;
         let mut uploaded = 0u64;
         let mut writes = 0u64;
-        for run in upload_runs(&acc.misses) {
-            for r in 0..3 {
-                let eb = lc.expert_bytes[r];
-                let len = run.n as usize * eb;
-                copy_bytes(
-                    &lc.host[r],
-                    run.expert as usize * eb,
-                    &lc.banks[r].0,
-                    run.slot as usize * eb,
-                    len,
-                )?;
-                uploaded += len as u64;
-                writes += 1;
+        let mut upload = || -> Result<(), HookError> {
+            for run in upload_runs(&acc.misses) {
+                for r in 0..3 {
+                    let eb = lc.expert_bytes[r];
+                    let len = run.n as usize * eb;
+                    copy_bytes(
+                        &lc.host[r],
+                        run.expert as usize * eb,
+                        &lc.banks[r].0,
+                        run.slot as usize * eb,
+                        len,
+                    )?;
+                    uploaded += len as u64;
+                    writes += 1;
+                }
             }
+            Ok(())
+        };
+        if let Err(e) = upload() {
+            // the planned slots did not all receive their experts
+            cache.reset_group(lc.group);
+            return Err(e);
         }
+        let Some(bank) = cache.banks.get_mut(lc.group).and_then(|b| b.as_mut()) else {
+            return Err(HookError::msg(format!("layer {layer}'s group has no bank")));
+        };
         let map: Vec<u8> = bank
             .slot_map(layer as u32)
             .unwrap_or(&[])
