@@ -177,6 +177,21 @@ pub trait Backend: Send + Sync {
     fn memory(&self) -> Option<(usize, usize)> {
         None
     }
+
+    /// Copy `len` bytes from `src` (at `src_off`) to `dst` (at `dst_off`),
+    /// both in this backend's own memory, without crossing to the host,
+    /// ordered with the backend's other work. `Ok(false)` when the backend
+    /// cannot (or either tensor is elsewhere): nothing was copied.
+    fn copy_within(
+        &self,
+        _src: &TensorData,
+        _src_off: usize,
+        _dst: &TensorData,
+        _dst_off: usize,
+        _len: usize,
+    ) -> Result<bool, BackendError> {
+        Ok(false)
+    }
 }
 
 /// Copy `len` bytes between two tensors' memory on any backends, staging

@@ -7,12 +7,12 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, Buffer, BufferUsage};
+use crate::backend::{check_range, Backend, BackendError, Buffer, BufferUsage};
 use crate::cpu::buffer::HostMemory;
 use crate::cpu::{ops, ThreadPool};
 use crate::graph::Graph;
 use crate::offload::offload_host_weight_op;
-use crate::tensor::TensorId;
+use crate::tensor::{TensorData, TensorId};
 
 /// Byte counters of a sim device.
 #[derive(Debug, Default)]
@@ -23,6 +23,8 @@ pub struct SimCounters {
     pub bytes_out: AtomicU64,
     /// Number of writes into the device.
     pub writes: AtomicU64,
+    /// Bytes copied inside the device (`copy_within`).
+    pub bytes_d2d: AtomicU64,
 }
 
 impl SimCounters {
@@ -38,6 +40,7 @@ impl SimCounters {
         self.bytes_in.store(0, Ordering::Relaxed);
         self.bytes_out.store(0, Ordering::Relaxed);
         self.writes.store(0, Ordering::Relaxed);
+        self.bytes_d2d.store(0, Ordering::Relaxed);
     }
 }
 
@@ -251,6 +254,44 @@ impl Backend for SimBackend {
         Some((cap.saturating_sub(self.account.used()), cap))
     }
 
+    fn copy_within(
+        &self,
+        src: &TensorData,
+        src_off: usize,
+        dst: &TensorData,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<bool, BackendError> {
+        let (Some(s), Some(d)) = (
+            src.buffer.as_any().downcast_ref::<SimBuffer>(),
+            dst.buffer.as_any().downcast_ref::<SimBuffer>(),
+        ) else {
+            return Ok(false);
+        };
+        if s.device != self.device || d.device != self.device {
+            return Ok(false);
+        }
+        let so = src.offset.checked_add(src_off);
+        let dof = dst.offset.checked_add(dst_off);
+        let (Some(so), Some(dof)) = (so, dof) else {
+            return Err(BackendError::OutOfBounds(format!(
+                "copy of {len} bytes inside {}: offset overflows",
+                self.name
+            )));
+        };
+        check_range(&s.name, s.mem.size(), so, len)?;
+        check_range(&d.name, d.mem.size(), dof, len)?;
+        // SAFETY: both ranges were checked against their buffers, which the
+        // TensorData keep alive; `copy` allows overlap; the sim device runs
+        // its work in order on the calling thread, so nothing computes in
+        // these buffers meanwhile.
+        unsafe { std::ptr::copy(s.mem.ptr().add(so), d.mem.ptr().add(dof), len) };
+        self.counters
+            .bytes_d2d
+            .fetch_add(len as u64, Ordering::Relaxed);
+        Ok(true)
+    }
+
     fn can_use_buffer(&self, buf: &dyn Buffer) -> bool {
         self.owns(buf)
     }
@@ -302,6 +343,22 @@ mod memory_tests {
         );
         drop(a);
         assert_eq!(b.memory(), Some((1000, 1000)));
+        // copies inside the device: counted apart, bounds checked
+        let x = b.alloc_buffer(64, BufferUsage::Compute).expect("fits");
+        x.write(0, &[7u8; 16]).unwrap();
+        let td = |o| TensorData {
+            buffer: Arc::clone(&x),
+            offset: o,
+        };
+        assert!(b.copy_within(&td(0), 0, &td(32), 0, 16).unwrap());
+        let mut out = [0u8; 16];
+        x.read(32, &mut out).unwrap();
+        assert_eq!(out, [7u8; 16]);
+        assert_eq!(b.counters().bytes_d2d.load(Ordering::Relaxed), 16);
+        assert!(b.copy_within(&td(0), 0, &td(60), 0, 16).is_err());
+        let other = SimBackend::new(2, 1);
+        assert!(!other.copy_within(&td(0), 0, &td(32), 0, 16).unwrap());
+        drop(x);
         assert!(b.alloc_buffer(1000, BufferUsage::Compute).is_ok());
     }
 }

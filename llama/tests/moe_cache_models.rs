@@ -1,7 +1,8 @@
 //! The device cache of host experts on the sim device: the CPU's logits bit
 //! for bit on every fixture, policy and size; exact accounting against a
-//! reference LRU; one ids read per cached layer per ubatch; the banks hold
-//! exactly the experts the maps name.
+//! reference LRU (bank reads of too-large ubatches included); one ids read
+//! per cached layer per ubatch; the banks hold exactly the experts the maps
+//! name.
 
 mod common;
 
@@ -57,6 +58,13 @@ fn logits(c: &mut Context, fx: &Fixture) -> Vec<f32> {
     for &t in &fx.gen[..4] {
         c.decode(&[t], false).expect("decode");
         out.extend_from_slice(c.logits(0).expect("row"));
+    }
+    // a batch after the cache filled: too large for small caches, which
+    // then serve what they hold from the bank
+    let more = &fx.gen[4..11];
+    c.decode(more, true).expect("batch");
+    for i in 0..more.len() {
+        out.extend_from_slice(c.logits(i).expect("row"));
     }
     out
 }
@@ -116,6 +124,16 @@ struct RefLru {
 }
 
 impl RefLru {
+    /// How many of `ids`' distinct experts of `layer` are resident (no touch).
+    fn resident(&self, layer: u32, ids: &[i32]) -> u64 {
+        let mut need: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
+        need.sort_unstable();
+        need.dedup();
+        need.iter()
+            .filter(|&&e| self.order.contains(&(layer, e)))
+            .count() as u64
+    }
+
     /// `(hits, misses, evictions)` of one layer's access.
     fn access(&mut self, layer: u32, ids: &[i32]) -> (u64, u64, u64) {
         let mut need: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
@@ -181,6 +199,10 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
             };
             let mut steps: Vec<Vec<i32>> = fx.tokens.chunks(7).map(|c| c.to_vec()).collect();
             steps.extend(fx.gen[..8].iter().map(|&t| vec![t]));
+            // a ubatch too large for small caches after they filled: read
+            // from the bank what it holds
+            steps.push(fx.gen[8..15].to_vec());
+            steps.extend(fx.gen[15..16].iter().map(|&t| vec![t]));
             let mut seen = std::collections::BTreeSet::new();
             let mut zero_steps = 0;
             for (i, step) in steps.iter().enumerate() {
@@ -193,10 +215,18 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
                 let (mut h, mut m, mut ev) = (0, 0, 0);
                 let mut all_seen = true;
                 let (mut n_served, mut n_bypassed) = (0u64, 0u64);
+                let (mut bypass_reads, mut bypass_host) = (0u64, 0u64);
                 for (il, ids) in c.last_expert_ids().iter().enumerate() {
                     // a layer's tokens: the last layer computes only the output rows
                     if ids.len() / g.n_used as usize > max_tokens {
                         n_bypassed += 1;
+                        // read from the bank what it holds, the rest from host
+                        let mut need: Vec<i32> = ids.clone();
+                        need.sort_unstable();
+                        need.dedup();
+                        let r = reference.resident(il as u32, ids);
+                        bypass_reads += r;
+                        bypass_host += need.len() as u64 - r;
                         continue;
                     }
                     n_served += 1;
@@ -228,17 +258,19 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
                     "{what}: bytes uploaded"
                 );
                 assert_eq!(
+                    d.bypass_reads, bypass_reads,
+                    "{what}: bank reads of bypassed layers"
+                );
+                assert_eq!(
                     d.bytes_from_bank,
-                    h * g.slot_bytes(),
+                    (h + bypass_reads) * g.slot_bytes(),
                     "{what}: bytes from the bank"
                 );
-                if served {
-                    assert_eq!(
-                        ta.h2d_bytes_experts - tb.h2d_bytes_experts,
-                        d.bytes_uploaded,
-                        "{what}: every expert byte that crossed is a cache upload"
-                    );
-                }
+                assert_eq!(
+                    ta.h2d_bytes_experts - tb.h2d_bytes_experts,
+                    d.bytes_uploaded + bypass_host * g.slot_bytes(),
+                    "{what}: expert bytes that crossed: uploads, and the bypassed layers' experts not in the bank"
+                );
                 if n_slots == all && served && all_seen {
                     assert_eq!(
                         d.bytes_uploaded, 0,
@@ -250,6 +282,12 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
             }
             let t = c.moe_cache_stats().expect("cache").total();
             assert!(t.hits() + t.misses() > 0, "{name}: the cache never ran");
+            if n_slots == all / 2 && max_tokens < 7 {
+                assert!(
+                    t.bypass_reads > 0,
+                    "{name} {n_slots} slots: no bank reads when bypassed"
+                );
+            }
             if n_slots == all {
                 assert!(t.hits_decode > 0, "{name}: a full cache never hit");
                 assert!(

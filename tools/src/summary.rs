@@ -259,7 +259,10 @@ pub fn cache_text(c: &CacheStats, device: &str) -> String {
             fmt_bytes(gt.bytes_uploaded as f64),
             gt.evictions,
             if gt.bypassed > 0 {
-                format!(", {} layer-ubatches too large for it (selective copy)", gt.bypassed)
+                format!(
+                    ", {} layer-ubatches too large for it ({} experts read from the cache for them)",
+                    gt.bypassed, gt.bypass_reads
+                )
             } else {
                 String::new()
             }

@@ -277,6 +277,109 @@ impl MoeCacheHook {
     }
 }
 
+impl MoeCacheHook {
+    /// The cached layer and role whose host expert tensor `cx` offers.
+    fn host_role(cache: &CacheShared, cx: &HookCtx<'_>) -> Option<(usize, usize)> {
+        let d = cx.graph().data_of(cx.src())?;
+        cache.layout.layers.iter().flatten().find_map(|l| {
+            l.host
+                .iter()
+                .position(|h| {
+                    std::ptr::addr_eq(Arc::as_ptr(&h.buffer), Arc::as_ptr(&d.buffer))
+                        && h.offset == d.offset
+                })
+                .map(|r| (l.layer as usize, r))
+        })
+    }
+
+    /// A ubatch too large for the cache reads a cached layer's host expert
+    /// tensor: the experts the bank holds are copied device to device, the
+    /// others from host memory (runs, padded as the selective copy pads);
+    /// nothing is inserted. `None`: leave it to the selective copy.
+    fn serve_bypass(
+        &mut self,
+        cache: &mut CacheShared,
+        layer: usize,
+        role: usize,
+        cx: &mut HookCtx<'_>,
+    ) -> Result<Option<bool>, HookError> {
+        if lock(&self.copy_shared).disabled {
+            return Ok(None);
+        }
+        let Some(used) = self.copy.used_for_input(cx)? else {
+            return Ok(None);
+        };
+        let Some(lc) = cache.layout.layers[layer].clone() else {
+            return Ok(None);
+        };
+        let Some(bank) = cache.banks.get(lc.group).and_then(|b| b.as_ref()) else {
+            return Ok(None);
+        };
+        let map = bank.slot_map(layer as u32).unwrap_or(&[]);
+        let from_bank: Vec<(u32, u32)> = used
+            .iter()
+            .enumerate()
+            .filter(|(_, &u)| u)
+            .filter_map(|(e, _)| {
+                map.get(e)
+                    .filter(|&&s| s >= 0)
+                    .map(|&s| (e as u32, s as u32))
+            })
+            .collect();
+        if from_bank.is_empty() {
+            return Ok(None);
+        }
+        let Some(dst) = cx.graph().data_of(cx.dst()) else {
+            return Ok(None);
+        };
+        let eb = lc.expert_bytes[role];
+        let total = cx.nbytes();
+        let overhang = cx.read_overhang();
+        let mut host_used = used.clone();
+        let mut served = 0u64;
+        for run in upload_runs(&from_bank) {
+            let len = run.n as usize * eb;
+            let done = cx.backend().copy_within(
+                &lc.banks[role].0,
+                run.slot as usize * eb,
+                &dst,
+                run.expert as usize * eb,
+                len,
+            )?;
+            if done {
+                served += run.n as u64;
+                for e in run.expert..run.expert + run.n {
+                    host_used[e as usize] = false;
+                }
+                let end = (run.expert + run.n) as usize * eb;
+                if overhang > 0 && end < total {
+                    cx.copy_range(end, overhang.min(total - end))?;
+                }
+            }
+        }
+        if served == 0 {
+            return Ok(None);
+        }
+        for r in crate::expert_copy::runs::copy_ranges(&host_used, eb, total, overhang) {
+            cx.copy_range(r.start, r.len())?;
+        }
+        {
+            let mut s = lock(&self.copy_shared);
+            s.stats.inputs += 1;
+            s.stats.full_bytes += total as u64;
+            s.stats.experts_full += used.len() as u64;
+            s.stats.bytes += cx.bytes_written();
+            s.stats.experts_copied += host_used.iter().filter(|&&u| u).count() as u64;
+        }
+        let st = cache.stats.layers.entry(layer as u32).or_default();
+        st.bytes_from_bank += served * eb as u64;
+        if role == 0 {
+            st.bypass_reads += served;
+        }
+        Ok(Some(true))
+    }
+}
+
 impl CopyHook for MoeCacheHook {
     fn begin_graph(&mut self) {
         self.copy.begin_graph();
@@ -287,6 +390,11 @@ impl CopyHook for MoeCacheHook {
             let mut cache = lock(&c);
             if let Some(layer) = Self::map_layer(&cache, cx) {
                 return self.serve_map(&mut cache, layer, cx);
+            }
+            if let Some((layer, role)) = Self::host_role(&cache, cx) {
+                if let Some(h) = self.serve_bypass(&mut cache, layer, role, cx)? {
+                    return Ok(h);
+                }
             }
         }
         self.copy.copy_input(cx)

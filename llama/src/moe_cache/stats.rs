@@ -16,7 +16,8 @@ pub struct LayerCacheStats {
     pub misses_prompt: u64,
     /// Expert bytes uploaded into the banks (every role).
     pub bytes_uploaded: u64,
-    /// Expert bytes the hits served from the banks (every role).
+    /// Expert bytes served from the banks (every role): hits, and the
+    /// bank reads of too-large ubatches.
     pub bytes_from_bank: u64,
     /// Experts evicted to make room for this layer's misses.
     pub evictions: u64,
@@ -28,6 +29,10 @@ pub struct LayerCacheStats {
     /// `--moe-cache-max-batch`, or than its slots hold at once), which took
     /// the selective copy.
     pub bypassed: u64,
+    /// Experts such a too-large ubatch read from the bank (device to
+    /// device) instead of from host memory; not inserted, not counted as
+    /// hits, the policy does not see them.
+    pub bypass_reads: u64,
 }
 
 impl LayerCacheStats {
@@ -68,6 +73,7 @@ impl LayerCacheStats {
         self.id_reads += o.id_reads;
         self.writes += o.writes;
         self.bypassed += o.bypassed;
+        self.bypass_reads += o.bypass_reads;
     }
 
     /// `self - base`, field by field (saturating).
@@ -83,6 +89,7 @@ impl LayerCacheStats {
             id_reads: self.id_reads.saturating_sub(base.id_reads),
             writes: self.writes.saturating_sub(base.writes),
             bypassed: self.bypassed.saturating_sub(base.bypassed),
+            bypass_reads: self.bypass_reads.saturating_sub(base.bypass_reads),
         }
     }
 }
