@@ -383,3 +383,80 @@ fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
         st.budget_bytes
     );
 }
+
+#[test]
+fn replaying_the_router_ids_reproduces_the_live_cache_for_every_policy() {
+    use llama::moe_cache::replay::{replay, TraceUbatch};
+    let fx = Fixture::load("tiny-qwen3moe-q8_0");
+    let model = load(&fx, Some("SIM0"));
+    let g = &model_groups(&model)[0];
+    let all = g.n_expert * g.layers.len() as u32;
+    let n_slots = all / 2;
+    let max_tokens = 32.min(n_slots / g.n_used) as usize;
+    for policy in PolicyKind::ALL {
+        let p = ContextParams {
+            n_ctx: 256,
+            n_batch: 256,
+            n_ubatch: 7,
+            n_threads: 2,
+            record_expert_ids: true,
+            moe_cache: cache(policy, g.bank_bytes(n_slots)),
+            ..Default::default()
+        };
+        let mut c = Context::new(Arc::clone(&model), p).expect("context");
+        let mut steps: Vec<Vec<i32>> = fx.tokens.chunks(7).map(|c| c.to_vec()).collect();
+        steps.extend(fx.gen.iter().map(|&t| vec![t]));
+        let mut trace = Vec::new();
+        for step in &steps {
+            c.decode(step, false).expect("decode");
+            let layers = c
+                .last_expert_ids()
+                .iter()
+                .enumerate()
+                .filter(|(_, ids)| ids.len() / g.n_used as usize <= max_tokens)
+                .map(|(il, ids)| (il as u32, ids.iter().map(|&e| e as u32).collect()))
+                .collect();
+            trace.push(TraceUbatch {
+                n_tokens: step.len() as u32,
+                layers,
+            });
+        }
+        let live = c.moe_cache_stats().expect("cache").total();
+        let mut sim = llama::moe_cache::LayerCacheStats::default();
+        for s in replay(
+            &g.layers,
+            g.n_expert,
+            n_slots,
+            policy.build(n_slots as usize),
+            &trace,
+        )
+        .expect("replay")
+        .values()
+        {
+            sim.add(s);
+        }
+        assert_eq!(
+            (
+                sim.hits_decode,
+                sim.misses_decode,
+                sim.hits_prompt,
+                sim.misses_prompt,
+                sim.evictions
+            ),
+            (
+                live.hits_decode,
+                live.misses_decode,
+                live.hits_prompt,
+                live.misses_prompt,
+                live.evictions
+            ),
+            "{policy}: the replay differs from the live cache"
+        );
+        println!(
+            "{policy}: decode hit rate {:.1}% over {} tokens ({} slots of {all})",
+            100.0 * live.hit_rate_decode(),
+            fx.gen.len(),
+            n_slots
+        );
+    }
+}

@@ -21,7 +21,7 @@
 //!   and misses with the group's [`bank::SlotBank`], uploads the misses in
 //!   merged runs straight into the banks, and writes the map last.
 //! - **Policies** ([`policy`]): pure functions of the access sequence, so
-//!   a routing-trace replay runs this very code.
+//!   a routing-trace replay ([`replay`]) runs this very code.
 //!
 //! Ubatches of more than `max_batch` tokens do not use the cache (their
 //! expert matmuls take the selective copy, or the CPU); a group with fewer
@@ -32,6 +32,7 @@ pub mod graph;
 pub mod hook;
 pub mod layout;
 pub mod policy;
+pub mod replay;
 pub mod stats;
 
 use std::fmt;
