@@ -243,6 +243,27 @@ pub trait Backend: Send + Sync {
     fn read_overhang(&self) -> usize {
         0
     }
+
+    /// `(free, total)` bytes of this backend's memory, where it knows them
+    /// (a device with a capacity); `None` = unknown or unlimited.
+    fn memory(&self) -> Option<(usize, usize)> {
+        None
+    }
+
+    /// Copy `len` bytes from `src` (at `src_off`) to `dst` (at `dst_off`),
+    /// both in this backend's own memory, without crossing to the host,
+    /// ordered with the backend's other work. `Ok(false)` when the backend
+    /// cannot (or either tensor is elsewhere): nothing was copied.
+    fn copy_within(
+        &self,
+        _src: &TensorData,
+        _src_off: usize,
+        _dst: &TensorData,
+        _dst_off: usize,
+        _len: usize,
+    ) -> Result<bool, BackendError> {
+        Ok(false)
+    }
 }
 
 /// Copy `len` bytes between two tensors' memory on any backends, staging

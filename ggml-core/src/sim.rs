@@ -19,16 +19,15 @@ pub use timeline::{MemRange, Span, SpanKind, Timeline};
 
 use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, Buffer, BufferUsage, Event, Stream};
+use crate::backend::{check_range, Backend, BackendError, Buffer, BufferUsage, Event, Stream};
 use crate::cpu::buffer::HostMemory;
 use crate::cpu::{ops, ThreadPool};
 use crate::graph::Graph;
 use crate::offload::offload_host_weight_op;
-use crate::tensor::TensorData;
-use crate::tensor::TensorId;
+use crate::tensor::{TensorData, TensorId};
 use parking_lot::Mutex;
 
 /// Byte counters of a sim device.
@@ -40,6 +39,8 @@ pub struct SimCounters {
     pub bytes_out: AtomicU64,
     /// Number of writes into the device.
     pub writes: AtomicU64,
+    /// Bytes copied inside the device (`copy_within`).
+    pub bytes_d2d: AtomicU64,
 }
 
 impl SimCounters {
@@ -55,6 +56,48 @@ impl SimCounters {
         self.bytes_in.store(0, Ordering::Relaxed);
         self.bytes_out.store(0, Ordering::Relaxed);
         self.writes.store(0, Ordering::Relaxed);
+        self.bytes_d2d.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Memory accounting of a sim device: an optional capacity and the bytes
+/// its live buffers hold.
+#[derive(Debug, Default)]
+pub struct SimMemory {
+    /// Capacity in bytes; `None` = unlimited.
+    capacity: Option<usize>,
+    /// Bytes held by live buffers.
+    used: AtomicUsize,
+}
+
+impl SimMemory {
+    /// Bytes held by live buffers.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The capacity, `None` when unlimited.
+    pub fn capacity(&self) -> Option<usize> {
+        self.capacity
+    }
+
+    /// Reserve `size` bytes, or fail when they exceed the capacity.
+    fn reserve(&self, name: &str, size: usize) -> Result<(), BackendError> {
+        let Some(cap) = self.capacity else {
+            self.used.fetch_add(size, Ordering::Relaxed);
+            return Ok(());
+        };
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                u.checked_add(size).filter(|&n| n <= cap)
+            })
+            .map(|_| ())
+            .map_err(|u| {
+                BackendError::OutOfMemory(format!(
+                    "{name}: {size} bytes requested, {} of {cap} bytes free",
+                    cap.saturating_sub(u)
+                ))
+            })
     }
 }
 
@@ -66,6 +109,7 @@ pub struct SimBuffer {
     usage: BufferUsage,
     counters: Arc<SimCounters>,
     clock: Arc<SimClock>,
+    account: Arc<SimMemory>,
 }
 
 impl SimBuffer {
@@ -101,6 +145,14 @@ impl SimBuffer {
             reads: vec![reads],
             writes: vec![writes],
         })
+    }
+}
+
+impl Drop for SimBuffer {
+    fn drop(&mut self) {
+        self.account
+            .used
+            .fetch_sub(self.mem.size(), Ordering::Relaxed);
     }
 }
 
@@ -178,6 +230,7 @@ pub struct SimBackend {
     offload_min_batch: i64,
     clock: Arc<SimClock>,
     label: Mutex<String>,
+    account: Arc<SimMemory>,
 }
 
 impl SimBackend {
@@ -192,6 +245,7 @@ impl SimBackend {
             offload_min_batch: 32,
             clock: SimClock::new(SimProfile::default_profile()),
             label: Mutex::new(String::new()),
+            account: Arc::new(SimMemory::default()),
         }
     }
 
@@ -237,6 +291,23 @@ impl SimBackend {
         })
     }
 
+    /// Give the device a memory capacity of `bytes` (default: unlimited):
+    /// allocations beyond it fail with [`BackendError::OutOfMemory`], and
+    /// [`Backend::memory`] reports free and total bytes. Set it before the
+    /// first allocation.
+    pub fn with_memory_capacity(mut self, bytes: usize) -> SimBackend {
+        self.account = Arc::new(SimMemory {
+            capacity: Some(bytes),
+            used: AtomicUsize::new(0),
+        });
+        self
+    }
+
+    /// The device's memory accounting.
+    pub fn memory_account(&self) -> &Arc<SimMemory> {
+        &self.account
+    }
+
     /// Restrict the ops this device claims (tests of fallback paths); the
     /// filter is and-ed with what the kernels implement.
     pub fn with_op_filter(mut self, f: OpFilter) -> SimBackend {
@@ -278,14 +349,82 @@ impl Backend for SimBackend {
         size: usize,
         usage: BufferUsage,
     ) -> Result<Arc<dyn Buffer>, BackendError> {
+        self.account.reserve(&self.name, size)?;
+        let mem = match HostMemory::new(size) {
+            Ok(m) => m,
+            Err(e) => {
+                self.account.used.fetch_sub(size, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
         Ok(Arc::new(SimBuffer {
             name: self.name.clone(),
             device: self.device,
-            mem: HostMemory::new(size)?,
+            mem,
             usage,
             counters: Arc::clone(&self.counters),
             clock: Arc::clone(&self.clock),
+            account: Arc::clone(&self.account),
         }))
+    }
+
+    fn memory(&self) -> Option<(usize, usize)> {
+        let cap = self.account.capacity?;
+        Some((cap.saturating_sub(self.account.used()), cap))
+    }
+
+    fn copy_within(
+        &self,
+        src: &TensorData,
+        src_off: usize,
+        dst: &TensorData,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<bool, BackendError> {
+        let (Some(s), Some(d)) = (
+            src.buffer.as_any().downcast_ref::<SimBuffer>(),
+            dst.buffer.as_any().downcast_ref::<SimBuffer>(),
+        ) else {
+            return Ok(false);
+        };
+        if s.device != self.device || d.device != self.device {
+            return Ok(false);
+        }
+        let so = src.offset.checked_add(src_off);
+        let dof = dst.offset.checked_add(dst_off);
+        let (Some(so), Some(dof)) = (so, dof) else {
+            return Err(BackendError::OutOfBounds(format!(
+                "copy of {len} bytes inside {}: offset overflows",
+                self.name
+            )));
+        };
+        check_range(&s.name, s.mem.size(), so, len)?;
+        check_range(&d.name, d.mem.size(), dof, len)?;
+        // SAFETY: both ranges were checked against their buffers, which the
+        // TensorData keep alive; `copy` allows overlap; the sim device runs
+        // its work in order on the calling thread, so nothing computes in
+        // these buffers meanwhile.
+        unsafe { std::ptr::copy(s.mem.ptr().add(so), d.mem.ptr().add(dof), len) };
+        self.counters
+            .bytes_d2d
+            .fetch_add(len as u64, Ordering::Relaxed);
+        // on the copy stream, with the uploads it sits among: read and
+        // write at the device's memory bandwidth
+        let prof = self.clock.profile().device;
+        let dur = clock::ns(2.0 * len as f64 / prof.mem_bw);
+        let detail = self.clock.recording().then(|| SpanDetail {
+            name: format!("copy within: {}", self.label.lock()),
+            reads: vec![s.range(so, len)],
+            writes: vec![d.range(dof, len)],
+        });
+        self.clock.device_op(
+            &self.name,
+            self.stream(Stream::Copy(0)),
+            dur,
+            2 * len as u64,
+            detail,
+        );
+        Ok(true)
     }
 
     fn can_use_buffer(&self, buf: &dyn Buffer) -> bool {
@@ -446,5 +585,44 @@ impl Backend for SimBackend {
 
     fn sim_clock(&self) -> Option<Arc<SimClock>> {
         Some(Arc::clone(&self.clock))
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    #[test]
+    fn capacity_limits_allocations_and_frees_on_drop() {
+        let unlimited = SimBackend::new(0, 1);
+        assert_eq!(unlimited.memory(), None);
+        let b = SimBackend::new(1, 1).with_memory_capacity(1000);
+        assert_eq!(b.memory(), Some((1000, 1000)));
+        let a = b.alloc_buffer(600, BufferUsage::Weights).expect("fits");
+        assert_eq!(b.memory(), Some((400, 1000)));
+        let e = b.alloc_buffer(500, BufferUsage::Compute).unwrap_err();
+        assert!(
+            matches!(&e, BackendError::OutOfMemory(m) if m.contains("SIM1") && m.contains("400 of 1000")),
+            "{e}"
+        );
+        drop(a);
+        assert_eq!(b.memory(), Some((1000, 1000)));
+        // copies inside the device: counted apart, bounds checked
+        let x = b.alloc_buffer(64, BufferUsage::Compute).expect("fits");
+        x.write(0, &[7u8; 16]).unwrap();
+        let td = |o| TensorData {
+            buffer: Arc::clone(&x),
+            offset: o,
+        };
+        assert!(b.copy_within(&td(0), 0, &td(32), 0, 16).unwrap());
+        let mut out = [0u8; 16];
+        x.read(32, &mut out).unwrap();
+        assert_eq!(out, [7u8; 16]);
+        assert_eq!(b.counters().bytes_d2d.load(Ordering::Relaxed), 16);
+        assert!(b.copy_within(&td(0), 0, &td(60), 0, 16).is_err());
+        let other = SimBackend::new(2, 1);
+        assert!(!other.copy_within(&td(0), 0, &td(32), 0, 16).unwrap());
+        drop(x);
+        assert!(b.alloc_buffer(1000, BufferUsage::Compute).is_ok());
     }
 }

@@ -1009,4 +1009,46 @@ impl Backend for CudaBackend {
     fn read_overhang(&self) -> usize {
         0
     }
+
+    fn memory(&self) -> Option<(usize, usize)> {
+        let free = self.free_memory().ok()?;
+        let total = self.total_memory().ok()?;
+        Some((free, total))
+    }
+
+    fn copy_within(
+        &self,
+        src: &TensorData,
+        src_off: usize,
+        dst: &TensorData,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<bool, BackendError> {
+        let mine = |d: &TensorData| {
+            d.buffer
+                .as_any()
+                .downcast_ref::<CudaBuffer>()
+                .filter(|c| c.same_dev(&self.dev))
+                .map(|c| (c.device_ptr(), c.size()))
+        };
+        let (Some((sp, ss)), Some((dp, ds))) = (mine(src), mine(dst)) else {
+            return Ok(false);
+        };
+        let so = src.offset.saturating_add(src_off);
+        let dof = dst.offset.saturating_add(dst_off);
+        check_range(src.buffer.name(), ss, so, len)?;
+        check_range(dst.buffer.name(), ds, dof, len)?;
+        if len == 0 {
+            return Ok(true);
+        }
+        self.dev.bind()?;
+        // SAFETY: both ranges were checked against their allocations, which
+        // the TensorData keep alive; the copy is queued on the device's one
+        // stream, ordered with the compute that reads the destination.
+        unsafe {
+            result::memcpy_dtod_async(dp + dof as u64, sp + so as u64, len, self.dev.cu_stream())
+        }
+        .map_err(|e| dev_err("device-to-device copy", e))?;
+        Ok(true)
+    }
 }

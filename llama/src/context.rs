@@ -8,11 +8,15 @@ use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorData, T
 use ggml_sched::Scheduler;
 
 use crate::error::{LlamaError, Result};
-use crate::expert_copy::{ExpertCopyPolicy, ExpertCopyStats, IdFilter, PolicyShared};
+use crate::expert_copy::{ExpertCopyStats, IdFilter, PolicyShared};
 use crate::graph::decoder::DecoderGraph;
 use crate::graph::GraphBuilder;
 use crate::kv_cache::KvCache;
 use crate::model::Model;
+use crate::moe_cache::layout::{bytes_for_all, model_groups};
+use crate::moe_cache::{
+    CacheLayout, CacheShared, CacheSize, CacheStats, MoeCacheHook, MoeCacheParams,
+};
 
 /// Context settings, with llama.cpp's defaults where they apply.
 #[derive(Clone, Debug)]
@@ -40,6 +44,9 @@ pub struct ContextParams {
     /// ([`Context::last_expert_ids`]); off by default, since on a device it
     /// costs a read per layer per token.
     pub record_expert_ids: bool,
+    /// The device cache of host experts (`--moe-cache-mib`, ...); off by
+    /// default in the library (the tools default to `auto`).
+    pub moe_cache: MoeCacheParams,
 }
 
 impl Default for ContextParams {
@@ -54,6 +61,7 @@ impl Default for ContextParams {
             expert_copy: true,
             flash_attn: false,
             record_expert_ids: false,
+            moe_cache: MoeCacheParams::default(),
         }
     }
 }
@@ -95,6 +103,20 @@ pub struct Context {
     n_outputs: usize,
     last_expert_ids: Vec<Vec<i32>>,
     stats: TransferStats,
+    cache: Option<Arc<Mutex<CacheShared>>>,
+    cache_base: Option<CacheStats>,
+}
+
+/// Device memory `auto` leaves free for the cached graphs' activations:
+/// this fraction of what is free after the largest graph's memory.
+const AUTO_MARGIN_DIV: usize = 16;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
 }
 
 impl Context {
@@ -133,7 +155,11 @@ impl Context {
             disabled: !params.expert_copy,
             ..Default::default()
         }));
-        sched.set_copy_hook(Box::new(ExpertCopyPolicy::new(Arc::clone(&policy))));
+        let cache = Self::make_cache(&model, &params, &cpu, &kv, &mut sched)?;
+        sched.set_copy_hook(Box::new(MoeCacheHook::new(
+            Arc::clone(&policy),
+            cache.clone(),
+        )));
         Ok(Context {
             model,
             params,
@@ -147,7 +173,68 @@ impl Context {
             n_outputs: 0,
             last_expert_ids: Vec::new(),
             stats: TransferStats::default(),
+            cache,
+            cache_base: None,
         })
+    }
+
+    /// Build the expert cache the parameters ask for, when the model keeps
+    /// experts in host memory and has a device to compute with them.
+    fn make_cache(
+        model: &Arc<Model>,
+        params: &ContextParams,
+        cpu: &Arc<dyn Backend>,
+        kv: &KvCache,
+        sched: &mut Scheduler,
+    ) -> Result<Option<Arc<Mutex<CacheShared>>>> {
+        let mc = params.moe_cache;
+        if mc.max_batch == 0 {
+            return Err(LlamaError::Invalid(
+                "--moe-cache-max-batch must be at least 1".into(),
+            ));
+        }
+        let Some(dev) = &model.device else {
+            return Ok(None);
+        };
+        let groups = model_groups(model);
+        if mc.size == CacheSize::Off || groups.is_empty() {
+            return Ok(None);
+        }
+        // the largest graph's memory first, so the cache takes what is left
+        if dev.memory().is_some() {
+            let n = params.n_ubatch.min(kv.size).max(1);
+            let n_kv = n.next_multiple_of(KV_PAD).min(kv.size);
+            let mut b = GraphBuilder::new(model);
+            b.build_decoder(kv, n, 0, n_kv, n);
+            let mut g = b.g;
+            sched.alloc_graph(&mut g).map_err(|e| {
+                LlamaError::Invalid(format!(
+                    "--moe-cache-mib {}: the graph of a {n}-token ubatch does not fit on {} before the cache: {e}",
+                    mc.size,
+                    dev.name()
+                ))
+            })?;
+        }
+        let budget = match (mc.size, dev.memory()) {
+            (CacheSize::Bytes(b), Some((free, total))) if b > free as u64 => {
+                return Err(LlamaError::Invalid(format!(
+                    "--moe-cache-mib {}: a cache of {:.2} MiB does not fit in {}'s memory ({:.2} MiB free of {:.2} MiB after the graph's)",
+                    mc.size,
+                    mib(b),
+                    dev.name(),
+                    mib(free as u64),
+                    mib(total as u64)
+                )))
+            }
+            (CacheSize::Bytes(b), _) => b,
+            (CacheSize::Auto, Some((free, _))) => (free - free / AUTO_MARGIN_DIV) as u64,
+            (CacheSize::Auto, None) => bytes_for_all(&groups),
+            (CacheSize::Off, _) => return Ok(None),
+        };
+        let max_batch = mc.max_batch.min(params.n_ubatch);
+        let layout = CacheLayout::new(model, dev, cpu, budget, max_batch)?;
+        let shared = CacheShared::new(Arc::new(layout), mc.policy, budget);
+        Ok(Some(Arc::new(Mutex::new(shared))))
     }
 
     /// The model.
@@ -248,7 +335,15 @@ impl Context {
         // scheduler's plan) stays the same for runs of tokens (llama.cpp: 32)
         let n_kv = (pos0 + n_tokens).next_multiple_of(KV_PAD).min(self.kv.size);
         let mut b = GraphBuilder::new(&model);
+        if let Some(c) = &self.cache {
+            let mut c = lock(c);
+            c.begin_ubatch(n_tokens);
+            b.moe_cache = Some(Arc::clone(&c.layout));
+        }
         let dg = b.build_decoder(&self.kv, n_tokens, pos0, n_kv, n_out_graph);
+        if let Some(c) = &self.cache {
+            lock(c).note_bypassed(&b.moe_cache_bypassed);
+        }
         let mut g = b.g;
         self.bind_inputs(&mut g, &dg, ub, pos0, n_kv, n_out_graph)?;
         self.run(&mut g)?;
@@ -388,22 +483,90 @@ impl Context {
         (i < self.n_outputs).then(|| &self.logits[i * n..(i + 1) * n])
     }
 
-    /// Transfer counters since creation or the last reset.
+    /// Transfer counters since creation or the last reset. Cache uploads
+    /// count as expert bytes; a cached layer's ubatch counts as a full copy
+    /// of its experts would (so the ratio to full copies stays meaningful).
     pub fn stats(&self) -> TransferStats {
         let e = self.expert_copy_stats();
-        TransferStats {
+        let mut t = TransferStats {
             h2d_bytes_experts: e.bytes,
             h2d_bytes_full_copy: e.full_bytes,
             experts_copied: e.experts_copied,
             experts_full_copy: e.experts_full,
             ..self.stats
+        };
+        if let Some(cs) = self.moe_cache_stats() {
+            for (l, s) in &cs.layers {
+                let Some(g) = cs.groups.iter().find(|g| g.layers.contains(l)) else {
+                    continue;
+                };
+                t.h2d_bytes_experts += s.bytes_uploaded;
+                t.h2d_bytes_full_copy += s.id_reads * g.n_expert as u64 * g.slot_bytes;
+                t.experts_copied += s.misses() * 3;
+                t.experts_full_copy += s.id_reads * g.n_expert as u64 * 3;
+            }
         }
+        t
     }
 
-    /// Zero the transfer counters.
+    /// Zero the transfer counters (and the cache's).
     pub fn reset_stats(&mut self) {
         self.stats = TransferStats::default();
         self.policy_base = self.policy.lock().unwrap_or_else(|e| e.into_inner()).stats;
+        self.cache_base = self.cache.as_ref().map(|c| lock(c).stats.clone());
+    }
+
+    /// The expert cache's counters since creation or the last reset; `None`
+    /// when there is no cache (off, no device, or no experts in host memory).
+    pub fn moe_cache_stats(&self) -> Option<CacheStats> {
+        let c = self.cache.as_ref()?;
+        let s = lock(c).stats.clone();
+        Some(match &self.cache_base {
+            Some(b) => s.since(b),
+            None => s,
+        })
+    }
+
+    /// Check the cache's invariants: the slot maps, the slots' owners and
+    /// the policy agree, and every resident expert's bytes in the device's
+    /// banks equal the host expert's (reads the banks back: for tests).
+    pub fn moe_cache_verify(&self) -> Result<()> {
+        let Some(c) = &self.cache else {
+            return Ok(());
+        };
+        let c = lock(c);
+        c.check().map_err(LlamaError::Invalid)?;
+        for (gi, bank) in c.banks.iter().enumerate() {
+            let Some(bank) = bank else { continue };
+            for slot in 0..bank.n_slots() {
+                let Some(k) = bank.owner(slot) else { continue };
+                let Some(lc) = c.layout.layers[k.layer as usize].as_ref() else {
+                    return Err(LlamaError::Invalid(format!(
+                        "slot {slot} of group {gi} holds uncached layer {}",
+                        k.layer
+                    )));
+                };
+                for r in 0..3 {
+                    let eb = lc.expert_bytes[r];
+                    let mut dev = vec![0u8; eb];
+                    let b = &lc.banks[r].0;
+                    b.buffer.read(b.offset + slot as usize * eb, &mut dev)?;
+                    let mut host = vec![0u8; eb];
+                    let h = &lc.host[r];
+                    h.buffer
+                        .read(h.offset + k.expert as usize * eb, &mut host)?;
+                    if dev != host {
+                        return Err(LlamaError::Invalid(format!(
+                            "slot {slot} of group {gi} should hold layer {} expert {} ({}), but its bytes differ",
+                            k.layer,
+                            k.expert,
+                            crate::moe_cache::layout::ROLES[r]
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Number of logit rows kept by the last `decode`.

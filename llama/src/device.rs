@@ -36,6 +36,9 @@ pub struct DeviceOptions {
     /// The sim device's timing profile (default `pcie4-x16`); ignored by
     /// real devices.
     pub sim_profile: Option<SimProfile>,
+    /// A sim device's memory capacity in bytes (`--sim-mem-mib`; `None` =
+    /// unlimited); an error for a device that is not simulated.
+    pub sim_mem: Option<usize>,
 }
 
 impl Default for DeviceOptions {
@@ -44,14 +47,40 @@ impl Default for DeviceOptions {
             n_threads: 1,
             offload_min_batch: 32,
             sim_profile: None,
+            sim_mem: None,
         }
     }
 }
 
+/// [`open_device`], giving a sim device a memory capacity of `sim_mem`
+/// bytes (`None` = unlimited).
+pub fn open_device_with_memory(
+    name: &str,
+    n_threads: usize,
+    offload_min_batch: usize,
+    sim_mem: Option<usize>,
+) -> Result<Option<Arc<dyn Backend>>> {
+    open_device_with(
+        name,
+        &DeviceOptions {
+            n_threads,
+            offload_min_batch,
+            sim_mem,
+            ..DeviceOptions::default()
+        },
+    )
+}
+
 /// Open the device backend `name` with `opts` (`None` for `CPU`).
 pub fn open_device_with(name: &str, opts: &DeviceOptions) -> Result<Option<Arc<dyn Backend>>> {
-    let (n_threads, offload_min_batch) = (opts.n_threads, opts.offload_min_batch);
+    let (n_threads, offload_min_batch, sim_mem) =
+        (opts.n_threads, opts.offload_min_batch, opts.sim_mem);
     let upper = name.to_ascii_uppercase();
+    if sim_mem.is_some() && !upper.starts_with("SIM") {
+        return Err(LlamaError::Invalid(format!(
+            "a simulated memory capacity applies to SIM devices only, not '{name}'"
+        )));
+    }
     if upper == "CPU" || upper == "NONE" {
         return Ok(None);
     }
@@ -61,6 +90,9 @@ pub fn open_device_with(name: &str, opts: &DeviceOptions) -> Result<Option<Arc<d
             SimBackend::new(dev, n_threads.max(1)).with_offload_min_batch(offload_min_batch as i64);
         if let Some(p) = &opts.sim_profile {
             b = b.with_clock(SimClock::new(p.clone()));
+        }
+        if let Some(bytes) = sim_mem {
+            b = b.with_memory_capacity(bytes);
         }
         return Ok(Some(Arc::new(b)));
     }
@@ -89,6 +121,15 @@ mod tests {
     #[test]
     fn names_resolve_or_fail_clearly() {
         assert!(open_device("CPU", 1, 32).unwrap().is_none());
+        let sim = open_device_with_memory("SIM0", 1, 32, Some(1 << 20))
+            .unwrap()
+            .unwrap();
+        assert_eq!(sim.memory(), Some((1 << 20, 1 << 20)));
+        let e = open_device_with_memory("CPU", 1, 32, Some(1))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("SIM devices only"), "{e}");
         assert_eq!(open_device("sim1", 1, 32).unwrap().unwrap().name(), "SIM1");
         let e = open_device("GPU0", 1, 32).err().unwrap().to_string();
         assert!(e.contains("unknown device 'GPU0'"), "{e}");

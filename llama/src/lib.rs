@@ -18,6 +18,7 @@ pub mod graph;
 pub mod hparams;
 pub mod kv_cache;
 pub mod model;
+pub mod moe_cache;
 pub mod placement;
 pub mod sampling;
 pub mod tokenizer;

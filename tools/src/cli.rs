@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use ggml_core::Backend;
+use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::{Placement, Target};
 use llama::{ContextParams, Model, ModelParams};
 
@@ -105,6 +106,12 @@ pub struct PlacementArgs {
     /// docs/timeline.md); default pcie4-x16
     #[arg(long = "sim-profile", value_name = "NAME|FILE.json")]
     pub sim_profile: Option<String>,
+
+    /// memory capacity of a simulated device (SIM0..) in MiB (default:
+    /// unlimited): allocations beyond it fail, and `--moe-cache-mib auto`
+    /// sizes the cache from it
+    #[arg(long = "sim-mem-mib", value_name = "N", allow_hyphen_values = true)]
+    pub sim_mem_mib: Option<String>,
 }
 
 impl PlacementArgs {
@@ -141,15 +148,23 @@ impl PlacementArgs {
 
     /// Open the `--device` backend (None for CPU).
     pub fn open_device(&self, n_threads: usize) -> Result<Option<Arc<dyn Backend>>> {
+        let sim_mem = self.sim_mem_bytes()?;
         let Some(name) = &self.device else {
             if self.sim_profile.is_some() {
                 bail!("--sim-profile: needs a simulated device (--device SIM0)");
             }
+            if sim_mem.is_some() {
+                bail!("--sim-mem-mib applies to a simulated device: give --device SIM0 too");
+            }
             return Ok(None);
         };
+        let is_sim = name.to_ascii_uppercase().starts_with("SIM");
+        if sim_mem.is_some() && !is_sim {
+            bail!("--sim-mem-mib applies to simulated devices (SIM0, ...), not --device {name}");
+        }
         let sim_profile = match &self.sim_profile {
             Some(spec) => {
-                if !name.to_ascii_uppercase().starts_with("SIM") {
+                if !is_sim {
                     bail!(
                         "--sim-profile: device {name} is not a simulated device (SIM0, SIM1, ...)"
                     );
@@ -165,9 +180,97 @@ impl PlacementArgs {
             n_threads,
             offload_min_batch: self.offload_min_batch,
             sim_profile,
+            sim_mem,
         };
         llama::device::open_device_with(name, &opts)
             .map_err(|e| anyhow::anyhow!("--device {name}: {e}"))
+    }
+
+    /// `--sim-mem-mib` in bytes; errs on anything but a positive number.
+    pub fn sim_mem_bytes(&self) -> Result<Option<usize>> {
+        let Some(v) = &self.sim_mem_mib else {
+            return Ok(None);
+        };
+        match v.trim().parse::<f64>() {
+            Ok(m) if m.is_finite() && m > 0.0 => Ok(Some((m * 1048576.0) as usize)),
+            _ => bail!("--sim-mem-mib {v}: give the device's memory in MiB, a number > 0"),
+        }
+    }
+}
+
+/// The device cache of host experts: `--moe-cache-mib`, `--moe-cache-policy`,
+/// `--moe-cache-max-batch`.
+#[derive(Args, Debug, Clone)]
+pub struct MoeCacheArgs {
+    /// device cache of host experts, MiB per device: N, auto (the device's
+    /// free memory after the graph's; every expert when its memory is
+    /// unlimited) or 0 (off); llama-bench takes a comma-separated list
+    #[arg(
+        long = "moe-cache-mib",
+        value_name = "N|auto",
+        default_value = "auto",
+        value_delimiter = ',',
+        allow_hyphen_values = true
+    )]
+    pub moe_cache_mib: Vec<String>,
+
+    /// eviction policy of the expert cache: lru, slru, lrfu (frequency-class
+    /// LRU) or hlfu (decayed frequency with history)
+    #[arg(long = "moe-cache-policy", value_name = "NAME", default_value = "lrfu")]
+    pub moe_cache_policy: String,
+
+    /// largest ubatch that uses the expert cache; larger ones take the
+    /// selective copy
+    #[arg(long = "moe-cache-max-batch", value_name = "N", default_value_t = llama::moe_cache::DEFAULT_MAX_BATCH)]
+    pub moe_cache_max_batch: usize,
+}
+
+impl MoeCacheArgs {
+    /// The cache settings for one `--moe-cache-mib` value; `--no-expert-copy`
+    /// (whole-tensor copies, for comparison) turns the cache off.
+    pub fn params_for(&self, mib: &str, placement: &PlacementArgs) -> Result<MoeCacheParams> {
+        let size: CacheSize = mib
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--moe-cache-mib {mib}: {e}"))?;
+        let policy: PolicyKind = self
+            .moe_cache_policy
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--moe-cache-policy {}: {e}", self.moe_cache_policy))?;
+        if self.moe_cache_max_batch == 0 {
+            bail!("--moe-cache-max-batch must be at least 1");
+        }
+        Ok(MoeCacheParams {
+            size: if placement.no_expert_copy {
+                CacheSize::Off
+            } else {
+                size
+            },
+            policy,
+            max_batch: self.moe_cache_max_batch,
+        })
+    }
+
+    /// Every `--moe-cache-mib` value's settings (checks all of them).
+    pub fn all_params(&self, placement: &PlacementArgs) -> Result<Vec<MoeCacheParams>> {
+        if self.moe_cache_mib.is_empty() {
+            bail!("--moe-cache-mib needs a value");
+        }
+        self.moe_cache_mib
+            .iter()
+            .map(|m| self.params_for(m, placement))
+            .collect()
+    }
+
+    /// The one `--moe-cache-mib` value's settings (llama-run).
+    pub fn params(&self, placement: &PlacementArgs) -> Result<MoeCacheParams> {
+        let all = self.all_params(placement)?;
+        match all.as_slice() {
+            [p] => Ok(*p),
+            _ => bail!(
+                "--moe-cache-mib {}: give one size here (lists are for llama-bench)",
+                self.moe_cache_mib.join(",")
+            ),
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! `llama-run`'s closing summary: times, speeds and expert traffic, as text
 //! (stderr) and as one JSON object (`--stats-out`).
 
+use llama::moe_cache::CacheStats;
 use llama::TransferStats;
 use serde::Serialize;
 
@@ -50,6 +51,30 @@ pub struct RunSummary {
     /// Simulated figures (`sim_*` keys), on a sim device only.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimReport>,
+    /// The expert cache's policy (empty when there is no cache).
+    pub moe_cache_policy: String,
+    /// The cache's budget per device in MiB (what `--moe-cache-mib`
+    /// resolved to; 0 = no cache).
+    pub moe_cache_mib: f64,
+    /// Needed experts found in the cache (every ubatch).
+    pub moe_cache_hits: u64,
+    /// Needed experts uploaded into the cache (every ubatch).
+    pub moe_cache_misses: u64,
+    /// Hit rate of decode (one-token) ubatches.
+    pub moe_cache_hit_rate: f64,
+    /// Hit rate of prompt ubatches.
+    pub moe_cache_hit_rate_prompt: f64,
+    /// Expert bytes uploaded into the cache (part of `h2d_bytes_experts`).
+    pub moe_cache_bytes_uploaded: u64,
+    /// Expert bytes the hits read from the cache instead of host memory.
+    pub moe_cache_bytes_from_bank: u64,
+    /// Experts evicted.
+    pub moe_cache_evictions: u64,
+    /// Reads of the router's ids by the cache (one per cached layer per ubatch).
+    pub moe_cache_id_reads: u64,
+    /// The cache's full counters (text summary only).
+    #[serde(skip)]
+    pub moe_cache: Option<CacheStats>,
 }
 
 /// `b - a`, field by field.
@@ -77,8 +102,33 @@ impl RunSummary {
         }
     }
 
+    /// Fill the cache fields from the cache's counters (`None`: no cache).
+    pub fn set_cache(&mut self, c: Option<CacheStats>) {
+        let Some(c) = c else { return };
+        let t = c.total();
+        self.moe_cache_policy = c.policy.clone();
+        self.moe_cache_mib = c.budget_bytes as f64 / 1048576.0;
+        self.moe_cache_hits = t.hits();
+        self.moe_cache_misses = t.misses();
+        self.moe_cache_hit_rate = t.hit_rate_decode();
+        self.moe_cache_hit_rate_prompt = t.hit_rate_prompt();
+        self.moe_cache_bytes_uploaded = t.bytes_uploaded;
+        self.moe_cache_bytes_from_bank = t.bytes_from_bank;
+        self.moe_cache_evictions = t.evictions;
+        self.moe_cache_id_reads = t.id_reads;
+        self.moe_cache = Some(c);
+    }
+
     /// The summary as llama.cpp-style lines.
     pub fn to_text(&self) -> String {
+        let mut t = self.traffic_text();
+        if let Some(c) = &self.moe_cache {
+            t.push_str(&cache_text(c, &self.device));
+        }
+        t
+    }
+
+    fn traffic_text(&self) -> String {
         let ms = |s: f64| s * 1e3;
         let per = |s: f64, n: usize| if n > 0 { ms(s) / n as f64 } else { 0.0 };
         let mut t = String::new();
@@ -159,4 +209,88 @@ impl RunSummary {
         ));
         t
     }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+fn layer_list(layers: &[u32]) -> String {
+    match (layers.first(), layers.last()) {
+        (Some(a), Some(b)) if (b - a) as usize + 1 == layers.len() && a != b => format!("{a}-{b}"),
+        _ => layers
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+/// The cache's lines: the total, one per group, the worst and best layer.
+pub fn cache_text(c: &CacheStats, device: &str) -> String {
+    let t = c.total();
+    let mut s = format!(
+        "moe cache     = {}, {} on {device}: decode hit rate {} ({} hits, {} misses), prompt hit rate {}; {} uploaded, {} served from the cache, {} evictions, {} id reads\n",
+        c.policy,
+        fmt_bytes(c.budget_bytes as f64),
+        pct(t.hit_rate_decode()),
+        t.hits_decode,
+        t.misses_decode,
+        pct(t.hit_rate_prompt()),
+        fmt_bytes(t.bytes_uploaded as f64),
+        fmt_bytes(t.bytes_from_bank as f64),
+        t.evictions,
+        t.id_reads
+    );
+    for (gi, g) in c.groups.iter().enumerate() {
+        if g.fallback {
+            s.push_str(&format!(
+                "moe cache g{gi}  = layers {}: too small (a budget of {} gives fewer slots than the {} experts a token uses): selective copy instead\n",
+                layer_list(&g.layers),
+                fmt_bytes(c.budget_bytes as f64),
+                g.n_used
+            ));
+            continue;
+        }
+        let gt = c.group_total(gi);
+        let all = g.n_expert as u64 * g.layers.len() as u64;
+        s.push_str(&format!(
+            "moe cache g{gi}  = layers {}: {} slots of {} ({} of the experts, {}), hit rate {} decode / {} prompt, {} uploaded, {} evictions{}\n",
+            layer_list(&g.layers),
+            g.n_slots,
+            fmt_bytes(g.slot_bytes as f64),
+            pct(g.n_slots as f64 / all.max(1) as f64),
+            fmt_bytes(g.bank_bytes as f64),
+            pct(gt.hit_rate_decode()),
+            pct(gt.hit_rate_prompt()),
+            fmt_bytes(gt.bytes_uploaded as f64),
+            gt.evictions,
+            if gt.bypassed > 0 {
+                format!(
+                    ", {} layer-ubatches too large for it ({} experts read from the cache for them)",
+                    gt.bypassed, gt.bypass_reads
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let ran: Vec<(u32, f64)> = c
+        .layers
+        .iter()
+        .filter(|(_, l)| l.hits() + l.misses() > 0)
+        .map(|(&i, l)| (i, l.hit_rate()))
+        .collect();
+    let worst = ran.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    let best = ran.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    if let (Some(w), Some(b)) = (worst, best) {
+        s.push_str(&format!(
+            "moe cache     = worst layer {} ({} hits), best layer {} ({} hits)\n",
+            w.0,
+            pct(w.1),
+            b.0,
+            pct(b.1)
+        ));
+    }
+    s
 }

@@ -213,8 +213,9 @@ impl SimClock {
         t
     }
 
-    /// An op queued on a device stream, lasting `dur_ns`. Returns its
-    /// `(start, end)`.
+    /// An op queued on a device stream, lasting `dur_ns` (on the compute
+    /// stream it counts as device busy; elsewhere, e.g. a copy inside device
+    /// memory on a copy stream, it does not). Returns its `(start, end)`.
     pub fn device_op(
         &self,
         dev: &str,
@@ -227,7 +228,7 @@ impl SimClock {
         let start = st.host.max(st.ready(dev, stream));
         let end = start + dur_ns;
         st.set_ready(dev, stream, end);
-        if dur_ns > 0 {
+        if dur_ns > 0 && stream == Stream::Compute {
             let v = st.compute_busy.entry(dev.to_string()).or_default();
             match v.last_mut() {
                 Some(last) if last.1 == start => last.1 = end,

@@ -127,6 +127,36 @@ impl ExpertCopyPolicy {
     }
 }
 
+impl ExpertCopyPolicy {
+    /// The experts the consumers of `cx`'s input need (each ids tensor read
+    /// once per graph, shared with [`CopyHook::copy_input`]), or `None` when
+    /// the input is not an expert tensor read only by `mul_mat_id`.
+    pub fn used_for_input(&mut self, cx: &HookCtx<'_>) -> Result<Option<Vec<bool>>, HookError> {
+        let g = cx.graph();
+        let src = g.tensor(cx.src());
+        let n_expert = src.ne[2].max(0) as usize;
+        let consumers = cx.consumers();
+        let expert_matmul = n_expert > 1
+            && src.ne[3] == 1
+            && !consumers.is_empty()
+            && consumers.iter().all(|&c| {
+                let t = g.tensor(c);
+                t.op == Op::MulMatId && t.src[0] == cx.dst()
+            });
+        if !expert_matmul {
+            return Ok(None);
+        }
+        let mut used = vec![false; n_expert];
+        for &c in &consumers {
+            let ids = g.tensor(c).src[2];
+            for (u, x) in used.iter_mut().zip(self.used_experts(cx, ids, n_expert)?) {
+                *u |= x;
+            }
+        }
+        Ok(Some(used))
+    }
+}
+
 impl CopyHook for ExpertCopyPolicy {
     fn begin_graph(&mut self) {
         self.used.clear();

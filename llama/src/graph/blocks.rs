@@ -239,15 +239,21 @@ impl GraphBuilder<'_> {
             self.name(weights, "ffn_moe_weights_norm", Some(il));
         }
         let x = self.g.reshape_3d(cur, n_embd, 1, nt);
-        let up_t = self.w(up);
-        let up_y = self.g.mul_mat_id(up_t, x, selected);
+        // the expert cache, when it serves this layer: banks and slots in
+        // place of the host expert tensors and the expert ids
+        let (gate_t, up_t, down_t, ids) = match self.moe_cache_lookup(il, selected) {
+            Some(c) => (c.banks[0], c.banks[1], c.banks[2], c.slots),
+            None => {
+                let (u, g) = (self.w(up), self.w(gate));
+                (g, u, self.w(down), selected)
+            }
+        };
+        let up_y = self.g.mul_mat_id(up_t, x, ids);
         self.name(up_y, "ffn_moe_up", Some(il));
-        let gate_t = self.w(gate);
-        let gate_y = self.g.mul_mat_id(gate_t, x, selected);
+        let gate_y = self.g.mul_mat_id(gate_t, x, ids);
         self.name(gate_y, "ffn_moe_gate", Some(il));
         let par = self.g.swiglu_split(gate_y, up_y);
-        let down_t = self.w(down);
-        let experts = self.g.mul_mat_id(down_t, par, selected);
+        let experts = self.g.mul_mat_id(down_t, par, ids);
         self.name(experts, "ffn_moe_down", Some(il));
         let experts = self.g.mul(experts, weights);
         let (nb1, nb2) = (self.g.tensor(experts).nb[1], self.g.tensor(experts).nb[2]);

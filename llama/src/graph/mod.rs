@@ -11,10 +11,12 @@ pub mod mla;
 pub mod routing;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ggml_core::{Graph, Tensor, TensorData, TensorId};
 
 use crate::model::{Model, WeightId};
+use crate::moe_cache::CacheLayout;
 
 /// A graph under construction over a model's weights: each weight becomes
 /// one leaf, created on first use.
@@ -23,6 +25,11 @@ pub struct GraphBuilder<'m> {
     pub g: Graph,
     /// The model.
     pub model: &'m Model,
+    /// The expert cache the MoE layers read, when there is one.
+    pub moe_cache: Option<Arc<CacheLayout>>,
+    /// Cached layers whose ubatch was too large for their cache (they read
+    /// the host expert tensors instead).
+    pub moe_cache_bypassed: Vec<u32>,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -32,6 +39,8 @@ impl<'m> GraphBuilder<'m> {
         GraphBuilder {
             g: Graph::new(),
             model,
+            moe_cache: None,
+            moe_cache_bypassed: Vec::new(),
             leafs: HashMap::new(),
         }
     }

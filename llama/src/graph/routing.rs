@@ -146,23 +146,32 @@ impl GraphBuilder<'_> {
         let nt = self.g.tensor(cur).ne[1];
         let selected = r.selected;
         let x = self.g.reshape_3d(cur, n_embd, 1, nt);
-        let up_t = self.w(m.up_exps);
-        let mut up = self.g.mul_mat_id(up_t, x, selected);
+        // the expert cache, when it serves this layer: banks and slots in
+        // place of the host expert tensors and the expert ids (the biases
+        // keep the expert ids: their rows are copied by the selective copy)
+        let (gate_t, up_t, down_t, ids) = match self.moe_cache_lookup(il, selected) {
+            Some(c) => (c.banks[0], c.banks[1], c.banks[2], c.slots),
+            None => (
+                self.w(m.gate_exps),
+                self.w(m.up_exps),
+                self.w(m.down_exps),
+                selected,
+            ),
+        };
+        let mut up = self.g.mul_mat_id(up_t, x, ids);
         if let Some(b) = m.up_exps_b {
             let bt = self.w(b);
             up = self.g.add_id(up, bt, selected);
         }
         self.name(up, "ffn_moe_up", Some(il));
-        let gate_t = self.w(m.gate_exps);
-        let mut gate = self.g.mul_mat_id(gate_t, x, selected);
+        let mut gate = self.g.mul_mat_id(gate_t, x, ids);
         if let Some(b) = m.gate_exps_b {
             let bt = self.w(b);
             gate = self.g.add_id(gate, bt, selected);
         }
         self.name(gate, "ffn_moe_gate", Some(il));
         let par = self.g.glu_split(gate, up, act);
-        let down_t = self.w(m.down_exps);
-        let mut experts = self.g.mul_mat_id(down_t, par, selected);
+        let mut experts = self.g.mul_mat_id(down_t, par, ids);
         if let Some(b) = m.down_exps_b {
             let bt = self.w(b);
             experts = self.g.add_id(experts, bt, selected);

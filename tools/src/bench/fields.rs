@@ -101,6 +101,27 @@ pub const SIM_FIELDS: &[(&str, FieldType)] = &[
     ("sim_link_hidden_s", Float),
 ];
 
+/// Our expert-cache fields, written where a device is in use.
+pub const CACHE_FIELDS: &[(&str, FieldType)] = &[
+    ("moe_cache_budget_mib", Float),
+    ("moe_cache_hit_rate", Float),
+    ("moe_cache_hit_rate_prompt", Float),
+    ("moe_cache_bytes_uploaded_per_token", Float),
+];
+
+/// The expert cache's figures of a test (means over the repetitions).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheFields {
+    /// The budget the cache used, MiB (0: no cache).
+    pub budget_mib: f64,
+    /// Hit rate of decode ubatches.
+    pub hit_rate: f64,
+    /// Hit rate of prompt ubatches.
+    pub hit_rate_prompt: f64,
+    /// Bytes uploaded into the cache per token.
+    pub bytes_uploaded_per_token: f64,
+}
+
 /// Simulated-clock figures of a test (every number simulated).
 #[derive(Clone, Debug, Default)]
 pub struct SimStats {
@@ -161,6 +182,8 @@ pub struct TestResult {
     pub traffic: Option<Traffic>,
     /// Simulated-clock figures, on a sim device.
     pub sim: Option<SimStats>,
+    /// Expert-cache figures, where a device is in use.
+    pub cache: Option<CacheFields>,
     /// `--no-expert-copy` was given.
     pub no_expert_copy: bool,
     /// Which of our own parameters were given (aligned with `PARAMS`).
@@ -269,6 +292,17 @@ impl TestResult {
                 out.push((name, ty, v));
             }
         }
+        if let Some(c) = &self.cache {
+            let vals = [
+                c.budget_mib,
+                c.hit_rate,
+                c.hit_rate_prompt,
+                c.bytes_uploaded_per_token,
+            ];
+            for (&(name, ty), v) in CACHE_FIELDS.iter().zip(vals) {
+                out.push((name, ty, format!("{v:.6}")));
+            }
+        }
         if let Some(sm) = &self.sim {
             let vals = [
                 sm.avg_ts,
@@ -347,6 +381,7 @@ pub fn own_columns(p: &Params, insts: &[Instance]) -> Vec<(&'static str, FieldTy
     out.extend_from_slice(MEDIAN_FIELDS);
     if any_dev {
         out.extend_from_slice(TRAFFIC_FIELDS);
+        out.extend_from_slice(CACHE_FIELDS);
     }
     if insts.iter().any(|i| {
         i.device()
@@ -407,6 +442,7 @@ mod tests {
             samples_ns: vec![4_000_000_000, 1_000_000_000, 2_000_000_000],
             traffic: None,
             sim: None,
+            cache: None,
             no_expert_copy: false,
             given: vec![false; PARAMS.len()],
         };

@@ -215,6 +215,31 @@ fn load_mode_ok(v: &Value) -> Result<(), String> {
 
 /// `-dev`: `auto`, `none`, or a device name (`SIM0`, `CUDA0`); llama.cpp's
 /// `/`-separated device sets name one device at most here.
+fn sim_mem_mib(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    if t == "none" {
+        return Ok(t.to_string());
+    }
+    match t.parse::<f64>() {
+        Ok(m) if m.is_finite() && m > 0.0 => Ok(t.to_string()),
+        _ => Err(format!(
+            "'{t}': give the device's memory in MiB, a number > 0, or none"
+        )),
+    }
+}
+
+fn moe_cache_mib(s: &str) -> Result<String, String> {
+    s.trim()
+        .parse::<llama::moe_cache::CacheSize>()
+        .map(|_| s.trim().to_string())
+}
+
+fn moe_cache_policy(s: &str) -> Result<String, String> {
+    s.trim()
+        .parse::<llama::moe_cache::PolicyKind>()
+        .map(|_| s.trim().to_string())
+}
+
 fn sim_profile(s: &str) -> Result<String, String> {
     ggml_core::SimProfile::from_name_or_file(s.trim()).map(|_| s.trim().to_string())
 }
@@ -525,6 +550,57 @@ pub static PARAMS: &[ParamSpec] = &[
         accept: any,
         md: md("sim", 10),
         scope: Scope::Model,
+        ours: true,
+    },
+    ParamSpec {
+        field: "sim_mem_mib",
+        flags: &["--sim-mem-mib"],
+        metavar: "N",
+        help: "memory capacity of a sim device in MiB (none = unlimited)",
+        syntax: Syntax::Text(sim_mem_mib),
+        default: default!(s("none")),
+        accept: any,
+        md: md("sim_mem", 7),
+        scope: Scope::Model,
+        ours: true,
+    },
+    ParamSpec {
+        field: "moe_cache_mib",
+        flags: &["--moe-cache-mib"],
+        metavar: "N|auto",
+        help: "device cache of host experts, MiB per device (0 = off, auto = the device's free memory)",
+        syntax: Syntax::Text(moe_cache_mib),
+        default: default!(s("auto")),
+        accept: any,
+        md: md("cache", 5),
+        scope: Scope::Context,
+        ours: true,
+    },
+    ParamSpec {
+        field: "moe_cache_policy",
+        flags: &["--moe-cache-policy"],
+        metavar: "NAME",
+        help: "eviction policy of the expert cache (lru, slru, lrfu, hlfu)",
+        syntax: Syntax::Text(moe_cache_policy),
+        default: default!(s("lrfu")),
+        accept: any,
+        md: md("policy", 6),
+        scope: Scope::Context,
+        ours: true,
+    },
+    ParamSpec {
+        field: "moe_cache_max_batch",
+        flags: &["--moe-cache-max-batch"],
+        metavar: "N",
+        help: "largest ubatch that uses the expert cache",
+        syntax: Syntax::Ints {
+            min: 1,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(llama::moe_cache::DEFAULT_MAX_BATCH as i64)),
+        accept: any,
+        md: md("cmb", 4),
+        scope: Scope::Context,
         ours: true,
     },
     ParamSpec {

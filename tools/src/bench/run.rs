@@ -13,13 +13,14 @@ use ggml_core::GgmlType;
 use llama::{Context, ContextParams, Model};
 
 use crate::bench::args::Params;
-use crate::bench::fields::{ModelInfo, SimStats, TestResult, Traffic};
+use crate::bench::fields::{CacheFields, ModelInfo, SimStats, TestResult, Traffic};
 use crate::bench::matrix::{instances, Instance};
 use crate::bench::model_desc::model_desc;
 use crate::bench::output::{printer, Plan, Printer};
 use crate::bench::overrides;
 use crate::bench::sysinfo;
 use crate::cli::{self, Loaded, PlacementArgs};
+use llama::moe_cache::{CacheSize, MoeCacheParams};
 
 const TOOL: &str = "llama-bench";
 
@@ -45,6 +46,9 @@ pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
         sim_profile: dev
             .filter(|d| d.to_ascii_uppercase().starts_with("SIM"))
             .map(|_| inst.str("sim_profile").to_string()),
+        sim_mem_mib: Some(inst.str("sim_mem_mib"))
+            .filter(|m| *m != "none")
+            .map(str::to_string),
         ..Default::default()
     }
 }
@@ -255,10 +259,28 @@ fn run_test(
         kv_type_v: Some(kv_type(inst.str("type_v"))?),
         expert_copy: !p.no_expert_copy,
         flash_attn: inst.int("flash_attn") == 1,
+        moe_cache: MoeCacheParams {
+            // -nopo keeps every op on host weights on the CPU: no cache
+            size: if p.no_expert_copy || inst.bool("no_op_offload") {
+                CacheSize::Off
+            } else {
+                inst.str("moe_cache_mib").parse().map_err(|e| {
+                    anyhow::anyhow!("--moe-cache-mib {}: {e}", inst.str("moe_cache_mib"))
+                })?
+            },
+            policy: inst.str("moe_cache_policy").parse().map_err(|e| {
+                anyhow::anyhow!("--moe-cache-policy {}: {e}", inst.str("moe_cache_policy"))
+            })?,
+            max_batch: inst.int("moe_cache_max_batch").max(1) as usize,
+        },
         ..ContextParams::default()
     };
-    let mut ctx =
-        Context::new(Arc::clone(model), params).context("failed to create the context")?;
+    let mut ctx = Context::new(Arc::clone(model), params).with_context(|| {
+        format!(
+            "failed to create the context (--moe-cache-mib {})",
+            inst.str("moe_cache_mib")
+        )
+    })?;
     let test_time = sysinfo::iso_now();
     if p.delay > 0 {
         std::thread::sleep(Duration::from_secs(p.delay));
@@ -276,6 +298,7 @@ fn run_test(
     }
     let mut samples_ns = Vec::with_capacity(p.reps);
     let mut traffic = Traffic::default();
+    let mut cache: Option<CacheFields> = None;
     let clock = ctx.sim_clock();
     let mut sim = clock.as_ref().map(|c| SimStats {
         profile: c.profile().name.clone(),
@@ -320,6 +343,17 @@ fn run_test(
         traffic.full_copy += st.h2d_bytes_full_copy as f64 / n_tok;
         traffic.other += st.h2d_bytes_other as f64 / n_tok;
         traffic.experts_copied += st.experts_copied as f64 / n_tok;
+        if let Some(c) = ctx.moe_cache_stats() {
+            let t = c.total();
+            let r = p.reps as f64;
+            let f = cache.get_or_insert_with(|| CacheFields {
+                budget_mib: c.budget_bytes as f64 / 1048576.0,
+                ..CacheFields::default()
+            });
+            f.hit_rate += t.hit_rate_decode() / r;
+            f.hit_rate_prompt += t.hit_rate_prompt() / r;
+            f.bytes_uploaded_per_token += t.bytes_uploaded as f64 / ((np + ng) as f64 * r);
+        }
     }
     if let (Some(c), Some(path)) = (&clock, &p.timeline_out) {
         let t = c.take_timeline();
@@ -340,6 +374,7 @@ fn run_test(
     }
     Ok(TestResult {
         sim,
+        cache: inst.device().map(|_| cache.unwrap_or_default()),
         inst: inst.clone(),
         model: info.clone(),
         test_time,

@@ -14,7 +14,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use ggml_core::GgmlType;
 use llama::{Context, Sampler, SamplerParams};
-use tools::cli::{self, BatchArgs, PlacementArgs};
+use tools::cli::{self, BatchArgs, MoeCacheArgs, PlacementArgs};
 use tools::progress::Progress;
 use tools::simtime::SimRun;
 use tools::stream::Utf8Stream;
@@ -115,6 +115,9 @@ struct Args {
 
     #[command(flatten)]
     placement: PlacementArgs,
+
+    #[command(flatten)]
+    moe_cache: MoeCacheArgs,
 
     /// do not process escapes in -p (\n, \t, \\, ...)
     #[arg(long = "no-escape")]
@@ -314,6 +317,8 @@ fn check_args(a: &Args) -> Result<()> {
     if a.placement.offload_min_batch == 0 {
         bail!("--offload-min-batch must be at least 1");
     }
+    a.moe_cache.params(&a.placement)?;
+    a.placement.sim_mem_bytes()?;
     Ok(())
 }
 
@@ -396,7 +401,8 @@ fn run(a: &Args) -> Result<()> {
         eprint!("{}", cli::placement_table(model));
     }
 
-    let ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
+    let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
+    ctx_params.moe_cache = a.moe_cache.params(&a.placement)?;
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
 
     let mut sim = ctx
@@ -562,6 +568,7 @@ fn run(a: &Args) -> Result<()> {
         r.write_timeline(p)?;
     }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
+    s.set_cache(ctx.moe_cache_stats());
     eprintln!();
     eprint!("{}", s.to_text());
     if let Some(p) = &a.stats_out {

@@ -1,0 +1,402 @@
+//! The copy-hook side of the cache. [`MoeCacheHook`] is the scheduler's one
+//! hook: slot maps go to the cache, every other host weight to the
+//! selective expert copy ([`crate::expert_copy`]).
+//!
+//! For a slot map (offered because its `get_rows` lookup heads a device
+//! split), the hook reads the layer's router ids once, validates them,
+//! asks the group's [`SlotBank`] for hits and misses, uploads each run of
+//! misses with one ranged write per role straight into the banks, and then
+//! writes the map, so that the lookup reads slots that hold the experts.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ggml_core::backend::copy_bytes;
+use ggml_core::{GgmlType, Op};
+use ggml_sched::{CopyHook, HookCtx, HookError};
+
+use super::bank::{upload_runs, SlotBank};
+use super::layout::CacheLayout;
+use super::policy::PolicyKind;
+use super::stats::{CacheStats, LayerCacheStats};
+use crate::expert_copy::{ExpertCopyPolicy, PolicyShared};
+
+/// The cache's state, shared by the hook (owned by the scheduler) and the
+/// context.
+pub struct CacheShared {
+    /// The buffers and the per-layer view.
+    pub layout: Arc<CacheLayout>,
+    /// Slot state per group (`None` for a group that falls back).
+    pub banks: Vec<Option<SlotBank>>,
+    /// Counters.
+    pub stats: CacheStats,
+    policy: PolicyKind,
+    n_tokens: u32,
+}
+
+impl CacheShared {
+    /// State for `layout`, every group evicting by `policy`.
+    pub fn new(layout: Arc<CacheLayout>, policy: PolicyKind, budget_bytes: u64) -> CacheShared {
+        let banks = layout
+            .groups
+            .iter()
+            .map(|g| {
+                (!g.fallback).then(|| {
+                    SlotBank::new(
+                        &g.layers,
+                        g.n_expert,
+                        g.n_slots,
+                        policy.build(g.n_slots as usize),
+                    )
+                })
+            })
+            .collect();
+        let mut stats = CacheStats {
+            policy: policy.name().to_string(),
+            budget_bytes,
+            groups: layout.groups.clone(),
+            ..CacheStats::default()
+        };
+        for l in layout.layers.iter().flatten() {
+            stats.layers.insert(l.layer, LayerCacheStats::default());
+        }
+        CacheShared {
+            layout,
+            banks,
+            stats,
+            policy,
+            n_tokens: 0,
+        }
+    }
+
+    /// A ubatch of `n_tokens` tokens is about to be computed.
+    pub fn begin_ubatch(&mut self, n_tokens: usize) {
+        self.n_tokens = n_tokens as u32;
+        if !self.layout.any_cached() {
+            return;
+        }
+        if n_tokens > self.layout.max_batch {
+            self.stats.ubatches_over_max_batch += 1;
+        } else {
+            self.stats.ubatches += 1;
+        }
+        // time advances for every ubatch, served or not
+        for b in self.banks.iter_mut().flatten() {
+            b.begin_ubatch(n_tokens as u32);
+        }
+    }
+
+    /// The graph just built reads the host experts of these cached layers:
+    /// their ubatch was too large for their cache.
+    pub fn note_bypassed(&mut self, layers: &[u32]) {
+        for &l in layers {
+            self.stats.layers.entry(l).or_default().bypassed += 1;
+        }
+    }
+
+    /// Forget everything group `g` holds (after a failed upload, so that no
+    /// map names a slot whose bytes did not arrive).
+    pub fn reset_group(&mut self, g: usize) {
+        if let (Some(slot), Some(info)) = (self.banks.get_mut(g), self.layout.groups.get(g)) {
+            if slot.is_some() {
+                *slot = Some(SlotBank::new(
+                    &info.layers,
+                    info.n_expert,
+                    info.n_slots,
+                    self.policy.build(info.n_slots as usize),
+                ));
+            }
+        }
+    }
+
+    /// Check every bank's invariants (tests).
+    pub fn check(&self) -> Result<(), String> {
+        for b in self.banks.iter().flatten() {
+            b.check()?;
+        }
+        Ok(())
+    }
+}
+
+/// The scheduler's copy hook: the expert cache and the selective copy.
+pub struct MoeCacheHook {
+    copy: ExpertCopyPolicy,
+    copy_shared: Arc<Mutex<PolicyShared>>,
+    cache: Option<Arc<Mutex<CacheShared>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // a poisoned lock only means a test panicked mid-update
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl MoeCacheHook {
+    /// The hook over the selective copy's state and, when there is one, the
+    /// cache's.
+    pub fn new(
+        copy_shared: Arc<Mutex<PolicyShared>>,
+        cache: Option<Arc<Mutex<CacheShared>>>,
+    ) -> MoeCacheHook {
+        MoeCacheHook {
+            copy: ExpertCopyPolicy::new(Arc::clone(&copy_shared)),
+            copy_shared,
+            cache,
+        }
+    }
+
+    /// The cached layer whose slot map `cx` offers.
+    fn map_layer(cache: &CacheShared, cx: &HookCtx<'_>) -> Option<usize> {
+        let d = cx.graph().data_of(cx.src())?;
+        let mb = &cache.layout.map_buffer;
+        if !std::ptr::addr_eq(Arc::as_ptr(&d.buffer), Arc::as_ptr(mb)) {
+            return None;
+        }
+        cache
+            .layout
+            .layers
+            .iter()
+            .flatten()
+            .find(|l| l.map.offset == d.offset)
+            .map(|l| l.layer as usize)
+    }
+
+    fn serve_map(
+        &mut self,
+        cache: &mut CacheShared,
+        layer: usize,
+        cx: &mut HookCtx<'_>,
+    ) -> Result<bool, HookError> {
+        let g = cx.graph();
+        let Some(lc) = cache.layout.layers[layer].clone() else {
+            return Err(HookError::msg(format!("layer {layer} is not cached")));
+        };
+        let consumers = cx.consumers();
+        let ids = match consumers.as_slice() {
+            [c] if g.tensor(*c).op == Op::GetRows && g.tensor(*c).src[0] == cx.dst() => {
+                g.tensor(*c).src[1]
+            }
+            _ => {
+                return Err(HookError::msg(format!(
+                    "the slot map of layer {layer} must be read by exactly one get_rows"
+                )))
+            }
+        };
+        // the lookup heads its split (it reads a host weight), so the ids
+        // come from an earlier split; refuse clearly if a graph breaks that
+        let mut producer = ids;
+        while let Some(v) = g.tensor(producer).view_src {
+            producer = v;
+        }
+        if cx.nodes().contains(&producer) {
+            return Err(HookError::msg(format!(
+                "the expert ids of layer {layer} are computed in the same split as their slot lookup"
+            )));
+        }
+        let t = g.tensor(ids);
+        if t.ty != GgmlType::I32 {
+            return Err(HookError::msg(format!(
+                "expert ids '{}' are {}, not i32",
+                t.name, t.ty
+            )));
+        }
+        let raw = cx.read_tensor(ids)?;
+        let mut vals: Vec<i32> = raw
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if let Some(f) = lock(&self.copy_shared).id_filter.as_mut() {
+            f(&mut vals);
+        }
+        let n_expert = lc.n_expert;
+        let mut experts = Vec::with_capacity(vals.len());
+        for (i, &id) in vals.iter().enumerate() {
+            if id < 0 || id as u32 >= n_expert {
+                return Err(HookError::msg(format!(
+                    "expert id {id} at position {i} of '{}' is out of range (the layer has {n_expert} experts)",
+                    g.tensor(producer).name
+                )));
+            }
+            experts.push(id as u32);
+        }
+        let Some(bank) = cache.banks.get_mut(lc.group).and_then(|b| b.as_mut()) else {
+            return Err(HookError::msg(format!("layer {layer}'s group has no bank")));
+        };
+        let acc = bank
+            .access(layer as u32, &experts)
+            .map_err(HookError::msg)?;
+        let mut uploaded = 0u64;
+        let mut writes = 0u64;
+        let mut upload = || -> Result<(), HookError> {
+            for run in upload_runs(&acc.misses) {
+                for r in 0..3 {
+                    let eb = lc.expert_bytes[r];
+                    let len = run.n as usize * eb;
+                    copy_bytes(
+                        &lc.host[r],
+                        run.expert as usize * eb,
+                        &lc.banks[r].0,
+                        run.slot as usize * eb,
+                        len,
+                    )?;
+                    uploaded += len as u64;
+                    writes += 1;
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = upload() {
+            // the planned slots did not all receive their experts
+            cache.reset_group(lc.group);
+            return Err(e);
+        }
+        let Some(bank) = cache.banks.get_mut(lc.group).and_then(|b| b.as_mut()) else {
+            return Err(HookError::msg(format!("layer {layer}'s group has no bank")));
+        };
+        let map: Vec<u8> = bank
+            .slot_map(layer as u32)
+            .unwrap_or(&[])
+            .iter()
+            .flat_map(|s| s.to_le_bytes())
+            .collect();
+        cx.write_async(0, &map)?;
+        let slot_bytes: u64 = lc.expert_bytes.iter().map(|&b| b as u64).sum();
+        let st = cache.stats.layers.entry(layer as u32).or_default();
+        let (h, m) = (acc.hits.len() as u64, acc.misses.len() as u64);
+        if cache.n_tokens <= 1 {
+            st.hits_decode += h;
+            st.misses_decode += m;
+        } else {
+            st.hits_prompt += h;
+            st.misses_prompt += m;
+        }
+        st.bytes_uploaded += uploaded;
+        st.bytes_from_bank += h * slot_bytes;
+        st.evictions += acc.evicted.len() as u64;
+        st.id_reads += 1;
+        st.writes += writes;
+        Ok(true)
+    }
+}
+
+impl MoeCacheHook {
+    /// The cached layer and role whose host expert tensor `cx` offers.
+    fn host_role(cache: &CacheShared, cx: &HookCtx<'_>) -> Option<(usize, usize)> {
+        let d = cx.graph().data_of(cx.src())?;
+        cache.layout.layers.iter().flatten().find_map(|l| {
+            l.host
+                .iter()
+                .position(|h| {
+                    std::ptr::addr_eq(Arc::as_ptr(&h.buffer), Arc::as_ptr(&d.buffer))
+                        && h.offset == d.offset
+                })
+                .map(|r| (l.layer as usize, r))
+        })
+    }
+
+    /// A ubatch too large for the cache reads a cached layer's host expert
+    /// tensor: the experts the bank holds are copied device to device, the
+    /// others from host memory (runs, padded as the selective copy pads);
+    /// nothing is inserted. `None`: leave it to the selective copy.
+    fn serve_bypass(
+        &mut self,
+        cache: &mut CacheShared,
+        layer: usize,
+        role: usize,
+        cx: &mut HookCtx<'_>,
+    ) -> Result<Option<bool>, HookError> {
+        if lock(&self.copy_shared).disabled {
+            return Ok(None);
+        }
+        let Some(used) = self.copy.used_for_input(cx)? else {
+            return Ok(None);
+        };
+        let Some(lc) = cache.layout.layers[layer].clone() else {
+            return Ok(None);
+        };
+        let Some(bank) = cache.banks.get(lc.group).and_then(|b| b.as_ref()) else {
+            return Ok(None);
+        };
+        let map = bank.slot_map(layer as u32).unwrap_or(&[]);
+        let from_bank: Vec<(u32, u32)> = used
+            .iter()
+            .enumerate()
+            .filter(|(_, &u)| u)
+            .filter_map(|(e, _)| {
+                map.get(e)
+                    .filter(|&&s| s >= 0)
+                    .map(|&s| (e as u32, s as u32))
+            })
+            .collect();
+        if from_bank.is_empty() {
+            return Ok(None);
+        }
+        let Some(dst) = cx.graph().data_of(cx.dst()) else {
+            return Ok(None);
+        };
+        let eb = lc.expert_bytes[role];
+        let total = cx.nbytes();
+        let overhang = cx.read_overhang();
+        let mut host_used = used.clone();
+        let mut served = 0u64;
+        for run in upload_runs(&from_bank) {
+            let len = run.n as usize * eb;
+            let done = cx.backend().copy_within(
+                &lc.banks[role].0,
+                run.slot as usize * eb,
+                &dst,
+                run.expert as usize * eb,
+                len,
+            )?;
+            if done {
+                served += run.n as u64;
+                for e in run.expert..run.expert + run.n {
+                    host_used[e as usize] = false;
+                }
+                let end = (run.expert + run.n) as usize * eb;
+                if overhang > 0 && end < total {
+                    cx.copy_range(end, overhang.min(total - end))?;
+                }
+            }
+        }
+        if served == 0 {
+            return Ok(None);
+        }
+        for r in crate::expert_copy::runs::copy_ranges(&host_used, eb, total, overhang) {
+            cx.copy_range(r.start, r.len())?;
+        }
+        {
+            let mut s = lock(&self.copy_shared);
+            s.stats.inputs += 1;
+            s.stats.full_bytes += total as u64;
+            s.stats.experts_full += used.len() as u64;
+            s.stats.bytes += cx.bytes_written();
+            s.stats.experts_copied += host_used.iter().filter(|&&u| u).count() as u64;
+        }
+        let st = cache.stats.layers.entry(layer as u32).or_default();
+        st.bytes_from_bank += served * eb as u64;
+        if role == 0 {
+            st.bypass_reads += served;
+        }
+        Ok(Some(true))
+    }
+}
+
+impl CopyHook for MoeCacheHook {
+    fn begin_graph(&mut self) {
+        self.copy.begin_graph();
+    }
+
+    fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError> {
+        if let Some(c) = self.cache.clone() {
+            let mut cache = lock(&c);
+            if let Some(layer) = Self::map_layer(&cache, cx) {
+                return self.serve_map(&mut cache, layer, cx);
+            }
+            if let Some((layer, role)) = Self::host_role(&cache, cx) {
+                if let Some(h) = self.serve_bypass(&mut cache, layer, role, cx)? {
+                    return Ok(h);
+                }
+            }
+        }
+        self.copy.copy_input(cx)
+    }
+}

@@ -1,0 +1,328 @@
+//! Where the cache's memory is: groups of layers with equal expert shapes,
+//! their slot counts for a budget, and the buffers (banks on the device,
+//! slot maps in host weights memory, the lookups' results on the device).
+
+use std::sync::Arc;
+
+use ggml_core::{Backend, Buffer, BufferUsage, GgmlType, Tensor, TensorData};
+
+use super::stats::GroupInfo;
+use crate::error::{LlamaError, Result};
+use crate::model::{Model, WeightId};
+use crate::placement::Target;
+
+/// Alignment of every bank and map inside its buffer.
+pub const ALIGN: usize = 256;
+
+/// The three expert roles of a layer, in this order.
+pub const ROLES: [&str; 3] = ["gate", "up", "down"];
+
+/// One expert tensor role of a group: type, shape, bytes per expert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RoleShape {
+    /// Element type.
+    pub ty: GgmlType,
+    /// `ne[0]`, `ne[1]` of the expert tensor.
+    pub ne01: [i64; 2],
+    /// Bytes per expert (`nb[2]`).
+    pub expert_bytes: usize,
+}
+
+/// Layers whose experts can share banks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupShape {
+    /// Layers, ascending.
+    pub layers: Vec<u32>,
+    /// Gate, up and down.
+    pub roles: [RoleShape; 3],
+    /// Experts per layer.
+    pub n_expert: u32,
+    /// Experts the router picks per token.
+    pub n_used: u32,
+}
+
+impl GroupShape {
+    /// Bytes of one slot over the three roles.
+    pub fn slot_bytes(&self) -> u64 {
+        self.roles.iter().map(|r| r.expert_bytes as u64).sum()
+    }
+
+    /// Bytes of every expert of every layer of the group.
+    pub fn full_bytes(&self) -> u64 {
+        self.slot_bytes() * self.n_expert as u64 * self.layers.len() as u64
+    }
+
+    /// Device bytes of the banks for `n_slots` slots (one pad slot per
+    /// bank, each bank aligned).
+    pub fn bank_bytes(&self, n_slots: u32) -> u64 {
+        self.roles
+            .iter()
+            .map(|r| ((n_slots as usize + 1) * r.expert_bytes).next_multiple_of(ALIGN) as u64)
+            .sum()
+    }
+
+    /// Most slots whose banks fit in `bytes`, at most one per expert of
+    /// the group.
+    pub fn slots_for(&self, bytes: u64) -> u32 {
+        let max = self.n_expert as u64 * self.layers.len() as u64;
+        let mut n = (bytes / self.slot_bytes().max(1)).min(max) as u32;
+        while n > 0 && self.bank_bytes(n) > bytes {
+            n -= 1;
+        }
+        n
+    }
+}
+
+/// The gate, up and down expert tensors of a MoE layer (`None` for a dense
+/// layer).
+fn roles_of(model: &Model, il: usize) -> Option<[WeightId; 3]> {
+    let m = model.layers[il].moe()?;
+    Some([m.gate_exps, m.up_exps, m.down_exps])
+}
+
+/// The groups of a model: layers whose three expert tensors are all in
+/// host memory, grouped by equal role shapes (in order of first layer).
+pub fn model_groups(model: &Model) -> Vec<GroupShape> {
+    let hp = &model.hparams;
+    let mut groups: Vec<GroupShape> = Vec::new();
+    for il in 0..model.layers.len() {
+        let Some(roles) = roles_of(model, il) else {
+            continue;
+        };
+        let ws = roles.map(|w| model.weight(w));
+        if !ws.iter().all(|w| w.target == Target::Host && w.ne[3] == 1) {
+            continue;
+        }
+        let roles = ws.map(|w| {
+            let t = Tensor::new(w.ty, w.ne);
+            RoleShape {
+                ty: w.ty,
+                ne01: [w.ne[0], w.ne[1]],
+                expert_bytes: t.nb[2],
+            }
+        });
+        let n_expert = ws[0].ne[2] as u32;
+        if ws.iter().any(|w| w.ne[2] as u32 != n_expert) || n_expert < 2 {
+            continue;
+        }
+        match groups
+            .iter_mut()
+            .find(|g| g.roles == roles && g.n_expert == n_expert)
+        {
+            Some(g) => g.layers.push(il as u32),
+            None => groups.push(GroupShape {
+                layers: vec![il as u32],
+                roles,
+                n_expert,
+                n_used: hp.n_expert_used as u32,
+            }),
+        }
+    }
+    groups
+}
+
+/// Slots per group for a budget of `budget` bytes: each group gets a share
+/// in proportion to its experts' bytes.
+pub fn split_budget(groups: &[GroupShape], budget: u64) -> Vec<u32> {
+    let total: u128 = groups.iter().map(|g| g.full_bytes() as u128).sum();
+    let total_all = bytes_for_all(groups);
+    groups
+        .iter()
+        .map(|g| {
+            let share = (budget as u128 * g.full_bytes() as u128)
+                .checked_div(total)
+                .map_or(0, |v| v as u64);
+            // a budget that holds everything gives every group everything
+            let all = g.bank_bytes(g.n_expert * g.layers.len() as u32);
+            g.slots_for(if budget >= total_all { all } else { share })
+        })
+        .collect()
+}
+
+/// Device bytes every group needs to hold all its experts.
+pub fn bytes_for_all(groups: &[GroupShape]) -> u64 {
+    groups
+        .iter()
+        .map(|g| g.bank_bytes(g.n_expert * g.layers.len() as u32))
+        .sum()
+}
+
+/// A cached layer, as the graph sees it.
+#[derive(Clone, Debug)]
+pub struct LayerCache {
+    /// Layer index.
+    pub layer: u32,
+    /// Its group.
+    pub group: usize,
+    /// Banks (gate, up, down): memory, type, shape `[ne0, ne1, n_slots, 1]`.
+    pub banks: [(TensorData, GgmlType, [i64; 4]); 3],
+    /// The host weights' memory of the layer's expert tensors (gate, up, down).
+    pub host: [TensorData; 3],
+    /// Bytes per expert (gate, up, down).
+    pub expert_bytes: [usize; 3],
+    /// The slot map: I32 `[1, n_expert]` in host weights memory.
+    pub map: TensorData,
+    /// Device memory for the lookup's result (I32, `n_used * max_batch`).
+    pub slots: TensorData,
+    /// Experts per layer.
+    pub n_expert: u32,
+    /// Largest ubatch the layer's cache serves: `max_batch`, or fewer so
+    /// that one ubatch's experts always fit (`n_slots / n_used` tokens).
+    pub max_tokens: usize,
+}
+
+/// Every buffer of the cache and the per-layer view of it.
+pub struct CacheLayout {
+    /// Per model layer: its cache, when cached.
+    pub layers: Vec<Option<LayerCache>>,
+    /// Groups as configured.
+    pub groups: Vec<GroupInfo>,
+    /// The shapes of the groups.
+    pub shapes: Vec<GroupShape>,
+    /// The slot maps' host buffer.
+    pub map_buffer: Arc<dyn Buffer>,
+    /// Largest ubatch that uses the cache.
+    pub max_batch: usize,
+    _banks: Vec<Arc<dyn Buffer>>,
+    _slots: Option<Arc<dyn Buffer>>,
+}
+
+fn oom(what: &str, budget: u64, e: ggml_core::BackendError) -> LlamaError {
+    LlamaError::Invalid(format!(
+        "--moe-cache-mib: the expert cache ({what}, budget {:.2} MiB) does not fit: {e}",
+        budget as f64 / 1048576.0
+    ))
+}
+
+impl CacheLayout {
+    /// Lay out a cache of `budget` bytes for `model`'s groups on `device`,
+    /// slot maps in `host` memory; lookups of up to `max_batch` tokens.
+    pub fn new(
+        model: &Model,
+        device: &Arc<dyn Backend>,
+        host: &Arc<dyn Backend>,
+        budget: u64,
+        max_batch: usize,
+    ) -> Result<CacheLayout> {
+        let shapes = model_groups(model);
+        let slots = split_budget(&shapes, budget);
+        let n_layer = model.layers.len();
+        let mut layers: Vec<Option<LayerCache>> = vec![None; n_layer];
+        let mut groups = Vec::new();
+        let mut banks = Vec::new();
+        let n_expert = model.hparams.n_expert;
+        let map_stride = (n_expert * 4).next_multiple_of(ALIGN);
+        let map_buffer = host
+            .alloc_buffer(map_stride * n_layer.max(1), BufferUsage::Weights)
+            .map_err(|e| oom("slot maps", budget, e))?;
+        let minus_one: Vec<u8> = (0..n_expert).flat_map(|_| (-1i32).to_le_bytes()).collect();
+        let n_used = model.hparams.n_expert_used.max(1);
+        let slot_stride = (n_used * max_batch.max(1) * 4).next_multiple_of(ALIGN);
+        let mut cached_layers = Vec::new();
+        for (gi, (g, &n_slots)) in shapes.iter().zip(&slots).enumerate() {
+            let fallback = n_slots < g.n_used || n_slots == 0;
+            let bank_bytes = if fallback { 0 } else { g.bank_bytes(n_slots) };
+            groups.push(GroupInfo {
+                layers: g.layers.clone(),
+                n_slots: if fallback { 0 } else { n_slots },
+                n_expert: g.n_expert,
+                n_used: g.n_used,
+                slot_bytes: g.slot_bytes(),
+                bank_bytes,
+                fallback,
+            });
+            if fallback {
+                continue;
+            }
+            let buf = device
+                .alloc_buffer(bank_bytes as usize, BufferUsage::Weights)
+                .map_err(|e| oom(&format!("banks of {n_slots} slots"), budget, e))?;
+            let mut off = 0usize;
+            let mut bank = Vec::new();
+            for r in &g.roles {
+                bank.push((
+                    TensorData {
+                        buffer: Arc::clone(&buf),
+                        offset: off,
+                    },
+                    r.ty,
+                    [r.ne01[0], r.ne01[1], n_slots as i64, 1],
+                ));
+                off += ((n_slots as usize + 1) * r.expert_bytes).next_multiple_of(ALIGN);
+            }
+            banks.push(buf);
+            for &l in &g.layers {
+                cached_layers.push((
+                    l,
+                    gi,
+                    [bank[0].clone(), bank[1].clone(), bank[2].clone()],
+                    max_batch.min((n_slots / g.n_used.max(1)) as usize),
+                ));
+            }
+        }
+        let slots_buf = if cached_layers.is_empty() {
+            None
+        } else {
+            Some(
+                device
+                    .alloc_buffer(slot_stride * n_layer, BufferUsage::Compute)
+                    .map_err(|e| oom("lookup results", budget, e))?,
+            )
+        };
+        for (l, gi, bank, max_tokens) in cached_layers {
+            let li = l as usize;
+            map_buffer.write(li * map_stride, &minus_one)?;
+            let Some(roles) = roles_of(model, li) else {
+                continue;
+            };
+            let ws = roles.map(|w| model.weight(w));
+            let Some(sb) = &slots_buf else { break };
+            layers[li] = Some(LayerCache {
+                layer: l,
+                group: gi,
+                banks: bank,
+                host: ws.map(|w| w.data.clone()),
+                expert_bytes: shapes[gi].roles.map(|r| r.expert_bytes),
+                map: TensorData {
+                    buffer: Arc::clone(&map_buffer),
+                    offset: li * map_stride,
+                },
+                slots: TensorData {
+                    buffer: Arc::clone(sb),
+                    offset: li * slot_stride,
+                },
+                n_expert: n_expert as u32,
+                max_tokens,
+            });
+        }
+        Ok(CacheLayout {
+            layers,
+            groups,
+            shapes,
+            map_buffer,
+            max_batch,
+            _banks: banks,
+            _slots: slots_buf,
+        })
+    }
+
+    /// The cached layer `il`, for a ubatch of `n_tokens` tokens (none when
+    /// the ubatch is larger than the layer serves: see
+    /// [`LayerCache::max_tokens`]).
+    pub fn layer_for(&self, il: usize, n_tokens: usize) -> Option<&LayerCache> {
+        self.layers
+            .get(il)?
+            .as_ref()
+            .filter(|l| n_tokens <= l.max_tokens)
+    }
+
+    /// Whether any layer is cached.
+    pub fn any_cached(&self) -> bool {
+        self.layers.iter().any(|l| l.is_some())
+    }
+
+    /// Device bytes of the banks.
+    pub fn bank_bytes(&self) -> u64 {
+        self.groups.iter().map(|g| g.bank_bytes).sum()
+    }
+}

@@ -1,0 +1,150 @@
+//! The device cache of host experts (upstream llama.cpp's MoE cache, on
+//! this project's scheduler hook).
+//!
+//! When a model's expert tensors live in host memory and a device computes
+//! with them, every token would copy its experts again. The cache keeps
+//! recently used experts in device memory instead:
+//!
+//! - **Groups and banks** ([`layout`]): the cached layers of a device whose
+//!   expert tensors share type, shape and expert stride form a group; each
+//!   group has one bank per role (gate, up, down) shaped
+//!   `[ne0, ne1, n_slots]` in a device weights buffer (plus one pad slot,
+//!   for kernels that read past the last expert). All layers of a group
+//!   share the slots and one eviction policy keyed by `(layer, expert)`.
+//! - **Slot maps**: each cached layer has an I32 map `[n_expert]` (slot of
+//!   each expert, or -1) in a host weights buffer. The graph computes
+//!   `slots = get_rows(slot_map, ids)` on the device, then the unmodified
+//!   `mul_mat_id(bank, x, slots)` ([`graph`]): no new op, no new kernel.
+//! - **The hook** ([`hook`]): because the map is a host weight, the
+//!   scheduler offers it to the copy hook. The hook reads the layer's ids
+//!   (computed by an earlier split: the lookup heads its split), plans hits
+//!   and misses with the group's [`bank::SlotBank`], uploads the misses in
+//!   merged runs straight into the banks, and writes the map last.
+//! - **Policies** ([`policy`]): pure functions of the access sequence, so
+//!   a routing-trace replay ([`replay`]) runs this very code.
+//!
+//! Ubatches of more than `max_batch` tokens do not use the cache (their
+//! expert matmuls take the selective copy, or the CPU); a group with fewer
+//! slots than the router picks per token falls back to the selective copy.
+
+pub mod bank;
+pub mod graph;
+pub mod hook;
+pub mod layout;
+pub mod policy;
+pub mod replay;
+pub mod stats;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use bank::{upload_runs, BankError, LayerAccess, SlotBank, UploadRun};
+pub use hook::{CacheShared, MoeCacheHook};
+pub use layout::{CacheLayout, GroupShape, LayerCache};
+pub use policy::{Key, Policy, PolicyKind};
+pub use stats::{CacheStats, GroupInfo, LayerCacheStats};
+
+/// Default largest ubatch that uses (and fills) the cache (upstream: 32).
+pub const DEFAULT_MAX_BATCH: usize = 32;
+
+/// How big the cache is, per device (`--moe-cache-mib`).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum CacheSize {
+    /// No cache (`0`).
+    #[default]
+    Off,
+    /// The device's free memory after the graph's (`auto`); every expert
+    /// when the device's memory is unknown or unlimited.
+    Auto,
+    /// A budget in bytes.
+    Bytes(u64),
+}
+
+impl CacheSize {
+    /// A budget of `mib` MiB (0 = off).
+    pub fn mib(mib: f64) -> CacheSize {
+        let b = (mib * 1024.0 * 1024.0) as u64;
+        if b == 0 {
+            CacheSize::Off
+        } else {
+            CacheSize::Bytes(b)
+        }
+    }
+}
+
+impl fmt::Display for CacheSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CacheSize::Off => f.write_str("0"),
+            CacheSize::Auto => f.write_str("auto"),
+            CacheSize::Bytes(b) => {
+                let mib = *b as f64 / (1024.0 * 1024.0);
+                if mib.fract() == 0.0 {
+                    write!(f, "{mib:.0}")
+                } else {
+                    write!(f, "{mib}")
+                }
+            }
+        }
+    }
+}
+
+impl FromStr for CacheSize {
+    type Err = String;
+    /// `auto`, `0`, or a size in MiB (a non-negative number, fractions allowed).
+    fn from_str(s: &str) -> Result<CacheSize, String> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("auto") {
+            return Ok(CacheSize::Auto);
+        }
+        match t.parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(CacheSize::mib(v)),
+            Ok(_) => Err(format!(
+                "'{s}' is not a cache size: give MiB as a number >= 0, or auto"
+            )),
+            Err(_) => Err(format!(
+                "'{s}' is not a number of MiB (give a number >= 0, or auto)"
+            )),
+        }
+    }
+}
+
+/// The cache's settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeCacheParams {
+    /// Budget per device (`--moe-cache-mib`).
+    pub size: CacheSize,
+    /// Eviction policy (`--moe-cache-policy`).
+    pub policy: PolicyKind,
+    /// Largest ubatch that uses the cache (`--moe-cache-max-batch`).
+    pub max_batch: usize,
+}
+
+impl Default for MoeCacheParams {
+    /// Off (the library's default; the tools default to `auto`).
+    fn default() -> Self {
+        MoeCacheParams {
+            size: CacheSize::Off,
+            policy: PolicyKind::default(),
+            max_batch: DEFAULT_MAX_BATCH,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_or_fail_naming_the_value() {
+        assert_eq!("auto".parse::<CacheSize>(), Ok(CacheSize::Auto));
+        assert_eq!("0".parse::<CacheSize>(), Ok(CacheSize::Off));
+        assert_eq!("8".parse::<CacheSize>(), Ok(CacheSize::Bytes(8 << 20)));
+        assert_eq!("0.5".parse::<CacheSize>(), Ok(CacheSize::Bytes(1 << 19)));
+        let e = "-3".parse::<CacheSize>().unwrap_err();
+        assert!(e.contains("'-3'") && e.contains(">= 0"), "{e}");
+        let e = "abc".parse::<CacheSize>().unwrap_err();
+        assert!(e.contains("'abc'") && e.contains("not a number"), "{e}");
+        assert_eq!(CacheSize::Bytes(8 << 20).to_string(), "8");
+    }
+}

@@ -1,0 +1,79 @@
+//! The expert cache on a CUDA device: banks in device memory, the slot
+//! lookup as a device `get_rows`; the fixtures' logits within llama.cpp's
+//! bounds for every policy, a cache of all and of a few experts, ubatches
+//! of 7 (so that prompts fill the cache too). Without a CUDA driver the
+//! test prints why it skipped.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{nmse, Fixture, MODELS};
+use llama::device::open_device;
+use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
+use llama::placement::Placement;
+use llama::{Context, ContextParams, Model, ModelParams};
+
+#[test]
+fn fixtures_on_cuda0_with_the_expert_cache() {
+    if let Some(why) = ggml_cuda::unavailable_reason() {
+        println!("skipped: {why}");
+        return;
+    }
+    for name in MODELS {
+        let fx = Fixture::load(name);
+        let params = ModelParams {
+            device: open_device("CUDA0", 2, 32).expect("CUDA0"),
+            placement: Placement {
+                cpu_moe: true,
+                ..Default::default()
+            },
+            progress: None,
+        };
+        let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
+        let groups = model_groups(&model);
+        let g = &groups[0];
+        let sizes = [g.bank_bytes(g.n_used * 7), bytes_for_all(&groups)];
+        for bytes in sizes {
+            for policy in PolicyKind::ALL {
+                let cp = ContextParams {
+                    n_ctx: 512,
+                    n_batch: 512,
+                    n_ubatch: 7,
+                    n_threads: 2,
+                    moe_cache: MoeCacheParams {
+                        size: CacheSize::Bytes(bytes),
+                        policy,
+                        max_batch: 32,
+                    },
+                    ..Default::default()
+                };
+                let mut ctx = Context::new(Arc::clone(&model), cp).expect("context");
+                ctx.decode(&fx.tokens, true).expect("prompt");
+                let mut ours = Vec::new();
+                for i in 0..fx.tokens.len() {
+                    ours.extend_from_slice(ctx.logits(i).expect("row"));
+                }
+                let mut forced = Vec::new();
+                for &t in &fx.gen {
+                    ctx.decode(&[t], false).expect("decode");
+                    forced.extend_from_slice(ctx.logits(0).expect("row"));
+                }
+                let (p, f) = (nmse(&ours, &fx.logits), nmse(&forced, &fx.genlogits));
+                let t = ctx.moe_cache_stats().expect("a cache").total();
+                println!(
+                    "{name} [{policy}, {bytes} B]: prompt NMSE {p:.2e}, forced NMSE {f:.2e}, decode hit rate {:.1}%",
+                    100.0 * t.hit_rate_decode()
+                );
+                assert!(t.hits() + t.misses() > 0, "{name}: the cache never ran");
+                ctx.moe_cache_verify().expect("banks agree with the maps");
+                assert!(
+                    p <= fx.bound && f <= fx.bound,
+                    "{name} [{policy}, {bytes} B]: NMSE {p:.2e} / {f:.2e} > {:.0e}",
+                    fx.bound
+                );
+            }
+        }
+    }
+}
