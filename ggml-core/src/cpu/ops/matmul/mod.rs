@@ -37,8 +37,8 @@ pub(super) use get_rows::{get_rows, supports_get_rows};
 pub(super) use mul_mat_id::{mul_mat_id, supports_mul_mat_id};
 
 /// Activation columns per tile: each weight row is dotted with this many
-/// columns back to back.
-const TILE_COLS: usize = 4;
+/// columns back to back (in one `vec_dot_cols` call where the type has one).
+const TILE_COLS: usize = quants::VEC_DOT_COLS_MAX;
 
 /// A raw pointer that may cross to the pool's threads; kernels write
 /// disjoint parts of what it points to.
@@ -210,11 +210,11 @@ fn plan_tasks(
 ) -> Vec<Task> {
     let max_cols = group_cols.iter().copied().max().unwrap_or(0);
     // columns per task: a block that stays in L2 (~1 MiB), whole tiles
-    // (multiples of 12 = whole tiles of both the vec_dot loop and `gemm`)
-    let cc = if max_cols <= 12 {
-        12
+    // (multiples of 24 = whole tiles of both the vec_dot loop and `gemm`)
+    let cc = if max_cols <= 24 {
+        24
     } else {
-        ((1 << 20) / col_bytes.max(1) / 12 * 12).clamp(12, 252)
+        ((1 << 20) / col_bytes.max(1) / 24 * 24).clamp(24, 264)
     };
     // rows per task: a block that stays in L2 across the column tiles
     let mut rc = ((256 << 10) / row_bytes.max(1)).clamp(4, 256);
@@ -303,6 +303,7 @@ fn prefetch(p: *const u8, len: usize) {
 unsafe fn dot_block(
     gemm: Option<GemmType>,
     vec_dot: fn(usize, &[u8], &[u8]) -> f32,
+    vec_dot_cols: Option<quants::VecDotCols>,
     k: usize,
     w_row: impl Fn(usize) -> *const u8,
     w_bytes: usize,
@@ -360,8 +361,19 @@ unsafe fn dot_block(
                 prefetch(w_row(r + PREFETCH_ROWS), w_bytes);
             }
             let x = std::slice::from_raw_parts(w_row(r), w_bytes);
-            for j in 0..n {
-                ds[j].add(r).write_unaligned(vec_dot(k, x, ys[j]));
+            match vec_dot_cols {
+                Some(f) if n > 1 => {
+                    let mut out = [0f32; TILE_COLS];
+                    f(k, x, &ys[..n], &mut out[..n]);
+                    for j in 0..n {
+                        ds[j].add(r).write_unaligned(out[j]);
+                    }
+                }
+                _ => {
+                    for j in 0..n {
+                        ds[j].add(r).write_unaligned(vec_dot(k, x, ys[j]));
+                    }
+                }
             }
         }
         c0 += n;
@@ -430,6 +442,7 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
                 dot_block(
                     gemm,
                     vec_dot,
+                    kr.w.vec_dot_cols,
                     k,
                     |r| a.row_ptr(r, i02, i03),
                     w_bytes,

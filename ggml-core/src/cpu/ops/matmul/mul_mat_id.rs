@@ -115,6 +115,7 @@ pub(crate) fn mul_mat_id(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
                 dot_block(
                     gemm,
                     vec_dot,
+                    kr.w.vec_dot_cols,
                     k,
                     |r| a.row_ptr(r, x, 0),
                     w_bytes,
