@@ -287,3 +287,13 @@ fn quants_vec_dot_cols_lengths_are_checked() {
         assert!(r.is_err(), "{ty}: rows shorter than n");
     }
 }
+
+#[test]
+fn quants_vec_dot_cols_every_type_many_seeds() {
+    for ti in 0..types().len() {
+        for seed in 0..100u64 {
+            let n_cols = 1 + (seed % ggml_core::quants::VEC_DOT_COLS_MAX as u64) as usize;
+            check_cols(ti, 1 + (seed % 4) as usize, n_cols, seed).unwrap();
+        }
+    }
+}

@@ -151,7 +151,7 @@ static BF16: CpuTypeTraits = CpuTypeTraits {
     vec_dot_scalar: float::bf16_vec_dot_scalar,
     vec_dot_cols: None,
 };
-static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd);
+static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd, cols);
 static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1, simd);
 static Q5_0: CpuTypeTraits = traits!(Q5_0, Q8_0, q5_0, simd);
 static Q5_1: CpuTypeTraits = traits!(Q5_1, Q8_1, q5_1, simd);
@@ -160,12 +160,12 @@ static Q8_1: CpuTypeTraits = traits!(Q8_1, Q8_1, q8_1);
 static Q2K: CpuTypeTraits = traits!(Q2K, Q8K, k_quants::q2_k, simd);
 static Q3K: CpuTypeTraits = traits!(Q3K, Q8K, k_quants::q3_k, simd);
 static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd, cols);
-static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd);
+static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd, cols);
 static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd, cols);
 static Q8K: CpuTypeTraits = traits!(Q8K, Q8K, k_quants::q8_k);
-static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd);
-static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd);
-static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd);
+static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd, cols);
+static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd, cols);
+static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd, cols);
 
 /// The CPU traits of `ty`, or `None` for types without CPU kernels here
 /// (the integer types and F64).
