@@ -102,6 +102,24 @@ fn quants_activation_quantizers_edge_rows() {
 }
 
 #[test]
+fn quants_activation_q8_k_takes_the_first_of_opposite_maxima() {
+    for (first, second) in [(-3.0f32, 3.0f32), (3.0, -3.0)] {
+        for (i, j) in [(5usize, 9usize), (0, 255), (100, 101), (7, 8)] {
+            let mut x: Vec<f32> = (0..256).map(|k| (k as f32 * 0.37).sin()).collect();
+            x[i] = first;
+            x[j] = second;
+            let (mut a, mut b) = (vec![1u8; 292], vec![2u8; 292]);
+            q8_k::from_float(&x, &mut a);
+            q8_k::from_float_scalar(&x, &mut b);
+            assert_eq!(a, b, "{first} at {i}, {second} at {j}");
+            // the scale's sign follows the first maximum
+            let d = f32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+            assert_eq!(d.is_sign_negative(), first > 0.0, "{first} at {i}");
+        }
+    }
+}
+
+#[test]
 fn quants_activation_lengths_are_checked() {
     let x = vec![1f32; 32];
     assert!(std::panic::catch_unwind(|| q8_0::from_float(&x, &mut [0u8; 33])).is_err());

@@ -109,7 +109,18 @@ pub(crate) unsafe fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
             continue;
         }
         // the first value with that magnitude (a NaN never equals it)
-        let max = *xs.iter().find(|v| v.abs() == amax).unwrap_or(&amax);
+        let target = _mm256_set1_ps(amax);
+        let abs_mask = _mm256_set1_ps(-0.0);
+        let mut max = amax;
+        for i in 0..QK_K / 8 {
+            let v = _mm256_loadu_ps(p.add(8 * i));
+            let hit = _mm256_cmp_ps(_mm256_andnot_ps(abs_mask, v), target, _CMP_EQ_OQ);
+            let bits = _mm256_movemask_ps(hit);
+            if bits != 0 {
+                max = xs[8 * i + bits.trailing_zeros() as usize];
+                break;
+            }
+        }
         let iscale = -127.0 / max;
         let is = _mm256_set1_ps(iscale);
         let mut bsums = [0i16; QK_K / 16];
