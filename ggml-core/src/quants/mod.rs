@@ -10,7 +10,11 @@
 //! scale once per block, as ggml's scalar `ggml_vec_dot_*`. AVX2/FMA/F16C
 //! kernels (chosen at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 //! Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; Q8_1
-//! and Q8_K use the scalar dot.
+//! and Q8_K use the scalar dot. For prompt processing, `vec_dot_cols` dots
+//! one weight row with up to [`VEC_DOT_COLS_MAX`] activation rows, bit for
+//! bit `vec_dot` per column (AVX2 for Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL,
+//! IQ4_XS, MXFP4), and the Q8_0 / Q8_K activation quantizers have AVX2
+//! versions equal byte for byte to the references.
 //!
 //! # Lengths
 //! These are internal kernels called with checked shapes, but they check
