@@ -2,6 +2,12 @@
 //! reference) over a 2048 × 768 matrix, row by row against one activation
 //! row, beside a plain memory-read baseline (sum of a 64 MiB u64 buffer).
 //!
+//! Then, prompt-shaped: 64 rows of 2048 against 8 activation columns (all
+//! in L2), in GOP/s, with `vec_dot` per (row, column) and, for the types
+//! that have one, with `vec_dot_cols` (the row unpacked once for the 8
+//! columns). Best of many short runs, so a busy machine mostly shows the
+//! kernel's own speed.
+//!
 //! Run: `cargo bench -p ggml-core --bench quant_dot`
 
 use std::hint::black_box;
@@ -38,6 +44,55 @@ fn gbps(bytes: usize, mut f: impl FnMut()) -> f64 {
         total += e;
     }
     bytes as f64 / best.as_secs_f64() / 1e9
+}
+
+/// GOP/s (2 per multiply-add) of 64 rows × 8 columns of length 2048, with
+/// `vec_dot` per pair and with `vec_dot_cols` where the type has one.
+fn prompt_shaped(ty: GgmlType) -> (f64, Option<f64>) {
+    const K: usize = 2048;
+    const R: usize = 64;
+    const C: usize = ggml_core::quants::VEC_DOT_COLS_MAX;
+    let tr = cpu_traits(ty).unwrap();
+    let rb = ty.row_size(K as u64).unwrap();
+    let w = rand_f32(K, 3);
+    let mut q = vec![0u8; rb * R];
+    let mut first = vec![0u8; rb];
+    (tr.from_float)(&w, &mut first);
+    for row in q.chunks_exact_mut(rb) {
+        row.copy_from_slice(&first);
+    }
+    let vt = tr.vec_dot_type;
+    let ys: Vec<Vec<u8>> = (0..C)
+        .map(|c| {
+            let mut y = vec![0u8; vt.row_size(K as u64).unwrap()];
+            (cpu_traits(vt).unwrap().from_float)(&rand_f32(K, 10 + c as u64), &mut y);
+            y
+        })
+        .collect();
+    let refs: Vec<&[u8]> = ys.iter().map(|y| y.as_slice()).collect();
+    // `gbps(1, f)` is 1e-9 / seconds, so `* ops` gives GOP/s
+    let ops = (2 * K * R * C) as f64;
+    let single = gbps(1, || {
+        let mut s = 0f32;
+        for row in q.chunks_exact(rb) {
+            for y in &refs {
+                s += (tr.vec_dot)(K, row, y);
+            }
+        }
+        black_box(s);
+    }) * ops;
+    let cols = tr.vec_dot_cols.map(|f| {
+        gbps(1, || {
+            let mut out = [0f32; C];
+            let mut s = 0f32;
+            for row in q.chunks_exact(rb) {
+                f(K, row, &refs, &mut out);
+                s += out[0];
+            }
+            black_box(s);
+        }) * ops
+    });
+    (single, cols)
 }
 
 fn main() {
@@ -80,6 +135,21 @@ fn main() {
             q.len() as f64 / (1 << 20) as f64,
             fast,
             scalar
+        );
+    }
+    println!();
+    println!("prompt-shaped, 64 rows x 8 columns of 2048, 1 thread, GOP/s");
+    println!("{:8} {:>10} {:>14}", "type", "vec_dot", "vec_dot_cols");
+    for ty in GgmlType::ALL {
+        if cpu_traits(ty).is_none() {
+            continue;
+        }
+        let (single, cols) = prompt_shaped(ty);
+        println!(
+            "{:8} {:>10.1} {:>14}",
+            ty.name(),
+            single,
+            cols.map_or("-".into(), |c| format!("{c:.1}"))
         );
     }
 }

@@ -4,6 +4,9 @@
 //! figure measured right before it; and a prompt-shaped `mul_mat` (one
 //! 2048×768 weight, 512 tokens) in GFLOP/s. 1 and 2 threads.
 //!
+//! The decode columns also count the worker pool's sleeps per run (each a
+//! futex wake-up: the caller waiting for the worker, the worker for work).
+//!
 //! `cargo bench -p ggml-core --bench quant_matmul [-- TYPE...]`, e.g.
 //! `q4_K q6_K q8_0`. `--no-prompt` skips the prompt-shaped product.
 
@@ -138,9 +141,9 @@ fn main() {
     );
     println!();
     println!(
-        "| type | threads | decode µs | weight GB/s | mem read GB/s | % of read | 8 MiB burst read GB/s | % of burst | bare vec_dot loop µs (same threads) | prompt GFLOP/s |"
+        "| type | threads | decode µs | weight GB/s | mem read GB/s | % of read | 8 MiB burst read GB/s | % of burst | bare vec_dot loop µs (same threads) | sleeps per pool run (caller / worker) | prompt GFLOP/s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut rng = 0x1234_5678_9abc_def1u64;
     for ty in types {
         let dec = decode_graph(ty, &setup);
@@ -150,10 +153,18 @@ fn main() {
             let read = mem.gbps(nth, 5);
             let burst = mem.burst_gbps(nth, 1);
             let nodes = dec.g.nodes().to_vec();
+            let stats0 = cpu.pool_stats();
             let secs = best_of(100, || {
                 dec.g.write_i32(dec.ids, &next_ids(&mut rng)).unwrap();
                 cpu.compute(&dec.g, &nodes).unwrap();
             });
+            let stats = cpu.pool_stats();
+            let runs = (stats.runs - stats0.runs).max(1) as f64;
+            let sleeps = format!(
+                "{:.2} / {:.2}",
+                (stats.caller_sleeps - stats0.caller_sleeps) as f64 / runs,
+                (stats.worker_sleeps - stats0.worker_sleeps) as f64 / runs
+            );
             let gbps = dec.bytes_per_op as f64 / secs / 1e9;
             // the same loop on `nth` plain scoped threads, each taking an
             // equal share of the experts: what a perfect split would give
@@ -176,7 +187,7 @@ fn main() {
                 2.0 * (K * M * N_PROMPT) as f64 / s / 1e9
             });
             println!(
-                "| {ty} | {nth} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {bare:.0} | {} |",
+                "| {ty} | {nth} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {bare:.0} | {sleeps} | {} |",
                 secs * 1e6,
                 100.0 * gbps / read,
                 100.0 * gbps / burst,

@@ -205,3 +205,95 @@ fn quants_lengths_are_checked() {
     let mut out = vec![0f32; 256];
     assert!(std::panic::catch_unwind(move || (tr.to_float)(&x[..100], &mut out)).is_err());
 }
+
+/// `vec_dot_cols` (for the types that have one) equals `vec_dot` per column
+/// bit for bit, for every column count, with columns of random magnitudes.
+fn check_cols(ti: usize, nb: usize, n_cols: usize, seed: u64) -> Result<(), TestCaseError> {
+    let (ty, scales, _) = &types()[ti];
+    let tr = cpu_traits(*ty).unwrap();
+    let Some(cols) = tr.vec_dot_cols else {
+        return Ok(());
+    };
+    let vt = tr.vec_dot_type;
+    let mut rng = Rng(seed);
+    let n = nb * ty.blck_size().max(vt.blck_size());
+    let x = weight_row(*ty, scales, n, &mut rng);
+    let ys: Vec<Vec<u8>> = (0..n_cols)
+        .map(|_| {
+            let amag = [1e-3f32, 1.0, 30.0][rng.below(3) as usize];
+            let a: Vec<f32> = (0..n).map(|_| rng.signed() * amag).collect();
+            let mut y = vec![0u8; vt.row_size(n as u64).unwrap()];
+            (cpu_traits(vt).unwrap().from_float)(&a, &mut y);
+            y
+        })
+        .collect();
+    let refs: Vec<&[u8]> = ys.iter().map(|y| y.as_slice()).collect();
+    let mut out = vec![f32::NAN; n_cols];
+    cols(n, &x, &refs, &mut out);
+    for (c, y) in ys.iter().enumerate() {
+        let one = (tr.vec_dot)(n, &x, y);
+        prop_assert!(
+            one.to_bits() == out[c].to_bits(),
+            "{ty}: vec_dot_cols column {c} of {n_cols}: {} vs vec_dot {one}",
+            out[c]
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn quants_vec_dot_cols_matches_vec_dot(
+        ti in 0usize..18,
+        nb in 1usize..5,
+        n_cols in 0usize..=ggml_core::quants::VEC_DOT_COLS_MAX,
+        seed in any::<u64>(),
+    ) {
+        check_cols(ti, nb, n_cols, seed)?;
+    }
+}
+
+#[test]
+fn quants_vec_dot_cols_lengths_are_checked() {
+    for ty in GgmlType::ALL {
+        let Some(tr) = cpu_traits(ty) else { continue };
+        let Some(cols) = tr.vec_dot_cols else {
+            continue;
+        };
+        let n = ty.blck_size();
+        let x = vec![0u8; ty.row_size(n as u64).unwrap()];
+        let y = vec![0u8; tr.vec_dot_type.row_size(n as u64).unwrap()];
+        let max = ggml_core::quants::VEC_DOT_COLS_MAX;
+        let ys = vec![y.as_slice(); max + 1];
+        let mut out = vec![0f32; max + 1];
+        cols(n, &x, &ys[..max], &mut out[..max]);
+        assert!(out[..max].iter().all(|&v| v == 0.0), "{ty}");
+        let r = std::panic::catch_unwind(|| {
+            let mut out = vec![0f32; max + 1];
+            cols(n, &x, &ys, &mut out)
+        });
+        assert!(r.is_err(), "{ty}: more than {max} columns");
+        let r = std::panic::catch_unwind(|| {
+            let mut out = vec![0f32; 2];
+            cols(n, &x, &ys[..3], &mut out)
+        });
+        assert!(r.is_err(), "{ty}: outputs and columns differ");
+        let r = std::panic::catch_unwind(|| {
+            let mut out = vec![0f32; 2];
+            cols(2 * n, &x, &ys[..2], &mut out)
+        });
+        assert!(r.is_err(), "{ty}: rows shorter than n");
+    }
+}
+
+#[test]
+fn quants_vec_dot_cols_every_type_many_seeds() {
+    for ti in 0..types().len() {
+        for seed in 0..100u64 {
+            let n_cols = 1 + (seed % ggml_core::quants::VEC_DOT_COLS_MAX as u64) as usize;
+            check_cols(ti, 1 + (seed % 4) as usize, n_cols, seed).unwrap();
+        }
+    }
+}

@@ -43,6 +43,11 @@ impl CpuBackend {
     pub fn n_threads(&self) -> usize {
         self.pool.n_threads()
     }
+
+    /// What the worker pool did so far: jobs and sleeps (wake-up costs).
+    pub fn pool_stats(&self) -> pool::PoolStats {
+        self.pool.stats()
+    }
 }
 
 impl Backend for CpuBackend {

@@ -1,7 +1,12 @@
 //! A persistent worker pool: threads are spawned once per backend and woken
 //! for each op, since decoding runs thousands of tiny ops per token.
+//!
+//! Both sides spin briefly before sleeping: workers for the next job, the
+//! caller for the workers to finish (an op's last task usually ends within
+//! microseconds of the caller's), so that back-to-back ops cost no futex
+//! wake-ups. [`ThreadPool::stats`] counts the sleeps that did happen.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -14,13 +19,34 @@ struct Shared {
     wake: Condvar,
     done: Condvar,
     generation: AtomicUsize,
+    /// Workers still running the current job; the last one to finish
+    /// notifies `done` under the state lock.
+    pending: AtomicUsize,
+    runs: AtomicU64,
+    caller_sleeps: AtomicU64,
+    worker_sleeps: AtomicU64,
 }
 
 struct State {
     job: Option<*const Job>,
     generation: usize,
-    pending: usize,
     shutdown: bool,
+}
+
+/// Spin iterations before a thread sleeps on a condition variable.
+const SPINS: usize = 20_000;
+
+/// What a pool did since it was made: jobs run on all threads, and how often
+/// the caller or a worker had to sleep and be woken (each a futex round
+/// trip, tens of microseconds on a busy machine).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Calls of [`ThreadPool::run`] that used the workers.
+    pub runs: u64,
+    /// Times the caller slept waiting for workers to finish a job.
+    pub caller_sleeps: u64,
+    /// Times a worker slept waiting for the next job.
+    pub worker_sleeps: u64,
 }
 
 // SAFETY: the raw job pointer is only dereferenced while `run` blocks, which
@@ -44,12 +70,15 @@ impl ThreadPool {
             state: Mutex::new(State {
                 job: None,
                 generation: 0,
-                pending: 0,
                 shutdown: false,
             }),
             wake: Condvar::new(),
             done: Condvar::new(),
             generation: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
+            runs: AtomicU64::new(0),
+            caller_sleeps: AtomicU64::new(0),
+            worker_sleeps: AtomicU64::new(0),
         });
         let workers = (1..n_threads)
             .map(|ith| {
@@ -73,6 +102,15 @@ impl ThreadPool {
         self.n_threads
     }
 
+    /// Jobs run and sleeps taken so far (see [`PoolStats`]).
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            runs: self.shared.runs.load(Ordering::Relaxed),
+            caller_sleeps: self.shared.caller_sleeps.load(Ordering::Relaxed),
+            worker_sleeps: self.shared.worker_sleeps.load(Ordering::Relaxed),
+        }
+    }
+
     /// Run `f(ith, nth)` on every thread and wait for all of them.
     pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
         let nth = self.n_threads;
@@ -88,17 +126,27 @@ impl ThreadPool {
             let job: *const Job =
                 unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f) };
             st.job = Some(job);
-            st.pending = nth - 1;
+            self.shared.pending.store(nth - 1, Ordering::Relaxed);
             st.generation += 1;
             self.shared
                 .generation
                 .store(st.generation, Ordering::Release);
             self.shared.wake.notify_all();
         }
+        self.shared.runs.fetch_add(1, Ordering::Relaxed);
         f(0, nth);
+        let mut spins = 0;
+        while self.shared.pending.load(Ordering::Acquire) > 0 && spins < SPINS {
+            std::hint::spin_loop();
+            spins += 1;
+        }
         let mut st = self.shared.state.lock();
-        while st.pending > 0 {
-            self.shared.done.wait(&mut st);
+        if self.shared.pending.load(Ordering::Acquire) > 0 {
+            self.shared.caller_sleeps.fetch_add(1, Ordering::Relaxed);
+            // the last worker decrements, then notifies under this lock
+            while self.shared.pending.load(Ordering::Acquire) > 0 {
+                self.shared.done.wait(&mut st);
+            }
         }
         st.job = None;
     }
@@ -136,12 +184,15 @@ fn worker(shared: Arc<Shared>, ith: usize, nth: usize) {
     loop {
         // spin briefly: the next op usually follows within microseconds
         let mut spins = 0;
-        while shared.generation.load(Ordering::Acquire) == seen && spins < 20_000 {
+        while shared.generation.load(Ordering::Acquire) == seen && spins < SPINS {
             std::hint::spin_loop();
             spins += 1;
         }
         let job = {
             let mut st = shared.state.lock();
+            if st.generation == seen && !st.shutdown {
+                shared.worker_sleeps.fetch_add(1, Ordering::Relaxed);
+            }
             while st.generation == seen && !st.shutdown {
                 shared.wake.wait(&mut st);
             }
@@ -156,9 +207,10 @@ fn worker(shared: Arc<Shared>, ith: usize, nth: usize) {
             let f = unsafe { &*job };
             f(ith, nth);
         }
-        let mut st = shared.state.lock();
-        st.pending -= 1;
-        if st.pending == 0 {
+        if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // under the lock, so a caller between its check and its wait
+            // cannot miss it
+            let _st = shared.state.lock();
             shared.done.notify_all();
         }
     }
@@ -193,6 +245,7 @@ mod tests {
             });
         }
         assert_eq!(sum.load(Ordering::Relaxed), 6000);
+        assert_eq!(pool.stats().runs, 1000);
         let hits = AtomicU64::new(0);
         pool.for_ranges(1001, 1, &|r| {
             hits.fetch_add(r.len() as u64, Ordering::Relaxed);

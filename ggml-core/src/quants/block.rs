@@ -38,6 +38,7 @@ pub(crate) fn n_blocks<B: Block>(n: usize) -> usize {
 ///
 /// # Panics
 /// When `n` is not a multiple of the block size or `bytes` is too short.
+#[inline]
 pub fn row<B: Block>(bytes: &[u8], n: usize) -> &[B] {
     let len = n_blocks::<B>(n) * size_of::<B>();
     assert!(

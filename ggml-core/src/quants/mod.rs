@@ -10,7 +10,11 @@
 //! scale once per block, as ggml's scalar `ggml_vec_dot_*`. AVX2/FMA/F16C
 //! kernels (chosen at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q4_1,
 //! Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; Q8_1
-//! and Q8_K use the scalar dot.
+//! and Q8_K use the scalar dot. For prompt processing, `vec_dot_cols` dots
+//! one weight row with up to [`VEC_DOT_COLS_MAX`] activation rows, bit for
+//! bit `vec_dot` per column (AVX2 for Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL,
+//! IQ4_XS, MXFP4), and the Q8_0 / Q8_K activation quantizers have AVX2
+//! versions equal byte for byte to the references.
 //!
 //! # Lengths
 //! These are internal kernels called with checked shapes, but they check
@@ -36,6 +40,7 @@ pub mod q5_1;
 pub mod q8_0;
 pub mod q8_1;
 mod rounding;
+pub mod vec_dot_cols;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -57,6 +62,7 @@ pub use q5_0::BlockQ5_0;
 pub use q5_1::BlockQ5_1;
 pub use q8_0::BlockQ8_0;
 pub use q8_1::BlockQ8_1;
+pub use vec_dot_cols::{VecDotCols, VEC_DOT_COLS_MAX};
 
 use crate::types::GgmlType;
 
@@ -82,10 +88,16 @@ pub struct CpuTypeTraits {
     pub vec_dot: fn(n: usize, x: &[u8], y: &[u8]) -> f32,
     /// The scalar reference of `vec_dot`, kept for tests.
     pub vec_dot_scalar: fn(n: usize, x: &[u8], y: &[u8]) -> f32,
+    /// One weight row against up to [`VEC_DOT_COLS_MAX`] activation rows,
+    /// bit for bit `vec_dot` per column, for the types whose row unpacking
+    /// is worth sharing (prompt processing); `None`: call `vec_dot` per
+    /// column.
+    pub vec_dot_cols: Option<VecDotCols>,
 }
 
 /// The traits of a quant module `$m`; `simd` when it has a `vec_dot` of its
-/// own, else its scalar dot serves as both.
+/// own, else its scalar dot serves as both; `simd, cols` when it also has a
+/// `vec_dot_cols`.
 macro_rules! traits {
     ($ty:ident, $dot_ty:ident, $m:path) => {
         traits!(@ $ty, $dot_ty, $m, vec_dot_scalar)
@@ -93,7 +105,16 @@ macro_rules! traits {
     ($ty:ident, $dot_ty:ident, $m:path, simd) => {
         traits!(@ $ty, $dot_ty, $m, vec_dot)
     };
-    (@ $ty:ident, $dot_ty:ident, $m:path, $vec_dot:ident) => {{
+    ($ty:ident, $dot_ty:ident, $m:path, simd, cols) => {
+        traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols)
+    };
+    (@cols $m:ident) => {
+        None
+    };
+    (@cols $m:ident, $cols:ident) => {
+        Some($m::$cols)
+    };
+    (@ $ty:ident, $dot_ty:ident, $m:path, $vec_dot:ident $(, $cols:ident)?) => {{
         use $m as m;
         CpuTypeTraits {
             ty: GgmlType::$ty,
@@ -102,6 +123,7 @@ macro_rules! traits {
             from_float: m::from_float,
             vec_dot: m::$vec_dot,
             vec_dot_scalar: m::vec_dot_scalar,
+            vec_dot_cols: traits!(@cols m $(, $cols)?),
         }
     }};
 }
@@ -113,6 +135,7 @@ static F32: CpuTypeTraits = CpuTypeTraits {
     from_float: float::f32_from_float,
     vec_dot: float::f32_vec_dot,
     vec_dot_scalar: float::f32_vec_dot_scalar,
+    vec_dot_cols: None,
 };
 static F16: CpuTypeTraits = CpuTypeTraits {
     ty: GgmlType::F16,
@@ -121,6 +144,7 @@ static F16: CpuTypeTraits = CpuTypeTraits {
     from_float: float::f16_from_float,
     vec_dot: float::f16_vec_dot,
     vec_dot_scalar: float::f16_vec_dot_scalar,
+    vec_dot_cols: None,
 };
 static BF16: CpuTypeTraits = CpuTypeTraits {
     ty: GgmlType::BF16,
@@ -129,22 +153,23 @@ static BF16: CpuTypeTraits = CpuTypeTraits {
     from_float: float::bf16_from_float,
     vec_dot: float::bf16_vec_dot,
     vec_dot_scalar: float::bf16_vec_dot_scalar,
+    vec_dot_cols: None,
 };
-static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd);
+static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd, cols);
 static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1, simd);
 static Q5_0: CpuTypeTraits = traits!(Q5_0, Q8_0, q5_0, simd);
 static Q5_1: CpuTypeTraits = traits!(Q5_1, Q8_1, q5_1, simd);
-static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd);
+static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd, cols);
 static Q8_1: CpuTypeTraits = traits!(Q8_1, Q8_1, q8_1);
 static Q2K: CpuTypeTraits = traits!(Q2K, Q8K, k_quants::q2_k, simd);
 static Q3K: CpuTypeTraits = traits!(Q3K, Q8K, k_quants::q3_k, simd);
-static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd);
-static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd);
-static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd);
+static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd, cols);
+static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd, cols);
+static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd, cols);
 static Q8K: CpuTypeTraits = traits!(Q8K, Q8K, k_quants::q8_k);
-static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd);
-static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd);
-static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd);
+static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd, cols);
+static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd, cols);
+static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd, cols);
 
 /// The CPU traits of `ty`, or `None` for types without CPU kernels here
 /// (the integer types and F64).

@@ -64,6 +64,18 @@ pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dispatch!(super::avx2::legacy::dot_q4_0_q8_0, dot_scalar, (x, y))
 }
 
+/// `out[c] = vec_dot(n, x, ys[c])` bit for bit, the row unpacked once per
+/// block for all columns (see [`crate::quants::vec_dot_cols`]).
+pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
+    crate::quants::vec_dot_cols::cols_dispatch!(
+        BlockQ4_0,
+        BlockQ8_0,
+        crate::quants::avx2::legacy::dot_q4_0_q8_0_cols,
+        vec_dot,
+        (n, x, ys, out)
+    )
+}
+
 fn dot_scalar(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {

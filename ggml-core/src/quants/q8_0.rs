@@ -30,10 +30,25 @@ pub fn to_float(src: &[u8], dst: &mut [f32]) {
 }
 
 /// `quantize_row_q8_0_ref`: `d = amax/127`, `q = roundf(x/d)` (half away
-/// from zero), `d` stored as f16. Used for weights and activations alike.
+/// from zero), `d` stored as f16. Used for weights and activations alike;
+/// AVX2 when available (bit for bit [`from_float_scalar`]).
 /// Panics unless `dst` is exactly the row of `src.len()` elements.
 pub fn from_float(src: &[f32], dst: &mut [u8]) {
     let yb = row_exact_mut::<BlockQ8_0>(dst, src.len());
+    dispatch!(
+        super::avx2::quantize::quantize_row_q8_0,
+        quantize_scalar,
+        (src, yb)
+    )
+}
+
+/// The scalar `quantize_row_q8_0_ref` (the reference of [`from_float`]).
+/// Panics as [`from_float`].
+pub fn from_float_scalar(src: &[f32], dst: &mut [u8]) {
+    quantize_scalar(src, row_exact_mut::<BlockQ8_0>(dst, src.len()))
+}
+
+fn quantize_scalar(src: &[f32], yb: &mut [BlockQ8_0]) {
     for (x, b) in src.chunks_exact(QK8_0).zip(yb.iter_mut()) {
         let (d, qs) = quantize_amax_127(x);
         b.d = f16::from_f32(d);
@@ -50,6 +65,18 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
 pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ8_0>(x, n), row::<BlockQ8_0>(y, n));
     dispatch!(super::avx2::legacy::dot_q8_0_q8_0, dot_scalar, (x, y))
+}
+
+/// `out[c] = vec_dot(n, x, ys[c])` bit for bit, the row unpacked once per
+/// block for all columns (see [`crate::quants::vec_dot_cols`]).
+pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
+    crate::quants::vec_dot_cols::cols_dispatch!(
+        BlockQ8_0,
+        BlockQ8_0,
+        crate::quants::avx2::legacy::dot_q8_0_q8_0_cols,
+        vec_dot,
+        (n, x, ys, out)
+    )
 }
 
 fn dot_scalar(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {

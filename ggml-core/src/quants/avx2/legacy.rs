@@ -38,6 +38,74 @@ pub(crate) unsafe fn dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     hsum_ps(_mm256_add_ps(acc[0], acc[1]))
 }
 
+/// One row of 32-element blocks against `C` Q8_0 activation rows, for the
+/// dots of the form `Σ_b dx_b·dy_b·Σ qx·qy` with two alternating
+/// accumulators (Q8_0, Q4_0, IQ4_NL, MXFP4): `unpack` gives a block's `dx`
+/// and its 32 signed values (never -128 against -128: `y` holds none),
+/// made once for all columns; each column keeps the single dot's
+/// accumulators in its order, so `out[c]` is the single dot bit for bit.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q8_0_cols_with<B, const C: usize>(
+    x: &[B],
+    ys: [&[BlockQ8_0]; C],
+    out: &mut [f32],
+    unpack: impl Fn(&B) -> (f32, __m256i),
+) {
+    assert_eq!(out.len(), C);
+    for y in ys {
+        assert_eq!(x.len(), y.len());
+    }
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 2]; C];
+    for (k, bx) in x.iter().enumerate() {
+        let (dx, xq) = unpack(bx);
+        let ax = _mm256_sign_epi8(xq, xq);
+        for c in 0..C {
+            let by = ys[c].get_unchecked(k);
+            let d = _mm256_set1_ps(dx * f16_to_f32(by.d));
+            // as `mul_sum_i8`
+            let sy = _mm256_sign_epi8(load256(by.qs.as_ptr()), xq);
+            let p16 = _mm256_maddubs_epi16(ax, sy);
+            let q = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            acc[c][k & 1] = _mm256_fmadd_ps(d, q, acc[c][k & 1]);
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_ps(_mm256_add_ps(acc[c][0], acc[c][1]));
+    }
+}
+
+/// One Q8_0 weight row against `C` Q8_0 activation rows:
+/// `out[c] = dot_q8_0_q8_0(x, ys[c])`, bit for bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q8_0_q8_0_cols<const C: usize>(
+    x: &[BlockQ8_0],
+    ys: [&[BlockQ8_0]; C],
+    out: &mut [f32],
+) {
+    dot_q8_0_cols_with(x, ys, out, |bx: &BlockQ8_0| {
+        (f16_to_f32(bx.d), load256(bx.qs.as_ptr()))
+    })
+}
+
+/// One Q4_0 weight row against `C` Q8_0 activation rows:
+/// `out[c] = dot_q4_0_q8_0(x, ys[c])`, bit for bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_0_q8_0_cols<const C: usize>(
+    x: &[BlockQ4_0],
+    ys: [&[BlockQ8_0]; C],
+    out: &mut [f32],
+) {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let eight = _mm256_set1_epi8(8);
+    dot_q8_0_cols_with(x, ys, out, |bx: &BlockQ4_0| {
+        let raw = load128(bx.qs.as_ptr());
+        let nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        (f16_to_f32(bx.d), _mm256_sub_epi8(nib, eight))
+    })
+}
+
 /// `ggml_vec_dot_q4_0_q8_0` over equally long block slices.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {

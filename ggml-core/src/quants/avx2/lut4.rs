@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy::mul_sum_i8;
+use super::legacy::{dot_q8_0_cols_with, mul_sum_i8};
 use super::{f16_to_f32, hsum_ps, load128, load256};
 use crate::quants::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
 use crate::quants::iq4_xs::BlockIq4Xs;
@@ -82,4 +82,73 @@ pub(crate) unsafe fn dot_iq4_xs_q8_k(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
+}
+
+/// One IQ4_NL weight row against `C` Q8_0 activation rows:
+/// `out[c] = dot_iq4_nl_q8_0(x, ys[c])`, bit for bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_iq4_nl_q8_0_cols<const C: usize>(
+    x: &[BlockIq4Nl],
+    ys: [&[BlockQ8_0]; C],
+    out: &mut [f32],
+) {
+    let t = table(&KVALUES_IQ4NL);
+    dot_q8_0_cols_with(x, ys, out, |bx: &BlockIq4Nl| {
+        (f16_to_f32(bx.d), lookup(t, bx.qs.as_ptr()))
+    })
+}
+
+/// One MXFP4 weight row against `C` Q8_0 activation rows:
+/// `out[c] = dot_mxfp4_q8_0(x, ys[c])`, bit for bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_mxfp4_q8_0_cols<const C: usize>(
+    x: &[BlockMxfp4],
+    ys: [&[BlockQ8_0]; C],
+    out: &mut [f32],
+) {
+    let t = table(&KVALUES_MXFP4);
+    dot_q8_0_cols_with(x, ys, out, |bx: &BlockMxfp4| {
+        (e8m0_to_f32_half(bx.e), lookup(t, bx.qs.as_ptr()))
+    })
+}
+
+/// One IQ4_XS weight row against `C` Q8_K activation rows:
+/// `out[c] = dot_iq4_xs_q8_k(x, ys[c])`, bit for bit: the table lookups,
+/// absolute values and sub-block scales are made once for all columns.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_iq4_xs_q8_k_cols<const C: usize>(
+    x: &[BlockIq4Xs],
+    ys: [&[BlockQ8K]; C],
+    out: &mut [f32],
+) {
+    assert_eq!(out.len(), C);
+    for y in ys {
+        assert_eq!(x.len(), y.len());
+    }
+    let t = table(&KVALUES_IQ4NL);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for (b, bx) in x.iter().enumerate() {
+        let sh = u16::from_le(bx.scales_h);
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for ib in 0..8 {
+            let ls = ((bx.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i16
+                | ((((sh >> (2 * ib)) & 3) as i16) << 4);
+            let qx = lookup(t, bx.qs.as_ptr().add(16 * ib));
+            let ax = _mm256_sign_epi8(qx, qx);
+            let scale = _mm256_set1_epi16(ls - 32);
+            for c in 0..C {
+                let qy = load256(ys[c].get_unchecked(b).qs.as_ptr().add(32 * ib));
+                let p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(qy, qx));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p16, scale));
+            }
+        }
+        let dx = f16_to_f32(bx.d);
+        for c in 0..C {
+            let d = dx * ys[c].get_unchecked(b).d;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_ps(acc[c]);
+    }
 }

@@ -1,4 +1,5 @@
-//! AVX2/FMA/F16C kernels for the dot products that dominate decode time.
+//! AVX2/FMA/F16C kernels for the dot products that dominate decode time,
+//! and the activation quantizers that feed them.
 //!
 //! Every kernel is an `unsafe fn` compiled with
 //! `#[target_feature(enable = "avx2,fma,f16c")]`; its only safety
@@ -15,6 +16,7 @@ pub(crate) mod q3_k;
 pub(crate) mod q4_k;
 pub(crate) mod q5_k;
 pub(crate) mod q6_k;
+pub(crate) mod quantize;
 
 use std::arch::x86_64::*;
 

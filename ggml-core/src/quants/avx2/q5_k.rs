@@ -2,8 +2,9 @@
 
 use std::arch::x86_64::*;
 
-use super::q4_k::{block_scales, broadcast_i16_lane};
-use super::{f16_to_f32, hsum_ps, load256};
+use super::q4_k::{block_scales, broadcast_i16_lane, mins_dot_bsums};
+use super::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::k_quants::q4_k::unpack_scales_mins;
 use crate::quants::k_quants::q5_k::BlockQ5K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
 
@@ -55,4 +56,67 @@ pub(crate) unsafe fn dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
     let m = _mm_add_ss(m, _mm_movehdup_ps(m));
     hsum_ps(acc) + _mm_cvtss_f32(m)
+}
+
+/// One Q5_K weight row against `C` Q8_K activation rows:
+/// `out[c] = dot_q5_k_q8_k(x, ys[c])`, bit for bit (as the Q4_K one: the
+/// row's 5-bit values, scales and minima are made once for all columns).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_k_q8_k_cols<const C: usize>(
+    x: &[BlockQ5K],
+    ys: [&[BlockQ8K]; C],
+    out: &mut [f32],
+) {
+    assert_eq!(out.len(), C);
+    for y in ys {
+        assert_eq!(x.len(), y.len());
+    }
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut acc_m = [_mm_setzero_ps(); C];
+    for (b, bx) in x.iter().enumerate() {
+        let dx = f16_to_f32(bx.d);
+        let dmin_x = f16_to_f32(bx.dmin);
+        let sm = unpack_scales_mins(&bx.scales);
+        let sm16 = _mm256_cvtepu8_epi16(load128(sm.as_ptr()));
+        let mins16 = _mm256_extracti128_si256(sm16, 1);
+        let sc128 = _mm256_castsi256_si128(sm16);
+        let scales = _mm256_set_m128i(sc128, sc128);
+        let mut d = [0f32; C];
+        for c in 0..C {
+            let by = ys[c].get_unchecked(b);
+            let prod = mins_dot_bsums(mins16, by);
+            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-by.d * dmin_x), _mm_cvtepi32_ps(prod), acc_m[c]);
+            d[c] = by.d * dx;
+        }
+        let hbits = load256(bx.qh.as_ptr());
+        let q5 = bx.qs.as_ptr();
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for j in 0..4 {
+            let bits = load256(q5.add(32 * j));
+            let ql = _mm256_or_si256(_mm256_and_si256(bits, m4), high_bit(hbits, 2 * j));
+            let qh = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                high_bit(hbits, 2 * j + 1),
+            );
+            let scl = broadcast_i16_lane(scales, 2 * j);
+            let sch = broadcast_i16_lane(scales, 2 * j + 1);
+            for c in 0..C {
+                let q8 = ys[c].get_unchecked(b).qs.as_ptr();
+                let pl = _mm256_maddubs_epi16(ql, load256(q8.add(64 * j)));
+                let ph = _mm256_maddubs_epi16(qh, load256(q8.add(64 * j + 32)));
+                let pl = _mm256_madd_epi16(scl, pl);
+                let ph = _mm256_madd_epi16(sch, ph);
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
+            }
+        }
+        for c in 0..C {
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d[c]), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for c in 0..C {
+        let m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));
+        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[c] = hsum_ps(acc[c]) + _mm_cvtss_f32(m);
+    }
 }

@@ -58,3 +58,76 @@ pub(crate) unsafe fn dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     }
     hsum_ps(acc)
 }
+
+/// One Q6_K weight row against `C` Q8_K activation rows:
+/// `out[c] = dot_q6_k_q8_k(x, ys[c])`, bit for bit. The row's 6-bit
+/// values and scale broadcasts are built once per half block for all `C`
+/// columns; each column keeps `dot_q6_k_q8_k`'s accumulator and updates it
+/// in the same order.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q6_k_q8_k_cols<const C: usize>(
+    x: &[BlockQ6K],
+    ys: [&[BlockQ8K]; C],
+    out: &mut [f32],
+) {
+    assert_eq!(out.len(), C);
+    for y in ys {
+        assert_eq!(x.len(), y.len());
+    }
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m2 = _mm256_set1_epi8(0x03);
+    let m2s = [0x03u8, 0x0c, 0x30, 0xc0].map(|m| _mm256_set1_epi8(m as i8));
+    let mut acc = [_mm256_setzero_ps(); C];
+    for (b, bx) in x.iter().enumerate() {
+        let dx = f16_to_f32(bx.d);
+        let sc = load128(bx.scales.as_ptr());
+        let sc16 = _mm256_cvtepi8_epi16(sc);
+        let mut sumi = [_mm256_setzero_si256(); C];
+        for c in 0..C {
+            let by = ys[c].get_unchecked(b);
+            let offset = _mm256_madd_epi16(sc16, load256(addr_of!(by.bsums)));
+            sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+        }
+        for h in 0..2 {
+            let ql_a = load256(bx.ql.as_ptr().add(64 * h));
+            let ql_b = load256(bx.ql.as_ptr().add(64 * h + 32));
+            let qh = load256(bx.qh.as_ptr().add(32 * h));
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql_a, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql_b, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, m2s[1]), 2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql_a, 4), m4),
+                    _mm256_and_si256(qh, m2s[2]),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql_b, 4), m4),
+                    _mm256_srli_epi16(_mm256_and_si256(qh, m2s[3]), 2),
+                ),
+            ];
+            for (k, &qk) in q.iter().enumerate() {
+                let is = (8 * h + 2 * k) as u64;
+                let lanes = 0x0101_0101_0101_0101u64;
+                let mask = _mm_set_epi64x(((is + 1) * lanes) as i64, (is * lanes) as i64);
+                let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, mask));
+                for c in 0..C {
+                    let q8 = ys[c].get_unchecked(b).qs.as_ptr();
+                    let p = _mm256_maddubs_epi16(qk, load256(q8.add(128 * h + 32 * k)));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, s16));
+                }
+            }
+        }
+        for c in 0..C {
+            let d = dx * ys[c].get_unchecked(b).d;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for c in 0..C {
+        out[c] = hsum_ps(acc[c]);
+    }
+}

@@ -28,17 +28,23 @@ impl_block!(BlockQ4K, GgmlType::Q4K, QK_K, 144);
 
 /// ggml's `get_scale_min_k4` for all 8 sub-blocks: bytes 0..8 are the
 /// scales, 8..16 the minima. Shared with Q5_K.
+///
+/// Done on the three little-endian 32-bit words at once, as ggml's SIMD
+/// dots do (`kmask1..3`): the decode dots call it once per 256 weights.
 #[inline]
 pub(crate) fn unpack_scales_mins(q: &[u8; 12]) -> [u8; 16] {
+    const KMASK1: u32 = 0x3f3f_3f3f;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    const KMASK3: u32 = 0x0303_0303;
+    let w = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (u0, u1, u2) = (w(0), w(1), w(2));
+    let sc_lo = u0 & KMASK1;
+    let sc_hi = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
+    let m_lo = u1 & KMASK1;
+    let m_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
     let mut out = [0u8; 16];
-    for j in 0..8 {
-        if j < 4 {
-            out[j] = q[j] & 63;
-            out[8 + j] = q[j + 4] & 63;
-        } else {
-            out[j] = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-            out[8 + j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-        }
+    for (i, v) in [sc_lo, sc_hi, m_lo, m_hi].into_iter().enumerate() {
+        out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
     }
     out
 }
@@ -179,6 +185,18 @@ pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dispatch!(crate::quants::avx2::q4_k::dot_q4_k_q8_k, dot_scalar, (x, y))
 }
 
+/// `out[c] = vec_dot(n, x, ys[c])` bit for bit, the row unpacked once per
+/// block for all columns (see [`crate::quants::vec_dot_cols`]).
+pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
+    crate::quants::vec_dot_cols::cols_dispatch!(
+        BlockQ4K,
+        BlockQ8K,
+        crate::quants::avx2::q4_k::dot_q4_k_q8_k_cols,
+        vec_dot,
+        (n, x, ys, out)
+    )
+}
+
 fn dot_scalar(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
@@ -214,4 +232,46 @@ pub(crate) fn dot_block_scales_mins(
     let d = d.to_f32() * by.d;
     let dmin = dmin.to_f32() * by.d;
     d * isum as f32 - dmin * summs as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `get_scale_min_k4` as ggml writes it, one sub-block at a time.
+    fn get_scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+        if j < 4 {
+            (q[j] & 63, q[j + 4] & 63)
+        } else {
+            (
+                (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
+                (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+            )
+        }
+    }
+
+    #[test]
+    fn unpack_scales_mins_is_get_scale_min_k4() {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            let mut q = [0u8; 12];
+            for b in q.iter_mut() {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                *b = s as u8;
+            }
+            let out = unpack_scales_mins(&q);
+            for j in 0..8 {
+                assert_eq!((out[j], out[8 + j]), get_scale_min_k4(j, &q), "{q:?} j={j}");
+            }
+        }
+        for b in [0u8, 0xff, 0x3f, 0xc0, 0x0f, 0xf0] {
+            let q = [b; 12];
+            let out = unpack_scales_mins(&q);
+            for j in 0..8 {
+                assert_eq!((out[j], out[8 + j]), get_scale_min_k4(j, &q));
+            }
+        }
+    }
 }

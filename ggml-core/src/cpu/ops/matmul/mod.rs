@@ -17,6 +17,7 @@ mod gemm;
 mod get_rows;
 mod mul_mat_id;
 
+use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -37,8 +38,8 @@ pub(super) use get_rows::{get_rows, supports_get_rows};
 pub(super) use mul_mat_id::{mul_mat_id, supports_mul_mat_id};
 
 /// Activation columns per tile: each weight row is dotted with this many
-/// columns back to back.
-const TILE_COLS: usize = 4;
+/// columns back to back (in one `vec_dot_cols` call where the type has one).
+const TILE_COLS: usize = quants::VEC_DOT_COLS_MAX;
 
 /// A raw pointer that may cross to the pool's threads; kernels write
 /// disjoint parts of what it points to.
@@ -200,21 +201,55 @@ struct Task {
     cols: Range<usize>,
 }
 
-/// Cut `n_rows` weight rows × `cols[g]` columns of each group into tasks.
+/// The per-op bookkeeping of `mul_mat` and `mul_mat_id` (task list, expert
+/// grouping), kept per thread and reused so that decoding allocates nothing
+/// per product once the vectors have grown.
+#[derive(Default)]
+struct Plan {
+    tasks: Vec<Task>,
+    group_cols: Vec<usize>,
+    /// `mul_mat_id`: per expert, then prefix sums (`start`).
+    counts: Vec<usize>,
+    /// `mul_mat_id`: the next free slot of each expert while sorting.
+    fill: Vec<usize>,
+    /// `mul_mat_id`: the (expert, slot, token) triples in id order.
+    flat: Vec<(usize, usize, usize)>,
+    /// `mul_mat_id`: the (slot, token) pairs grouped by expert.
+    pairs: Vec<(usize, usize)>,
+    /// `mul_mat_id`: the experts with at least one pair.
+    used: Vec<usize>,
+}
+
+thread_local! {
+    static PLAN: RefCell<Plan> = RefCell::new(Plan::default());
+}
+
+/// Run `f` with this thread's [`Plan`] (a fresh one when re-entered).
+fn with_plan<R>(f: impl FnOnce(&mut Plan) -> R) -> R {
+    let mut plan = PLAN.with(|c| c.take());
+    let r = f(&mut plan);
+    PLAN.with(|c| c.replace(plan));
+    r
+}
+
+/// Cut `n_rows` weight rows × `cols[g]` columns of each group into
+/// `tasks` (cleared first).
 fn plan_tasks(
+    tasks: &mut Vec<Task>,
     n_rows: usize,
     group_cols: &[usize],
     row_bytes: usize,
     col_bytes: usize,
     nth: usize,
-) -> Vec<Task> {
+) {
+    tasks.clear();
     let max_cols = group_cols.iter().copied().max().unwrap_or(0);
     // columns per task: a block that stays in L2 (~1 MiB), whole tiles
-    // (multiples of 12 = whole tiles of both the vec_dot loop and `gemm`)
-    let cc = if max_cols <= 12 {
-        12
+    // (multiples of 24 = whole tiles of both the vec_dot loop and `gemm`)
+    let cc = if max_cols <= 24 {
+        24
     } else {
-        ((1 << 20) / col_bytes.max(1) / 12 * 12).clamp(12, 252)
+        ((1 << 20) / col_bytes.max(1) / 24 * 24).clamp(24, 264)
     };
     // rows per task: a block that stays in L2 across the column tiles
     let mut rc = ((256 << 10) / row_bytes.max(1)).clamp(4, 256);
@@ -232,7 +267,7 @@ fn plan_tasks(
     if rc > 4 {
         rc -= rc % gemm::RM; // whole register tiles
     }
-    let mut tasks = Vec::with_capacity(count(rc));
+    tasks.reserve(count(rc));
     for (g, &c) in group_cols.iter().enumerate() {
         for r0 in (0..n_rows).step_by(rc) {
             for c0 in (0..c).step_by(cc) {
@@ -244,7 +279,6 @@ fn plan_tasks(
             }
         }
     }
-    tasks
 }
 
 /// Run `tasks` on the pool, each thread taking the next from a shared
@@ -303,6 +337,7 @@ fn prefetch(p: *const u8, len: usize) {
 unsafe fn dot_block(
     gemm: Option<GemmType>,
     vec_dot: fn(usize, &[u8], &[u8]) -> f32,
+    vec_dot_cols: Option<quants::VecDotCols>,
     k: usize,
     w_row: impl Fn(usize) -> *const u8,
     w_bytes: usize,
@@ -360,8 +395,19 @@ unsafe fn dot_block(
                 prefetch(w_row(r + PREFETCH_ROWS), w_bytes);
             }
             let x = std::slice::from_raw_parts(w_row(r), w_bytes);
-            for j in 0..n {
-                ds[j].add(r).write_unaligned(vec_dot(k, x, ys[j]));
+            match vec_dot_cols {
+                Some(f) if n > 1 => {
+                    let mut out = [0f32; TILE_COLS];
+                    f(k, x, &ys[..n], &mut out[..n]);
+                    for j in 0..n {
+                        ds[j].add(r).write_unaligned(out[j]);
+                    }
+                }
+                _ => {
+                    for j in 0..n {
+                        ds[j].add(r).write_unaligned(vec_dot(k, x, ys[j]));
+                    }
+                }
             }
         }
         c0 += n;
@@ -400,45 +446,57 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
     }
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
     let nth = ctx.pool.n_threads();
-    with_scratch(acts_scratch_bytes(&b, kr, nth), |scratch| {
-        let acts = prepare_acts(ctx.pool, &b, kr, scratch);
-        // one group per weight matrix (i02, i03); its columns are every
-        // (i11, i12, i13) with i12 / r2 == i02 and i13 / r3 == i03, so
-        // heads sharing a matrix (GQA) share its passes over the weights
-        let n_groups = a.ne[2] * a.ne[3];
-        let cols_per_group = b.ne[1] * r2 * r3;
-        let group_cols = vec![cols_per_group; n_groups];
-        let w_bytes = a.ty.row_size(k as u64).unwrap_or(0);
-        let tasks = plan_tasks(a.ne[1], &group_cols, w_bytes, acts.row_bytes, nth);
-        let work = a.ne[1] * w_bytes * n_groups + b.nrows() * acts.row_bytes;
-        let vec_dot = kr.w.vec_dot;
-        let gemm = GemmType::select(a.ty, kr.act.ty, k);
-        run_tasks(ctx.pool, &tasks, work, &|t: &Task| {
-            let (i02, i03) = (t.group % a.ne[2], t.group / a.ne[2]);
-            let col = |j: usize| {
-                let i11 = j % b.ne[1];
-                let rest = j / b.ne[1];
-                let i12 = i02 * r2 + rest % r2;
-                let i13 = i03 * r3 + rest / r2;
-                (acts.row(i11, i12, i13), dst.row_ptr(i11, i12, i13))
-            };
-            // SAFETY: every index is within the views' `ne` (checked above
-            // against dst and b; i02 < a.ne2, i03 < a.ne3), rows of `a` are
-            // dense (`supports_pair`), the activations were sized for `b`,
-            // and each (row, column) of dst belongs to exactly one task.
-            unsafe {
-                dot_block(
-                    gemm,
-                    vec_dot,
-                    k,
-                    |r| a.row_ptr(r, i02, i03),
-                    w_bytes,
-                    t.rows.clone(),
-                    col,
-                    acts.row_bytes,
-                    t.cols.clone(),
-                )
-            }
+    with_plan(|plan| {
+        with_scratch(acts_scratch_bytes(&b, kr, nth), |scratch| {
+            let acts = prepare_acts(ctx.pool, &b, kr, scratch);
+            // one group per weight matrix (i02, i03); its columns are every
+            // (i11, i12, i13) with i12 / r2 == i02 and i13 / r3 == i03, so
+            // heads sharing a matrix (GQA) share its passes over the weights
+            let n_groups = a.ne[2] * a.ne[3];
+            let cols_per_group = b.ne[1] * r2 * r3;
+            plan.group_cols.clear();
+            plan.group_cols.resize(n_groups, cols_per_group);
+            let w_bytes = a.ty.row_size(k as u64).unwrap_or(0);
+            plan_tasks(
+                &mut plan.tasks,
+                a.ne[1],
+                &plan.group_cols,
+                w_bytes,
+                acts.row_bytes,
+                nth,
+            );
+            let work = a.ne[1] * w_bytes * n_groups + b.nrows() * acts.row_bytes;
+            let vec_dot = kr.w.vec_dot;
+            let gemm = GemmType::select(a.ty, kr.act.ty, k);
+            let tasks = &plan.tasks;
+            run_tasks(ctx.pool, tasks, work, &|t: &Task| {
+                let (i02, i03) = (t.group % a.ne[2], t.group / a.ne[2]);
+                let col = |j: usize| {
+                    let i11 = j % b.ne[1];
+                    let rest = j / b.ne[1];
+                    let i12 = i02 * r2 + rest % r2;
+                    let i13 = i03 * r3 + rest / r2;
+                    (acts.row(i11, i12, i13), dst.row_ptr(i11, i12, i13))
+                };
+                // SAFETY: every index is within the views' `ne` (checked above
+                // against dst and b; i02 < a.ne2, i03 < a.ne3), rows of `a` are
+                // dense (`supports_pair`), the activations were sized for `b`,
+                // and each (row, column) of dst belongs to exactly one task.
+                unsafe {
+                    dot_block(
+                        gemm,
+                        vec_dot,
+                        kr.w.vec_dot_cols,
+                        k,
+                        |r| a.row_ptr(r, i02, i03),
+                        w_bytes,
+                        t.rows.clone(),
+                        col,
+                        acts.row_bytes,
+                        t.cols.clone(),
+                    )
+                }
+            });
         });
     });
     Ok(())

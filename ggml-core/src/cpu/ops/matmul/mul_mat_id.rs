@@ -4,7 +4,7 @@
 
 use super::{
     acts_scratch_bytes, dot_block, invalid, kernels, plan_tasks, prepare_acts, run_tasks,
-    supports_pair, GemmType, Task,
+    supports_pair, with_plan, GemmType, Plan, Task,
 };
 use crate::backend::BackendError;
 use crate::cpu::ops::ComputeCtx;
@@ -60,71 +60,88 @@ pub(crate) fn mul_mat_id(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
         return Ok(());
     }
 
-    // validate the ids and group the (slot, token) pairs by expert
-    let mut counts = vec![0usize; n_expert + 1];
-    let mut flat = Vec::with_capacity(n_used * n_tokens);
-    for tok in 0..n_tokens {
-        for e in 0..n_used {
-            // SAFETY: within `ids.ne`; the type is I32 (checked above).
-            let id = unsafe { ids.get_i32(e, tok, 0, 0) };
-            if id < 0 || id as usize >= n_expert {
-                return Err(invalid(format!(
-                    "mul_mat_id '{name}': expert id {id} at ids[{e}, {tok}] of '{ids_name}' \
-                     is outside 0..{n_expert}"
-                )));
-            }
-            counts[id as usize + 1] += 1;
-            flat.push((id as usize, e, tok));
-        }
-    }
-    // counting sort: pairs of expert x at offsets start[x]..start[x + 1]
-    for x in 0..n_expert {
-        counts[x + 1] += counts[x];
-    }
-    let start = counts;
-    let mut fill = start.clone();
-    let mut pairs = vec![(0usize, 0usize); flat.len()];
-    for &(x, e, tok) in &flat {
-        pairs[fill[x]] = (e, tok);
-        fill[x] += 1;
-    }
-    let used: Vec<usize> = (0..n_expert).filter(|&x| start[x + 1] > start[x]).collect();
-    let group_cols: Vec<usize> = used.iter().map(|&x| start[x + 1] - start[x]).collect();
-
     let nth = ctx.pool.n_threads();
-    with_scratch(acts_scratch_bytes(&b, kr, nth), |scratch| {
-        let acts = prepare_acts(ctx.pool, &b, kr, scratch);
-        let w_bytes = a.ty.row_size(k as u64).unwrap_or(0);
-        let tasks = plan_tasks(m, &group_cols, w_bytes, acts.row_bytes, nth);
-        let work = m * w_bytes * used.len() + b.nrows() * acts.row_bytes;
-        let vec_dot = kr.w.vec_dot;
-        let gemm = GemmType::select(a.ty, kr.act.ty, k);
-        let (pairs, used, start) = (&pairs, &used, &start);
-        run_tasks(ctx.pool, &tasks, work, &|t: &Task| {
-            let x = used[t.group];
-            let mine = &pairs[start[x]..start[x + 1]];
-            let col = |j: usize| {
-                let (e, tok) = mine[j];
-                (acts.row(e % n_b1, tok, 0), dst.row_ptr(e, tok, 0))
-            };
-            // SAFETY: x < n_expert (validated), rows < m = a.ne1, each (e, tok)
-            // is within b (e % n_b1, tok < b.ne2) and dst; a's rows are
-            // dense; each (row, e, tok) of dst belongs to one task, since
-            // every (e, tok) appears once in `pairs`.
-            unsafe {
-                dot_block(
-                    gemm,
-                    vec_dot,
-                    k,
-                    |r| a.row_ptr(r, x, 0),
-                    w_bytes,
-                    t.rows.clone(),
-                    col,
-                    acts.row_bytes,
-                    t.cols.clone(),
-                )
+    with_plan(|plan| {
+        let Plan {
+            tasks,
+            group_cols,
+            counts,
+            fill,
+            flat,
+            pairs,
+            used,
+        } = plan;
+        // validate the ids and group the (slot, token) pairs by expert
+        counts.clear();
+        counts.resize(n_expert + 1, 0);
+        flat.clear();
+        for tok in 0..n_tokens {
+            for e in 0..n_used {
+                // SAFETY: within `ids.ne`; the type is I32 (checked above).
+                let id = unsafe { ids.get_i32(e, tok, 0, 0) };
+                if id < 0 || id as usize >= n_expert {
+                    return Err(invalid(format!(
+                        "mul_mat_id '{name}': expert id {id} at ids[{e}, {tok}] of '{ids_name}' \
+                         is outside 0..{n_expert}"
+                    )));
+                }
+                counts[id as usize + 1] += 1;
+                flat.push((id as usize, e, tok));
             }
+        }
+        // counting sort: pairs of expert x at offsets start[x]..start[x + 1]
+        for x in 0..n_expert {
+            counts[x + 1] += counts[x];
+        }
+        let start = &*counts;
+        fill.clear();
+        fill.extend_from_slice(start);
+        pairs.clear();
+        pairs.resize(flat.len(), (0, 0));
+        for &(x, e, tok) in flat.iter() {
+            pairs[fill[x]] = (e, tok);
+            fill[x] += 1;
+        }
+        used.clear();
+        used.extend((0..n_expert).filter(|&x| start[x + 1] > start[x]));
+        group_cols.clear();
+        group_cols.extend(used.iter().map(|&x| start[x + 1] - start[x]));
+
+        with_scratch(acts_scratch_bytes(&b, kr, nth), |scratch| {
+            let acts = prepare_acts(ctx.pool, &b, kr, scratch);
+            let w_bytes = a.ty.row_size(k as u64).unwrap_or(0);
+            plan_tasks(tasks, m, group_cols, w_bytes, acts.row_bytes, nth);
+            let work = m * w_bytes * used.len() + b.nrows() * acts.row_bytes;
+            let vec_dot = kr.w.vec_dot;
+            let gemm = GemmType::select(a.ty, kr.act.ty, k);
+            let (pairs, used) = (&*pairs, &*used);
+            run_tasks(ctx.pool, tasks, work, &|t: &Task| {
+                let x = used[t.group];
+                let mine = &pairs[start[x]..start[x + 1]];
+                let col = |j: usize| {
+                    let (e, tok) = mine[j];
+                    (acts.row(e % n_b1, tok, 0), dst.row_ptr(e, tok, 0))
+                };
+                // SAFETY: x < n_expert (validated), rows < m = a.ne1, each
+                // (e, tok) is within b (e % n_b1, tok < b.ne2) and dst; a's
+                // rows are dense; each (row, e, tok) of dst belongs to one
+                // task, since every (e, tok) appears once in `pairs`.
+                unsafe {
+                    dot_block(
+                        gemm,
+                        vec_dot,
+                        kr.w.vec_dot_cols,
+                        k,
+                        |r| a.row_ptr(r, x, 0),
+                        w_bytes,
+                        t.rows.clone(),
+                        col,
+                        acts.row_bytes,
+                        t.cols.clone(),
+                    )
+                }
+            });
         });
-    });
-    Ok(())
+        Ok(())
+    })
 }
