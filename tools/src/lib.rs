@@ -5,10 +5,11 @@
 //! `llama-bench` (pp/tg throughput table), `llama-tokenize` (text to ids).
 //! This library holds what they share: the synthetic model generator
 //! ([`synth`], [`vocab`]), the cached embedded default model ([`cache`]),
-//! flags and loading ([`cli`]), progress display ([`progress`]), UTF-8
+//! chat templates and conversation ([`chat`]), flags and loading ([`cli`]), progress display ([`progress`]), UTF-8
 //! streaming ([`stream`]) and the run summary ([`summary`]).
 
 pub mod cache;
+pub mod chat;
 pub mod cli;
 pub mod progress;
 pub mod quantize;

@@ -14,6 +14,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use ggml_core::GgmlType;
 use llama::{Context, Sampler, SamplerParams};
+use tools::chat::{self as chat_cli, ChatArgs};
 use tools::cli::{self, BatchArgs, PlacementArgs};
 use tools::progress::Progress;
 use tools::stream::Utf8Stream;
@@ -115,6 +116,9 @@ struct Args {
     #[command(flatten)]
     placement: PlacementArgs,
 
+    #[command(flatten)]
+    chat: ChatArgs,
+
     /// do not process escapes in -p (\n, \t, \\, ...)
     #[arg(long = "no-escape")]
     no_escape: bool,
@@ -198,6 +202,9 @@ fn main() -> ExitCode {
     let args = Args::parse_from(cli::normalize_args(std::env::args_os()));
     cli::main_wrapper(TOOL, || match &args.synth {
         Some(out) => synthesize(&args, out),
+        None if args.chat.chat_render.is_some() => {
+            chat_cli::render_mode(&args.chat, args.model.as_deref())
+        }
         None => run(&args),
     })
 }
