@@ -15,18 +15,7 @@ use llama::{ContextParams, Model, ModelParams};
 
 use crate::progress::Progress;
 
-/// llama.cpp's short flags with more than one letter (`-ngl`), which clap
-/// cannot declare, mapped to their long forms before parsing.
-pub const MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
-    ("-ngl", "--n-gpu-layers"),
-    ("-ub", "--ubatch-size"),
-    ("-ot", "--override-tensor"),
-    ("-cmoe", "--cpu-moe"),
-    ("-ncmoe", "--n-cpu-moe"),
-    ("-dev", "--device"),
-    ("-nomb", "--offload-min-batch"),
-    ("-fa", "--flash-attn"),
-];
+pub use crate::args::MULTI_LETTER_SHORTS;
 
 /// Rewrite `-ngl 99` as `--n-gpu-layers 99` etc. (whole arguments only,
 /// and nothing after `--`; write `--prompt=-ngl` for such a prompt).

@@ -8,9 +8,11 @@
 //! chat templates and conversation ([`chat`]), flags and loading ([`cli`]), progress display ([`progress`]), UTF-8
 //! streaming ([`stream`]) and the run summary ([`summary`]).
 
+pub mod args;
 pub mod cache;
 pub mod chat;
 pub mod cli;
+pub mod devices;
 pub mod progress;
 pub mod quantize;
 pub mod stream;

@@ -11,9 +11,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use ggml_core::GgmlType;
 use llama::{Context, Sampler, SamplerParams};
+use tools::args::run::{ends_with_reverse_prompt, RunExtraArgs};
 use tools::chat::{self as chat_cli, ChatArgs};
 use tools::cli::{self, BatchArgs, PlacementArgs};
 use tools::progress::Progress;
@@ -31,7 +32,7 @@ const DEFAULT_PROMPT: &str = "Once upon a time";
     version,
     about = "Generate text with a GGUF MoE model (llama.cpp flags).",
     long_about = None,
-    after_help = "Multi-letter short flags as in llama.cpp: -ngl, -ub, -ot, -cmoe, -ncmoe, -dev (and -nomb for --offload-min-batch).\n\
+    after_help = "Multi-letter short flags as in llama.cpp: -ngl, -ub, -ot, -cmoe, -ncmoe, -dev, -fa, -tb, -sys, -cnv, -no-cnv, -ctk, -ctv (and -nomb for --offload-min-batch); negative values after a space (--temp -1) and -ngl auto|all as llama.cpp.\n\
 Without -m, runs the embedded default model (generated into $GGML_RS_CACHE, $XDG_CACHE_HOME/ggml-rs or ~/.cache/ggml-rs on first use).\n\
 Examples:\n  llama-run -m Qwen3-30B-A3B-Q4_K_M.gguf -p \"Hello\" -n 64 --device CUDA0 -ngl 99 --cpu-moe\n  llama-run --device SIM0 --cpu-moe -n 32\n  llama-run --synth big.gguf --layers 2 --experts 128 --used 8 --embd 2048 --ff 768 --heads 32 --heads-kv 4 --type Q4_K"
 )]
@@ -64,9 +65,14 @@ struct Args {
     )]
     n_predict: i64,
 
-    /// number of CPU threads (default: all cores)
-    #[arg(short = 't', long = "threads", value_name = "N")]
-    threads: Option<usize>,
+    /// number of CPU threads (default and -1: all cores)
+    #[arg(
+        short = 't',
+        long = "threads",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    threads: Option<i64>,
 
     /// size of the prompt context (0 = from the model)
     #[arg(
@@ -109,15 +115,23 @@ struct Args {
     #[arg(long = "repeat-penalty", value_name = "N", default_value_t = 1.0)]
     repeat_penalty: f32,
 
-    /// last n tokens to consider for the repeat penalty (0 = disabled)
-    #[arg(long = "repeat-last-n", value_name = "N", default_value_t = 64)]
-    repeat_last_n: usize,
+    /// last n tokens to consider for the repeat penalty (0 = disabled, -1 = context size)
+    #[arg(
+        long = "repeat-last-n",
+        value_name = "N",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
+    repeat_last_n: i64,
 
     #[command(flatten)]
     placement: PlacementArgs,
 
     #[command(flatten)]
     chat: ChatArgs,
+
+    #[command(flatten)]
+    extra: RunExtraArgs,
 
     /// do not process escapes in -p (\n, \t, \\, ...)
     #[arg(long = "no-escape")]
@@ -199,9 +213,20 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse_from(cli::normalize_args(std::env::args_os()));
+    let argv = match tools::args::normalize(&Args::command(), std::env::args_os()) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("{TOOL}: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let args = Args::parse_from(argv);
     cli::main_wrapper(TOOL, || match &args.synth {
         Some(out) => synthesize(&args, out),
+        None if args.extra.list_devices => {
+            tools::devices::print_devices();
+            Ok(())
+        }
         None if args.chat.chat_render.is_some() => {
             chat_cli::render_mode(&args.chat, args.model.as_deref())
         }
@@ -271,9 +296,18 @@ fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
 }
 
 fn check_args(a: &Args) -> Result<()> {
-    if a.threads == Some(0) {
-        bail!("-t must be at least 1");
+    if let Some(t) = a.threads {
+        if t == 0 || t < -1 {
+            bail!("-t {t}: must be -1 (all cores) or at least 1");
+        }
     }
+    if a.repeat_last_n < -1 {
+        bail!(
+            "--repeat-last-n {}: must be -1 (context size) or at least 0",
+            a.repeat_last_n
+        );
+    }
+    a.extra.check()?;
     a.batch.check()?;
     if a.n_predict < -1 {
         bail!("-n {}: must be -1 (unlimited) or at least 0", a.n_predict);
@@ -346,7 +380,13 @@ fn run(a: &Args) -> Result<()> {
         (None, Some(f)) => cli::read_text_file(f)?,
         (None, None) => DEFAULT_PROMPT.to_string(),
     };
-    let n_threads = a.threads.unwrap_or_else(cli::default_threads);
+    let n_threads = match a.threads {
+        Some(t) if t > 0 => t as usize,
+        _ => cli::default_threads(),
+    };
+    let kv_type = a
+        .extra
+        .kv_type(matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
     // Open every output file before the long work, so a bad path fails fast.
     let mut logits_out = OutFile::create(&a.logits_out)?;
     let mut tokens_out = OutFile::create(&a.tokens_out)?;
@@ -375,7 +415,8 @@ fn run(a: &Args) -> Result<()> {
         eprint!("{}", cli::placement_table(model));
     }
 
-    let ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
+    let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
+    ctx_params.kv_type = kv_type;
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
 
     let tokenizer = &model.tokenizer;
@@ -407,9 +448,14 @@ fn run(a: &Args) -> Result<()> {
         top_p: a.top_p,
         min_p: a.min_p,
         repeat_penalty: a.repeat_penalty,
-        repeat_last_n: a.repeat_last_n,
+        repeat_last_n: if a.repeat_last_n < 0 {
+            ctx.n_ctx()
+        } else {
+            a.repeat_last_n as usize
+        },
         seed,
-    });
+    })
+    .with_penalties(a.extra.presence_penalty, a.extra.frequency_penalty);
     for &t in &prompt_ids {
         sampler.accept(t);
     }
@@ -464,18 +510,41 @@ fn run(a: &Args) -> Result<()> {
     let mut gen_tokens = 0usize;
     let mut gen_decodes = 0usize;
     let mut stop = "n_predict";
+    let mut generated = String::new();
+    // a prompt ending in an end-of-generation token has nothing to continue
+    let prompt_ends_eog = prompt_ids
+        .last()
+        .is_some_and(|&t| tok::is_eog(tokenizer, t));
+    if prompt_ends_eog && !a.extra.ignore_eos {
+        stop = "eog";
+    }
+    let eog_ids: Vec<i32> = if a.extra.ignore_eos {
+        tokenizer.eog_tokens().collect()
+    } else {
+        Vec::new()
+    };
     let t_gen = Instant::now();
-    while gen_tokens < limit {
+    while gen_tokens < limit && !prompt_ends_eog {
+        for &e in &eog_ids {
+            if let Some(l) = last_row.get_mut(e as usize) {
+                *l = f32::NEG_INFINITY; // --ignore-eos: never sampled
+            }
+        }
         let id = sampler.sample(&last_row);
         sampler.accept(id);
         gen_tokens += 1;
         tokens_out.write(&id.to_le_bytes())?;
-        let eog = tok::is_eog(tokenizer, id);
+        let eog = !a.extra.ignore_eos && tok::is_eog(tokenizer, id);
+        let mut reverse = false;
         if !eog {
             let s = text.push(&tok::piece(tokenizer, id, false));
             emit(&mut out, &s);
+            if !a.extra.reverse_prompt.is_empty() {
+                generated.push_str(&s);
+                reverse = ends_with_reverse_prompt(&generated, &a.extra.reverse_prompt);
+            }
         }
-        let more = !eog && gen_tokens < limit;
+        let more = !eog && !reverse && gen_tokens < limit;
         // Feed the token when another one follows, or when its logits are
         // asked for (--logits-out has one row per generated token).
         if more || logits_out.is_some() {
@@ -492,6 +561,10 @@ fn run(a: &Args) -> Result<()> {
         }
         if eog {
             stop = "eog";
+            break;
+        }
+        if reverse {
+            stop = "reverse_prompt";
             break;
         }
     }
