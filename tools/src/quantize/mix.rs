@@ -227,9 +227,7 @@ pub fn is_quantizable(name: &str, n_dims: u32) -> bool {
 /// llama.cpp's `use_more_bits`: the first and last eighth of the layers
 /// and every third one between.
 fn use_more_bits(i_layer: usize, n_layer: usize) -> bool {
-    i_layer < n_layer / 8
-        || i_layer >= 7 * n_layer / 8
-        || (i_layer - n_layer / 8) % 3 == 2
+    i_layer < n_layer / 8 || i_layer >= 7 * n_layer / 8 || (i_layer - n_layer / 8) % 3 == 2
 }
 
 /// The layer index in `blk.N.` names.
