@@ -348,10 +348,27 @@ pub fn main_wrapper(tool: &str, f: impl FnOnce() -> Result<()>) -> ExitCode {
     match f() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{tool}: error: {e:#}");
+            eprintln!("{tool}: error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, `a: b: c`, each cause written once
+/// (a cause whose text its parent already shows is skipped).
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// Read a text file as the prompt, byte for byte; it must be UTF-8.

@@ -18,5 +18,6 @@ pub mod quantize;
 pub mod stream;
 pub mod summary;
 pub mod synth;
+pub mod synth_budget;
 pub mod tok;
 pub mod vocab;

@@ -269,6 +269,7 @@ fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
         ..SynthParams::default_model()
     };
     p.validate()?;
+    tools::synth_budget::check(&p)?;
     let t0 = Instant::now();
     let mut bar = Progress::new("synthesizing");
     let w = synth::synthesize(&p, &mut |f| bar.set(f))?;
