@@ -17,7 +17,9 @@ use llama::{Context, Sampler, SamplerParams};
 use tools::args::run::{ends_with_reverse_prompt, RunExtraArgs};
 use tools::chat::{self as chat_cli, ChatArgs};
 use tools::cli::{self, BatchArgs, PlacementArgs};
+use tools::outfile::AtomicFile;
 use tools::progress::Progress;
+use tools::signals;
 use tools::stream::Utf8Stream;
 use tools::summary::{stats_delta, RunSummary};
 use tools::synth::{self, SynthParams};
@@ -213,6 +215,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    let _stderr = tools::signals::protect_stderr();
+    tools::signals::install_sigint();
     let argv = match tools::args::normalize(&Args::command(), std::env::args_os()) {
         Ok(v) => v,
         Err(e) => {
@@ -221,7 +225,7 @@ fn main() -> ExitCode {
         }
     };
     let args = Args::parse_from(argv);
-    cli::main_wrapper(TOOL, || match &args.synth {
+    let code = cli::main_wrapper(TOOL, || match &args.synth {
         Some(out) => synthesize(&args, out),
         None if args.extra.list_devices => {
             tools::devices::print_devices();
@@ -231,7 +235,12 @@ fn main() -> ExitCode {
             chat_cli::render_mode(&args.chat, args.model.as_deref())
         }
         None => run(&args),
-    })
+    });
+    // a clean end after SIGINT (130) or a closed stdout (141)
+    match tools::signals::exit_code() {
+        Some(c) if code == ExitCode::SUCCESS => ExitCode::from(c),
+        _ => code,
+    }
 }
 
 fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
@@ -331,27 +340,21 @@ fn check_args(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Writes to a file if one was asked for.
-struct OutFile(Option<(PathBuf, std::io::BufWriter<std::fs::File>)>);
+/// Writes to a file if one was asked for (a temporary name, renamed when
+/// complete: see `tools::outfile`).
+struct OutFile(Option<AtomicFile>);
 
 impl OutFile {
     fn create(path: &Option<PathBuf>) -> Result<OutFile> {
         Ok(OutFile(match path {
-            Some(p) => Some((
-                p.clone(),
-                std::io::BufWriter::new(
-                    std::fs::File::create(p)
-                        .with_context(|| format!("cannot create '{}'", p.display()))?,
-                ),
-            )),
+            Some(p) => Some(AtomicFile::create(p)?),
             None => None,
         }))
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        if let Some((p, w)) = &mut self.0 {
-            w.write_all(bytes)
-                .with_context(|| format!("cannot write '{}'", p.display()))?;
+        if let Some(f) = &mut self.0 {
+            f.write_all(bytes)?;
         }
         Ok(())
     }
@@ -361,9 +364,8 @@ impl OutFile {
     }
 
     fn finish(self) -> Result<()> {
-        if let Some((p, mut w)) = self.0 {
-            w.flush()
-                .with_context(|| format!("cannot write '{}'", p.display()))?;
+        if let Some(f) = self.0 {
+            f.commit()?;
         }
         Ok(())
     }
@@ -391,9 +393,10 @@ fn run(a: &Args) -> Result<()> {
     // Open every output file before the long work, so a bad path fails fast.
     let mut logits_out = OutFile::create(&a.logits_out)?;
     let mut tokens_out = OutFile::create(&a.tokens_out)?;
-    if let Some(p) = &a.stats_out {
-        std::fs::File::create(p).with_context(|| format!("cannot create '{}'", p.display()))?;
-    }
+    let stats_out = match &a.stats_out {
+        Some(p) => Some(AtomicFile::create(p)?),
+        None => None,
+    };
 
     let loaded = cli::load_model(TOOL, a.model.as_deref(), &a.placement, n_threads)?;
     let model = &loaded.model;
@@ -469,7 +472,8 @@ fn run(a: &Args) -> Result<()> {
             && !s.is_empty()
             && (out.write_all(s.as_bytes()).is_err() || out.flush().is_err())
         {
-            pipe_open = false; // e.g. `| head`: stop printing, keep going
+            pipe_open = false; // e.g. `| head`: stop, quietly (exit 141)
+            signals::set_stdout_closed();
         }
     };
     // prompt, in batches of -b
@@ -530,6 +534,14 @@ fn run(a: &Args) -> Result<()> {
             if let Some(l) = last_row.get_mut(e as usize) {
                 *l = f32::NEG_INFINITY; // --ignore-eos: never sampled
             }
+        }
+        if signals::interrupted() {
+            stop = "interrupted";
+            break;
+        }
+        if signals::stdout_closed() {
+            stop = "stdout_closed";
+            break;
         }
         let id = sampler.sample(&last_row);
         sampler.accept(id);
@@ -599,12 +611,19 @@ fn run(a: &Args) -> Result<()> {
         ..Default::default()
     };
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
-    eprintln!();
-    eprint!("{}", s.to_text());
-    if let Some(p) = &a.stats_out {
+    if signals::stdout_closed() {
+        signals::set_exit_code(signals::EXIT_STDOUT_CLOSED);
+    } else {
+        eprintln!();
+        eprint!("{}", s.to_text());
+    }
+    if let Some(mut f) = stats_out {
         let json = serde_json::to_string_pretty(&s)?;
-        std::fs::write(p, json + "\n")
-            .with_context(|| format!("cannot write '{}'", p.display()))?;
+        f.write_all((json + "\n").as_bytes())?;
+        f.commit()?;
+    }
+    if signals::interrupted() {
+        signals::set_exit_code(signals::EXIT_INTERRUPTED);
     }
     Ok(())
 }
