@@ -371,6 +371,62 @@ impl OutFile {
     }
 }
 
+/// `-cnv`: the chat loop, then the summary over all turns.
+fn conversation(
+    a: &Args,
+    loaded: &cli::Loaded,
+    ctx: &mut Context,
+    sampler: &mut Sampler,
+) -> Result<()> {
+    let model = &loaded.model;
+    let (template, render, source) = chat_cli::model_chat(&a.chat, &model.file, &model.tokenizer)?;
+    eprintln!("{TOOL}: conversation mode, chat template: {source:?}; /exit or Ctrl-D ends it");
+    let params = chat_cli::conversation::ConversationParams {
+        template: &template,
+        render,
+        system_prompt: a.chat.system_prompt.clone(),
+        n_predict: usize::try_from(a.n_predict).ok(),
+        ignore_eos: a.extra.ignore_eos,
+        tool: TOOL,
+    };
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut out = std::io::stdout();
+    let st = chat_cli::conversation::run(ctx, sampler, &params, &mut input, &mut out)?;
+    let prompt_tokens: usize = st.turns.iter().map(|t| t.prompt_tokens).sum();
+    let gen_tokens: usize = st.turns.iter().map(|t| t.gen_tokens).sum();
+    let s = RunSummary {
+        model: loaded.path.display().to_string(),
+        device: cli::device_name(model),
+        expert_copy: !a.placement.no_expert_copy,
+        offload_min_batch: a.placement.offload_min_batch,
+        load_s: loaded.load_s,
+        prompt_tokens,
+        prompt_s: st.prompt_s,
+        prompt_tps: prompt_tokens as f64 / st.prompt_s.max(1e-9),
+        gen_tokens,
+        gen_s: st.gen_s,
+        gen_tps: gen_tokens as f64 / st.gen_s.max(1e-9),
+        gen_decodes: st.gen_decodes,
+        stop: st.stop.clone(),
+        ..Default::default()
+    };
+    eprintln!();
+    eprintln!("{TOOL}: {} turns", st.turns.len());
+    eprint!("{}", s.to_text());
+    if let Some(p) = &a.stats_out {
+        let mut f = AtomicFile::create(p)?;
+        f.write_all((serde_json::to_string_pretty(&s)? + "\n").as_bytes())?;
+        f.commit()?;
+    }
+    if signals::stdout_closed() {
+        signals::set_exit_code(signals::EXIT_STDOUT_CLOSED);
+    } else if signals::interrupted() {
+        signals::set_exit_code(signals::EXIT_INTERRUPTED);
+    }
+    Ok(())
+}
+
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -460,6 +516,9 @@ fn run(a: &Args) -> Result<()> {
         seed,
     })
     .with_penalties(a.extra.presence_penalty, a.extra.frequency_penalty);
+    if chat_cli::conversation_mode(&a.chat, &model.file, a.prompt.is_some() || a.file.is_some()) {
+        return conversation(a, &loaded, &mut ctx, &mut sampler);
+    }
     for &t in &prompt_ids {
         sampler.accept(t);
     }

@@ -3,6 +3,9 @@
 //! ChatML as the fallback) and reading a conversation from JSON.
 //! Rendering itself is `llama::chat`.
 
+pub mod conversation;
+
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
@@ -127,6 +130,41 @@ pub fn template_text(args: &ChatArgs, gguf: Option<&GgufFile>) -> Result<(String
         }
     }
     Ok((CHATML_TEMPLATE.to_string(), TemplateSource::ChatMl))
+}
+
+/// Whether to run the conversation loop: `-cnv`, or (unless `-no-cnv`)
+/// the model has a template, no prompt was given and stdin is a terminal.
+pub fn conversation_mode(args: &ChatArgs, gguf: &GgufFile, prompt_given: bool) -> bool {
+    args.conversation
+        || (!args.no_conversation
+            && !prompt_given
+            && model_has_template(gguf)
+            && std::io::stdin().is_terminal())
+}
+
+/// The template and render options for a loaded model: flags first, then
+/// the model's own template and BOS / EOS texts.
+pub fn model_chat(
+    args: &ChatArgs,
+    gguf: &GgufFile,
+    tok: &Tokenizer,
+) -> Result<(ChatTemplate, RenderOptions, TemplateSource)> {
+    let (text, source) = template_text(args, Some(gguf))?;
+    let t = ChatTemplate::new(&text).map_err(anyhow::Error::msg)?;
+    let opts = RenderOptions {
+        add_generation_prompt: true,
+        bos_token: args
+            .chat_bos
+            .clone()
+            .unwrap_or_else(|| token_text(tok, tok.bos())),
+        eos_token: args
+            .chat_eos
+            .clone()
+            .unwrap_or_else(|| token_text(tok, tok.eos())),
+        now: Some(render_time()?),
+        extra: Vec::new(),
+    };
+    Ok((t, opts, source))
 }
 
 /// Whether the model carries a chat template of its own.
