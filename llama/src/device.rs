@@ -80,6 +80,14 @@ pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
     (v, why)
 }
 
+/// `CUDA0` when the driver reports a CUDA device (without opening it).
+pub fn first_cuda_device() -> Option<String> {
+    match ggml_cuda::cuda_device_count() {
+        Ok(n) if n > 0 => Some("CUDA0".into()),
+        _ => None,
+    }
+}
+
 fn unknown(name: &str) -> LlamaError {
     LlamaError::Invalid(format!(
         "unknown device '{name}' (available: CPU, SIM0, SIM1, ..., CUDA0, CUDA1, ...)"

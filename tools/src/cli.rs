@@ -224,7 +224,25 @@ pub fn load_model(
     n_threads: usize,
 ) -> Result<Loaded> {
     // flags first: a bad flag fails before any file work
-    let device = placement.open_device(n_threads)?;
+    let wants_device = placement.n_gpu_layers.is_some_and(|n| n != 0)
+        || placement.cpu_moe
+        || placement.n_cpu_moe.is_some();
+    let mut device = placement.open_device(n_threads)?;
+    let mut defaulted = false;
+    if device.is_none() && placement.device.is_none() && wants_device {
+        // as llama.cpp: the first CUDA device when there is one
+        if let Some(d) = crate::devices::default_gpu() {
+            let chosen = PlacementArgs {
+                device: Some(d.clone()),
+                ..placement.clone()
+            };
+            device = chosen.open_device(n_threads)?;
+            defaulted = device.is_some();
+            if defaulted {
+                eprintln!("{tool}: no --device given: using {d}");
+            }
+        }
+    }
     let dev_name = device.as_ref().map(|d| d.name().to_string());
     let rules = placement.placement(dev_name.as_deref())?;
     let path = match path {
@@ -234,8 +252,8 @@ pub fn load_model(
         }
         None => crate::cache::ensure_default_model(tool)?,
     };
-    if device.is_none() && (placement.n_gpu_layers.is_some_and(|n| n != 0) || placement.cpu_moe) {
-        eprintln!("{tool}: note: no --device given; -ngl/--cpu-moe have no effect (all weights stay in host memory)");
+    if device.is_none() && wants_device && !defaulted {
+        eprintln!("{tool}: note: no --device given and no CUDA device found: the CPU runs everything (-ngl/--cpu-moe have no effect)");
     }
     let bar = Progress::new("loading");
     let progress = std::rc::Rc::new(std::cell::RefCell::new(bar));

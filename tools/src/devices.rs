@@ -23,3 +23,9 @@ pub fn print_devices() {
         println!("  ({w})");
     }
 }
+
+/// The device llama.cpp would pick with `-ngl` and no `--device`: the
+/// first CUDA device, when the driver reports one.
+pub fn default_gpu() -> Option<String> {
+    llama::device::first_cuda_device()
+}

@@ -171,3 +171,26 @@ fn list_devices() {
     let out = stdout(&o);
     assert!(out.contains("CPU") && out.contains("SIM0"), "{out}");
 }
+
+#[test]
+fn ngl_without_device_uses_the_first_gpu_or_says_cpu() {
+    let model = m();
+    let (o, s) = run_stats(&["-m", &model, "-ngl", "99", "--cpu-moe", "-n", "2"]);
+    match llama::device::first_cuda_device() {
+        Some(d) => {
+            assert_eq!(s["device"], d.as_str());
+            assert!(stderr(&o).contains(&format!("using {d}")), "{}", stderr(&o));
+        }
+        None => {
+            assert_eq!(s["device"], "CPU");
+            assert_eq!(
+                stderr(&o)
+                    .matches("no CUDA device found: the CPU runs everything")
+                    .count(),
+                1,
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
+}

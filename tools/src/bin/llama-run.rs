@@ -576,10 +576,12 @@ fn run(a: &Args) -> Result<()> {
     let mut stop = "n_predict";
     let mut generated = String::new();
     // a prompt ending in an end-of-generation token has nothing to continue
-    let prompt_ends_eog = prompt_ids
-        .last()
-        .is_some_and(|&t| tok::is_eog(tokenizer, t));
-    if prompt_ends_eog && !a.extra.ignore_eos {
+    // (unless --ignore-eos)
+    let prompt_ends_eog = !a.extra.ignore_eos
+        && prompt_ids
+            .last()
+            .is_some_and(|&t| tok::is_eog(tokenizer, t));
+    if prompt_ends_eog {
         stop = "eog";
     }
     let eog_ids: Vec<i32> = if a.extra.ignore_eos {
