@@ -215,7 +215,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let _stderr = tools::signals::protect_stderr();
+    let stderr_guard = tools::signals::protect_stderr();
     tools::signals::install_sigint();
     let argv = match tools::args::normalize(&Args::command(), std::env::args_os()) {
         Ok(v) => v,
@@ -224,7 +224,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let args = Args::parse_from(argv);
+    let args = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            // print (usage errors, --help, --version) and let the stderr
+            // forwarder drain before exiting
+            let _ = e.print();
+            drop(stderr_guard);
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     let code = cli::main_wrapper(TOOL, || match &args.synth {
         Some(out) => synthesize(&args, out),
         None if args.extra.list_devices => {
@@ -236,6 +245,7 @@ fn main() -> ExitCode {
         }
         None => run(&args),
     });
+    drop(stderr_guard);
     // a clean end after SIGINT (130) or a closed stdout (141)
     match tools::signals::exit_code() {
         Some(c) if code == ExitCode::SUCCESS => ExitCode::from(c),
