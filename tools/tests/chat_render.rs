@@ -230,3 +230,60 @@ fn bad_inputs_fail_with_a_message() {
         assert!(o.stdout.is_empty(), "{a:?}");
     }
 }
+
+/// The fixture model with `tokenizer.chat_template` set to `template`.
+fn model_with_template(dir: &Path, template: &str) -> std::path::PathBuf {
+    use ggml_core::gguf::{GgufFile, GgufValue, GgufWriter};
+    let src = GgufFile::open(model("tiny-qwen3moe-f32.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        w.set_kv(k.clone(), v.clone());
+    }
+    w.set_kv("tokenizer.chat_template", GgufValue::from(template));
+    for t in src.tensors() {
+        w.add_tensor(t.name.clone(), t.shape(), t.ty, src.tensor_data(t).to_vec())
+            .unwrap();
+    }
+    let p = dir.join("with-template.gguf");
+    w.write_file(&p).unwrap();
+    p
+}
+
+#[test]
+fn the_models_own_template_is_read_from_the_gguf() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmpl = std::fs::read_to_string(chat_dir().join("Qwen-Qwen3-0.6B.jinja")).unwrap();
+    let m = model_with_template(dir.path(), &tmpl);
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chat_dir().join("cases.json")).unwrap())
+            .unwrap();
+    let msgs = write_json(dir.path(), "m.json", &cases["conversations"]["multi-turn"]);
+    let o = render(&[
+        "-m",
+        &m.to_string_lossy(),
+        "--chat-render",
+        &msgs,
+        "--chat-bos",
+        "<BOS>",
+        "--chat-eos",
+        "<EOS>",
+    ]);
+    ok(&o);
+    let want = std::fs::read(chat_dir().join("Qwen-Qwen3-0.6B.multi-turn.gen.txt")).unwrap();
+    assert_eq!(o.stdout, want);
+    // a named template that the model lacks is an error naming it
+    let o = render(&[
+        "-m",
+        &m.to_string_lossy(),
+        "--chat-render",
+        &msgs,
+        "--chat-template",
+        "tool_use",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("--chat-template tool_use"),
+        "{}",
+        stderr(&o)
+    );
+}
