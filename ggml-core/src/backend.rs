@@ -96,6 +96,20 @@ impl fmt::Debug for Event {
     }
 }
 
+/// A queue of work on a backend: work on one stream runs in issue order;
+/// work on different streams may overlap unless events order it.
+///
+/// Every device backend has a compute stream; [`Backend::n_copy_streams`]
+/// says how many copy streams it adds (copies on them overlap compute). A
+/// backend without copy streams runs `Copy(_)` work on its compute stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stream {
+    /// The stream kernels run on (and where plain `write_async` goes).
+    Compute,
+    /// Copy stream `k` (`k < n_copy_streams`).
+    Copy(usize),
+}
+
 /// A compute device.
 pub trait Backend: Send + Sync {
     /// Backend name as users type it (`"CPU"`, `"SIM0"`, `"CUDA0"`).
@@ -163,6 +177,64 @@ pub trait Backend: Send + Sync {
     /// Make later work on this backend wait for `ev`.
     fn wait_event(&self, _ev: &Event) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    /// Copy streams this backend offers besides its compute stream (0: none,
+    /// copies go on the compute stream).
+    fn n_copy_streams(&self) -> usize {
+        0
+    }
+
+    /// Write `data` into `dst` at `offset` on `stream`, asynchronously where
+    /// the backend can; `data` must stay valid and unchanged until the
+    /// stream's work is complete (an event on it, or `synchronize`).
+    fn write_on(
+        &self,
+        _stream: Stream,
+        dst: &TensorData,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), BackendError> {
+        self.write_async(dst, offset, data)
+    }
+
+    /// Read bytes of `src` into `out` on `stream` (complete once an event
+    /// recorded after it on that stream is, or after `synchronize`).
+    fn read_on(
+        &self,
+        _stream: Stream,
+        src: &TensorData,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), BackendError> {
+        self.read_async(src, offset, out)
+    }
+
+    /// Record an event after the work queued so far on `stream`.
+    fn record_event_on(&self, _stream: Stream) -> Result<Event, BackendError> {
+        self.record_event()
+    }
+
+    /// Make later work on `stream` wait for `ev` (recorded by this or any
+    /// other backend).
+    fn wait_event_on(&self, _stream: Stream, ev: &Event) -> Result<(), BackendError> {
+        self.wait_event(ev)
+    }
+
+    /// Block the calling (host) thread until `ev`, recorded by this backend,
+    /// is complete.
+    fn event_synchronize(&self, _ev: &Event) -> Result<(), BackendError> {
+        self.synchronize()
+    }
+
+    /// Name the work queued next (copies), for timelines (`nvtxRangePush` in
+    /// spirit); a no-op where nothing records.
+    fn set_label(&self, _label: &str) {}
+
+    /// The simulated clock this backend advances, if any (the sim device,
+    /// and the CPU backend when it joins a sim device's timeline).
+    fn sim_clock(&self) -> Option<Arc<crate::sim::SimClock>> {
+        None
     }
 
     /// Bytes this backend's kernels may read past the end of a weight tensor

@@ -764,6 +764,22 @@ impl Graph {
         )
     }
 
+    /// `ggml_flash_attn_ext_add_sinks`: attach per-head sink logits (F32
+    /// `[n_head]`) to a `flash_attn_ext` node; a mask is required first.
+    pub fn flash_attn_ext_add_sinks(&mut self, fa: TensorId, sinks: TensorId) {
+        let t = self.tensor_mut(fa);
+        assert!(
+            matches!(t.op, Op::FlashAttnExt { .. }),
+            "sinks need a flash_attn_ext node"
+        );
+        assert_eq!(
+            t.src.len(),
+            4,
+            "flash_attn_ext_add_sinks: a mask is required before sinks"
+        );
+        t.src.push(sinks);
+    }
+
     // ----- activations and routing --------------------------------------
 
     /// `ggml_swiglu(a)`: halves of `ne0` (`silu(first) * second`, or swapped).

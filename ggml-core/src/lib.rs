@@ -22,10 +22,10 @@ pub mod sim;
 pub mod tensor;
 pub mod types;
 
-pub use backend::{Backend, BackendError, Buffer, BufferUsage};
+pub use backend::{Backend, BackendError, Buffer, BufferUsage, Event, Stream};
 pub use cpu::CpuBackend;
 pub use graph::Graph;
 pub use op::Op;
-pub use sim::SimBackend;
+pub use sim::{SimBackend, SimClock, SimProfile};
 pub use tensor::{Tensor, TensorData, TensorId};
 pub use types::{GgmlType, TypeTraits};

@@ -6,12 +6,15 @@ use crate::op::Op;
 use crate::tensor::TensorId;
 
 /// Batch size of a node for `offload_op`: the activation's `ne[1]`
-/// (`ne[2]` tokens for `mul_mat_id`), as ggml's backends judge it.
+/// (`ne[2]` tokens for `mul_mat_id`, all rows for `add_id`), as ggml's
+/// backends judge it.
 pub fn op_batch_size(g: &Graph, node: TensorId) -> i64 {
     let t = g.tensor(node);
     match t.op {
         Op::MulMatId => t.ne[2],
         Op::GetRows => t.ne[1],
+        // ggml's default: rows (n_used * n_tokens for an expert bias)
+        Op::AddId => t.ne[1] * t.ne[2] * t.ne[3],
         _ => t.ne[1],
     }
 }

@@ -36,7 +36,7 @@ fn open(rel: &str) -> GgufFile {
 #[test]
 fn all_fixtures_parse_and_write_back_identically() {
     let files = fixtures();
-    assert_eq!(files.len(), 13, "9 models + 4 vocab files");
+    assert_eq!(files.len(), 16, "12 models + 4 vocab files");
     for p in files {
         let f = GgufFile::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         assert!(f.bytes().is_mmap());

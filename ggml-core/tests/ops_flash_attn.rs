@@ -1,5 +1,6 @@
 //! flash_attn_ext against a plain f64 attention: GQA, masks (F16/F32,
-//! broadcast, taller than the queries), ALiBi, softcap, F16 or F32 k/v.
+//! broadcast, taller than the queries), ALiBi, softcap, sinks (gpt-oss),
+//! F16 or F32 k/v.
 
 mod common;
 
@@ -14,7 +15,7 @@ proptest! {
     fn flash_attn_ext(d in 1i64..=8, dv in 1i64..=8, n_q in 1i64..=4, n_kv in 1i64..=9, n_head_kv in 1i64..=2, gqa in 1i64..=2,
                       kv_ty in prop::sample::select(vec![GgmlType::F16, GgmlType::F32]), mask_kind in 0..3u8,
                       alibi in any::<bool>(), softcap in prop::sample::select(vec![0.0f32, 0.0, 20.0]), qperm in any::<bool>(),
-                      seed in any::<u64>()) {
+                      sinks in any::<bool>(), seed in any::<u64>()) {
         let n_head = n_head_kv * gqa;
         let scale = 1.0 / (d as f32).sqrt();
         let max_bias = if alibi { 8.0f32 } else { 0.0 };
@@ -26,6 +27,12 @@ proptest! {
         let mne = [n_kv, n_q + 1, 1, 1];
         let mask = match mask_kind { 0 => None, 1 => Some(g.new_tensor(GgmlType::F16, &mne)), _ => Some(g.new_tensor(GgmlType::F32, &mne)) };
         let out = g.flash_attn_ext(q, k, v, mask, scale, max_bias, softcap);
+        // sinks need a mask (as ggml_flash_attn_ext_add_sinks)
+        let sk = (sinks && mask.is_some()).then(|| {
+            let s = g.new_tensor(GgmlType::F32, &[n_head]);
+            g.flash_attn_ext_add_sinks(out, s);
+            s
+        });
         g.build_forward_expand(out);
         alloc(&mut g, cpu());
         let mut rng = Rng(seed);
@@ -40,7 +47,11 @@ proptest! {
             }).collect();
             fill(&g, m, &mv);
         }
+        if let Some(s) = sk {
+            fill_rand(&g, s, &mut rng, -3.0, 3.0);
+        }
         compute(&g, cpu());
+        let skv = sk.map(|s| g.read_f32(s).unwrap());
         let (qv, kv, vv) = (g.read_f32(q).unwrap(), g.read_f32(k).unwrap(), g.read_f32(v).unwrap());
         let mv = mask.map(|m| g.read_f32(m).unwrap());
         let got = g.read_f32(out).unwrap();
@@ -70,8 +81,10 @@ proptest! {
                 if let Some(mv) = &mv { s += slope * mv[idx(&mne, ic, iq, 0, 0)] as f64; }
                 logits.push(s);
             }
-            let mx = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let z: f64 = logits.iter().map(|s| (s - mx).exp()).sum();
+            // a sink joins the denominator only: softmax([scores, sink]) without its share
+            let sink = skv.as_ref().map(|v| v[h as usize] as f64);
+            let mx = logits.iter().cloned().chain(sink).fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = logits.iter().map(|s| (s - mx).exp()).sum::<f64>() + sink.map_or(0.0, |s| (s - mx).exp());
             for j in 0..dv {
                 let o: f64 = (0..n_kv).map(|ic| (logits[ic as usize] - mx).exp() / z * vv[idx(&vne, j, ic, hk, 0)] as f64).sum();
                 want[idx(&one, j, h, iq, 0)] = o;

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{result, CudaContext, CudaEvent, DeviceRepr, LaunchConfig, PushKernelArg};
-use ggml_core::backend::{check_range, Event};
+use ggml_core::backend::{check_range, Event, Stream};
 use ggml_core::offload::offload_host_weight_op;
 use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
 use ggml_core::{
@@ -13,7 +13,7 @@ use ggml_core::{
 };
 
 use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer};
-use crate::kernels::{Kernels, GEMM_TILE, MV_WARPS};
+use crate::kernels::{Kernel, Kernels, GEMM_TILE, MV_WARPS};
 use crate::{dev_err, probe_libraries};
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
@@ -129,11 +129,15 @@ impl CudaBackend {
         let stream = ctx
             .new_stream()
             .map_err(|e| dev_err("creating a stream", e))?;
+        let copy_stream = ctx
+            .new_stream()
+            .map_err(|e| dev_err("creating the copy stream", e))?;
         let dev = Arc::new(Dev {
             ordinal: device,
             name: format!("CUDA{device}"),
             ctx: Arc::clone(&ctx),
             stream,
+            copy_stream,
         });
         let kernels = Kernels::load(&ctx)?;
         let err_flag = DevMem::alloc(&dev, 4)?;
@@ -246,7 +250,7 @@ impl CudaBackend {
 
     fn launch(
         &self,
-        name: &str,
+        kernel: Kernel,
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
         args: &[&[A]],
@@ -254,7 +258,7 @@ impl CudaBackend {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
-        let f = self.kernels.get(name)?;
+        let f = self.kernels.get(kernel)?;
         let mut lb = self.dev.stream.launch_builder(f);
         for a in args.iter().flat_map(|part| part.iter()) {
             match a {
@@ -275,17 +279,18 @@ impl CudaBackend {
         // the parameters in order), every pointer was range-checked against
         // its buffer for the tensor's extents, and the kernels never index
         // past those extents.
-        unsafe { lb.launch(cfg) }.map_err(|e| dev_err(&format!("launching {name}"), e))?;
+        unsafe { lb.launch(cfg) }
+            .map_err(|e| dev_err(&format!("launching {}", kernel.name()), e))?;
         Ok(())
     }
 
     /// Launch a grid-stride kernel over `n` items.
-    fn launch_n(&self, name: &str, n: i64, args: &[&[A]]) -> Result<(), BackendError> {
+    fn launch_n(&self, kernel: Kernel, n: i64, args: &[&[A]]) -> Result<(), BackendError> {
         if n <= 0 {
             return Ok(());
         }
         let blocks = (n as u64).div_ceil(256).min(1 << 20) as u32;
-        self.launch(name, (blocks, 1, 1), (256, 1, 1), args)
+        self.launch(kernel, (blocks, 1, 1), (256, 1, 1), args)
     }
 
     /// Scratch memory of at least `size` bytes (contents undefined).
@@ -315,7 +320,7 @@ impl CudaBackend {
         let td = T4::dense(GgmlType::F32, t.ne);
         let n = td.n();
         self.launch_n(
-            "k_cpy",
+            Kernel::Cpy,
             n,
             &[
                 &[A::P(at), A::T(td), tid(GgmlType::F32)],
@@ -361,7 +366,7 @@ impl CudaBackend {
                 let (a, b) = (src(0), src(1));
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_binary",
+                    Kernel::Binary,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -386,7 +391,7 @@ impl CudaBackend {
                 let a = src(0);
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_unary",
+                    Kernel::Unary,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -406,7 +411,7 @@ impl CudaBackend {
                 let b = if split { src(1) } else { a };
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_glu",
+                    Kernel::Glu,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -426,7 +431,7 @@ impl CudaBackend {
                 let a = src(0);
                 let ts = T4::of(g, a);
                 self.launch_n(
-                    "k_cpy",
+                    Kernel::Cpy,
                     ts.n(),
                     &[&self.tensor_args(g, node)?, &self.tensor_args(g, a)?],
                 )
@@ -435,7 +440,7 @@ impl CudaBackend {
                 let (a, ids) = (src(0), src(1));
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_get_rows",
+                    Kernel::GetRows,
                     td.n(),
                     &[
                         &self.tensor_args(g, node)?,
@@ -449,7 +454,7 @@ impl CudaBackend {
                 let (b, idx) = (src(1), src(2));
                 let ts = T4::of(g, b);
                 self.launch_n(
-                    "k_set_rows",
+                    Kernel::SetRows,
                     ts.n(),
                     &[
                         &self.tensor_args(g, node)?,
@@ -463,7 +468,7 @@ impl CudaBackend {
                 let (a, b) = (src(0), src(1));
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_concat",
+                    Kernel::Concat,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -483,7 +488,7 @@ impl CudaBackend {
                 let a = src(0);
                 let rows = g.tensor(a).nrows();
                 self.launch(
-                    "k_row_reduce",
+                    Kernel::RowReduce,
                     (rows as u32, 1, 1),
                     (256, 1, 1),
                     &[
@@ -497,7 +502,7 @@ impl CudaBackend {
                 let a = src(0);
                 let rows = g.tensor(a).nrows();
                 self.launch(
-                    "k_argmax",
+                    Kernel::Argmax,
                     (rows as u32, 1, 1),
                     (256, 1, 1),
                     &[&[A::P(self.ptr(g, node)?)], &self.tensor_args(g, a)?],
@@ -521,7 +526,7 @@ impl CudaBackend {
                 let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
                 let rows = g.tensor(a).nrows();
                 self.launch(
-                    "k_soft_max",
+                    Kernel::SoftMax,
                     (rows as u32, 1, 1),
                     (256, 1, 1),
                     &[
@@ -561,7 +566,7 @@ impl CudaBackend {
                 let td = T4::of(g, node);
                 let n = td.n() / 2;
                 self.launch_n(
-                    "k_rope",
+                    Kernel::Rope,
                     n,
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -587,7 +592,7 @@ impl CudaBackend {
                 let a = src(0);
                 let ta = T4::of(g, a);
                 self.launch_n(
-                    "k_rank_sort",
+                    Kernel::RankSort,
                     ta.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -600,7 +605,7 @@ impl CudaBackend {
                 let (a, b, ids) = (src(0), src(1), src(2));
                 let td = T4::of(g, node);
                 self.launch_n(
-                    "k_add_id",
+                    Kernel::AddId,
                     td.n(),
                     &[
                         &self.tensor_args_untyped(g, node)?,
@@ -624,7 +629,7 @@ impl CudaBackend {
                     td.ne[2] as u32,
                 );
                 self.launch(
-                    "k_mul_mat_id_vec",
+                    Kernel::MulMatIdVec,
                     grid,
                     (32 * MV_WARPS, 1, 1),
                     &[
@@ -670,7 +675,7 @@ impl CudaBackend {
                 grid_z,
             );
             return self.launch(
-                "k_mul_mat_vec",
+                Kernel::MulMatVec,
                 grid,
                 (32 * MV_WARPS, 1, 1),
                 &[
@@ -684,7 +689,7 @@ impl CudaBackend {
             let dq = base + used as u64;
             let ta = T4::of(g, a);
             self.launch_n(
-                "k_to_f32",
+                Kernel::ToF32,
                 ta.n(),
                 &[&[A::P(dq), A::P(ap), A::T(ta), tid(at.ty)]],
             )?;
@@ -698,7 +703,7 @@ impl CudaBackend {
             grid_z,
         );
         self.launch(
-            "k_mul_mat_tiled",
+            Kernel::MulMatTiled,
             grid,
             (GEMM_TILE, GEMM_TILE, 1),
             &[
@@ -876,6 +881,20 @@ impl Backend for CudaBackend {
         offset: usize,
         data: &[u8],
     ) -> Result<(), BackendError> {
+        self.write_on(Stream::Compute, dst, offset, data)
+    }
+
+    fn n_copy_streams(&self) -> usize {
+        1
+    }
+
+    fn write_on(
+        &self,
+        stream: Stream,
+        dst: &TensorData,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), BackendError> {
         let Some(cb) = dst
             .buffer
             .as_any()
@@ -890,15 +909,48 @@ impl Backend for CudaBackend {
         }
         self.dev.bind()?;
         // SAFETY: the range was checked against the buffer; the trait's
-        // contract keeps `data` valid and unchanged until `synchronize`.
+        // contract keeps `data` valid and unchanged until the stream's work
+        // is complete (an event on it, or `synchronize`).
         unsafe {
             result::memcpy_htod_async(
                 cb.device_ptr() + (dst.offset + offset) as u64,
                 data,
-                self.dev.cu_stream(),
+                self.dev.stream_of(stream).cu_stream(),
             )
         }
         .map_err(|e| dev_err("async host-to-device copy", e))
+    }
+
+    fn read_on(
+        &self,
+        stream: Stream,
+        src: &TensorData,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), BackendError> {
+        let Some(cb) = src
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|c| c.same_dev(&self.dev))
+        else {
+            return src.buffer.read(src.offset + offset, out);
+        };
+        check_range(cb.name(), cb.size(), src.offset + offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.dev.bind()?;
+        // SAFETY: the range was checked; the caller keeps `out` alive and
+        // unread until an event recorded after this read is complete.
+        unsafe {
+            result::memcpy_dtoh_async(
+                out,
+                cb.device_ptr() + (src.offset + offset) as u64,
+                self.dev.stream_of(stream).cu_stream(),
+            )
+        }
+        .map_err(|e| dev_err("async device-to-host copy", e))
     }
 
     // read_async: the trait's default, a buffer read that completes in the
@@ -910,15 +962,23 @@ impl Backend for CudaBackend {
     }
 
     fn record_event(&self) -> Result<Event, BackendError> {
+        self.record_event_on(Stream::Compute)
+    }
+
+    fn wait_event(&self, ev: &Event) -> Result<(), BackendError> {
+        self.wait_event_on(Stream::Compute, ev)
+    }
+
+    fn record_event_on(&self, stream: Stream) -> Result<Event, BackendError> {
         let ev = self
             .dev
-            .stream
+            .stream_of(stream)
             .record_event(None)
             .map_err(|e| dev_err("recording an event", e))?;
         Ok(Event(Arc::new(CudaEventHolder(ev))))
     }
 
-    fn wait_event(&self, ev: &Event) -> Result<(), BackendError> {
+    fn wait_event_on(&self, stream: Stream, ev: &Event) -> Result<(), BackendError> {
         let Some(h) = ev.0.downcast_ref::<CudaEventHolder>() else {
             // another kind of backend: its work is complete when recorded
             return Ok(());
@@ -928,12 +988,22 @@ impl Backend for CudaBackend {
         // cuStreamWaitEvent accepts events from other contexts.
         unsafe {
             result::stream::wait_event(
-                self.dev.cu_stream(),
+                self.dev.stream_of(stream).cu_stream(),
                 h.0.cu_event(),
                 sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
             )
         }
         .map_err(|e| dev_err("waiting on an event", e))
+    }
+
+    fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {
+        match ev.0.downcast_ref::<CudaEventHolder>() {
+            Some(h) => {
+                h.0.synchronize()
+                    .map_err(|e| dev_err("event synchronize", e))
+            }
+            None => self.synchronize(),
+        }
     }
 
     fn read_overhang(&self) -> usize {

@@ -13,12 +13,14 @@ use ggml_core::{BackendError, Buffer, BufferUsage};
 
 use crate::dev_err;
 
-/// One device: its context and the stream all of a backend's work goes on.
+/// One device: its context, the stream kernels (and plain copies) go on,
+/// and a copy stream for uploads that overlap compute.
 pub(crate) struct Dev {
     pub ordinal: usize,
     pub name: String,
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
+    pub copy_stream: Arc<CudaStream>,
 }
 
 impl Dev {
@@ -33,9 +35,20 @@ impl Dev {
     }
 
     pub fn sync(&self) -> Result<(), BackendError> {
+        self.copy_stream
+            .synchronize()
+            .map_err(|e| dev_err("copy stream synchronize", e))?;
         self.stream
             .synchronize()
             .map_err(|e| dev_err("stream synchronize", e))
+    }
+
+    /// The CUDA stream behind a backend stream.
+    pub fn stream_of(&self, s: ggml_core::Stream) -> &Arc<CudaStream> {
+        match s {
+            ggml_core::Stream::Compute => &self.stream,
+            ggml_core::Stream::Copy(_) => &self.copy_stream,
+        }
     }
 }
 

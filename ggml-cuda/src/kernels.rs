@@ -1,71 +1,283 @@
-//! The CUDA C++ kernel source, its kernel names, and the process-wide PTX
-//! cache: NVRTC compiles the source once per GPU architecture per process;
-//! each backend loads the PTX into its context once.
+//! The CUDA C++ kernel source, the kernels the Rust side launches (by
+//! name), the NVRTC compile path and the process-wide PTX cache: NVRTC
+//! compiles the source once per GPU architecture per process; each backend
+//! loads the PTX into its context once.
 
 use std::collections::HashMap;
+use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaFunction};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys, Ptx};
 use ggml_core::BackendError;
 
 /// The kernel source (`kernels.cu`), compiled at run time by NVRTC. It uses
 /// no `#include`, so no CUDA toolkit headers are needed.
 pub const KERNELS_SRC: &str = include_str!("kernels.cu");
 
-/// Every kernel the Rust side launches (a test checks each is defined).
-pub const KERNEL_NAMES: &[&str] = &[
-    "k_binary",
-    "k_unary",
-    "k_glu",
-    "k_cpy",
-    "k_to_f32",
-    "k_get_rows",
-    "k_set_rows",
-    "k_concat",
-    "k_row_reduce",
-    "k_argmax",
-    "k_soft_max",
-    "k_rope",
-    "k_rank_sort",
-    "k_add_id",
-    "k_mul_mat_vec",
-    "k_mul_mat_id_vec",
-    "k_mul_mat_tiled",
-];
+/// The file name NVRTC is given for the source (it names it in its log).
+pub const KERNELS_FILE_NAME: &str = "ggml_cuda_kernels.cu";
+
+/// The architecture compiled for when NVRTC does not know the device's own
+/// (an NVRTC older than the GPU): the driver JIT-compiles it forward.
+pub const FALLBACK_ARCH: &str = "compute_70";
+
+/// Every kernel the Rust side launches. The launch code names kernels only
+/// through this enum, so the list of entry points it looks up is
+/// [`Kernel::ALL`] (tests check each is defined in the source and the PTX).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// `k_binary`: add/sub/mul/div with broadcasting.
+    Binary,
+    /// `k_unary`: element-wise unary ops and scale.
+    Unary,
+    /// `k_glu`: swiglu/geglu/swiglu_oai.
+    Glu,
+    /// `k_cpy`: copies and type conversions between F32/F16/BF16/I32.
+    Cpy,
+    /// `k_to_f32`: dequantization of whole tensors to F32.
+    ToF32,
+    /// `k_get_rows`.
+    GetRows,
+    /// `k_set_rows`.
+    SetRows,
+    /// `k_concat`.
+    Concat,
+    /// `k_row_reduce`: rms_norm, norm, sum_rows, mean.
+    RowReduce,
+    /// `k_argmax`.
+    Argmax,
+    /// `k_soft_max`.
+    SoftMax,
+    /// `k_rope`.
+    Rope,
+    /// `k_rank_sort`: argsort and top_k.
+    RankSort,
+    /// `k_add_id`.
+    AddId,
+    /// `k_mul_mat_vec`: warp-per-row matrix-vector product.
+    MulMatVec,
+    /// `k_mul_mat_id_vec`: matrix-vector product per selected expert.
+    MulMatIdVec,
+    /// `k_mul_mat_tiled`: tiled F32 GEMM.
+    MulMatTiled,
+}
+
+impl Kernel {
+    /// Every kernel, in a fixed order.
+    pub const ALL: [Kernel; 17] = [
+        Kernel::Binary,
+        Kernel::Unary,
+        Kernel::Glu,
+        Kernel::Cpy,
+        Kernel::ToF32,
+        Kernel::GetRows,
+        Kernel::SetRows,
+        Kernel::Concat,
+        Kernel::RowReduce,
+        Kernel::Argmax,
+        Kernel::SoftMax,
+        Kernel::Rope,
+        Kernel::RankSort,
+        Kernel::AddId,
+        Kernel::MulMatVec,
+        Kernel::MulMatIdVec,
+        Kernel::MulMatTiled,
+    ];
+
+    /// The kernel's `extern "C"` name in `kernels.cu` (its PTX entry point).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kernel::Binary => "k_binary",
+            Kernel::Unary => "k_unary",
+            Kernel::Glu => "k_glu",
+            Kernel::Cpy => "k_cpy",
+            Kernel::ToF32 => "k_to_f32",
+            Kernel::GetRows => "k_get_rows",
+            Kernel::SetRows => "k_set_rows",
+            Kernel::Concat => "k_concat",
+            Kernel::RowReduce => "k_row_reduce",
+            Kernel::Argmax => "k_argmax",
+            Kernel::SoftMax => "k_soft_max",
+            Kernel::Rope => "k_rope",
+            Kernel::RankSort => "k_rank_sort",
+            Kernel::AddId => "k_add_id",
+            Kernel::MulMatVec => "k_mul_mat_vec",
+            Kernel::MulMatIdVec => "k_mul_mat_id_vec",
+            Kernel::MulMatTiled => "k_mul_mat_tiled",
+        }
+    }
+}
+
+/// The names of [`Kernel::ALL`]: every entry point the backend looks up.
+pub const KERNEL_NAMES: &[&str] = &{
+    let mut names = [""; Kernel::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = Kernel::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 /// Warps per block of the matrix-vector kernels (`MV_WARPS` in the source).
 pub const MV_WARPS: u32 = 4;
 /// Tile edge of `k_mul_mat_tiled` (`GT` in the source).
 pub const GEMM_TILE: u32 = 16;
 
-/// PTX per `compute_XY` architecture, compiled once per process.
-fn ptx_cache() -> &'static Mutex<HashMap<String, Result<String, String>>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Result<String, String>>>> = OnceLock::new();
+/// What NVRTC made of one source: the PTX and the program log (empty, or
+/// the warnings of a successful compile).
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The PTX text.
+    pub ptx: String,
+    /// NVRTC's program log.
+    pub log: String,
+}
+
+impl Compiled {
+    /// The log's warning lines (NVRTC writes `file(line): warning #N-D: ...`
+    /// for the source and `nvrtc: warning: ...` for its own notices).
+    pub fn warnings(&self) -> Vec<&str> {
+        self.log
+            .lines()
+            .filter(|l| l.contains(": warning"))
+            .collect()
+    }
+
+    /// Whether the PTX defines the kernel entry point `name`.
+    pub fn defines_entry(&self, name: &str) -> bool {
+        self.entries().any(|e| e == name)
+    }
+
+    /// The kernel entry points (`.entry NAME(`) the PTX defines.
+    pub fn entries(&self) -> impl Iterator<Item = &str> {
+        self.ptx.lines().filter_map(|l| {
+            let rest = l.trim_start().strip_prefix(".visible .entry ")?;
+            Some(rest.split('(').next().unwrap_or(rest).trim())
+        })
+    }
+}
+
+/// The NVRTC options the backend compiles with for `arch` (`"compute_90"`).
+pub fn compile_options(arch: &str) -> Vec<String> {
+    vec![format!("--gpu-architecture={arch}")]
+}
+
+/// The NVRTC version `(major, minor)` (`NoDevice` without `libnvrtc.so`).
+pub fn nvrtc_version() -> Result<(i32, i32), BackendError> {
+    crate::probe_nvrtc()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loadable (probed above); the two pointers are valid
+    // for writes of one `c_int` each for the duration of the call.
+    unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| BackendError::Device(format!("nvrtcVersion failed: {:?}", e.0)))?;
+    Ok((major, minor))
+}
+
+/// A created NVRTC program, destroyed on drop.
+struct Program(nvrtc_sys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: the program came from `create_program` and is destroyed
+        // only here, once. A failure to free is not actionable.
+        let _ = unsafe { nvrtc::destroy_program(self.0) };
+    }
+}
+
+/// A NUL-terminated `c_char` buffer from NVRTC as text.
+fn c_text(buf: &[c_char]) -> String {
+    let bytes: Vec<u8> = buf
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Compile `src` for `arch` with the backend's options
+/// ([`compile_options`]), under the file name [`KERNELS_FILE_NAME`]. A
+/// compile error is `BackendError::Device` carrying NVRTC's log; a machine
+/// without `libnvrtc.so` gets [`crate::NO_NVRTC`].
+pub fn compile(src: &str, arch: &str) -> Result<Compiled, BackendError> {
+    crate::probe_nvrtc()?;
+    let fail = |what: &str, e: nvrtc::NvrtcError| {
+        BackendError::Device(format!("NVRTC {what} for {arch} failed: {:?}", e.0))
+    };
+    let c_src = CString::new(src)
+        .map_err(|_| BackendError::InvalidInput("kernel source contains a NUL byte".into()))?;
+    let c_name = CString::new(KERNELS_FILE_NAME)
+        .map_err(|_| BackendError::InvalidInput("kernel file name contains a NUL byte".into()))?;
+    let prog = Program(
+        nvrtc::create_program(&c_src, Some(c_name.as_c_str()))
+            .map_err(|e| fail("create program", e))?,
+    );
+    let options = compile_options(arch);
+    if options.iter().any(|o| o.contains('\0')) {
+        return Err(BackendError::InvalidInput(format!(
+            "NVRTC option contains a NUL byte: {options:?}"
+        )));
+    }
+    // SAFETY: `prog` is a live program (destroyed only when `prog` drops,
+    // after these calls); `c_src` and `c_name`, which it may reference,
+    // outlive it.
+    let status = unsafe { nvrtc::compile_program(prog.0, &options) };
+    // SAFETY: as above.
+    let log = unsafe { nvrtc::get_program_log(prog.0) }
+        .map(|l| c_text(&l))
+        .map_err(|e| fail("get program log", e))?;
+    if let Err(e) = status {
+        return Err(BackendError::Device(format!(
+            "NVRTC compile for {arch} failed ({:?}, options {options:?}):\n{}",
+            e.0,
+            log.trim_end()
+        )));
+    }
+    // SAFETY: as above; the program compiled.
+    let ptx = unsafe { nvrtc::get_ptx(prog.0) }
+        .map(|p| c_text(&p))
+        .map_err(|e| fail("get PTX", e))?;
+    Ok(Compiled { ptx, log })
+}
+
+/// One architecture's compile result (errors as text), computed once.
+type PtxSlot = Arc<OnceLock<Result<Arc<Compiled>, String>>>;
+
+/// [`compile`]d kernels per `compute_XY` architecture, once per process.
+fn ptx_cache() -> &'static Mutex<HashMap<String, PtxSlot>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, PtxSlot>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Compile (or fetch from the cache) the PTX for `arch` (`"compute_90"`).
-pub fn ptx_for(arch: &str) -> Result<String, BackendError> {
-    let mut cache = ptx_cache()
-        .lock()
-        .map_err(|_| BackendError::Device("PTX cache lock poisoned".into()))?;
-    let entry = cache.entry(arch.to_string()).or_insert_with(|| {
-        let opts = CompileOptions {
-            options: vec![format!("--gpu-architecture={arch}")],
-            name: Some("ggml_cuda_kernels.cu".into()),
-            ..Default::default()
-        };
-        compile_ptx_with_opts(KERNELS_SRC, opts)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("NVRTC compile for {arch} failed: {e:?}"))
-    });
-    entry.clone().map_err(BackendError::Device)
+/// [`KERNELS_SRC`] compiled for `arch` (`"compute_90"`), with its log: the
+/// path [`Kernels::load`] takes (compiled once per process, then cached;
+/// different architectures may compile at the same time).
+pub fn compiled_for(arch: &str) -> Result<Arc<Compiled>, BackendError> {
+    let slot = {
+        let mut cache = ptx_cache()
+            .lock()
+            .map_err(|_| BackendError::Device("PTX cache lock poisoned".into()))?;
+        Arc::clone(cache.entry(arch.to_string()).or_default())
+    };
+    slot.get_or_init(|| {
+        compile(KERNELS_SRC, arch)
+            .map(Arc::new)
+            .map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(BackendError::Device)
 }
 
-/// The kernels loaded into one device context, by name.
+/// The PTX of [`KERNELS_SRC`] for `arch` (`"compute_90"`), compiled once.
+pub fn ptx_for(arch: &str) -> Result<String, BackendError> {
+    compiled_for(arch).map(|c| c.ptx.clone())
+}
+
+/// The kernels loaded into one device context.
 pub struct Kernels {
-    funcs: HashMap<&'static str, CudaFunction>,
+    funcs: HashMap<Kernel, CudaFunction>,
 }
 
 impl Kernels {
@@ -79,26 +291,27 @@ impl Kernels {
         // fall back to a baseline the driver can JIT forward.
         let ptx = match ptx_for(&arch) {
             Ok(p) => p,
-            Err(first) => ptx_for("compute_70")
-                .map_err(|e| BackendError::Device(format!("{first}; fallback compute_70: {e}")))?,
+            Err(first) => ptx_for(FALLBACK_ARCH).map_err(|e| {
+                BackendError::Device(format!("{first}; fallback {FALLBACK_ARCH}: {e}"))
+            })?,
         };
         let module = ctx
             .load_module(Ptx::from_src(ptx))
             .map_err(|e| BackendError::Device(format!("loading the kernel PTX: {e}")))?;
         let mut funcs = HashMap::new();
-        for &name in KERNEL_NAMES {
+        for k in Kernel::ALL {
             let f = module
-                .load_function(name)
-                .map_err(|e| BackendError::Device(format!("kernel {name}: {e}")))?;
-            funcs.insert(name, f);
+                .load_function(k.name())
+                .map_err(|e| BackendError::Device(format!("kernel {}: {e}", k.name())))?;
+            funcs.insert(k, f);
         }
         Ok(Kernels { funcs })
     }
 
-    /// A kernel by name.
-    pub fn get(&self, name: &str) -> Result<&CudaFunction, BackendError> {
+    /// A loaded kernel.
+    pub fn get(&self, k: Kernel) -> Result<&CudaFunction, BackendError> {
         self.funcs
-            .get(name)
-            .ok_or_else(|| BackendError::Device(format!("no kernel named {name}")))
+            .get(&k)
+            .ok_or_else(|| BackendError::Device(format!("kernel {} not loaded", k.name())))
     }
 }

@@ -68,6 +68,7 @@ pub use backend::CudaBackend;
 pub use buffer::{CudaBuffer, HostRegistration, PinnedBuffer};
 use ggml_core::BackendError;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// The error for a machine without the CUDA driver library.
@@ -91,10 +92,19 @@ pub fn probe_driver() -> Result<(), BackendError> {
 /// Whether the driver and NVRTC libraries can both be loaded (checked once).
 pub fn probe_libraries() -> Result<(), BackendError> {
     probe_driver()?;
-    static NVRTC: OnceLock<bool> = OnceLock::new();
-    // SAFETY: as above, only `dlopen` attempts.
-    let ok = *NVRTC.get_or_init(|| unsafe { cudarc::nvrtc::sys::is_culib_present() });
+    probe_nvrtc()
+}
+
+/// Whether the NVRTC library can be loaded. NVRTC needs no GPU and no
+/// driver: kernels compile on any machine that has it. Only success is
+/// remembered, so a library loaded later (by path, as the NVRTC test does
+/// with a `libnvrtc.so.12` it installed) is found by the next call.
+pub fn probe_nvrtc() -> Result<(), BackendError> {
+    static FOUND: AtomicBool = AtomicBool::new(false);
+    // SAFETY: as in `probe_driver`, only `dlopen` attempts.
+    let ok = FOUND.load(Ordering::Acquire) || unsafe { cudarc::nvrtc::sys::is_culib_present() };
     if ok {
+        FOUND.store(true, Ordering::Release);
         Ok(())
     } else {
         Err(BackendError::NoDevice(NO_NVRTC.into()))

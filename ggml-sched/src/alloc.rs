@@ -108,16 +108,24 @@ pub(crate) fn plan_memory(
         foreign(g, h, ours).is_none().then_some(Ent::T(h))
     };
     let mut step = 0;
+    let mut prev_start: Option<usize> = None;
     for sp in splits {
         let rewired: std::collections::HashMap<(TensorId, usize), usize> =
             sp.rewires.iter().map(|&(n, j, c)| ((n, j), c)).collect();
         step += 1;
         for inp in sp.inputs.iter().filter(|i| i.copied) {
             touch(&mut life, Ent::C(inp.slot), step);
+            // a device's copies for this split are issued while the previous
+            // split computes: keep their memory apart from everything live
+            // in that split
+            if let Some(p) = prev_start.filter(|_| !env.backends[sp.backend].is_host()) {
+                touch(&mut life, Ent::C(inp.slot), p);
+            }
             if let Some(e) = own(inp.src) {
                 touch(&mut life, e, step);
             }
         }
+        prev_start = Some(step);
         for &n in &sp.nodes {
             step += 1;
             if let Some(e) = own(n) {

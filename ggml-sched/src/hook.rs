@@ -6,7 +6,7 @@
 //! only the parts its consumers read, using [`HookCtx`]; the scheduler knows
 //! nothing about what those parts mean.
 
-use ggml_core::backend::{check_range, Backend, BackendError};
+use ggml_core::backend::{check_range, Backend, BackendError, Stream};
 use ggml_core::{Graph, TensorData, TensorId};
 
 use crate::error::HookError;
@@ -44,6 +44,7 @@ pub struct SplitInput {
 /// What a [`CopyHook`] sees and may do for one host-weight input.
 pub struct HookCtx<'a> {
     pub(crate) backend: &'a dyn Backend,
+    pub(crate) stream: Stream,
     pub(crate) g: &'a Graph,
     pub(crate) split: usize,
     pub(crate) nodes: &'a [TensorId],
@@ -118,8 +119,15 @@ impl<'a> HookCtx<'a> {
         self.backend.read_overhang()
     }
 
+    /// The stream the hook's writes go on (the backend's copy stream, which
+    /// the split's compute waits for).
+    pub fn stream(&self) -> Stream {
+        self.stream
+    }
+
     /// Read any allocated tensor (e.g. a consumer's ids, already copied onto
-    /// the split's backend) into host memory.
+    /// the split's backend) into host memory. The read waits for the work
+    /// that produces it (a synchronous read of the backend's memory).
     pub fn read_tensor(&self, id: TensorId) -> Result<Vec<u8>, HookError> {
         Ok(self.g.read_bytes(id)?)
     }
@@ -151,14 +159,16 @@ impl<'a> HookCtx<'a> {
                 let s: &[u8] = &s[offset..offset + len];
                 // SAFETY of the borrow: the bytes live in the source buffer,
                 // kept alive by the scheduler until the split synchronizes.
-                self.backend.write_async(&self.dst_data, offset, s)?;
+                self.backend
+                    .write_on(self.stream, &self.dst_data, offset, s)?;
             }
             None => {
                 let mut tmp = vec![0u8; len];
                 self.src_data
                     .buffer
                     .read(self.src_data.offset + offset, &mut tmp)?;
-                self.backend.write_async(&self.dst_data, offset, &tmp)?;
+                self.backend
+                    .write_on(self.stream, &self.dst_data, offset, &tmp)?;
                 self.staging.push(tmp);
             }
         }
@@ -171,7 +181,8 @@ impl<'a> HookCtx<'a> {
     pub fn write_async(&mut self, offset: usize, bytes: &[u8]) -> Result<(), HookError> {
         self.check(offset, bytes.len())?;
         let tmp = bytes.to_vec();
-        self.backend.write_async(&self.dst_data, offset, &tmp)?;
+        self.backend
+            .write_on(self.stream, &self.dst_data, offset, &tmp)?;
         self.staging.push(tmp);
         self.bytes += bytes.len() as u64;
         Ok(())

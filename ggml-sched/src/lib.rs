@@ -25,7 +25,11 @@
 //!    outputs keep their memory; views take none.
 //! 5. **Run.** For each split: copy the inputs that are not host weights,
 //!    then offer each host weight to the [`CopyHook`] (a full copy when it
-//!    declines), compute the split on its backend, synchronize.
+//!    declines), all on the backend's copy stream, then queue the split's
+//!    compute behind the copies' event. Splits do not synchronize: a split
+//!    waits (on events) only for the splits whose outputs it reads, and the
+//!    copies for split `i` may overlap split `i - 1`'s compute. The host
+//!    synchronizes once, at the end of the graph (see `exec.rs`).
 //!
 //! A graph of the same structure as the previous one (ops, shapes, types,
 //! sources, placement of caller data) reuses its plan. [`ComputeStats`]
@@ -49,6 +53,7 @@
 
 mod alloc;
 mod error;
+mod exec;
 mod hook;
 mod plan;
 mod stats;
@@ -56,7 +61,7 @@ mod stats;
 use std::fmt::Write as _;
 use std::sync::{Arc, Weak};
 
-use ggml_core::backend::{check_range, Backend, BackendError, Buffer, BufferUsage};
+use ggml_core::backend::{Backend, Buffer, BufferUsage};
 use ggml_core::tensor::Tensor;
 use ggml_core::{Graph, Op, TensorData, TensorId};
 
@@ -351,7 +356,7 @@ impl Scheduler {
                 t.src[j] = applied.copy_ids[slot];
             }
         }
-        let r = run(
+        let r = exec::run(
             g,
             &self.backends,
             plan,
@@ -366,209 +371,6 @@ impl Scheduler {
         self.last_stats = stats.clone();
         Ok(stats)
     }
-}
-
-/// Copy `len` bytes of `src` into `dst` on `dst_be`. Host sources are written
-/// directly (`keep` holds their buffer until the split synchronizes); device
-/// sources are staged through host memory.
-fn copy_full(
-    src_be: &dyn Backend,
-    src: &TensorData,
-    dst_be: &dyn Backend,
-    dst: &TensorData,
-    len: usize,
-    staging: &mut Vec<Vec<u8>>,
-    keep: &mut Vec<Arc<dyn Buffer>>,
-) -> Result<(), BackendError> {
-    if len == 0 {
-        return Ok(());
-    }
-    if src.buffer.is_host() {
-        if let Some(p) = src.buffer.base_ptr() {
-            check_range(src.buffer.name(), src.buffer.size(), src.offset, len)?;
-            // SAFETY: the range was checked; `keep` holds the buffer until the
-            // destination backend synchronizes, and no compute writes the
-            // source meanwhile (splits run one at a time).
-            let s = unsafe { std::slice::from_raw_parts(p.add(src.offset), len) };
-            dst_be.write_async(dst, 0, s)?;
-            keep.push(Arc::clone(&src.buffer));
-            return Ok(());
-        }
-    }
-    let mut tmp = vec![0u8; len];
-    src_be.read_async(src, 0, &mut tmp)?;
-    src_be.synchronize()?;
-    dst_be.write_async(dst, 0, &tmp)?;
-    staging.push(tmp);
-    Ok(())
-}
-
-fn run(
-    g: &Graph,
-    backends: &[Arc<dyn Backend>],
-    plan: &Plan,
-    applied: &Applied,
-    mut hook: Option<&mut (dyn CopyHook + '_)>,
-    reused: bool,
-) -> Result<ComputeStats, SchedError> {
-    if let Some(h) = hook.as_deref_mut() {
-        h.begin_graph();
-    }
-    let mut stats = ComputeStats {
-        n_splits: plan.splits.len(),
-        plan_reused: reused,
-        ..ComputeStats::default()
-    };
-    for (si, (sp, info)) in plan.splits.iter().zip(&applied.splits).enumerate() {
-        let be = backends[sp.backend].as_ref();
-        let mut staging: Vec<Vec<u8>> = Vec::new();
-        let mut keep: Vec<Arc<dyn Buffer>> = Vec::new();
-        let mut ss = SplitStats {
-            backend: be.name().to_string(),
-            n_nodes: sp.nodes.len(),
-            ..SplitStats::default()
-        };
-        let r = run_split(
-            g,
-            backends,
-            si,
-            sp,
-            info,
-            hook.as_deref_mut(),
-            &mut staging,
-            &mut keep,
-            &mut stats,
-            &mut ss,
-        );
-        if r.is_err() {
-            // let queued copies finish before their staging memory goes
-            let _ = be.synchronize();
-        }
-        r?;
-        stats.splits.push(ss);
-    }
-    Ok(stats)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_split(
-    g: &Graph,
-    backends: &[Arc<dyn Backend>],
-    si: usize,
-    sp: &plan::SplitPlan,
-    info: &SplitInfo,
-    hook: Option<&mut (dyn CopyHook + '_)>,
-    staging: &mut Vec<Vec<u8>>,
-    keep: &mut Vec<Arc<dyn Buffer>>,
-    stats: &mut ComputeStats,
-    ss: &mut SplitStats,
-) -> Result<(), SchedError> {
-    let be = backends[sp.backend].as_ref();
-    let data = |id: TensorId| {
-        g.data_of(id).ok_or_else(|| {
-            SchedError::Graph(format!("tensor '{}' has no memory", node_name(g, id)))
-        })
-    };
-    let full = |inp: &SplitInput,
-                pi: &plan::InputPlan,
-                staging: &mut Vec<Vec<u8>>,
-                keep: &mut Vec<Arc<dyn Buffer>>|
-     -> Result<u64, SchedError> {
-        let len = g.tensor(inp.src).nbytes();
-        let src_be = backends[pi.src_backend].as_ref();
-        copy_full(
-            src_be,
-            &data(inp.src)?,
-            be,
-            &data(inp.copy)?,
-            len,
-            staging,
-            keep,
-        )
-        .map_err(|source| SchedError::Copy {
-            tensor: node_name(g, inp.src),
-            src: src_be.name().to_string(),
-            dst: be.name().to_string(),
-            split: si,
-            source,
-        })?;
-        Ok(len as u64)
-    };
-
-    // 1. every input that is not a host weight
-    for (inp, pi) in info.inputs.iter().zip(&sp.inputs) {
-        if !pi.copied || pi.host_weight {
-            continue;
-        }
-        let n = full(inp, pi, staging, keep)?;
-        stats.add(&inp.src_backend, be.name(), n, 0);
-        ss.sched_bytes += n;
-        ss.n_copies += 1;
-    }
-    // 2. host weights, offered to the hook first
-    let mut hook = hook;
-    let mut synced = false;
-    for (inp, pi) in info.inputs.iter().zip(&sp.inputs) {
-        if !pi.copied || !pi.host_weight {
-            continue;
-        }
-        ss.n_copies += 1;
-        let mut handled = false;
-        if let Some(h) = hook.as_deref_mut() {
-            if !synced {
-                // the hook may read inputs copied in the first pass
-                be.synchronize().map_err(|source| SchedError::Compute {
-                    backend: be.name().to_string(),
-                    split: si,
-                    source,
-                })?;
-                synced = true;
-            }
-            let mut cx = HookCtx {
-                backend: be,
-                g,
-                split: si,
-                nodes: &info.nodes,
-                inputs: &info.inputs,
-                src: inp.src,
-                dst: inp.copy,
-                src_data: data(inp.src)?,
-                dst_data: data(inp.copy)?,
-                staging,
-                bytes: 0,
-            };
-            let r = h.copy_input(&mut cx);
-            let bytes = cx.bytes;
-            keep.push(Arc::clone(&cx.src_data.buffer));
-            stats.add(&inp.src_backend, be.name(), 0, bytes);
-            ss.hook_bytes += bytes;
-            handled = r.map_err(|source| SchedError::Hook {
-                tensor: node_name(g, inp.src),
-                backend: be.name().to_string(),
-                split: si,
-                source,
-            })?;
-            if handled {
-                stats.hook_handled += 1;
-            } else {
-                stats.hook_declined += 1;
-            }
-        }
-        if !handled {
-            let n = full(inp, pi, staging, keep)?;
-            stats.add(&inp.src_backend, be.name(), n, 0);
-            ss.sched_bytes += n;
-        }
-    }
-    // 3. compute
-    let err = |source| SchedError::Compute {
-        backend: be.name().to_string(),
-        split: si,
-        source,
-    };
-    be.compute(g, &sp.nodes).map_err(err)?;
-    be.synchronize().map_err(err)?;
-    Ok(())
 }
 
 fn dump(g: &Graph, backends: &[Arc<dyn Backend>], plan: &Plan, splits: &[SplitInfo]) -> String {

@@ -15,6 +15,12 @@ pub enum Arch {
     Llama,
     /// OLMoE: Q/K RMS norm over the whole projection.
     Olmoe,
+    /// DeepSeek-V2/V3 (and loaders of the same layout): MLA attention,
+    /// leading dense layers, shared experts, grouped sigmoid routing.
+    Deepseek2,
+    /// GPT-OSS: attention sinks, alternating sliding-window layers, biases
+    /// everywhere, `swiglu_oai` experts (MXFP4 in released files).
+    GptOss,
 }
 
 /// Where Q/K normalisation applies.
@@ -45,7 +51,14 @@ pub struct LayerStyle {
 
 impl Arch {
     /// All supported architectures.
-    pub const ALL: [Arch; 4] = [Arch::Qwen3Moe, Arch::Qwen2Moe, Arch::Llama, Arch::Olmoe];
+    pub const ALL: [Arch; 6] = [
+        Arch::Qwen3Moe,
+        Arch::Qwen2Moe,
+        Arch::Llama,
+        Arch::Olmoe,
+        Arch::Deepseek2,
+        Arch::GptOss,
+    ];
 
     /// Parse `general.architecture`.
     pub fn from_name(name: &str) -> Option<Arch> {
@@ -59,6 +72,8 @@ impl Arch {
             Arch::Qwen2Moe => "qwen2moe",
             Arch::Llama => "llama",
             Arch::Olmoe => "olmoe",
+            Arch::Deepseek2 => "deepseek2",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -99,6 +114,22 @@ impl Arch {
                 rope: RopeMode::Neox,
                 qk_norm: QkNorm::Full,
                 qkv_bias: false,
+                norm_topk: false,
+                shared_expert: false,
+            },
+            // routing and the shared experts follow the file's keys
+            // (`expert_weights_norm`, `expert_shared_count`): see graph::mla
+            Arch::Deepseek2 => LayerStyle {
+                rope: RopeMode::Normal,
+                qk_norm: QkNorm::None,
+                qkv_bias: false,
+                norm_topk: false,
+                shared_expert: false,
+            },
+            Arch::GptOss => LayerStyle {
+                rope: RopeMode::Neox,
+                qk_norm: QkNorm::None,
+                qkv_bias: true,
                 norm_topk: false,
                 shared_expert: false,
             },

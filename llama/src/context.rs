@@ -25,8 +25,11 @@ pub struct ContextParams {
     pub n_ubatch: usize,
     /// CPU threads (`-t`).
     pub n_threads: usize,
-    /// KV cache element type (F16 default, F32 option).
+    /// KV cache element type (F16 default, F32 option): of K, and of V
+    /// unless `kv_type_v` says otherwise.
     pub kv_type: GgmlType,
+    /// V cache element type when it differs from K's (llama.cpp's `-ctv`).
+    pub kv_type_v: Option<GgmlType>,
     /// Copy only the experts the router picked when a device computes with
     /// host experts (`false`: full copies, for comparison).
     pub expert_copy: bool,
@@ -47,6 +50,7 @@ impl Default for ContextParams {
             n_ubatch: 512,
             n_threads: 2,
             kv_type: GgmlType::F16,
+            kv_type_v: None,
             expert_copy: true,
             flash_attn: false,
             record_expert_ids: false,
@@ -105,11 +109,17 @@ impl Context {
             ));
         }
         params.n_ubatch = params.n_ubatch.min(params.n_batch);
-        let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(params.n_threads.max(1)));
-        let kv = KvCache::new(
+        // the CPU joins a sim device's clock: one simulated timeline
+        let mut cpu_be = CpuBackend::new(params.n_threads.max(1));
+        if let Some(c) = model.device.as_ref().and_then(|d| d.sim_clock()) {
+            cpu_be = cpu_be.with_clock(c);
+        }
+        let cpu: Arc<dyn Backend> = Arc::new(cpu_be);
+        let kv = KvCache::with_types(
             &model,
             params.n_ctx,
             params.kv_type,
+            params.kv_type_v.unwrap_or(params.kv_type),
             params.flash_attn,
             &cpu,
         )?;
@@ -153,6 +163,11 @@ impl Context {
     /// Context length.
     pub fn n_ctx(&self) -> usize {
         self.kv.size
+    }
+
+    /// The KV cache (its memory, for size checks).
+    pub fn kv_cache(&self) -> &KvCache {
+        &self.kv
     }
 
     /// Tokens in the cache.
@@ -239,9 +254,12 @@ impl Context {
         self.run(&mut g)?;
         self.last_expert_ids.clear();
         if self.params.record_expert_ids {
-            for &ids in &dg.expert_ids {
-                let v = g.read_bytes(ids)?;
-                self.last_expert_ids.push(bytemuck::pod_collect_to_vec(&v));
+            for ids in &dg.expert_ids {
+                let v = match ids {
+                    Some(ids) => bytemuck::pod_collect_to_vec(&g.read_bytes(*ids)?),
+                    None => Vec::new(),
+                };
+                self.last_expert_ids.push(v);
             }
         }
         if n_out == 0 {
@@ -267,6 +285,18 @@ impl Context {
                 mask[i * n_kv + j] = 0.0;
             }
         }
+        // sliding window (gpt-oss): a query at position i sees i - n_swa < j <= i
+        let mask_swa = dg.mask_swa.map(|_| {
+            let w = self.model.hparams.n_swa;
+            let mut m = vec![f32::NEG_INFINITY; n_kv * n];
+            for i in 0..n {
+                let p = pos0 + i;
+                for j in (p + 1).saturating_sub(w)..=p {
+                    m[i * n_kv + j] = 0.0;
+                }
+            }
+            m
+        });
         let pos: Vec<i32> = (0..n).map(|i| (pos0 + i) as i32).collect();
         let out_ids: Vec<i32> = ((n - n_out)..n).map(|i| i as i32).collect();
         let mut parts: Vec<(TensorId, Vec<u8>)> = vec![
@@ -276,6 +306,9 @@ impl Context {
         ];
         if let Some(o) = dg.out_ids {
             parts.push((o, bytemuck::cast_slice(&out_ids).to_vec()));
+        }
+        if let (Some(t), Some(m)) = (dg.mask_swa, &mask_swa) {
+            parts.push((t, bytemuck::cast_slice(m).to_vec()));
         }
         let total: usize = parts.iter().map(|p| p.1.len().next_multiple_of(64)).sum();
         let buf = match &self.input_buf {
@@ -311,6 +344,12 @@ impl Context {
         }
         self.stats.graphs += 1;
         Ok(())
+    }
+
+    /// The simulated clock of the run, when the device is a sim device
+    /// (shared by the device and the context's CPU backend).
+    pub fn sim_clock(&self) -> Option<Arc<ggml_core::SimClock>> {
+        self.model.device.as_ref().and_then(|d| d.sim_clock())
     }
 
     /// The scheduler's plan of the last graph (which node on which backend,
@@ -373,7 +412,7 @@ impl Context {
     }
 
     /// The experts each layer selected in the last ubatch
-    /// (`[layer][n_used * n_tokens]`); empty unless
+    /// (`[layer][n_used * n_tokens]`, empty for a dense layer); empty unless
     /// [`ContextParams::record_expert_ids`].
     pub fn last_expert_ids(&self) -> &[Vec<i32>] {
         &self.last_expert_ids

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ggml_core::{Backend, SimBackend};
+use ggml_core::{Backend, SimBackend, SimClock, SimProfile};
 
 use crate::error::{LlamaError, Result};
 
@@ -15,14 +15,53 @@ pub fn open_device(
     n_threads: usize,
     offload_min_batch: usize,
 ) -> Result<Option<Arc<dyn Backend>>> {
+    open_device_with(
+        name,
+        &DeviceOptions {
+            n_threads,
+            offload_min_batch,
+            ..DeviceOptions::default()
+        },
+    )
+}
+
+/// How to open a device.
+#[derive(Clone, Debug)]
+pub struct DeviceOptions {
+    /// Threads of a sim device's kernels.
+    pub n_threads: usize,
+    /// Smallest batch for which the device runs an op whose weights are in
+    /// host memory (`-nomb`).
+    pub offload_min_batch: usize,
+    /// The sim device's timing profile (default `pcie4-x16`); ignored by
+    /// real devices.
+    pub sim_profile: Option<SimProfile>,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions {
+            n_threads: 1,
+            offload_min_batch: 32,
+            sim_profile: None,
+        }
+    }
+}
+
+/// Open the device backend `name` with `opts` (`None` for `CPU`).
+pub fn open_device_with(name: &str, opts: &DeviceOptions) -> Result<Option<Arc<dyn Backend>>> {
+    let (n_threads, offload_min_batch) = (opts.n_threads, opts.offload_min_batch);
     let upper = name.to_ascii_uppercase();
     if upper == "CPU" || upper == "NONE" {
         return Ok(None);
     }
     if let Some(n) = upper.strip_prefix("SIM") {
         let dev: usize = n.parse().map_err(|_| unknown(name))?;
-        let b =
+        let mut b =
             SimBackend::new(dev, n_threads.max(1)).with_offload_min_batch(offload_min_batch as i64);
+        if let Some(p) = &opts.sim_profile {
+            b = b.with_clock(SimClock::new(p.clone()));
+        }
         return Ok(Some(Arc::new(b)));
     }
     if let Some(n) = upper.strip_prefix("CUDA") {

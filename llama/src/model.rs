@@ -10,7 +10,7 @@ use ggml_core::cpu::MappedBuffer;
 use ggml_core::gguf::{GgufBytes, GgufFile};
 use ggml_core::{Backend, BufferUsage, GgmlType, TensorData};
 
-use crate::arch::{LayerStyle, QkNorm};
+use crate::arch::{Arch, LayerStyle, QkNorm};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
 use crate::placement::{Placement, Target};
@@ -35,30 +35,148 @@ pub struct Weight {
     pub target: Target,
 }
 
+/// Standard multi-head attention weights (GQA; optional biases, Q/K norms
+/// and gpt-oss's sinks).
+#[derive(Clone, Debug)]
+pub struct MhaWeights {
+    /// `attn_q`: `[n_embd, n_head * head_dim]`.
+    pub wq: WeightId,
+    /// `attn_k`: `[n_embd, n_head_kv * head_dim]`.
+    pub wk: WeightId,
+    /// `attn_v`: `[n_embd, n_head_kv * head_dim_v]`.
+    pub wv: WeightId,
+    /// `attn_output`: `[n_head * head_dim_v, n_embd]`.
+    pub wo: WeightId,
+    /// `attn_q.bias`.
+    pub bq: Option<WeightId>,
+    /// `attn_k.bias`.
+    pub bk: Option<WeightId>,
+    /// `attn_v.bias`.
+    pub bv: Option<WeightId>,
+    /// `attn_output.bias` (gpt-oss).
+    pub bo: Option<WeightId>,
+    /// `attn_q_norm` (per head or over the projection, by the style).
+    pub q_norm: Option<WeightId>,
+    /// `attn_k_norm`.
+    pub k_norm: Option<WeightId>,
+    /// `attn_sinks.weight`: one logit per head joining the softmax
+    /// denominator (gpt-oss).
+    pub sinks: Option<WeightId>,
+}
+
+/// Multi-head latent attention weights (deepseek2, DeepSeek-V3 layout:
+/// `attn_kv_b` already split into `attn_k_b` / `attn_v_b`).
+#[derive(Clone, Debug)]
+pub struct MlaWeights {
+    /// `attn_q_a` (`[n_embd, q_lora_rank]`), or `attn_q` when the file has no q LoRA.
+    pub wq_a: WeightId,
+    /// `attn_q_a_norm` (absent without q LoRA).
+    pub q_a_norm: Option<WeightId>,
+    /// `attn_q_b` (`[q_lora_rank, n_head * key_length_mla]`; absent without q LoRA).
+    pub wq_b: Option<WeightId>,
+    /// `attn_kv_a_mqa`: `[n_embd, kv_lora_rank + qk_rope]`.
+    pub wkv_a_mqa: WeightId,
+    /// `attn_kv_a_norm`: `[kv_lora_rank]`.
+    pub kv_a_norm: WeightId,
+    /// `attn_k_b`: `[qk_nope, kv_lora_rank, n_head]`, absorbed into the query.
+    pub wk_b: WeightId,
+    /// `attn_v_b`: `[kv_lora_rank, value_length_mla, n_head]`.
+    pub wv_b: WeightId,
+    /// `attn_output`: `[n_head * value_length_mla, n_embd]`.
+    pub wo: WeightId,
+}
+
+/// A layer's attention.
+#[derive(Clone, Debug)]
+pub enum AttnWeights {
+    /// Q, K, V projections.
+    Mha(MhaWeights),
+    /// Latent attention with a compressed cache.
+    Mla(MlaWeights),
+}
+
+/// A dense SwiGLU FFN (deepseek2's leading layers).
+#[derive(Clone, Debug)]
+pub struct DenseFfn {
+    /// `ffn_up`: `[n_embd, n_ff]`.
+    pub up: WeightId,
+    /// `ffn_gate`: `[n_embd, n_ff]`.
+    pub gate: WeightId,
+    /// `ffn_down`: `[n_ff, n_embd]`.
+    pub down: WeightId,
+}
+
+/// A shared expert: a dense SwiGLU FFN every token goes through, behind a
+/// sigmoid gate (qwen2moe) or not (deepseek2).
+#[derive(Clone, Debug)]
+pub struct SharedExpert {
+    /// `ffn_gate_inp_shexp` (qwen2moe).
+    pub gate_inp: Option<WeightId>,
+    /// `ffn_up_shexp`: `[n_embd, n_ff_shexp]`.
+    pub up: WeightId,
+    /// `ffn_gate_shexp`: `[n_embd, n_ff_shexp]`.
+    pub gate: WeightId,
+    /// `ffn_down_shexp`: `[n_ff_shexp, n_embd]`.
+    pub down: WeightId,
+}
+
+/// A layer's experts and router.
+#[derive(Clone, Debug)]
+pub struct MoeWeights {
+    /// Router `ffn_gate_inp`: `[n_embd, n_expert]`.
+    pub gate_inp: WeightId,
+    /// Router bias (gpt-oss).
+    pub gate_inp_b: Option<WeightId>,
+    /// `exp_probs_b`: selection-only bias of the router probabilities (DeepSeek-V3).
+    pub exp_probs_b: Option<WeightId>,
+    /// `[n_embd, n_ff_exp, n_expert]`.
+    pub up_exps: WeightId,
+    /// `[n_embd, n_ff_exp, n_expert]`.
+    pub gate_exps: WeightId,
+    /// `[n_ff_exp, n_embd, n_expert]`.
+    pub down_exps: WeightId,
+    /// Per-expert biases `[n_ff_exp, n_expert]` (gpt-oss, through `add_id`).
+    pub up_exps_b: Option<WeightId>,
+    /// `[n_ff_exp, n_expert]`.
+    pub gate_exps_b: Option<WeightId>,
+    /// `[n_embd, n_expert]`.
+    pub down_exps_b: Option<WeightId>,
+    /// Shared expert(s), summed into the output.
+    pub shexp: Option<SharedExpert>,
+}
+
+/// A layer's FFN.
+#[derive(Clone, Debug)]
+pub enum FfnWeights {
+    /// Dense.
+    Dense(DenseFfn),
+    /// Experts.
+    Moe(MoeWeights),
+}
+
 /// A decoder layer's weights.
 #[derive(Clone, Debug)]
 pub struct LayerWeights {
+    /// `attn_norm`: `[n_embd]`.
     pub attn_norm: WeightId,
-    pub wq: WeightId,
-    pub wk: WeightId,
-    pub wv: WeightId,
-    pub wo: WeightId,
-    pub bq: Option<WeightId>,
-    pub bk: Option<WeightId>,
-    pub bv: Option<WeightId>,
-    pub q_norm: Option<WeightId>,
-    pub k_norm: Option<WeightId>,
+    /// The attention's weights.
+    pub attn: AttnWeights,
+    /// The norm before the FFN (`ffn_norm`; `post_attention_norm` in gpt-oss).
     pub ffn_norm: WeightId,
-    pub gate_inp: WeightId,
-    pub up_exps: WeightId,
-    pub gate_exps: WeightId,
-    pub down_exps: WeightId,
-    pub gate_inp_shexp: Option<WeightId>,
-    pub up_shexp: Option<WeightId>,
-    pub gate_shexp: Option<WeightId>,
-    pub down_shexp: Option<WeightId>,
+    /// The FFN's weights.
+    pub ffn: FfnWeights,
     /// Whether this layer's KV cache and activations belong on the device.
     pub on_device: bool,
+}
+
+impl LayerWeights {
+    /// The experts, unless the layer is dense.
+    pub fn moe(&self) -> Option<&MoeWeights> {
+        match &self.ffn {
+            FfnWeights::Moe(m) => Some(m),
+            FfnWeights::Dense(_) => None,
+        }
+    }
 }
 
 /// What to load and where.
@@ -177,6 +295,41 @@ impl Loader<'_> {
 
     fn layer(&mut self, il: usize, style: &LayerStyle) -> Result<LayerWeights> {
         let hp = self.hp;
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let ne = hp.n_embd;
+        let attn_norm = self.norm(&n("attn_norm.weight"), ne)?;
+        let attn = if hp.is_mla() {
+            AttnWeights::Mla(self.mla(il)?)
+        } else {
+            AttnWeights::Mha(self.mha(il, style)?)
+        };
+        let ffn_norm = if hp.arch == Arch::GptOss {
+            self.norm(&n("post_attention_norm.weight"), ne)?
+        } else {
+            self.norm(&n("ffn_norm.weight"), ne)?
+        };
+        let e = hp.n_embd as i64;
+        let ffn = if hp.is_dense_layer(il) {
+            let ff = hp.n_ff as i64;
+            FfnWeights::Dense(DenseFfn {
+                gate: self.get(&n("ffn_gate.weight"), &[e, ff])?,
+                up: self.get(&n("ffn_up.weight"), &[e, ff])?,
+                down: self.get(&n("ffn_down.weight"), &[ff, e])?,
+            })
+        } else {
+            FfnWeights::Moe(self.moe(il, style)?)
+        };
+        Ok(LayerWeights {
+            attn_norm,
+            attn,
+            ffn_norm,
+            ffn,
+            on_device: false,
+        })
+    }
+
+    fn mha(&mut self, il: usize, style: &LayerStyle) -> Result<MhaWeights> {
+        let hp = self.hp;
         let (e, hk, hv) = (
             hp.n_embd as i64,
             hp.n_embd_head_k as i64,
@@ -185,8 +338,6 @@ impl Loader<'_> {
         let (nh, nkv) = (hp.n_head as i64, hp.n_head_kv as i64);
         let n = |s: &str| format!("blk.{il}.{s}");
         let (q_dim, k_dim, v_dim) = (hk * nh, hk * nkv, hv * nkv);
-        let (x, ff, ne) = (hp.n_expert as i64, hp.n_ff_exp as i64, hp.n_embd);
-        let attn_norm = self.norm(&n("attn_norm.weight"), ne)?;
         let wq = self.get(&n("attn_q.weight"), &[e, q_dim])?;
         let wk = self.get(&n("attn_k.weight"), &[e, k_dim])?;
         let wv = self.get(&n("attn_v.weight"), &[e, v_dim])?;
@@ -204,6 +355,14 @@ impl Loader<'_> {
                 self.opt(&n("attn_v.bias"), &[v_dim])?,
             )
         };
+        let (bo, sinks) = if hp.arch == Arch::GptOss {
+            (
+                Some(self.get(&n("attn_output.bias"), &[e])?),
+                Some(self.norm(&n("attn_sinks.weight"), hp.n_head)?),
+            )
+        } else {
+            (self.opt(&n("attn_output.bias"), &[e])?, None)
+        };
         let (q_norm, k_norm) = match style.qk_norm {
             QkNorm::None => (None, None),
             QkNorm::PerHead => (
@@ -215,26 +374,7 @@ impl Loader<'_> {
                 Some(self.norm(&n("attn_k_norm.weight"), k_dim as usize)?),
             ),
         };
-        let ffn_norm = self.norm(&n("ffn_norm.weight"), ne)?;
-        let gate_inp = self.get(&n("ffn_gate_inp.weight"), &[e, x])?;
-        let up_exps = self.get(&n("ffn_up_exps.weight"), &[e, ff, x])?;
-        let gate_exps = self.get(&n("ffn_gate_exps.weight"), &[e, ff, x])?;
-        let down_exps = self.get(&n("ffn_down_exps.weight"), &[ff, e, x])?;
-        let (mut gate_inp_shexp, mut up_shexp, mut gate_shexp, mut down_shexp) =
-            (None, None, None, None);
-        if style.shared_expert {
-            let fs = if hp.n_ff_shexp > 0 {
-                hp.n_ff_shexp as i64
-            } else {
-                hp.n_ff as i64
-            };
-            gate_inp_shexp = Some(self.get(&n("ffn_gate_inp_shexp.weight"), &[e])?);
-            up_shexp = Some(self.get(&n("ffn_up_shexp.weight"), &[e, fs])?);
-            gate_shexp = Some(self.get(&n("ffn_gate_shexp.weight"), &[e, fs])?);
-            down_shexp = Some(self.get(&n("ffn_down_shexp.weight"), &[fs, e])?);
-        }
-        Ok(LayerWeights {
-            attn_norm,
+        Ok(MhaWeights {
             wq,
             wk,
             wv,
@@ -242,19 +382,138 @@ impl Loader<'_> {
             bq,
             bk,
             bv,
+            bo,
             q_norm,
             k_norm,
-            ffn_norm,
+            sinks,
+        })
+    }
+
+    fn mla(&mut self, il: usize) -> Result<MlaWeights> {
+        let hp = self.hp;
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let e = hp.n_embd as i64;
+        let nh = hp.n_head as i64;
+        let (kv_lora, rope) = (hp.n_lora_kv as i64, hp.n_rot as i64);
+        let hk_mla = hp.n_embd_head_k_mla as i64;
+        let nope = hk_mla - rope;
+        let hv_mla = hp.n_embd_head_v_mla as i64;
+        let (wq_a, q_a_norm, wq_b) = if hp.n_lora_q > 0 {
+            let ql = hp.n_lora_q as i64;
+            (
+                self.get(&n("attn_q_a.weight"), &[e, ql])?,
+                Some(self.norm(&n("attn_q_a_norm.weight"), hp.n_lora_q)?),
+                Some(self.get(&n("attn_q_b.weight"), &[ql, nh * hk_mla])?),
+            )
+        } else {
+            (
+                self.get(&n("attn_q.weight"), &[e, nh * hk_mla])?,
+                None,
+                None,
+            )
+        };
+        if self.file.tensor(&n("attn_kv_b.weight")).is_some()
+            && self.file.tensor(&n("attn_k_b.weight")).is_none()
+        {
+            return Err(LlamaError::BadTensor {
+                name: n("attn_kv_b.weight"),
+                found: "the unsplit MLA projection".into(),
+                expected: "attn_k_b / attn_v_b, as current llama.cpp converters write them".into(),
+            });
+        }
+        Ok(MlaWeights {
+            wq_a,
+            q_a_norm,
+            wq_b,
+            wkv_a_mqa: self.get(&n("attn_kv_a_mqa.weight"), &[e, kv_lora + rope])?,
+            kv_a_norm: self.norm(&n("attn_kv_a_norm.weight"), hp.n_lora_kv)?,
+            wk_b: self.get(&n("attn_k_b.weight"), &[nope, kv_lora, nh])?,
+            wv_b: self.get(&n("attn_v_b.weight"), &[kv_lora, hv_mla, nh])?,
+            wo: self.get(&n("attn_output.weight"), &[nh * hv_mla, e])?,
+        })
+    }
+
+    fn moe(&mut self, il: usize, style: &LayerStyle) -> Result<MoeWeights> {
+        let hp = self.hp;
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (e, x, ff) = (hp.n_embd as i64, hp.n_expert as i64, hp.n_ff_exp as i64);
+        let gate_inp = self.get(&n("ffn_gate_inp.weight"), &[e, x])?;
+        let up_exps = self.get(&n("ffn_up_exps.weight"), &[e, ff, x])?;
+        let gate_exps = self.get(&n("ffn_gate_exps.weight"), &[e, ff, x])?;
+        let down_exps = self.get(&n("ffn_down_exps.weight"), &[ff, e, x])?;
+        let gpt_oss = hp.arch == Arch::GptOss;
+        let bias = |l: &mut Self, s: &str, ne: &[i64]| -> Result<Option<WeightId>> {
+            if gpt_oss {
+                l.f32_bias(&n(s), ne).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let gate_inp_b = bias(self, "ffn_gate_inp.bias", &[x])?;
+        let up_exps_b = bias(self, "ffn_up_exps.bias", &[ff, x])?;
+        let gate_exps_b = bias(self, "ffn_gate_exps.bias", &[ff, x])?;
+        let down_exps_b = bias(self, "ffn_down_exps.bias", &[e, x])?;
+        let exp_probs_b = if hp.arch == Arch::Deepseek2 {
+            self.f32_bias_opt(&n("exp_probs_b.bias"), &[x])?
+        } else {
+            None
+        };
+        let shexp = if style.shared_expert {
+            let fs = if hp.n_ff_shexp > 0 {
+                hp.n_ff_shexp as i64
+            } else {
+                hp.n_ff as i64
+            };
+            Some(SharedExpert {
+                gate_inp: Some(self.get(&n("ffn_gate_inp_shexp.weight"), &[e])?),
+                up: self.get(&n("ffn_up_shexp.weight"), &[e, fs])?,
+                gate: self.get(&n("ffn_gate_shexp.weight"), &[e, fs])?,
+                down: self.get(&n("ffn_down_shexp.weight"), &[fs, e])?,
+            })
+        } else if hp.arch == Arch::Deepseek2 && hp.n_expert_shared > 0 {
+            let fs = (hp.n_ff_exp * hp.n_expert_shared) as i64;
+            Some(SharedExpert {
+                gate_inp: None,
+                up: self.get(&n("ffn_up_shexp.weight"), &[e, fs])?,
+                gate: self.get(&n("ffn_gate_shexp.weight"), &[e, fs])?,
+                down: self.get(&n("ffn_down_shexp.weight"), &[fs, e])?,
+            })
+        } else {
+            None
+        };
+        Ok(MoeWeights {
             gate_inp,
+            gate_inp_b,
+            exp_probs_b,
             up_exps,
             gate_exps,
             down_exps,
-            gate_inp_shexp,
-            up_shexp,
-            gate_shexp,
-            down_shexp,
-            on_device: false,
+            up_exps_b,
+            gate_exps_b,
+            down_exps_b,
+            shexp,
         })
+    }
+
+    /// A bias added by `add`/`add_id`: F32 (the kernels add F32 rows).
+    fn f32_bias(&mut self, name: &str, ne: &[i64]) -> Result<WeightId> {
+        let id = self.get(name, ne)?;
+        let ty = self.wanted[id.0].1;
+        if ty != GgmlType::F32 {
+            return Err(LlamaError::BadTensor {
+                name: name.into(),
+                found: format!("type {ty}"),
+                expected: "f32".into(),
+            });
+        }
+        Ok(id)
+    }
+
+    fn f32_bias_opt(&mut self, name: &str, ne: &[i64]) -> Result<Option<WeightId>> {
+        if self.file.tensor(name).is_none() {
+            return Ok(None);
+        }
+        self.f32_bias(name, ne).map(Some)
     }
 }
 

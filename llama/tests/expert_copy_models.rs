@@ -55,6 +55,7 @@ fn offloaded_experts_give_cpu_logits_bit_for_bit() {
         let fx = Fixture::load(name);
         let cpu = logits(&load(&fx, None, Placement::default(), 32), &fx, true);
         let cases = [
+            ("all on the device", Placement::default()),
             (
                 "--cpu-moe",
                 Placement {
@@ -88,24 +89,59 @@ fn offloaded_experts_give_cpu_logits_bit_for_bit() {
 
 /// Bytes the policy must copy for one graph, computed from the router ids:
 /// per layer with host experts, for each of gate/up/down, the distinct used
-/// experts times the expert size (runs need no padding on SIM0).
+/// experts times the expert size (runs need no padding on SIM0), plus, for
+/// each expert bias tensor (gpt-oss, `[n, n_expert]`, read by `add_id`),
+/// the distinct used experts times the bias row. Dense layers have none.
 fn expected_bytes(model: &Model, ids: &[Vec<i32>]) -> u64 {
     let mut total = 0u64;
     for (il, lw) in model.layers.iter().enumerate() {
+        let Some(moe) = lw.moe() else { continue };
         let mut used = vec![false; model.hparams.n_expert];
         for &e in &ids[il] {
             used[e as usize] = true;
         }
         let n_used = used.iter().filter(|&&u| u).count() as u64;
-        for w in [lw.gate_exps, lw.up_exps, lw.down_exps] {
+        for w in [moe.gate_exps, moe.up_exps, moe.down_exps] {
             let w = model.weight(w);
             if w.target == llama::placement::Target::Host {
                 let t = ggml_core::Tensor::new(w.ty, w.ne);
                 total += n_used * t.nb[2] as u64;
             }
         }
+        for b in [moe.gate_exps_b, moe.up_exps_b, moe.down_exps_b]
+            .into_iter()
+            .flatten()
+        {
+            let b = model.weight(b);
+            assert_eq!(b.ne[1] as usize, model.hparams.n_expert, "{}", b.name);
+            if b.target == llama::placement::Target::Host {
+                let t = ggml_core::Tensor::new(b.ty, b.ne);
+                total += n_used * t.nb[1] as u64;
+            }
+        }
     }
     total
+}
+
+/// Host expert tensors and expert biases of the MoE layers.
+fn host_expert_tensors(model: &Model) -> u64 {
+    let mut n = 0;
+    for lw in &model.layers {
+        let Some(moe) = lw.moe() else { continue };
+        let all = [moe.gate_exps, moe.up_exps, moe.down_exps]
+            .into_iter()
+            .chain(
+                [moe.gate_exps_b, moe.up_exps_b, moe.down_exps_b]
+                    .into_iter()
+                    .flatten(),
+            );
+        for w in all {
+            if model.weight(w).target == llama::placement::Target::Host {
+                n += 1;
+            }
+        }
+    }
+    n
 }
 
 #[test]
@@ -114,6 +150,9 @@ fn policy_bytes_match_the_router_ids_exactly() {
         "tiny-qwen3moe-f32",
         "tiny-qwen3moe-q4_k",
         "tiny-qwen2moe-f32",
+        "tiny-deepseek2-f32",
+        "tiny-deepseek2-q4_k",
+        "tiny-gptoss-mxfp4",
     ] {
         let fx = Fixture::load(name);
         let model = load(
@@ -134,12 +173,24 @@ fn policy_bytes_match_the_router_ids_exactly() {
             let after = c.expert_copy_stats();
             let want = expected_bytes(&model, c.last_expert_ids());
             assert!(want > 0, "{name}: nothing offloaded");
+            println!(
+                "{name} step {i}: policy copied {} of {} bytes (expected {want})",
+                after.bytes - before.bytes,
+                after.full_bytes - before.full_bytes
+            );
             assert_eq!(
                 after.bytes - before.bytes,
                 want,
                 "{name} step {i}: policy bytes"
             );
             assert!(after.full_bytes - before.full_bytes >= want);
+            // nothing declined but what is not an expert tensor: every host
+            // expert tensor and expert bias went through the policy
+            assert_eq!(
+                after.inputs - before.inputs - (after.declined - before.declined),
+                host_expert_tensors(&model),
+                "{name} step {i}: inputs handled by the policy"
+            );
         }
     }
 }

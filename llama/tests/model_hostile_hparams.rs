@@ -26,8 +26,12 @@ const KEYS: [&str; 11] = [
 const VALUES: [u32; 10] = [0, 1, 2, 3, 7, 16, 63, 65, 1 << 20, u32::MAX];
 
 fn with_kv(key: &str, v: GgufValue) -> GgufFile {
+    with_kv_in("tiny-qwen3moe-f32", key, v)
+}
+
+fn with_kv_in(model: &str, key: &str, v: GgufValue) -> GgufFile {
     let f =
-        GgufFile::open(common::data_dir().join("models/tiny-qwen3moe-f32.gguf")).expect("fixture");
+        GgufFile::open(common::data_dir().join(format!("models/{model}.gguf"))).expect("fixture");
     let mut w = GgufWriter::from_file(&f);
     w.set_kv(key, v);
     GgufFile::from_bytes(w.to_bytes().expect("write")).expect("reparse")
@@ -90,4 +94,53 @@ fn hostile_hparams_never_panic() {
             .any(|o| o.contains("block_count = 4294967295: error")),
         "{outcomes:#?}"
     );
+}
+
+/// The keys deepseek2 and gpt-oss add: every value loads with an error or
+/// decodes, never panics.
+#[test]
+fn hostile_deepseek2_and_gptoss_hparams_never_panic() {
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "tiny-deepseek2-f32",
+            &[
+                "deepseek2.attention.q_lora_rank",
+                "deepseek2.attention.kv_lora_rank",
+                "deepseek2.attention.key_length",
+                "deepseek2.attention.value_length",
+                "deepseek2.attention.key_length_mla",
+                "deepseek2.attention.value_length_mla",
+                "deepseek2.rope.dimension_count",
+                "deepseek2.leading_dense_block_count",
+                "deepseek2.expert_shared_count",
+                "deepseek2.expert_group_count",
+                "deepseek2.expert_group_used_count",
+                "deepseek2.expert_gating_func",
+                "deepseek2.expert_used_count",
+                "deepseek2.attention.head_count_kv",
+            ],
+        ),
+        (
+            "tiny-gptoss-mxfp4",
+            &[
+                "gpt-oss.attention.sliding_window",
+                "gpt-oss.attention.head_count_kv",
+                "gpt-oss.attention.key_length",
+                "gpt-oss.expert_used_count",
+                "gpt-oss.rope.scaling.original_context_length",
+            ],
+        ),
+    ];
+    let mut decoded = 0;
+    for (model, keys) in cases {
+        for &key in keys {
+            for v in VALUES {
+                let f = with_kv_in(model, key, GgufValue::U32(v));
+                let r = catch_unwind(AssertUnwindSafe(|| try_model(f)));
+                let out = r.unwrap_or_else(|_| panic!("{model}: {key} = {v}: panicked"));
+                decoded += usize::from(out == "decoded");
+            }
+        }
+    }
+    assert!(decoded > 0);
 }

@@ -125,7 +125,11 @@ fn model_fixture_prompts_match_llama_cpp() {
         })
         .collect();
     names.sort();
-    assert_eq!(names.len(), 9, "expected 9 model fixtures, found {names:?}");
+    assert_eq!(
+        names.len(),
+        12,
+        "expected 12 model fixtures, found {names:?}"
+    );
     let mut failures = Vec::new();
     for name in &names {
         let tok = load(&format!("{dir}/{name}.gguf"));

@@ -15,7 +15,10 @@ use std::sync::{Arc, Mutex};
 
 use ggml_core::backend::{BackendError, Buffer, BufferUsage, Event};
 use ggml_core::cpu::MappedBuffer;
-use ggml_core::{Backend, CpuBackend, GgmlType, Graph, Op, SimBackend, TensorData, TensorId};
+use ggml_core::{
+    Backend, CpuBackend, GgmlType, Graph, Op, SimBackend, SimClock, SimProfile, TensorData,
+    TensorId,
+};
 use ggml_sched::{CopyHook, HookCtx, HookError, SchedError, Scheduler};
 use proptest::prelude::*;
 
@@ -92,6 +95,34 @@ struct Case {
     n_out: u8,
     hook: HookKind,
     seed: u64,
+    /// The shared simulated clock's profile: copy engines and random costs.
+    sim: SimCase,
+}
+
+/// Random timing of a case's simulated clock (shared by every backend).
+#[derive(Clone, Debug)]
+struct SimCase {
+    copy_engines: usize,
+    /// Exponents/multipliers picking device, CPU and link speeds.
+    costs: [u8; 6],
+}
+
+impl SimCase {
+    fn profile(&self) -> SimProfile {
+        let c = self.costs;
+        let mut p = SimProfile::default_profile();
+        let rate = |b: u8, base: f64| base * (1.0 + (b % 16) as f64) / 4.0;
+        p.device.flops = rate(c[0], 1e9);
+        p.device.mem_bw = rate(c[1], 1e8);
+        p.device.launch_s = (c[2] % 4) as f64 * 1e-7;
+        p.link.h2d_bw = rate(c[3], 1e8);
+        p.link.d2h_bw = rate(c[3] / 16, 1e8);
+        p.link.latency_s = (c[4] % 4) as f64 * 1e-7;
+        p.cpu.flops = rate(c[5], 1e9);
+        p.cpu.mem_bw = rate(c[5] / 16, 1e8);
+        p.copy_engines = self.copy_engines;
+        p
+    }
 }
 
 /// Where a leaf's bytes live.
@@ -861,26 +892,29 @@ fn check_plan(
     Ok(())
 }
 
-fn make_backends(case: &Case) -> Vec<Arc<dyn Backend>> {
+fn make_backends(case: &Case) -> (Vec<Arc<dyn Backend>>, Arc<SimClock>) {
+    let clock = SimClock::new(case.sim.profile());
+    clock.set_recording(true);
     let mut v: Vec<Arc<dyn Backend>> = Vec::new();
     for (i, d) in case.devs.iter().enumerate() {
         let refuse = d.refuse.clone();
         v.push(Arc::new(
             SimBackend::new(i, 1)
+                .with_clock(Arc::clone(&clock))
                 .with_offload_min_batch(d.min_batch)
                 .with_op_filter(Arc::new(move |g: &Graph, n: TensorId| {
                     !refuse.contains(&g.tensor(n).op.name())
                 })),
         ));
     }
-    v.push(Arc::new(CpuBackend::new(1)));
-    v
+    v.push(Arc::new(CpuBackend::new(1).with_clock(Arc::clone(&clock))));
+    (v, clock)
 }
 
 /// Schedule the case; check invariants after each compute; compare results.
 fn run_case(case: &Case) -> Result<(), TestCaseError> {
     let want = reference(case);
-    let backends = make_backends(case);
+    let (backends, clock) = make_backends(case);
     let cpu = CpuBackend::new(1);
     let mut s = Scheduler::new(backends.clone()).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let log = Arc::new(Mutex::new(HookLog::default()));
@@ -913,6 +947,14 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
             .compute(&mut b.g)
             .map_err(|e| TestCaseError::fail(format!("round {round}: {e}\n{}", s.plan_dump())))?;
         let got = read_results(&b);
+        // on the simulated clock, nothing ran before what it depends on, and
+        // nothing overwrote what an unfinished op or copy still read
+        let tl = clock.take_timeline();
+        tl.check_hazards()
+            .map_err(|e| TestCaseError::fail(format!("round {round}: {e}\n{}", s.plan_dump())))?;
+        if !case.devs.is_empty() && st.n_splits > 0 {
+            prop_assert!(!tl.spans.is_empty(), "no spans recorded");
+        }
         let lg = log.lock().unwrap();
         let hooked = (case.hook != HookKind::None).then_some(&*lg);
         check_plan(&s, &b.g, &backends, hooked)
@@ -1067,10 +1109,21 @@ fn case_strategy() -> impl Strategy<Value = Case> {
             Just(HookKind::Full),
             Just(HookKind::Ranges)
         ],
-        any::<u64>(),
+        (any::<u64>(), 1usize..=3, any::<[u8; 6]>()),
     )
         .prop_map(
-            |(k, t, (n_exp, n_used), devs, cache_place, n_inputs, steps, n_out, hook, seed)| Case {
+            |(
+                k,
+                t,
+                (n_exp, n_used),
+                devs,
+                cache_place,
+                n_inputs,
+                steps,
+                n_out,
+                hook,
+                (seed, copy_engines, costs),
+            )| Case {
                 k,
                 t,
                 n_exp,
@@ -1082,6 +1135,10 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 n_out,
                 hook,
                 seed,
+                sim: SimCase {
+                    copy_engines,
+                    costs,
+                },
             },
         )
 }

@@ -88,6 +88,12 @@ pub struct PlacementArgs {
     /// on the CPU (llama.cpp's GGML_OP_OFFLOAD_MIN_BATCH)
     #[arg(long = "offload-min-batch", value_name = "N", default_value_t = 32)]
     pub offload_min_batch: usize,
+
+    /// timing profile of the sim device's simulated clock: a preset
+    /// (pcie4-x16, pcie5-x16, h200-pcie5) or a JSON file (keys in
+    /// docs/timeline.md); default pcie4-x16
+    #[arg(long = "sim-profile", value_name = "NAME|FILE.json")]
+    pub sim_profile: Option<String>,
 }
 
 impl PlacementArgs {
@@ -125,9 +131,31 @@ impl PlacementArgs {
     /// Open the `--device` backend (None for CPU).
     pub fn open_device(&self, n_threads: usize) -> Result<Option<Arc<dyn Backend>>> {
         let Some(name) = &self.device else {
+            if self.sim_profile.is_some() {
+                bail!("--sim-profile: needs a simulated device (--device SIM0)");
+            }
             return Ok(None);
         };
-        llama::device::open_device(name, n_threads, self.offload_min_batch)
+        let sim_profile = match &self.sim_profile {
+            Some(spec) => {
+                if !name.to_ascii_uppercase().starts_with("SIM") {
+                    bail!(
+                        "--sim-profile: device {name} is not a simulated device (SIM0, SIM1, ...)"
+                    );
+                }
+                Some(
+                    ggml_core::SimProfile::from_name_or_file(spec)
+                        .map_err(|e| anyhow::anyhow!("--sim-profile {e}"))?,
+                )
+            }
+            None => None,
+        };
+        let opts = llama::device::DeviceOptions {
+            n_threads,
+            offload_min_batch: self.offload_min_batch,
+            sim_profile,
+        };
+        llama::device::open_device_with(name, &opts)
             .map_err(|e| anyhow::anyhow!("--device {name}: {e}"))
     }
 }
@@ -226,7 +254,7 @@ pub fn load_model(
     // flags first: a bad flag fails before any file work
     let wants_device = placement.n_gpu_layers.is_some_and(|n| n != 0)
         || placement.cpu_moe
-        || placement.n_cpu_moe.is_some();
+        || placement.n_cpu_moe.is_some_and(|n| n > 0);
     let mut device = placement.open_device(n_threads)?;
     let mut defaulted = false;
     if device.is_none() && placement.device.is_none() && wants_device {

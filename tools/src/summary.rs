@@ -5,6 +5,7 @@ use llama::TransferStats;
 use serde::Serialize;
 
 use crate::cli::fmt_bytes;
+use crate::simtime::SimReport;
 
 /// Everything the summary reports. Field names are the JSON keys.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -46,6 +47,9 @@ pub struct RunSummary {
     pub h2d_bytes_full_copy_per_token: f64,
     /// Experts copied per generated-token decode.
     pub experts_copied_per_token: f64,
+    /// Simulated figures (`sim_*` keys), on a sim device only.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimReport>,
 }
 
 /// `b - a`, field by field.
@@ -94,6 +98,9 @@ impl RunSummary {
             self.gen_tps
         ));
         t.push_str(&format!("stopped by    = {}\n", self.stop));
+        if let Some(sim) = &self.sim {
+            t.push_str(&sim.to_text());
+        }
         if self.device == "CPU" {
             t.push_str("expert h2d    = none (no --device: experts are used in host memory)\n");
             return t;

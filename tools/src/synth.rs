@@ -20,10 +20,11 @@ use anyhow::{bail, Context as _, Result};
 use ggml_core::gguf::GgufWriter;
 use ggml_core::GgmlType;
 
+use crate::synth_arch;
 use crate::vocab::{SynthVocab, TokenClass};
 
 /// Architectures `--synth` can write.
-pub const SYNTH_ARCHS: &[&str] = &["qwen3moe"];
+pub const SYNTH_ARCHS: &[&str] = &["qwen3moe", "deepseek2", "gpt-oss"];
 
 /// Bumped whenever the generator's output changes, so cached default
 /// models are regenerated.
@@ -125,6 +126,12 @@ impl SynthParams {
         if !self.head_dim.is_multiple_of(2) {
             bail!("--head-dim {} must be even (RoPE pairs)", self.head_dim);
         }
+        if self.arch == "deepseek2" && !self.head_dim.is_multiple_of(4) {
+            bail!(
+                "--head-dim {} must be a multiple of 4 for deepseek2 (its rope part is half a head, in pairs)",
+                self.head_dim
+            );
+        }
         if !matches!(self.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
             && !quantize_supported(self.ty)
         {
@@ -208,7 +215,7 @@ fn file_type(ty: GgmlType) -> u32 {
 
 /// How a tensor's values are drawn.
 #[derive(Clone, Debug)]
-enum Init {
+pub enum Init {
     /// 1 + uniform noise of this standard deviation (norm weights).
     Ones(f32),
     /// Uniform with this standard deviation.
@@ -437,7 +444,15 @@ fn specs(p: &SynthParams, vocab: &SynthVocab) -> Vec<Spec> {
     let sd_in = |fan_in: i64| 1.0 / (fan_in as f32).sqrt();
     let mut rng = Rng(hash_str(p.seed, "shape-of-things"));
     let mut out = Vec::new();
+    // matrices whose rows do not split into the type's blocks (deepseek2's
+    // attn_k_b in Q4_K) get llama.cpp's fallback type, as llama-quantize does
     let mut add = |name: String, ne: Vec<i64>, ty: GgmlType, init: Init| {
+        let ty = match ty {
+            t if t == p.ty && ne.len() >= 2 => {
+                crate::quantize::row_type(ne[0], t).unwrap_or(GgmlType::F16)
+            }
+            t => t,
+        };
         out.push(Spec { name, ne, ty, init })
     };
     add(
@@ -472,19 +487,29 @@ fn specs(p: &SynthParams, vocab: &SynthVocab) -> Vec<Spec> {
     );
     for il in 0..p.n_layer {
         let n = |s: &str| format!("blk.{il}.{s}.weight");
-        add(n("attn_norm"), vec![d], GgmlType::F32, Init::Ones(0.05));
-        add(n("attn_q"), vec![d, qd], p.ty, Init::Uniform(sd_in(d)));
-        add(n("attn_k"), vec![d, kvd], p.ty, Init::Uniform(sd_in(d)));
-        add(n("attn_v"), vec![d, kvd], p.ty, Init::Uniform(sd_in(d)));
-        add(
-            n("attn_output"),
-            vec![qd, d],
-            p.ty,
-            Init::Uniform(sd_in(qd)),
-        );
-        add(n("attn_q_norm"), vec![hd], GgmlType::F32, Init::Ones(0.05));
-        add(n("attn_k_norm"), vec![hd], GgmlType::F32, Init::Ones(0.05));
-        add(n("ffn_norm"), vec![d], GgmlType::F32, Init::Ones(0.05));
+        match p.arch.as_str() {
+            "deepseek2" => {
+                if synth_arch::deepseek2_layer(p, il, &mut add) {
+                    continue;
+                }
+            }
+            "gpt-oss" => synth_arch::gptoss_layer(p, il, &mut add),
+            _ => {
+                add(n("attn_norm"), vec![d], GgmlType::F32, Init::Ones(0.05));
+                add(n("attn_q"), vec![d, qd], p.ty, Init::Uniform(sd_in(d)));
+                add(n("attn_k"), vec![d, kvd], p.ty, Init::Uniform(sd_in(d)));
+                add(n("attn_v"), vec![d, kvd], p.ty, Init::Uniform(sd_in(d)));
+                add(
+                    n("attn_output"),
+                    vec![qd, d],
+                    p.ty,
+                    Init::Uniform(sd_in(qd)),
+                );
+                add(n("attn_q_norm"), vec![hd], GgmlType::F32, Init::Ones(0.05));
+                add(n("attn_k_norm"), vec![hd], GgmlType::F32, Init::Ones(0.05));
+                add(n("ffn_norm"), vec![d], GgmlType::F32, Init::Ones(0.05));
+            }
+        }
         // router: rows with log-normal scales, so routing is skewed
         let scales: Vec<f32> = (0..p.n_expert)
             .map(|_| (0.9 * rng.normal()).exp())
@@ -545,6 +570,7 @@ pub fn synthesize(p: &SynthParams, progress: &mut dyn FnMut(f32)) -> Result<Gguf
     w.set_kv(format!("{a}.attention.value_length"), u(p.head_dim));
     w.set_kv(format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6f32);
     w.set_kv(format!("{a}.rope.freq_base"), 1_000_000f32);
+    crate::synth_arch::arch_kvs(p, &mut w);
     w.set_kv("tokenizer.ggml.model", "gpt2");
     w.set_kv("tokenizer.ggml.pre", "gpt-2");
     w.set_kv("tokenizer.ggml.tokens", vocab.tokens.clone());

@@ -84,8 +84,10 @@ fn unsupported_llama_cpp_flags_are_refused_by_name() {
 #[test]
 fn kv_cache_types() {
     let model = m();
-    let (_, s) = run_stats(&["-m", &model, "-ctk", "f32", "-ctv", "f32", "-n", "2"]);
-    assert_eq!(s["gen_tokens"], 2);
+    for (k, v) in [("f32", "f32"), ("f32", "f16"), ("f16", "f32")] {
+        let (_, s) = run_stats(&["-m", &model, "-ctk", k, "-ctv", v, "-n", "2"]);
+        assert_eq!(s["gen_tokens"], 2);
+    }
     let dir = tempfile::tempdir().unwrap();
     for (args, msg) in [
         (vec!["-ctv", "q8_0"], "needs flash attention"),

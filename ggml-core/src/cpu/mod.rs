@@ -9,8 +9,9 @@ pub mod view;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, Buffer, BufferUsage};
+use crate::backend::{Backend, BackendError, Buffer, BufferUsage, Event, Stream};
 use crate::graph::Graph;
+use crate::sim::{clock, cost, timeline, SimClock, SimEvent};
 use crate::tensor::TensorId;
 
 pub use buffer::{HostBuffer, MappedBuffer};
@@ -19,6 +20,7 @@ pub use pool::ThreadPool;
 /// The CPU backend.
 pub struct CpuBackend {
     pool: ThreadPool,
+    clock: Option<Arc<SimClock>>,
 }
 
 impl CpuBackend {
@@ -26,7 +28,15 @@ impl CpuBackend {
     pub fn new(n_threads: usize) -> CpuBackend {
         CpuBackend {
             pool: ThreadPool::new(n_threads),
+            clock: None,
         }
+    }
+
+    /// Join a simulated timeline: each op also advances `clock`'s host time
+    /// by the profile's CPU numbers (the kernels run as before).
+    pub fn with_clock(mut self, clock: Arc<SimClock>) -> CpuBackend {
+        self.clock = Some(clock);
+        self
     }
 
     /// Number of threads.
@@ -70,7 +80,24 @@ impl Backend for CpuBackend {
         };
         for &n in nodes {
             ops::compute_node(&ctx, n)?;
+            if let Some(c) = &self.clock {
+                let p = c.profile().cpu;
+                let w = cost::node_work(g, n);
+                let dur = clock::ns(cost::roofline_s(w, p.flops, p.mem_bw, p.op_s));
+                let detail = c.recording().then(|| timeline::node_detail(g, n));
+                c.host_op("CPU", dur, w.bytes as u64, detail);
+            }
         }
         Ok(())
+    }
+
+    fn record_event_on(&self, _stream: Stream) -> Result<Event, BackendError> {
+        // CPU work is complete when the host has issued it
+        let at_ns = self.clock.as_ref().map_or(0, |c| c.now_ns());
+        Ok(Event(Arc::new(SimEvent { at_ns })))
+    }
+
+    fn sim_clock(&self) -> Option<Arc<SimClock>> {
+        self.clock.clone()
     }
 }

@@ -8,7 +8,11 @@
 //! The policy reads those ids (once per ids tensor per graph: gate, up and
 //! down share them), validates every id, and copies each run of consecutive
 //! used experts with one ranged write, padded by the backend's read
-//! overhang. Anything else is declined and copied whole by the scheduler.
+//! overhang. Expert bias tensors (`[n, n_expert]`, gpt-oss) whose every
+//! consumer is an `add_id` are handled the same way, by rows: only the
+//! biases of the experts named by the `add_id`'s ids are copied, and they
+//! are counted with the experts. Anything else is declined and copied
+//! whole by the scheduler.
 
 pub mod runs;
 
@@ -132,21 +136,35 @@ impl CopyHook for ExpertCopyPolicy {
         let g = cx.graph();
         let src = g.tensor(cx.src());
         let full = cx.nbytes() as u64;
-        let n_expert = src.ne[2].max(0) as usize;
         let consumers = cx.consumers();
-        let expert_matmul = n_expert > 1
-            && src.ne[3] == 1
-            && !consumers.is_empty()
-            && consumers.iter().all(|&c| {
-                let t = g.tensor(c);
-                t.op == Op::MulMatId && t.src[0] == cx.dst()
-            });
+        let all_consumers = |op: Op, slot: usize| {
+            !consumers.is_empty()
+                && consumers.iter().all(|&c| {
+                    let t = g.tensor(c);
+                    t.op == op && t.src[slot] == cx.dst()
+                })
+        };
+        // (experts, bytes between experts) of an expert matmul weight
+        // `[k, m, n_expert]` or an expert bias `[n, n_expert]` read by add_id
+        // (bias rows are counted in bytes, not as experts)
+        let (n_expert, expert_bytes, expert_matmul, bias) = if src.ne[3] == 1
+            && src.ne[2] > 1
+            && all_consumers(Op::MulMatId, 0)
+        {
+            (src.ne[2] as usize, src.nb[2], true, false)
+        } else if src.ne[3] == 1 && src.ne[2] == 1 && src.ne[1] > 1 && all_consumers(Op::AddId, 1) {
+            (src.ne[1] as usize, src.nb[1], true, true)
+        } else {
+            (0, 0, false, false)
+        };
         let disabled = {
             let mut s = self.shared();
             s.stats.inputs += 1;
             if expert_matmul {
                 s.stats.full_bytes += full;
-                s.stats.experts_full += n_expert as u64;
+                if !bias {
+                    s.stats.experts_full += n_expert as u64;
+                }
             }
             if s.disabled || !expert_matmul {
                 s.stats.declined += 1;
@@ -163,7 +181,6 @@ impl CopyHook for ExpertCopyPolicy {
                 *u |= x;
             }
         }
-        let expert_bytes = src.nb[2];
         let ranges = copy_ranges(&used, expert_bytes, cx.nbytes(), cx.read_overhang());
         for r in &ranges {
             cx.copy_range(r.start, r.len())?;
@@ -171,7 +188,9 @@ impl CopyHook for ExpertCopyPolicy {
         let copied = cx.bytes_written();
         let mut s = self.shared();
         s.stats.bytes += copied;
-        s.stats.experts_copied += used.iter().filter(|&&u| u).count() as u64;
+        if !bias {
+            s.stats.experts_copied += used.iter().filter(|&&u| u).count() as u64;
+        }
         Ok(true)
     }
 }

@@ -16,12 +16,26 @@ pub struct UbatchInputs {
     pub pos: TensorId,
     /// Causal mask, F32 `[n_kv, n_tokens]`.
     pub mask: TensorId,
+    /// Causal sliding-window mask, F32 `[n_kv, n_tokens]`, when the model
+    /// has sliding-window layers (gpt-oss).
+    pub mask_swa: Option<TensorId>,
     /// Tokens in the ubatch.
     pub n_tokens: usize,
     /// First cache cell written by this ubatch.
     pub pos0: usize,
     /// Cache cells attended to (at least `pos0 + n_tokens`; the mask hides the rest).
     pub n_kv: usize,
+}
+
+/// What some architectures add to [`GraphBuilder::attention`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttnExtras {
+    /// Output projection bias (`attn_output.bias`).
+    pub wo_b: Option<WeightId>,
+    /// Per-head sink logits joining the softmax denominator (`attn_sinks`).
+    pub sinks: Option<WeightId>,
+    /// Attend through the sliding-window mask ([`UbatchInputs::mask_swa`]).
+    pub swa: bool,
 }
 
 impl GraphBuilder<'_> {
@@ -46,20 +60,26 @@ impl GraphBuilder<'_> {
         }
     }
 
-    /// RoPE with the model's parameters.
-    pub fn rope(&mut self, x: TensorId, pos: TensorId) -> TensorId {
+    /// The model's RoPE parameters (YaRN with `ext_factor` 1 where the
+    /// file says `rope.scaling.type = yarn`, as llama.cpp's default).
+    pub fn rope_params(&self) -> RopeParams {
         let hp = &self.model.hparams;
-        let p = RopeParams {
+        RopeParams {
             n_dims: hp.n_rot as i32,
             mode: self.model.style.rope,
-            n_ctx_orig: hp.n_ctx_train as i32,
+            n_ctx_orig: hp.n_ctx_orig_yarn as i32,
             freq_base: OrderedF32::new(hp.rope_freq_base),
             freq_scale: OrderedF32::new(hp.rope_freq_scale),
-            ext_factor: OrderedF32::new(0.0),
+            ext_factor: OrderedF32::new(if hp.rope_yarn { 1.0 } else { 0.0 }),
             attn_factor: OrderedF32::new(1.0),
-            beta_fast: OrderedF32::new(32.0),
-            beta_slow: OrderedF32::new(1.0),
-        };
+            beta_fast: OrderedF32::new(hp.yarn_beta_fast),
+            beta_slow: OrderedF32::new(hp.yarn_beta_slow),
+        }
+    }
+
+    /// RoPE with the model's parameters.
+    pub fn rope(&mut self, x: TensorId, pos: TensorId) -> TensorId {
+        let p = self.rope_params();
         self.g.rope_ext(x, pos, None, p)
     }
 
@@ -79,12 +99,36 @@ impl GraphBuilder<'_> {
         wo: WeightId,
         il: usize,
     ) -> TensorId {
+        self.attention_ext(kv, inp, q, k, v, wo, &AttnExtras::default(), il)
+    }
+
+    /// [`Self::attention`] with an output bias, sinks and a sliding window.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_ext(
+        &mut self,
+        kv: &LayerKv,
+        inp: &UbatchInputs,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        wo: WeightId,
+        x: &AttnExtras,
+        il: usize,
+    ) -> TensorId {
         let hp = self.model.hparams.clone();
+        let mask = match (x.swa, inp.mask_swa) {
+            (true, Some(m)) => m,
+            _ => inp.mask,
+        };
+        let sinks = x.sinks.map(|s| self.w(s));
         let (hk, hv, nh, nkv) = (hp.n_embd_head_k, hp.n_embd_head_v, hp.n_head, hp.n_head_kv);
         let nt = inp.n_tokens as i64;
         let kc = self.bound(&format!("cache_k_l{il}"), kv.ty, kv.k_ne(), kv.k.clone());
-        let vc = self.bound(&format!("cache_v_l{il}"), kv.ty, kv.v_ne(), kv.v.clone());
-        let esz = kv.ty.type_size();
+        let v_data =
+            kv.v.clone()
+                .expect("an MHA layer's cache has V (only MLA caches go without)");
+        let vc = self.bound(&format!("cache_v_l{il}"), kv.ty_v, kv.v_ne(), v_data);
+        let esz = kv.ty_v.type_size();
         let k_row = kv.ty.row_size(hp.n_embd_k_gqa() as u64).unwrap_or(0);
 
         // store: K rows at the ubatch's cells; V transposed (one row per
@@ -104,7 +148,7 @@ impl GraphBuilder<'_> {
                 .view_2d(vc, nt, hp.n_embd_v_gqa() as i64, row, inp.pos0 * esz);
             (self.g.transpose(v2), dst)
         } else {
-            let row = kv.ty.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
+            let row = kv.ty_v.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
             let dst = self
                 .g
                 .view_2d(vc, hp.n_embd_v_gqa() as i64, nt, row, inp.pos0 * row);
@@ -125,7 +169,10 @@ impl GraphBuilder<'_> {
         let cur = if kv.v_trans {
             let kq = self.g.mul_mat(kview, qp);
             self.name(kq, "kq", Some(il));
-            let kq = self.g.soft_max_ext(kq, Some(inp.mask), scale, 0.0);
+            let kq = self.g.soft_max_ext(kq, Some(mask), scale, 0.0);
+            if let Some(s) = sinks {
+                self.g.soft_max_add_sinks(kq, s);
+            }
             self.name(kq, "kq_soft_max", Some(il));
             let v_row = kv.size * esz;
             let vview = self
@@ -136,18 +183,21 @@ impl GraphBuilder<'_> {
             self.g.cont_reshape(merged, &[(hv * nh) as i64, nt])
         } else {
             // flash attention: V rows like K, one fused op, output [hv, nh, nt]
-            let v_row = kv.ty.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
-            let v_head = kv.ty.row_size(hv as u64).unwrap_or(0);
+            let v_row = kv.ty_v.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
+            let v_head = kv.ty_v.row_size(hv as u64).unwrap_or(0);
             let vview = self
                 .g
                 .view_3d(vc, hv as i64, n_kv, nkv as i64, v_row, v_head, 0);
             let fa = self
                 .g
-                .flash_attn_ext(qp, kview, vview, Some(inp.mask), scale, 0.0, 0.0);
+                .flash_attn_ext(qp, kview, vview, Some(mask), scale, 0.0, 0.0);
+            if let Some(s) = sinks {
+                self.g.flash_attn_ext_add_sinks(fa, s);
+            }
             self.name(fa, "fattn", Some(il));
             self.g.reshape_2d(fa, (hv * nh) as i64, nt)
         };
-        let out = self.linear(wo, cur, None);
+        let out = self.linear(wo, cur, x.wo_b);
         self.name(out, "attn_out", Some(il))
     }
 

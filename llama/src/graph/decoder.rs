@@ -4,10 +4,11 @@
 
 use ggml_core::{GgmlType, TensorId};
 
-use super::blocks::UbatchInputs;
+use super::blocks::{AttnExtras, UbatchInputs};
 use super::GraphBuilder;
-use crate::arch::QkNorm;
+use crate::arch::{Arch, QkNorm};
 use crate::kv_cache::KvCache;
+use crate::model::{AttnWeights, FfnWeights, MhaWeights, SharedExpert};
 
 /// The graph of one ubatch and the tensors a caller needs.
 pub struct DecoderGraph {
@@ -17,12 +18,16 @@ pub struct DecoderGraph {
     pub pos: TensorId,
     /// Causal mask, F32 `[n_kv, n_tokens]` (input).
     pub mask: TensorId,
+    /// Sliding-window causal mask, F32 `[n_kv, n_tokens]` (input), when
+    /// some layer attends through a window.
+    pub mask_swa: Option<TensorId>,
     /// Rows whose logits are wanted, I32 `[n_outputs]` (input), when not all.
     pub out_ids: Option<TensorId>,
     /// Logits, F32 `[n_vocab, n_outputs]` (output).
     pub logits: TensorId,
-    /// Each layer's selected experts, I32 `[n_used, n_tokens']`.
-    pub expert_ids: Vec<TensorId>,
+    /// Each layer's selected experts, I32 `[n_used, n_tokens']` (`None`
+    /// for a dense layer).
+    pub expert_ids: Vec<Option<TensorId>>,
 }
 
 impl GraphBuilder<'_> {
@@ -58,9 +63,15 @@ impl GraphBuilder<'_> {
             self.g.set_name(t, "inp_out_ids");
             self.g.set_input(t)
         });
+        let mask_swa = (hp.n_swa > 0 && (0..hp.n_layer).any(|il| hp.is_swa(il))).then(|| {
+            let t = self.g.new_tensor_2d(GgmlType::F32, n_kv as i64, nt);
+            self.g.set_name(t, "kq_mask_swa");
+            self.g.set_input(t)
+        });
         let inp = UbatchInputs {
             pos,
             mask,
+            mask_swa,
             n_tokens,
             pos0,
             n_kv,
@@ -71,32 +82,14 @@ impl GraphBuilder<'_> {
         self.name(inp_l, "inp_embd", None);
         let mut expert_ids = Vec::with_capacity(hp.n_layer);
 
-        let (hk, hv) = (hp.n_embd_head_k as i64, hp.n_embd_head_v as i64);
-        let (nh, nkv) = (hp.n_head as i64, hp.n_head_kv as i64);
         for (il, lw) in m.layers.iter().enumerate() {
             let mut inp_sa = inp_l;
             let cur = self.rms_norm_w(inp_l, lw.attn_norm);
             self.name(cur, "attn_norm", Some(il));
-
-            let mut q = self.linear(lw.wq, cur, lw.bq);
-            let mut k = self.linear(lw.wk, cur, lw.bk);
-            let v = self.linear(lw.wv, cur, lw.bv);
-            if style.qk_norm == QkNorm::Full {
-                q = self.rms_norm_w(q, lw.q_norm.expect("loader checked q_norm"));
-                k = self.rms_norm_w(k, lw.k_norm.expect("loader checked k_norm"));
-            }
-            let mut q = self.g.reshape_3d(q, hk, nh, nt);
-            let mut k = self.g.reshape_3d(k, hk, nkv, nt);
-            let v = self.g.reshape_3d(v, hv, nkv, nt);
-            if style.qk_norm == QkNorm::PerHead {
-                q = self.rms_norm_w(q, lw.q_norm.expect("loader checked q_norm"));
-                k = self.rms_norm_w(k, lw.k_norm.expect("loader checked k_norm"));
-            }
-            let q = self.rope(q, pos);
-            self.name(q, "Qcur", Some(il));
-            let k = self.rope(k, pos);
-            self.name(k, "Kcur", Some(il));
-            let mut cur = self.attention(&kv.layers[il], &inp, q, k, v, lw.wo, il);
+            let mut cur = match &lw.attn {
+                AttnWeights::Mha(a) => self.mha_attention(&kv.layers[il], &inp, a, cur, il),
+                AttnWeights::Mla(a) => self.mla_attention(&kv.layers[il], &inp, a, cur, il),
+            };
 
             if il + 1 == hp.n_layer {
                 if let Some(ids) = out_ids {
@@ -108,27 +101,36 @@ impl GraphBuilder<'_> {
             self.name(ffn_inp, "ffn_inp", Some(il));
             let cur = self.rms_norm_w(ffn_inp, lw.ffn_norm);
             self.name(cur, "ffn_norm", Some(il));
-            let (mut moe, ids) = self.moe_ffn(
-                cur,
-                lw.gate_inp,
-                lw.up_exps,
-                lw.gate_exps,
-                lw.down_exps,
-                style.norm_topk,
-                il,
-            );
-            self.g.set_output(ids);
-            expert_ids.push(ids);
-            if let (Some(gi), Some(up), Some(gate), Some(down)) =
-                (lw.gate_inp_shexp, lw.up_shexp, lw.gate_shexp, lw.down_shexp)
-            {
-                let gate_logit = self.linear(gi, cur, None);
-                let gate_w = self.g.sigmoid(gate_logit);
-                let sh = self.ffn_swiglu(cur, up, gate, down);
-                let sh = self.g.mul(sh, gate_w);
-                self.name(sh, "ffn_shexp", Some(il));
-                moe = self.g.add(moe, sh);
-            }
+            let moe = match &lw.ffn {
+                FfnWeights::Dense(d) => {
+                    expert_ids.push(None);
+                    let out = self.ffn_swiglu(cur, d.up, d.gate, d.down);
+                    self.name(out, "ffn_out", Some(il))
+                }
+                FfnWeights::Moe(mw) => {
+                    let (out, ids) = match hp.arch {
+                        Arch::Deepseek2 | Arch::GptOss => self.moe_ffn_routed(cur, mw, il),
+                        _ => self.moe_ffn(
+                            cur,
+                            mw.gate_inp,
+                            mw.up_exps,
+                            mw.gate_exps,
+                            mw.down_exps,
+                            style.norm_topk,
+                            il,
+                        ),
+                    };
+                    self.g.set_output(ids);
+                    expert_ids.push(Some(ids));
+                    match &mw.shexp {
+                        Some(sh) => {
+                            let y = self.shared_expert(cur, sh, il);
+                            self.g.add(out, y)
+                        }
+                        None => out,
+                    }
+                }
+            };
             let out = self.g.add(moe, ffn_inp);
             inp_l = self.name(out, "l_out", Some(il));
         }
@@ -142,9 +144,67 @@ impl GraphBuilder<'_> {
             tokens,
             pos,
             mask,
+            mask_swa,
             out_ids,
             logits,
             expert_ids,
         }
+    }
+
+    /// Q, K, V projections (with their biases and norms), RoPE, and
+    /// attention over the cache (with gpt-oss's output bias, sinks and
+    /// sliding window).
+    fn mha_attention(
+        &mut self,
+        kv: &crate::kv_cache::LayerKv,
+        inp: &UbatchInputs,
+        a: &MhaWeights,
+        cur: TensorId,
+        il: usize,
+    ) -> TensorId {
+        let m = self.model;
+        let (hp, style) = (&m.hparams, m.style);
+        let nt = inp.n_tokens as i64;
+        let (hk, hv) = (hp.n_embd_head_k as i64, hp.n_embd_head_v as i64);
+        let (nh, nkv) = (hp.n_head as i64, hp.n_head_kv as i64);
+        let swa = hp.is_swa(il);
+        let mut q = self.linear(a.wq, cur, a.bq);
+        let mut k = self.linear(a.wk, cur, a.bk);
+        let v = self.linear(a.wv, cur, a.bv);
+        if style.qk_norm == QkNorm::Full {
+            q = self.rms_norm_w(q, a.q_norm.expect("loader checked q_norm"));
+            k = self.rms_norm_w(k, a.k_norm.expect("loader checked k_norm"));
+        }
+        let mut q = self.g.reshape_3d(q, hk, nh, nt);
+        let mut k = self.g.reshape_3d(k, hk, nkv, nt);
+        let v = self.g.reshape_3d(v, hv, nkv, nt);
+        if style.qk_norm == QkNorm::PerHead {
+            q = self.rms_norm_w(q, a.q_norm.expect("loader checked q_norm"));
+            k = self.rms_norm_w(k, a.k_norm.expect("loader checked k_norm"));
+        }
+        let q = self.rope(q, inp.pos);
+        self.name(q, "Qcur", Some(il));
+        let k = self.rope(k, inp.pos);
+        self.name(k, "Kcur", Some(il));
+        let extras = AttnExtras {
+            wo_b: a.bo,
+            sinks: a.sinks,
+            swa,
+        };
+        self.attention_ext(kv, inp, q, k, v, a.wo, &extras, il)
+    }
+
+    /// A shared expert: a SwiGLU FFN, behind a sigmoid gate when it has one.
+    fn shared_expert(&mut self, cur: TensorId, sh: &SharedExpert, il: usize) -> TensorId {
+        let y = self.ffn_swiglu(cur, sh.up, sh.gate, sh.down);
+        let y = match sh.gate_inp {
+            Some(gi) => {
+                let gate_logit = self.linear(gi, cur, None);
+                let gate_w = self.g.sigmoid(gate_logit);
+                self.g.mul(y, gate_w)
+            }
+            None => y,
+        };
+        self.name(y, "ffn_shexp", Some(il))
     }
 }

@@ -1,10 +1,14 @@
 //! Graph building: the shared blocks every architecture uses
 //! ([`blocks`]: norm, attention, MoE FFN) and the decoder that stacks them
 //! ([`decoder`]). A new architecture is a [`crate::arch::LayerStyle`] and,
-//! at most, a short block of its own.
+//! at most, a short block of its own: [`mla`] (deepseek2's latent
+//! attention) and [`routing`] (grouped sigmoid and biased expert routing of
+//! deepseek2 and gpt-oss).
 
 pub mod blocks;
 pub mod decoder;
+pub mod mla;
+pub mod routing;
 
 use std::collections::HashMap;
 

@@ -10,7 +10,7 @@ pub fn data_dir() -> PathBuf {
 }
 
 /// Every model fixture's name.
-pub const MODELS: [&str; 9] = [
+pub const MODELS: [&str; 12] = [
     "tiny-qwen3moe-f32",
     "tiny-qwen2moe-f32",
     "tiny-mixtral-f16",
@@ -20,6 +20,9 @@ pub const MODELS: [&str; 9] = [
     "tiny-qwen3moe-q4_k",
     "tiny-qwen3moe-q6_k",
     "small-qwen3moe-spm-f16",
+    "tiny-deepseek2-f32",
+    "tiny-deepseek2-q4_k",
+    "tiny-gptoss-mxfp4",
 ];
 
 /// One model's reference data.
@@ -33,7 +36,7 @@ pub struct Fixture {
     pub gen: Vec<i32>,
     /// `[16][n_vocab]`
     pub genlogits: Vec<f32>,
-    /// NMSE bound: 5e-5 for F32/F16 models, 5e-3 for quantized ones.
+    /// NMSE bound: 5e-5 for F32/F16 models, 5e-3 for quantized ones (MXFP4 included).
     pub bound: f64,
 }
 
@@ -45,7 +48,7 @@ impl Fixture {
     pub fn load(name: &str) -> Fixture {
         let d = data_dir().join("models");
         let f = |ext: &str| d.join(format!("{name}.{ext}"));
-        let quant = ["q8_0", "q4_0", "q4_k", "q6_k"]
+        let quant = ["q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"]
             .iter()
             .any(|q| name.ends_with(q));
         Fixture {

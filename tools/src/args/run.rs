@@ -62,10 +62,10 @@ pub struct RunExtraArgs {
 }
 
 impl RunExtraArgs {
-    /// The KV cache element type, checked as llama.cpp checks it: known
-    /// names, a quantized V only with flash attention; types the cache
-    /// cannot hold yet are refused by name.
-    pub fn kv_type(&self, flash_attn: bool) -> Result<GgmlType> {
+    /// The K and V cache element types, checked as llama.cpp checks them:
+    /// known names, a quantized V only with flash attention; types the
+    /// cache cannot hold yet are refused by name.
+    pub fn kv_types(&self, flash_attn: bool) -> Result<(GgmlType, GgmlType)> {
         let parse = |flag: &str, s: &str| -> Result<GgmlType> {
             let lower = s.to_ascii_lowercase();
             if !KV_TYPES.contains(&lower.as_str()) {
@@ -74,7 +74,9 @@ impl RunExtraArgs {
                     KV_TYPES.join(", ")
                 );
             }
-            GgmlType::from_name(&lower).ok_or_else(|| anyhow::anyhow!("{flag} {s}: unknown type"))
+            let t = GgmlType::from_name(&lower)
+                .ok_or_else(|| anyhow::anyhow!("{flag} {s}: unknown type"))?;
+            Ok(t)
         };
         let k = parse("-ctk", &self.cache_type_k)?;
         let v = parse("-ctv", &self.cache_type_v)?;
@@ -84,13 +86,12 @@ impl RunExtraArgs {
                 self.cache_type_v
             );
         }
-        if k != v {
-            bail!("-ctk {k} -ctv {v}: K and V of different types are not supported yet (give both the same)");
+        for (flag, t) in [("-ctk", k), ("-ctv", v)] {
+            if !matches!(t, GgmlType::F16 | GgmlType::F32) {
+                bail!("{flag} {t}: not supported yet: the KV cache holds f16 or f32");
+            }
         }
-        if !matches!(k, GgmlType::F16 | GgmlType::F32) {
-            bail!("-ctk/-ctv {k}: not supported yet: the KV cache holds f16 or f32");
-        }
-        Ok(k)
+        Ok((k, v))
     }
 
     /// Errs on out-of-range values.
@@ -131,27 +132,14 @@ mod tests {
             cache_type_v: "f16".into(),
             ..Default::default()
         };
-        assert_eq!(a.kv_type(false).unwrap(), GgmlType::F16);
+        let err = |a: &RunExtraArgs, fa: bool| a.kv_types(fa).unwrap_err().to_string();
+        assert_eq!(a.kv_types(false).unwrap(), (GgmlType::F16, GgmlType::F16));
         a.cache_type_k = "F32".into();
-        a.cache_type_v = "f32".into();
-        assert_eq!(a.kv_type(false).unwrap(), GgmlType::F32);
+        assert_eq!(a.kv_types(false).unwrap(), (GgmlType::F32, GgmlType::F16));
         a.cache_type_v = "q8_0".into();
-        assert!(a
-            .kv_type(false)
-            .unwrap_err()
-            .to_string()
-            .contains("needs flash attention"));
-        a.cache_type_k = "q8_0".into();
-        assert!(a
-            .kv_type(true)
-            .unwrap_err()
-            .to_string()
-            .contains("not supported yet"));
+        assert!(err(&a, false).contains("needs flash attention"));
+        assert!(err(&a, true).contains("not supported yet"));
         a.cache_type_k = "q9".into();
-        assert!(a
-            .kv_type(true)
-            .unwrap_err()
-            .to_string()
-            .contains("unknown KV cache type"));
+        assert!(err(&a, true).contains("unknown KV cache type"));
     }
 }

@@ -20,6 +20,7 @@ use tools::cli::{self, BatchArgs, PlacementArgs};
 use tools::outfile::AtomicFile;
 use tools::progress::Progress;
 use tools::signals;
+use tools::simtime::SimRun;
 use tools::stream::Utf8Stream;
 use tools::summary::{stats_delta, RunSummary};
 use tools::synth::{self, SynthParams};
@@ -156,6 +157,12 @@ struct Args {
     #[arg(long = "tokens-out", value_name = "FILE")]
     tokens_out: Option<PathBuf>,
 
+    /// write every op, copy and wait of the run on the simulated clock as a
+    /// Chrome trace (open in Perfetto; see docs/timeline.md); needs a sim
+    /// device
+    #[arg(long = "timeline-out", value_name = "FILE.json")]
+    timeline_out: Option<PathBuf>,
+
     /// write the summary as one JSON object
     #[arg(long = "stats-out", value_name = "FILE")]
     stats_out: Option<PathBuf>,
@@ -164,39 +171,43 @@ struct Args {
     #[arg(long = "synth", value_name = "OUT.gguf", help_heading = "Synthesis")]
     synth: Option<PathBuf>,
 
-    /// architecture of the synthetic model
+    /// architecture of the synthetic model: qwen3moe, or deepseek2 /
+    /// gpt-oss with DeepSeek-V3's / GPT-OSS-120B's layer shapes (2 layers)
+    /// where the flags below are not given
     #[arg(long = "arch", default_value = "qwen3moe", help_heading = "Synthesis")]
     arch: String,
 
-    /// decoder layers
-    #[arg(long = "layers", default_value_t = 4, help_heading = "Synthesis")]
-    layers: usize,
+    /// decoder layers [default: 4; deepseek2, gpt-oss: 2]
+    #[arg(long = "layers", help_heading = "Synthesis")]
+    layers: Option<usize>,
 
-    /// experts per layer
-    #[arg(long = "experts", default_value_t = 16, help_heading = "Synthesis")]
-    experts: usize,
+    /// experts per layer [default: 16; deepseek2: 256, gpt-oss: 128]
+    #[arg(long = "experts", help_heading = "Synthesis")]
+    experts: Option<usize>,
 
-    /// experts used per token
-    #[arg(long = "used", default_value_t = 4, help_heading = "Synthesis")]
-    used: usize,
+    /// experts used per token [default: 4; deepseek2: 8, gpt-oss: 4]
+    #[arg(long = "used", help_heading = "Synthesis")]
+    used: Option<usize>,
 
-    /// embedding width
-    #[arg(long = "embd", default_value_t = 256, help_heading = "Synthesis")]
-    embd: usize,
+    /// embedding width [default: 256; deepseek2: 7168, gpt-oss: 2880]
+    #[arg(long = "embd", help_heading = "Synthesis")]
+    embd: Option<usize>,
 
-    /// width of one expert's FFN
-    #[arg(long = "ff", default_value_t = 256, help_heading = "Synthesis")]
-    ff: usize,
+    /// width of one expert's FFN [default: 256; deepseek2: 2048, gpt-oss: 2880]
+    #[arg(long = "ff", help_heading = "Synthesis")]
+    ff: Option<usize>,
 
-    /// attention heads (default: embd / head-dim)
+    /// attention heads (default: embd / head-dim; deepseek2: 128, gpt-oss: 64)
     #[arg(long = "heads", help_heading = "Synthesis")]
     heads: Option<usize>,
 
-    /// key/value heads (default: heads / 4 when divisible, else heads)
+    /// key/value heads (default: heads / 4 when divisible, else heads;
+    /// gpt-oss: 8; deepseek2 always caches one latent head)
     #[arg(long = "heads-kv", help_heading = "Synthesis")]
     heads_kv: Option<usize>,
 
-    /// head dimension (default: 128, or embd / 4 below 512)
+    /// head dimension (default: 128, or embd / 4 below 512; gpt-oss: 64;
+    /// deepseek2: 128, which sets its MLA widths in DeepSeek-V3's ratios)
     #[arg(long = "head-dim", help_heading = "Synthesis")]
     head_dim: Option<usize>,
 
@@ -261,31 +272,48 @@ fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
             synth::supported_types().join(", ")
         )
     })?;
-    let head_dim = a.head_dim.unwrap_or(if a.embd >= 512 {
-        128
+    let base = SynthParams::preset(&a.arch).with_context(|| {
+        format!(
+            "--arch {}: cannot synthesize this architecture (supported: {})",
+            a.arch,
+            synth::SYNTH_ARCHS.join(", ")
+        )
+    })?;
+    let embd = a.embd.unwrap_or(base.n_embd);
+    let p = if a.arch == "qwen3moe" {
+        let head_dim = a
+            .head_dim
+            .unwrap_or(if embd >= 512 { 128 } else { (embd / 4).max(2) });
+        let heads = a.heads.unwrap_or((embd / head_dim.max(1)).max(1));
+        let heads_kv = a.heads_kv.unwrap_or(if heads.is_multiple_of(4) {
+            heads / 4
+        } else {
+            heads
+        });
+        SynthParams {
+            n_head: heads,
+            n_head_kv: heads_kv,
+            head_dim,
+            ..base
+        }
     } else {
-        (a.embd / 4).max(2)
-    });
-    let heads = a.heads.unwrap_or((a.embd / head_dim.max(1)).max(1));
-    let heads_kv = a.heads_kv.unwrap_or(if heads.is_multiple_of(4) {
-        heads / 4
-    } else {
-        heads
-    });
+        SynthParams {
+            n_head: a.heads.unwrap_or(base.n_head),
+            n_head_kv: a.heads_kv.unwrap_or(base.n_head_kv),
+            head_dim: a.head_dim.unwrap_or(base.head_dim),
+            ..base
+        }
+    };
     let p = SynthParams {
-        arch: a.arch.clone(),
-        n_layer: a.layers,
-        n_expert: a.experts,
-        n_expert_used: a.used,
-        n_embd: a.embd,
-        n_ff_exp: a.ff,
-        n_head: heads,
-        n_head_kv: heads_kv,
-        head_dim,
+        n_layer: a.layers.unwrap_or(p.n_layer),
+        n_expert: a.experts.unwrap_or(p.n_expert),
+        n_expert_used: a.used.unwrap_or(p.n_expert_used),
+        n_embd: embd,
+        n_ff_exp: a.ff.unwrap_or(p.n_ff_exp),
         n_vocab: a.vocab,
         seed: a.synth_seed,
         ty,
-        ..SynthParams::default_model()
+        ..p
     };
     p.validate()?;
     tools::synth_budget::check(&p)?;
@@ -453,9 +481,9 @@ fn run(a: &Args) -> Result<()> {
         Some(t) if t > 0 => t as usize,
         _ => cli::default_threads(),
     };
-    let kv_type = a
+    let (kv_type, kv_type_v) = a
         .extra
-        .kv_type(matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
+        .kv_types(matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
     // Open every output file before the long work, so a bad path fails fast.
     let mut logits_out = OutFile::create(&a.logits_out)?;
     let mut tokens_out = OutFile::create(&a.tokens_out)?;
@@ -487,7 +515,15 @@ fn run(a: &Args) -> Result<()> {
 
     let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
     ctx_params.kv_type = kv_type;
+    ctx_params.kv_type_v = Some(kv_type_v);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
+
+    let mut sim = ctx
+        .sim_clock()
+        .map(|c| SimRun::start(c, a.timeline_out.is_some()));
+    if a.timeline_out.is_some() && sim.is_none() {
+        bail!("--timeline-out: needs a simulated device (--device SIM0); device timelines from CUDA events are not recorded yet");
+    }
 
     let tokenizer = &model.tokenizer;
     let prompt_ids = tok::tokenize(tokenizer, &prompt, true, true)?;
@@ -564,6 +600,9 @@ fn run(a: &Args) -> Result<()> {
         }
     }
     let prompt_s = t_prompt.elapsed().as_secs_f64();
+    if let Some(sim) = &mut sim {
+        sim.prompt_done();
+    }
     if a.verbose {
         eprintln!("{TOOL}: scheduler plan of the last prompt graph:");
         eprintln!("{}", ctx.plan_dump().trim_end());
@@ -679,8 +718,14 @@ fn run(a: &Args) -> Result<()> {
         },
         gen_decodes,
         stop: stop.into(),
+        sim: sim
+            .as_ref()
+            .map(|r| r.report(prompt_ids.len(), gen_decodes)),
         ..Default::default()
     };
+    if let (Some(r), Some(p)) = (&sim, &a.timeline_out) {
+        r.write_timeline(p)?;
+    }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     if signals::stdout_closed() {
         signals::set_exit_code(signals::EXIT_STDOUT_CLOSED);

@@ -1,0 +1,435 @@
+//! `kernels.cu` compiled by the real NVRTC, without a GPU or a driver,
+//! through the backend's own compile path (`kernels::compiled_for`, which
+//! `Kernels::load` takes on a device, with the same options):
+//! - for every architecture in [`ARCHS`] (and the backend's fallback
+//!   architecture), with no error and no warning other than a deprecation
+//!   notice, and a PTX that defines every entry point the backend looks up
+//!   ([`Kernel::ALL`]) and no other;
+//! - a broken copy of one kernel is a compile error carrying NVRTC's log;
+//! - a warning in a source is caught, a deprecation notice is let through;
+//! - `ptxas` assembles the `compute_90` PTX for `sm_90`: registers, shared
+//!   memory, stack and spills per kernel, and no spills in the matvec
+//!   kernels.
+//!
+//! Without a system `libnvrtc.so` (or `ptxas` on `PATH`) the tests install
+//! PyPI's `nvidia-cuda-nvrtc-cu12` (`nvidia-cuda-nvcc-cu12`) into a cache
+//! folder (see `cuda_wheels`); where that cannot be done (no registry, no
+//! pip) they print `skipped: <reason>` and pass, unless
+//! `GGML_CUDA_REQUIRE_NVRTC=1` makes that a failure.
+//!
+//! The per-architecture summary is written straight to stderr, so it shows
+//! in `cargo test` output without `--nocapture`.
+
+mod cuda_wheels;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::Command;
+
+use ggml_core::BackendError;
+use ggml_cuda::kernels::{
+    compile, compiled_for, nvrtc_version, Compiled, Kernel, FALLBACK_ARCH, KERNELS_FILE_NAME,
+    KERNELS_SRC, KERNEL_NAMES,
+};
+
+/// The architectures every CI run compiles for.
+const ARCHS: &[&str] = &[
+    "compute_75",
+    "compute_86",
+    "compute_89",
+    "compute_90",
+    "compute_120",
+];
+
+/// A line on the process's stderr, not captured by the test harness.
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Reports that `test` skips, and why; fails instead under
+/// `GGML_CUDA_REQUIRE_NVRTC=1`.
+fn skip(test: &str, why: &str) {
+    let required = std::env::var("GGML_CUDA_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
+    assert!(!required, "GGML_CUDA_REQUIRE_NVRTC=1 but: {why}");
+    report(&format!("{test}: skipped: {why}"));
+}
+
+/// Whether NVRTC can be used; reports where it came from or why not.
+fn nvrtc_or_skip(test: &str) -> bool {
+    match cuda_wheels::ensure_nvrtc() {
+        Ok(from) => {
+            let version = match nvrtc_version() {
+                Ok((major, minor)) => format!("{major}.{minor}"),
+                Err(e) => format!("of unknown version ({e})"),
+            };
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| report(&format!("{test}: NVRTC {version} from {from}")));
+            true
+        }
+        Err(why) => {
+            skip(test, &why);
+            false
+        }
+    }
+}
+
+/// The warnings of a log other than deprecation notices.
+fn unexpected_warnings(c: &Compiled) -> Vec<&str> {
+    c.warnings()
+        .into_iter()
+        .filter(|w| !w.contains("deprecated"))
+        .collect()
+}
+
+/// Why one architecture's compile is not clean (empty when it is).
+fn check_arch(arch: &str) -> Vec<String> {
+    let c = match compiled_for(arch) {
+        Ok(c) => c,
+        Err(e) => {
+            report(&format!("NVRTC {arch}: FAILED\n{e}"));
+            return vec![format!("{arch}: {e}")];
+        }
+    };
+    let mut problems = Vec::new();
+    let warnings = unexpected_warnings(&c);
+    if !warnings.is_empty() {
+        problems.push(format!(
+            "{arch}: {} warning(s):\n{}",
+            warnings.len(),
+            c.log.trim_end()
+        ));
+    }
+    let entries: Vec<&str> = c.entries().collect();
+    let missing: Vec<&str> = KERNEL_NAMES
+        .iter()
+        .copied()
+        .filter(|n| !c.defines_entry(n))
+        .collect();
+    let unlisted: Vec<&str> = entries
+        .iter()
+        .copied()
+        .filter(|e| !KERNEL_NAMES.contains(e))
+        .collect();
+    if !missing.is_empty() {
+        problems.push(format!("{arch}: PTX lacks entry points {missing:?}"));
+    }
+    if !unlisted.is_empty() {
+        problems.push(format!(
+            "{arch}: PTX defines entry points the backend does not list: {unlisted:?}"
+        ));
+    }
+    let notices = c.warnings().len() - warnings.len();
+    report(&format!(
+        "NVRTC {arch}: compiled, PTX {} bytes ({} KiB), {}/{} entry points found{}{}",
+        c.ptx.len(),
+        c.ptx.len() / 1024,
+        KERNEL_NAMES.len() - missing.len(),
+        KERNEL_NAMES.len(),
+        if notices > 0 {
+            format!(", {notices} deprecation notice(s)")
+        } else {
+            String::new()
+        },
+        if problems.is_empty() {
+            ""
+        } else {
+            ": NOT CLEAN"
+        },
+    ));
+    problems
+}
+
+#[test]
+fn kernels_compile_cleanly_for_every_arch_and_define_every_entry_point() {
+    if !nvrtc_or_skip("kernels_compile") {
+        return;
+    }
+    let archs: Vec<&str> = ARCHS.iter().copied().chain([FALLBACK_ARCH]).collect();
+    // NVRTC compiles separate programs on separate threads safely.
+    let problems: Vec<String> = std::thread::scope(|s| {
+        let jobs: Vec<_> = archs
+            .iter()
+            .map(|&arch| s.spawn(move || check_arch(arch)))
+            .collect();
+        jobs.into_iter()
+            .flat_map(|j| {
+                j.join()
+                    .unwrap_or_else(|_| vec!["a compile thread panicked".into()])
+            })
+            .collect()
+    });
+    report(&format!(
+        "NVRTC: {} architectures, entry points {}",
+        archs.len(),
+        KERNEL_NAMES.join(" ")
+    ));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `KERNELS_SRC` with an undefined identifier used in `k_argmax`, and the
+/// 1-based line it is on.
+fn broken_copy() -> (String, usize) {
+    let sig = format!("extern \"C\" __global__ void {}(", Kernel::Argmax.name());
+    let at = KERNELS_SRC.find(&sig).expect("k_argmax is defined");
+    let body = at + KERNELS_SRC[at..].find('{').expect("k_argmax has a body") + 1;
+    let src = format!(
+        "{}\n    int broken = no_such_value_in_this_test;\n{}",
+        &KERNELS_SRC[..body],
+        &KERNELS_SRC[body..]
+    );
+    let line = KERNELS_SRC[..body].lines().count() + 1;
+    (src, line)
+}
+
+#[test]
+fn a_broken_kernel_is_a_compile_error_with_nvrtcs_log() {
+    if !nvrtc_or_skip("broken_kernel") {
+        return;
+    }
+    let (src, line) = broken_copy();
+    let err = compile(&src, "compute_90").expect_err("the broken source must not compile");
+    let BackendError::Device(msg) = &err else {
+        panic!("expected a Device error, got {err:?}");
+    };
+    report(&format!("broken k_argmax, as reported: {msg}"));
+    assert!(msg.contains("NVRTC compile for compute_90 failed"), "{msg}");
+    assert!(msg.contains("NVRTC_ERROR_COMPILATION"), "{msg}");
+    let at = format!("{KERNELS_FILE_NAME}({line}): error");
+    assert!(msg.contains(&at), "no `{at}` in: {msg}");
+    assert!(
+        msg.contains("identifier \"no_such_value_in_this_test\" is undefined"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn warnings_are_caught_and_deprecation_notices_let_through() {
+    if !nvrtc_or_skip("warnings") {
+        return;
+    }
+    let src = "extern \"C\" __global__ void k_w(float* d) { int unused = 3; d[0] = 1.0f; }\n";
+    let c = compile(src, "compute_90").expect("a warning is not an error");
+    report(&format!("warning log: {}", c.log.trim_end()));
+    let w = unexpected_warnings(&c);
+    assert_eq!(w.len(), 1, "{}", c.log);
+    assert!(
+        w[0].contains(&format!("{KERNELS_FILE_NAME}(1): warning")),
+        "{}",
+        w[0]
+    );
+    assert!(w[0].contains("\"unused\""), "{}", w[0]);
+    assert!(c.defines_entry("k_w"), "{}", c.ptx);
+
+    let clean = "extern \"C\" __global__ void k_c(float* d) { d[0] = 1.0f; }\n";
+    let old = compile(clean, "compute_61").expect("compute_61 still compiles");
+    report(&format!("compute_61 log: {}", old.log.trim_end()));
+    assert!(!old.warnings().is_empty(), "expected a deprecation notice");
+    assert!(unexpected_warnings(&old).is_empty(), "{}", old.log);
+    let new = compile(clean, "compute_90").expect("compiles");
+    assert!(new.warnings().is_empty(), "{}", new.log);
+}
+
+#[test]
+fn bad_architecture_is_a_clear_error() {
+    if !nvrtc_or_skip("bad_arch") {
+        return;
+    }
+    let err = compile("extern \"C\" __global__ void k(){}\n", "compute_1")
+        .expect_err("no such architecture");
+    let msg = err.to_string();
+    assert!(msg.contains("NVRTC compile for compute_1 failed"), "{msg}");
+    let err = compile("", "compute_90\0").expect_err("NUL in an option");
+    assert!(matches!(err, BackendError::InvalidInput(_)), "{err:?}");
+    let err = compile("a\0b", "compute_90").expect_err("NUL in the source");
+    assert!(matches!(err, BackendError::InvalidInput(_)), "{err:?}");
+}
+
+#[test]
+fn without_a_registry_the_install_says_why() {
+    let dir = std::env::temp_dir().join(format!("ggml-cuda-no-registry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // nothing listens on port 9 (discard) of the loopback: refused at once
+    let err =
+        cuda_wheels::install_into(&cuda_wheels::NVRTC, &dir, Some("http://127.0.0.1:9/simple"))
+            .expect_err("no registry, no install");
+    report(&format!("without a registry: {err}"));
+    assert!(
+        err.contains(cuda_wheels::NVRTC.name) || err.contains("pip"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .expect("read temp dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What `ptxas -v` says one function uses.
+#[derive(Clone, Copy, Debug, Default)]
+struct Resources {
+    registers: u32,
+    smem: u32,
+    stack: u32,
+    spill_stores: u32,
+    spill_loads: u32,
+}
+
+/// The number just before `unit` in `line` (`"24 registers"`).
+fn number_before(line: &str, unit: &str) -> Option<u32> {
+    let at = line.find(unit)?;
+    line[..at]
+        .split([' ', ','])
+        .rfind(|t| !t.is_empty())?
+        .parse()
+        .ok()
+}
+
+/// Per-function resources from `ptxas -v` output:
+/// `Function properties for NAME` / `N bytes stack frame, N bytes spill
+/// stores, N bytes spill loads` / `Used N registers, ..., N bytes smem`.
+fn parse_ptxas_info(text: &str) -> HashMap<String, Resources> {
+    let mut out: HashMap<String, Resources> = HashMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let quoted = line.split('\'').nth(1);
+        if line.contains("Compiling entry function") {
+            current = quoted.map(str::to_string);
+        } else if let Some(name) = line.split("Function properties for ").nth(1) {
+            current = Some(name.trim().to_string());
+        }
+        let Some(name) = current.clone() else {
+            continue;
+        };
+        let r = out.entry(name).or_default();
+        if line.contains("bytes stack frame") {
+            r.stack = number_before(line, "bytes stack frame").unwrap_or(0);
+            r.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
+            r.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
+        }
+        if line.contains("Used ") && line.contains("registers") {
+            r.registers = number_before(line, "registers").unwrap_or(0);
+            r.smem = number_before(line, "bytes smem").unwrap_or(0);
+        }
+    }
+    out
+}
+
+#[test]
+fn ptxas_parser_reads_ptxas_info_lines() {
+    // lines in the form ptxas 12.9 -v writes them
+    let text = "ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k_a' for 'sm_90'
+ptxas info    : Function properties for k_a
+    56 bytes stack frame, 88 bytes spill stores, 96 bytes spill loads
+ptxas info    : Used 24 registers, used 1 barriers, 2048 bytes smem, 56 bytes cumulative stack size
+ptxas info    : Compiling entry function 'k_b' for 'sm_90'
+ptxas info    : Function properties for k_b
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 18 registers, used 0 barriers
+ptxas info    : Compile time = 6.699 ms
+";
+    let r = parse_ptxas_info(text);
+    let a = r["k_a"];
+    assert_eq!(
+        (a.registers, a.smem, a.stack, a.spill_stores, a.spill_loads),
+        (24, 2048, 56, 88, 96)
+    );
+    let b = r["k_b"];
+    assert_eq!(
+        (b.registers, b.smem, b.stack, b.spill_stores, b.spill_loads),
+        (18, 0, 0, 0, 0)
+    );
+}
+
+/// The kernels that must not spill: the matrix-vector products that
+/// decode runs.
+const NO_SPILL: &[Kernel] = &[Kernel::MulMatVec, Kernel::MulMatIdVec];
+
+/// `ptxas -arch=sm_90 -v` (plus `extra`) on `ptx`: its info output.
+fn ptxas_info(ptxas: &std::path::Path, ptx: &str, tag: &str, extra: &[&str]) -> String {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let file = dir.join(format!(
+        "ggml-cuda-kernels-{}-{tag}.ptx",
+        std::process::id()
+    ));
+    let cubin = file.with_extension("cubin");
+    std::fs::write(&file, ptx).expect("write the PTX");
+    let out = Command::new(ptxas)
+        .args(["-arch=sm_90", "-v"])
+        .args(extra)
+        .arg("-o")
+        .arg(&cubin)
+        .arg(&file)
+        .output();
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&cubin);
+    let out = out.unwrap_or_else(|e| panic!("running {}: {e}", ptxas.display()));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "ptxas {extra:?} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+#[test]
+fn ptxas_sm_90_resources_per_kernel_and_no_spills_in_matvec() {
+    if !nvrtc_or_skip("ptxas") {
+        return;
+    }
+    let ptxas = match cuda_wheels::ensure_ptxas() {
+        Ok(p) => p,
+        Err(why) => return skip("ptxas", &why),
+    };
+    report(&format!("ptxas: {}", ptxas.display()));
+    let c = compiled_for("compute_90").expect("compute_90 compiles");
+    // the same PTX squeezed to sm_90's lowest register budget (24), where
+    // the matvec kernels do spill: shows the spill check reads real output
+    let (text, squeezed) = std::thread::scope(|s| {
+        let squeezed = s.spawn(|| ptxas_info(&ptxas, &c.ptx, "squeezed", &["--maxrregcount=24"]));
+        let text = ptxas_info(&ptxas, &c.ptx, "plain", &[]);
+        (text, squeezed.join().expect("ptxas thread"))
+    });
+    for w in text.lines().filter(|l| l.contains("warning")) {
+        report(&format!("ptxas sm_90: {w}"));
+    }
+    let res = parse_ptxas_info(&text);
+    let tight = parse_ptxas_info(&squeezed);
+    let spills = |r: &Resources| r.spill_stores > 0 || r.spill_loads > 0;
+    let mut problems = Vec::new();
+    for k in Kernel::ALL {
+        let Some(r) = res.get(k.name()) else {
+            problems.push(format!("ptxas reported nothing for {}", k.name()));
+            continue;
+        };
+        report(&format!(
+            "ptxas sm_90 {}: {} registers, {} B smem, {} B stack, spills {} B stores / {} B loads",
+            k.name(),
+            r.registers,
+            r.smem,
+            r.stack,
+            r.spill_stores,
+            r.spill_loads
+        ));
+        if NO_SPILL.contains(&k) && spills(r) {
+            problems.push(format!("{} spills: {r:?}", k.name()));
+        }
+    }
+    assert!(problems.is_empty(), "{}\n{text}", problems.join("\n"));
+    for k in NO_SPILL {
+        let r = tight.get(k.name()).copied().unwrap_or_default();
+        assert!(
+            spills(&r),
+            "{} under --maxrregcount=24 should spill, read {r:?}:\n{squeezed}",
+            k.name()
+        );
+    }
+}

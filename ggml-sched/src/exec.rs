@@ -1,0 +1,364 @@
+//! Running a plan: split inputs copied on copy streams, splits queued on
+//! their backends' compute streams, ordered by events instead of
+//! synchronizing after every split.
+//!
+//! For split `i` on backend `B`:
+//! 1. If `B` has a copy stream, that stream first waits for the last split
+//!    on `B` before `i - 1` (the planner keeps a copy's memory apart from
+//!    everything live in split `i - 1`, so only older readers can still be
+//!    using the bytes the copies overwrite; this lets split `i`'s copies
+//!    overlap split `i - 1`'s compute).
+//! 2. Inputs that are not host weights are copied on it: host sources are
+//!    staged (as CUDA does with pageable memory, so the CPU may reuse the
+//!    source right away); device sources are read on their backend's copy
+//!    stream after the event of the split that produced them, and the host
+//!    waits only for that read.
+//! 3. Host weights are offered to the copy hook, whose writes go on the
+//!    same stream; declined ones are copied whole.
+//! 4. `B`'s compute stream waits for the copies' event, computes the split,
+//!    and records the split's event.
+//!
+//! A CPU split that reads nothing from a device never waits for it, and one
+//! that does computes the nodes before the first reader of a device's output
+//! before waiting. The
+//! host synchronizes every backend once, at the end of the graph (the
+//! caller reads outputs then), and on any error before staging memory is
+//! dropped.
+
+use std::sync::Arc;
+
+use ggml_core::backend::{check_range, Backend, BackendError, Buffer, Event, Stream};
+use ggml_core::{Graph, TensorData, TensorId};
+
+use crate::hook::{CopyHook, HookCtx, SplitInput};
+use crate::plan::{self, node_name, Plan};
+use crate::stats::{ComputeStats, SplitStats};
+use crate::{Applied, SchedError};
+
+/// The stream a backend copies its inputs on.
+fn upload_stream(be: &dyn Backend) -> Stream {
+    if be.n_copy_streams() > 0 {
+        Stream::Copy(0)
+    } else {
+        Stream::Compute
+    }
+}
+
+/// The stream a backend's memory is read back on (a second copy engine
+/// where there is one).
+fn download_stream(be: &dyn Backend) -> Stream {
+    match be.n_copy_streams() {
+        0 => Stream::Compute,
+        n => Stream::Copy(1 % n),
+    }
+}
+
+/// State of one graph run.
+struct Exec<'a> {
+    g: &'a Graph,
+    backends: &'a [Arc<dyn Backend>],
+    /// Per split, once queued: the event of its compute.
+    done: Vec<Option<Event>>,
+    /// Per tensor (view root): the last split that wrote it.
+    writer: Vec<Option<usize>>,
+    /// Bytes queued copies read from, alive until the final synchronize.
+    staging: Vec<Vec<u8>>,
+    /// Buffers queued copies read from, alive until the final synchronize.
+    keep: Vec<Arc<dyn Buffer>>,
+}
+
+impl Exec<'_> {
+    fn data(&self, id: TensorId) -> Result<TensorData, SchedError> {
+        self.g.data_of(id).ok_or_else(|| {
+            SchedError::Graph(format!("tensor '{}' has no memory", node_name(self.g, id)))
+        })
+    }
+
+    /// The event of the last split on backend `b` with index `< before`.
+    fn last_done_on(&self, plan: &Plan, b: usize, before: usize) -> Option<&Event> {
+        (0..before)
+            .rev()
+            .find(|&j| plan.splits[j].backend == b)
+            .and_then(|j| self.done[j].as_ref())
+    }
+
+    /// Copy a non-host-weight input `src` (on `src_be`) into `dst` on `be`.
+    fn copy_input(
+        &mut self,
+        src_be: &dyn Backend,
+        src: TensorId,
+        be: &dyn Backend,
+        dst: &TensorData,
+        stream: Stream,
+    ) -> Result<u64, BackendError> {
+        let len = self.g.tensor(src).nbytes();
+        if len == 0 {
+            return Ok(0);
+        }
+        let sd = self
+            .g
+            .data_of(src)
+            .ok_or_else(|| BackendError::NotAllocated(self.g.tensor(src).name.clone()))?;
+        let mut tmp = vec![0u8; len];
+        if sd.buffer.is_host() {
+            sd.buffer.read(sd.offset, &mut tmp)?;
+        } else {
+            // read back after the split that wrote it; the host waits for
+            // this read only
+            let rs = download_stream(src_be);
+            let root = self.g.view_root(src).index();
+            if let Some(ev) = self
+                .writer
+                .get(root)
+                .copied()
+                .flatten()
+                .and_then(|j| self.done[j].as_ref())
+            {
+                src_be.wait_event_on(rs, ev)?;
+            }
+            src_be.set_label(&self.g.tensor(src).name);
+            src_be.read_on(rs, &sd, 0, &mut tmp)?;
+            let ev = src_be.record_event_on(rs)?;
+            src_be.event_synchronize(&ev)?;
+        }
+        if be.is_host() {
+            dst.buffer.write(dst.offset, &tmp)?;
+        } else {
+            be.set_label(&self.g.tensor(src).name);
+            be.write_on(stream, dst, 0, &tmp)?;
+            self.staging.push(tmp);
+        }
+        Ok(len as u64)
+    }
+
+    /// Copy a host weight whole (the hook declined it).
+    fn copy_weight(
+        &mut self,
+        src: TensorId,
+        be: &dyn Backend,
+        dst: &TensorData,
+        stream: Stream,
+    ) -> Result<u64, BackendError> {
+        let len = self.g.tensor(src).nbytes();
+        if len == 0 {
+            return Ok(0);
+        }
+        let sd = self
+            .g
+            .data_of(src)
+            .ok_or_else(|| BackendError::NotAllocated(self.g.tensor(src).name.clone()))?;
+        be.set_label(&self.g.tensor(src).name);
+        if let Some(p) = sd.buffer.base_ptr() {
+            check_range(sd.buffer.name(), sd.buffer.size(), sd.offset, len)?;
+            // SAFETY: the range was checked; `keep` holds the buffer until
+            // the final synchronize, and host weights are never written.
+            let s = unsafe { std::slice::from_raw_parts(p.add(sd.offset), len) };
+            be.write_on(stream, dst, 0, s)?;
+            self.keep.push(Arc::clone(&sd.buffer));
+        } else {
+            let mut tmp = vec![0u8; len];
+            sd.buffer.read(sd.offset, &mut tmp)?;
+            be.write_on(stream, dst, 0, &tmp)?;
+            self.staging.push(tmp);
+        }
+        Ok(len as u64)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_split(
+        &mut self,
+        plan: &Plan,
+        si: usize,
+        sp: &plan::SplitPlan,
+        info: &crate::SplitInfo,
+        hook: Option<&mut (dyn CopyHook + '_)>,
+        stats: &mut ComputeStats,
+        ss: &mut SplitStats,
+    ) -> Result<(), SchedError> {
+        let backends = self.backends;
+        let be = backends[sp.backend].as_ref();
+        let stream = upload_stream(be);
+        let g = self.g;
+        let copy_err = |inp: &SplitInput, source| SchedError::Copy {
+            tensor: node_name(g, inp.src),
+            src: inp.src_backend.clone(),
+            dst: be.name().to_string(),
+            split: si,
+            source,
+        };
+        let compute_err = |source| SchedError::Compute {
+            backend: be.name().to_string(),
+            split: si,
+            source,
+        };
+        let any_copy = sp.inputs.iter().any(|p| p.copied);
+        if any_copy && !be.is_host() && stream != Stream::Compute {
+            if let Some(ev) = si
+                .checked_sub(1)
+                .and_then(|prev| self.last_done_on(plan, sp.backend, prev))
+            {
+                be.wait_event_on(stream, ev).map_err(compute_err)?;
+            }
+        }
+
+        // A CPU split computes the nodes before the first one that reads an
+        // input copy without waiting for the devices that input comes from.
+        let mut nodes: &[TensorId] = &sp.nodes;
+        if be.is_host() && any_copy {
+            let copies: Vec<TensorId> = info
+                .inputs
+                .iter()
+                .zip(&sp.inputs)
+                .filter(|(_, p)| p.copied)
+                .map(|(i, _)| i.copy)
+                .collect();
+            let k = nodes
+                .iter()
+                .position(|&n| {
+                    g.tensor(n)
+                        .src
+                        .iter()
+                        .any(|&s| copies.contains(&g.view_root(s)))
+                })
+                .unwrap_or(nodes.len());
+            if k > 0 {
+                be.compute(g, &nodes[..k]).map_err(compute_err)?;
+                nodes = &nodes[k..];
+            }
+        }
+
+        // 1. every input that is not a host weight
+        for (inp, pi) in info.inputs.iter().zip(&sp.inputs) {
+            if !pi.copied || pi.host_weight {
+                continue;
+            }
+            let dst = self.data(inp.copy)?;
+            let src_be = backends[pi.src_backend].as_ref();
+            let n = self
+                .copy_input(src_be, inp.src, be, &dst, stream)
+                .map_err(|e| copy_err(inp, e))?;
+            stats.add(&inp.src_backend, be.name(), n, 0);
+            ss.sched_bytes += n;
+            ss.n_copies += 1;
+        }
+        // 2. host weights, offered to the hook first
+        let mut hook = hook;
+        for (inp, pi) in info.inputs.iter().zip(&sp.inputs) {
+            if !pi.copied || !pi.host_weight {
+                continue;
+            }
+            ss.n_copies += 1;
+            let mut handled = false;
+            let dst_data = self.data(inp.copy)?;
+            if let Some(h) = hook.as_deref_mut() {
+                be.set_label(&g.tensor(inp.src).name);
+                let mut cx = HookCtx {
+                    backend: be,
+                    stream,
+                    g,
+                    split: si,
+                    nodes: &info.nodes,
+                    inputs: &info.inputs,
+                    src: inp.src,
+                    dst: inp.copy,
+                    src_data: self.data(inp.src)?,
+                    dst_data: dst_data.clone(),
+                    staging: &mut self.staging,
+                    bytes: 0,
+                };
+                let r = h.copy_input(&mut cx);
+                let bytes = cx.bytes;
+                self.keep.push(Arc::clone(&cx.src_data.buffer));
+                stats.add(&inp.src_backend, be.name(), 0, bytes);
+                ss.hook_bytes += bytes;
+                handled = r.map_err(|source| SchedError::Hook {
+                    tensor: node_name(g, inp.src),
+                    backend: be.name().to_string(),
+                    split: si,
+                    source,
+                })?;
+                if handled {
+                    stats.hook_handled += 1;
+                } else {
+                    stats.hook_declined += 1;
+                }
+            }
+            if !handled {
+                let n = self
+                    .copy_weight(inp.src, be, &dst_data, stream)
+                    .map_err(|e| copy_err(inp, e))?;
+                stats.add(&inp.src_backend, be.name(), n, 0);
+                ss.sched_bytes += n;
+            }
+        }
+        // 3. compute after the copies
+        if any_copy && !be.is_host() && stream != Stream::Compute {
+            let ev = be.record_event_on(stream).map_err(compute_err)?;
+            be.wait_event_on(Stream::Compute, &ev)
+                .map_err(compute_err)?;
+        }
+        be.compute(g, nodes).map_err(compute_err)?;
+        self.done[si] = Some(be.record_event_on(Stream::Compute).map_err(compute_err)?);
+        for &n in &sp.nodes {
+            let root = g.view_root(n).index();
+            if let Some(w) = self.writer.get_mut(root) {
+                *w = Some(si);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Run every split of `plan` over `backends` (see the module docs).
+pub(crate) fn run(
+    g: &Graph,
+    backends: &[Arc<dyn Backend>],
+    plan: &Plan,
+    applied: &Applied,
+    mut hook: Option<&mut (dyn CopyHook + '_)>,
+    reused: bool,
+) -> Result<ComputeStats, SchedError> {
+    if let Some(h) = hook.as_deref_mut() {
+        h.begin_graph();
+    }
+    let mut stats = ComputeStats {
+        n_splits: plan.splits.len(),
+        plan_reused: reused,
+        ..ComputeStats::default()
+    };
+    let mut ex = Exec {
+        g,
+        backends,
+        done: vec![None; plan.splits.len()],
+        writer: vec![None; g.len()],
+        staging: Vec::new(),
+        keep: Vec::new(),
+    };
+    let mut result = Ok(());
+    for (si, (sp, info)) in plan.splits.iter().zip(&applied.splits).enumerate() {
+        let mut ss = SplitStats {
+            backend: backends[sp.backend].name().to_string(),
+            n_nodes: sp.nodes.len(),
+            ..SplitStats::default()
+        };
+        let r = ex.run_split(plan, si, sp, info, hook.as_deref_mut(), &mut stats, &mut ss);
+        if let Err(e) = r {
+            result = Err(e);
+            break;
+        }
+        stats.splits.push(ss);
+    }
+    // queued copies read staging memory: let everything finish first
+    for be in backends {
+        let r = be.synchronize().map_err(|source| SchedError::Compute {
+            backend: be.name().to_string(),
+            split: plan.splits.len().saturating_sub(1),
+            source,
+        });
+        if result.is_ok() {
+            result = r;
+        }
+    }
+    drop(ex);
+    result.map(|()| stats)
+}

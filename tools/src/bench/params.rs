@@ -1,0 +1,794 @@
+//! The test parameters: every llama-bench parameter that takes a list, in
+//! one table ([`PARAMS`]), with its flags, value syntax, default, the values
+//! this engine can honour, where it shows in the markdown table, and whether
+//! changing it needs the model loaded again.
+//!
+//! The table's order is the test matrix's nesting order (llama.cpp's
+//! `get_cmd_params_instances`: the first entry is the outermost loop), so
+//! [`crate::bench::matrix`] expands it generically. See the module doc of
+//! [`crate::bench`] for how to add a parameter.
+
+use crate::bench::range::parse_int_range;
+
+/// One value of a parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// Text (`type_k`, `devices`, `tensor_buft_overrides`, ...).
+    Str(String),
+    /// A switch (`0`/`1` on the command line).
+    Bool(bool),
+    /// A number.
+    Int(i64),
+}
+
+impl Value {
+    /// The value as llama.cpp's `get_values` writes it (`std::to_string`
+    /// of numbers and bools, strings as they are).
+    pub fn text(&self) -> String {
+        match self {
+            Value::Str(s) => s.clone(),
+            Value::Bool(b) => u8::from(*b).to_string(),
+            Value::Int(i) => i.to_string(),
+        }
+    }
+
+    /// The number (bools as 0/1), `0` for text.
+    pub fn int(&self) -> i64 {
+        match self {
+            Value::Int(i) => *i,
+            Value::Bool(b) => i64::from(*b),
+            Value::Str(_) => 0,
+        }
+    }
+
+    /// The text, empty for numbers.
+    pub fn str(&self) -> &str {
+        match self {
+            Value::Str(s) => s,
+            _ => "",
+        }
+    }
+
+    /// The switch (numbers: non-zero).
+    pub fn bool(&self) -> bool {
+        self.int() != 0
+    }
+}
+
+/// How one command-line argument of a parameter becomes values.
+#[derive(Clone, Copy, Debug)]
+pub enum Syntax {
+    /// Integers and ranges ([`parse_int_range`]) of at least `min`.
+    Ints {
+        /// Smallest value accepted (negative allows `-1`).
+        min: i64,
+        /// Largest value accepted.
+        max: i64,
+    },
+    /// `0`/`1` (also `true`/`false`), comma-separated.
+    Bools,
+    /// One of `(name, value)`, comma-separated; names are matched
+    /// case-insensitively.
+    Choice(&'static [(&'static str, i64)]),
+    /// Names, comma-separated, each canonicalised by the function (an error
+    /// names the problem).
+    Text(fn(&str) -> Result<String, String>),
+    /// `-ot`: `,` separates tests, `;` separates the rules of one test.
+    Overrides,
+}
+
+/// Whether a change of this parameter needs the model loaded again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Placement and device: a new model load.
+    Model,
+    /// Only the context (batch sizes, threads, cache type...).
+    Context,
+}
+
+/// Where a parameter shows in the markdown table.
+#[derive(Clone, Copy, Debug)]
+pub struct MdColumn {
+    /// Column title (llama.cpp's display name: `ngl`, `fa`, `ot`...).
+    pub name: &'static str,
+    /// printf width: negative = left-aligned; 0 = llama.cpp's rule
+    /// (`max(len(field), 10)`, left-aligned for text).
+    pub width: i32,
+}
+
+/// One test parameter.
+#[derive(Clone, Copy, Debug)]
+pub struct ParamSpec {
+    /// Field name in json/jsonl/csv/sql (llama.cpp's, or ours).
+    pub field: &'static str,
+    /// Command-line flags (short first).
+    pub flags: &'static [&'static str],
+    /// Value placeholder for `--help`.
+    pub metavar: &'static str,
+    /// One line of help.
+    pub help: &'static str,
+    /// How values are written.
+    pub syntax: Syntax,
+    /// The default list.
+    pub default: fn() -> Vec<Value>,
+    /// Values this engine can run; an error says why not.
+    pub accept: fn(&Value) -> Result<(), String>,
+    /// Markdown column, shown when the list differs from the default.
+    pub md: Option<MdColumn>,
+    /// Model or context.
+    pub scope: Scope,
+    /// Ours rather than llama.cpp's: its field is written only where it
+    /// applies (a device is in use, or the flag was given).
+    pub ours: bool,
+}
+
+fn any(_: &Value) -> Result<(), String> {
+    Ok(())
+}
+
+const fn md(name: &'static str, width: i32) -> Option<MdColumn> {
+    Some(MdColumn { name, width })
+}
+
+fn only(v: &Value, want: &Value, why: &str) -> Result<(), String> {
+    if v == want {
+        Ok(())
+    } else {
+        Err(format!("{} is not supported: {why}", v.text()))
+    }
+}
+
+/// `-fa` names (llama.cpp's truthy/falsey/auto words).
+const FLASH_ATTN: &[(&str, i64)] = &[
+    ("on", 1),
+    ("enabled", 1),
+    ("true", 1),
+    ("1", 1),
+    ("off", 0),
+    ("disabled", 0),
+    ("false", 0),
+    ("0", 0),
+    ("auto", -1),
+    ("-1", -1),
+];
+
+/// KV cache types llama-bench knows (plus `f32`); only some run here.
+fn cache_type(s: &str) -> Result<String, String> {
+    const KNOWN: &[&str] = &[
+        "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl",
+    ];
+    let l = s.to_ascii_lowercase();
+    if KNOWN.contains(&l.as_str()) {
+        Ok(l)
+    } else {
+        Err(format!(
+            "unknown cache type '{s}' (known: {})",
+            KNOWN.join(", ")
+        ))
+    }
+}
+
+fn cache_type_ok(v: &Value) -> Result<(), String> {
+    match v.str() {
+        "f16" | "f32" => Ok(()),
+        t => Err(format!(
+            "cache type {t} is not supported by this engine's KV cache (f16, f32)"
+        )),
+    }
+}
+
+fn split_mode(s: &str) -> Result<String, String> {
+    match s {
+        "none" | "layer" | "row" | "tensor" => Ok(s.into()),
+        _ => Err(format!(
+            "unknown split mode '{s}' (none, layer, row, tensor)"
+        )),
+    }
+}
+
+fn split_mode_ok(v: &Value) -> Result<(), String> {
+    match v.str() {
+        "none" | "layer" => Ok(()),
+        m => Err(format!(
+            "split mode {m} is not supported: one device holds every offloaded tensor (none, layer)"
+        )),
+    }
+}
+
+fn load_mode(s: &str) -> Result<String, String> {
+    match s {
+        "auto" | "none" | "mmap" | "mlock" | "mmap+mlock" | "dio" => Ok(s.into()),
+        _ => Err(format!(
+            "unknown load mode '{s}' (auto, none, mmap, mlock, mmap+mlock, dio)"
+        )),
+    }
+}
+
+fn load_mode_ok(v: &Value) -> Result<(), String> {
+    match v.str() {
+        "auto" | "mmap" => Ok(()),
+        m => Err(format!(
+            "load mode {m} is not supported: the model file is always memory-mapped (auto, mmap)"
+        )),
+    }
+}
+
+/// `-dev`: `auto`, `none`, or a device name (`SIM0`, `CUDA0`); llama.cpp's
+/// `/`-separated device sets name one device at most here.
+fn sim_profile(s: &str) -> Result<String, String> {
+    ggml_core::SimProfile::from_name_or_file(s.trim()).map(|_| s.trim().to_string())
+}
+
+fn device(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    match t.to_ascii_lowercase().as_str() {
+        "" => return Err("no device given".into()),
+        "auto" => return Ok("auto".into()),
+        "none" | "cpu" => return Ok("none".into()),
+        _ => {}
+    }
+    if t.contains('/') {
+        return Err(format!(
+            "'{t}': more than one device per test is not supported (one of SIM0.., CUDA0..)"
+        ));
+    }
+    let up = t.to_ascii_uppercase();
+    let ok = ["SIM", "CUDA"].iter().any(|p| {
+        up.strip_prefix(p)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    if ok {
+        Ok(up)
+    } else {
+        Err(format!(
+            "unknown device '{t}' (auto, none, SIM0, SIM1, ..., CUDA0, CUDA1, ...)"
+        ))
+    }
+}
+
+/// `-ts`: proportions separated by `/` or `;`, written as llama.cpp does
+/// (`%.2f` up to the last non-zero one).
+fn tensor_split(s: &str) -> Result<String, String> {
+    let mut v = Vec::new();
+    for p in s.split(['/', ';']) {
+        let x: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{p}' in '{s}' is not a number"))?;
+        if !(x >= 0.0 && x.is_finite()) {
+            return Err(format!("'{p}' in '{s}' is not a proportion"));
+        }
+        v.push(x);
+    }
+    let last = v.iter().rposition(|&x| x > 0.0).unwrap_or(0);
+    Ok(v[..=last]
+        .iter()
+        .map(|x| format!("{x:.2}"))
+        .collect::<Vec<_>>()
+        .join("/"))
+}
+
+fn threads_default() -> Vec<Value> {
+    vec![Value::Int(crate::cli::default_threads() as i64)]
+}
+
+macro_rules! default {
+    ($($v:expr),*) => {{
+        fn f() -> Vec<Value> {
+            vec![$($v),*]
+        }
+        f
+    }};
+}
+
+fn s(x: &str) -> Value {
+    Value::Str(x.into())
+}
+
+/// Every test parameter, outermost loop first.
+pub static PARAMS: &[ParamSpec] = &[
+    ParamSpec {
+        field: "model_filename",
+        flags: &["-m", "--model"],
+        metavar: "FNAME",
+        help: "model files (none: the embedded synthetic model)",
+        syntax: Syntax::Text(|s| Ok(s.to_string())),
+        default: default!(s("")),
+        accept: any,
+        md: None,
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "fit_target",
+        flags: &["-fitt", "--fit-target"],
+        metavar: "MiB",
+        help: "fit the model to device memory with this margin (only 0: off)",
+        syntax: Syntax::Ints {
+            min: 0,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(0)),
+        accept: |v| {
+            only(
+                v,
+                &Value::Int(0),
+                "fitting to device memory is not implemented",
+            )
+        },
+        md: md("fitt", 0),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "fit_min_ctx",
+        flags: &["-fitc", "--fit-ctx"],
+        metavar: "N",
+        help: "minimum context for --fit-target (only 0)",
+        syntax: Syntax::Ints {
+            min: 0,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(0)),
+        accept: |v| {
+            only(
+                v,
+                &Value::Int(0),
+                "fitting to device memory is not implemented",
+            )
+        },
+        md: md("fitc", 0),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "n_gpu_layers",
+        flags: &["-ngl", "--n-gpu-layers"],
+        metavar: "N",
+        help: "layers on the device (-1 = all; more than the layers = the output head too)",
+        syntax: Syntax::Ints {
+            min: i64::MIN,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(-1)),
+        accept: any,
+        md: md("ngl", 3),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "n_cpu_moe",
+        flags: &["-ncmoe", "--n-cpu-moe"],
+        metavar: "N",
+        help: "keep the expert weights of the first N layers in host memory",
+        syntax: Syntax::Ints {
+            min: 0,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(0)),
+        accept: any,
+        md: md("n_cpu_moe", 0),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "cpu_moe",
+        flags: &["-cmoe", "--cpu-moe"],
+        metavar: "0|1",
+        help: "keep every expert weight in host memory (alone: 1)",
+        syntax: Syntax::Bools,
+        default: default!(Value::Bool(false)),
+        accept: any,
+        md: md("cmoe", 4),
+        scope: Scope::Model,
+        ours: true,
+    },
+    ParamSpec {
+        field: "split_mode",
+        flags: &["-sm", "--split-mode"],
+        metavar: "none|layer|row|tensor",
+        help: "how to split the model across devices (one device: none, layer)",
+        syntax: Syntax::Text(split_mode),
+        default: default!(s("layer")),
+        accept: split_mode_ok,
+        md: md("sm", 6),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "load_mode",
+        flags: &["-lm", "--load-mode"],
+        metavar: "auto|mmap|...",
+        help: "how the file is read (always memory-mapped: auto, mmap)",
+        syntax: Syntax::Text(load_mode),
+        default: default!(s("auto")),
+        accept: load_mode_ok,
+        md: md("lm", 10),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "main_gpu",
+        flags: &["-mg", "--main-gpu"],
+        metavar: "I",
+        help: "main device index (only 0)",
+        syntax: Syntax::Ints {
+            min: 0,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(0)),
+        accept: |v| only(v, &Value::Int(0), "one device per test"),
+        md: md("main_gpu", 0),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "devices",
+        flags: &["-dev", "--device"],
+        metavar: "auto|none|SIM0|CUDA0",
+        help: "device for offloaded weights (auto and none: host only)",
+        syntax: Syntax::Text(device),
+        default: default!(s("auto")),
+        accept: any,
+        md: md("dev", -12),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "tensor_split",
+        flags: &["-ts", "--tensor-split"],
+        metavar: "TS0/TS1/..",
+        help: "split proportions across devices (only 0: one device)",
+        syntax: Syntax::Text(tensor_split),
+        default: default!(s("0.00")),
+        accept: |v| only(v, &s("0.00"), "one device per test"),
+        md: md("ts", 0),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "tensor_buft_overrides",
+        flags: &["-ot", "--override-tensor"],
+        metavar: "PATTERN=BACKEND;...",
+        help: "tensor placement rules: ';' between rules, ',' between tests",
+        syntax: Syntax::Overrides,
+        default: default!(s("none")),
+        accept: any,
+        md: md("ot", 0),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "no_host",
+        flags: &["--no-host"],
+        metavar: "0|1",
+        help: "bypass host buffers (only 0)",
+        syntax: Syntax::Bools,
+        default: default!(Value::Bool(false)),
+        accept: |v| {
+            only(
+                v,
+                &Value::Bool(false),
+                "host weights are always used in place",
+            )
+        },
+        md: md("noh", 4),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "embeddings",
+        flags: &["-embd", "--embeddings"],
+        metavar: "0|1",
+        help: "embeddings output (only 0)",
+        syntax: Syntax::Bools,
+        default: default!(Value::Bool(false)),
+        accept: |v| only(v, &Value::Bool(false), "no embeddings output"),
+        md: md("embd", 0),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "no_op_offload",
+        flags: &["-nopo", "--no-op-offload"],
+        metavar: "0|1",
+        help: "never run ops whose weights are in host memory on the device",
+        syntax: Syntax::Bools,
+        default: default!(Value::Bool(false)),
+        accept: any,
+        md: md("nopo", 4),
+        scope: Scope::Model,
+        ours: false,
+    },
+    ParamSpec {
+        field: "offload_min_batch",
+        flags: &["-nomb", "--offload-min-batch"],
+        metavar: "N",
+        help: "smallest batch for which the device runs an op whose weights are in host memory",
+        syntax: Syntax::Ints {
+            min: 1,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(32)),
+        accept: any,
+        md: md("nomb", 5),
+        scope: Scope::Model,
+        ours: true,
+    },
+    ParamSpec {
+        field: "sim_profile",
+        flags: &["--sim-profile"],
+        metavar: "NAME|FILE",
+        help: "timing profile of a sim device's simulated clock (pcie4-x16, pcie5-x16, h200-pcie5, or a JSON file)",
+        syntax: Syntax::Text(sim_profile),
+        default: default!(s("pcie4-x16")),
+        accept: any,
+        md: md("sim", 10),
+        scope: Scope::Model,
+        ours: true,
+    },
+    ParamSpec {
+        field: "n_batch",
+        flags: &["-b", "--batch-size"],
+        metavar: "N",
+        help: "logical batch size",
+        syntax: Syntax::Ints {
+            min: 1,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(2048)),
+        accept: any,
+        md: md("n_batch", 7),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "n_ubatch",
+        flags: &["-ub", "--ubatch-size"],
+        metavar: "N",
+        help: "physical batch size",
+        syntax: Syntax::Ints {
+            min: 1,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(512)),
+        accept: any,
+        md: md("n_ubatch", 8),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "type_k",
+        flags: &["-ctk", "--cache-type-k"],
+        metavar: "T",
+        help: "K cache type (f16, f32)",
+        syntax: Syntax::Text(cache_type),
+        default: default!(s("f16")),
+        accept: cache_type_ok,
+        md: md("type_k", 6),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "type_v",
+        flags: &["-ctv", "--cache-type-v"],
+        metavar: "T",
+        help: "V cache type (f16, f32)",
+        syntax: Syntax::Text(cache_type),
+        default: default!(s("f16")),
+        accept: cache_type_ok,
+        md: md("type_v", 6),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "no_kv_offload",
+        flags: &["-nkvo", "--no-kv-offload"],
+        metavar: "0|1",
+        help: "keep the KV cache in host memory (only 0: each layer's cache is where the layer is)",
+        syntax: Syntax::Bools,
+        default: default!(Value::Bool(false)),
+        accept: |v| {
+            only(
+                v,
+                &Value::Bool(false),
+                "each layer's cache lives with its layer",
+            )
+        },
+        md: md("nkvo", 0),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "flash_attn",
+        flags: &["-fa", "--flash-attn"],
+        metavar: "on|off|auto",
+        help: "flash attention (auto: the mul_mat/soft_max path)",
+        syntax: Syntax::Choice(FLASH_ATTN),
+        default: default!(Value::Int(-1)),
+        accept: any,
+        md: md("fa", 3),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "n_threads",
+        flags: &["-t", "--threads"],
+        metavar: "N",
+        help: "CPU threads (default: the cores)",
+        syntax: Syntax::Ints { min: 1, max: 4096 },
+        default: threads_default,
+        accept: any,
+        md: md("threads", 7),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "cpu_mask",
+        flags: &["-C", "--cpu-mask"],
+        metavar: "HEX",
+        help: "CPU affinity mask (only 0x0: no pinning)",
+        syntax: Syntax::Text(|s| Ok(s.to_string())),
+        default: default!(s("0x0")),
+        accept: |v| only(v, &s("0x0"), "threads are not pinned"),
+        md: md("cpu_mask", 0),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "cpu_strict",
+        flags: &["--cpu-strict"],
+        metavar: "0|1",
+        help: "strict CPU placement (only 0)",
+        syntax: Syntax::Bools,
+        default: default!(Value::Bool(false)),
+        accept: |v| only(v, &Value::Bool(false), "threads are not pinned"),
+        md: md("cpu_strict", 0),
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "n_depth",
+        flags: &["-d", "--n-depth"],
+        metavar: "N",
+        help: "tokens already in the KV cache before each test",
+        syntax: Syntax::Ints {
+            min: 0,
+            max: i64::MAX,
+        },
+        default: default!(Value::Int(0)),
+        accept: any,
+        md: None,
+        scope: Scope::Context,
+        ours: false,
+    },
+    ParamSpec {
+        field: "poll",
+        flags: &["--poll"],
+        metavar: "0...100",
+        help: "thread polling level (only 50)",
+        syntax: Syntax::Ints { min: 0, max: 100 },
+        default: default!(Value::Int(50)),
+        accept: |v| only(v, &Value::Int(50), "the worker pool has no polling level"),
+        md: md("poll", 0),
+        scope: Scope::Context,
+        ours: false,
+    },
+];
+
+/// The index of `field` in [`PARAMS`].
+///
+/// # Panics
+/// On a name not in the table (a programming error, caught by the tests).
+pub fn index(field: &str) -> usize {
+    PARAMS
+        .iter()
+        .position(|p| p.field == field)
+        .unwrap_or_else(|| panic!("no test parameter '{field}'"))
+}
+
+/// The spec with this flag.
+pub fn by_flag(flag: &str) -> Option<&'static ParamSpec> {
+    PARAMS.iter().find(|p| p.flags.contains(&flag))
+}
+
+/// Parse one command-line argument of `spec` into values.
+pub fn parse(spec: &ParamSpec, arg: &str) -> Result<Vec<Value>, String> {
+    let vals = match spec.syntax {
+        Syntax::Ints { min, max } => {
+            let v = parse_int_range(arg, min < 0)?;
+            if let Some(x) = v.iter().find(|&&x| x < min || x > max) {
+                return Err(if max == i64::MAX {
+                    format!("{x} is below the minimum {min}")
+                } else {
+                    format!("{x} is outside {min}..{max}")
+                });
+            }
+            v.into_iter().map(Value::Int).collect()
+        }
+        Syntax::Bools => arg
+            .split(',')
+            .map(|p| match p.to_ascii_lowercase().as_str() {
+                "0" | "false" => Ok(Value::Bool(false)),
+                "1" | "true" => Ok(Value::Bool(true)),
+                _ => Err(format!("'{p}' is not 0 or 1")),
+            })
+            .collect::<Result<_, _>>()?,
+        Syntax::Choice(names) => arg
+            .split(',')
+            .map(|p| {
+                names
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(p))
+                    .map(|(_, v)| Value::Int(*v))
+                    .ok_or_else(|| {
+                        let mut all: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+                        all.dedup();
+                        format!("'{p}' is not one of {}", all.join(", "))
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+        Syntax::Text(f) => arg
+            .split(',')
+            .map(|p| {
+                if p.is_empty() {
+                    Err("empty value in the list".to_string())
+                } else {
+                    f(p).map(Value::Str)
+                }
+            })
+            .collect::<Result<_, _>>()?,
+        Syntax::Overrides => crate::bench::overrides::parse_groups(arg)?
+            .into_iter()
+            .map(Value::Str)
+            .collect(),
+    };
+    for v in &vals {
+        (spec.accept)(v)?;
+    }
+    Ok(vals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_and_flags_are_unique() {
+        for (i, p) in PARAMS.iter().enumerate() {
+            assert_eq!(index(p.field), i);
+            for f in p.flags {
+                assert_eq!(by_flag(f).map(|q| q.field), Some(p.field), "{f}");
+            }
+            // defaults pass their own checks
+            for v in (p.default)() {
+                (p.accept)(&v).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn lists_parse_per_syntax() {
+        let p = |f: &str, a: &str| parse(by_flag(f).unwrap(), a);
+        assert_eq!(
+            p("-fa", "on,off,auto,1").unwrap(),
+            [Value::Int(1), Value::Int(0), Value::Int(-1), Value::Int(1)]
+        );
+        assert!(p("-fa", "maybe").unwrap_err().contains("'maybe'"));
+        assert_eq!(p("-nkvo", "0").unwrap(), [Value::Bool(false)]);
+        assert!(p("-nkvo", "1").unwrap_err().contains("not supported"));
+        assert_eq!(p("-dev", "none,sim0").unwrap(), [s("none"), s("SIM0")]);
+        assert!(p("-dev", "GPU0").unwrap_err().contains("GPU0"));
+        assert!(p("-dev", "SIM0/SIM1").unwrap_err().contains("one device"));
+        assert_eq!(p("-ctk", "F16,f32").unwrap(), [s("f16"), s("f32")]);
+        assert!(p("-ctk", "q8_0").unwrap_err().contains("q8_0"));
+        assert!(p("-ctk", "q9").unwrap_err().contains("unknown cache type"));
+        assert_eq!(p("-ts", "0").unwrap(), [s("0.00")]);
+        assert!(p("-ts", "3/1").is_err());
+        assert_eq!(p("-ngl", "-1,0-2").unwrap().len(), 4);
+        assert!(p("-t", "0").unwrap_err().contains("0"));
+        assert!(p("--poll", "101").unwrap_err().contains("outside"));
+        assert!(p("-ncmoe", "x").unwrap_err().contains("'x'"));
+        assert!(p("-ncmoe", "-1").unwrap_err().contains("'-1'"));
+    }
+}

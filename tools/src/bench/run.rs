@@ -1,0 +1,351 @@
+//! Running the tests: check every test before the first one runs, load a
+//! model only when a model-scope parameter changes, then per test a fresh
+//! context, a warm-up run (as llama.cpp: the prompt once, one generated
+//! token), and `-r` timed repetitions, each after clearing the cache and
+//! refilling `-d` tokens of depth (untimed).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use ggml_core::GgmlType;
+use llama::{Context, ContextParams, Model};
+
+use crate::bench::args::Params;
+use crate::bench::fields::{ModelInfo, SimStats, TestResult, Traffic};
+use crate::bench::matrix::{instances, Instance};
+use crate::bench::model_desc::model_desc;
+use crate::bench::output::{printer, Plan, Printer};
+use crate::bench::overrides;
+use crate::bench::sysinfo;
+use crate::cli::{self, Loaded, PlacementArgs};
+
+const TOOL: &str = "llama-bench";
+
+/// The placement flags of a test (what `cli::load_model` takes).
+// `..Default::default()` keeps this building when cli.rs gains flags
+#[allow(clippy::needless_update)]
+pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
+    let dev = inst.device();
+    let min_batch = if inst.bool("no_op_offload") {
+        i64::MAX as usize
+    } else {
+        inst.int("offload_min_batch").max(1) as usize
+    };
+    PlacementArgs {
+        device: dev.map(str::to_string),
+        // without a device every weight is in host memory whatever -ngl says
+        n_gpu_layers: dev.map(|_| inst.int("n_gpu_layers")),
+        override_tensor: overrides::rules(inst.str("tensor_buft_overrides")),
+        cpu_moe: inst.bool("cpu_moe"),
+        n_cpu_moe: Some(inst.int("n_cpu_moe").max(0) as usize),
+        no_expert_copy,
+        offload_min_batch: min_batch,
+        sim_profile: dev
+            .filter(|d| d.to_ascii_uppercase().starts_with("SIM"))
+            .map(|_| inst.str("sim_profile").to_string()),
+        ..Default::default()
+    }
+}
+
+fn kv_type(name: &str) -> Result<GgmlType> {
+    match name {
+        "f16" => Ok(GgmlType::F16),
+        "f32" => Ok(GgmlType::F32),
+        t => bail!("cache type {t} is not supported (f16, f32)"),
+    }
+}
+
+/// Errs on the first test that cannot run, before anything runs: missing
+/// model files, devices that do not open, `-ot` backends not in use, cache
+/// types the KV cache cannot hold.
+pub fn check(p: &Params, insts: &[Instance]) -> Result<()> {
+    for m in p.list("model_filename") {
+        if !m.str().is_empty() {
+            cli::check_model_path(std::path::Path::new(m.str()))?;
+        }
+    }
+    let mut devices: Vec<&str> = insts.iter().filter_map(Instance::device).collect();
+    devices.dedup();
+    for d in devices {
+        llama::device::open_device(d, 1, 32).map_err(|e| anyhow::anyhow!("-dev {d}: {e}"))?;
+    }
+    for inst in insts {
+        placement_args(inst, p.no_expert_copy)
+            .placement(inst.device())
+            .with_context(|| format!("devices {}", inst.str("devices")))?;
+        kv_type(inst.str("type_k"))?;
+        kv_type(inst.str("type_v"))?;
+    }
+    Ok(())
+}
+
+struct Out {
+    printer: Box<dyn Printer>,
+    stderr: bool,
+}
+
+impl Out {
+    fn emit(&self, s: &str) -> Result<()> {
+        if s.is_empty() {
+            return Ok(());
+        }
+        if self.stderr {
+            let mut e = std::io::stderr().lock();
+            e.write_all(s.as_bytes())?;
+            e.flush()?;
+        } else {
+            let mut o = std::io::stdout().lock();
+            o.write_all(s.as_bytes())?;
+            o.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Run every test of `p`, printing as it goes.
+pub fn run(p: &Params) -> Result<()> {
+    let insts = instances(p);
+    if insts.is_empty() {
+        bail!("no tests: every -p, -n and -pg value is 0");
+    }
+    check(p, &insts)?;
+    let mut outs: Vec<Out> = [(p.output, false), (p.output_err, true)]
+        .into_iter()
+        .filter_map(|(f, stderr)| printer(f).map(|printer| Out { printer, stderr }))
+        .collect();
+    let plan = Plan {
+        params: p,
+        instances: &insts,
+    };
+    for o in &mut outs {
+        let h = o.printer.header(&plan);
+        o.emit(&h)?;
+    }
+    let mut loaded: Option<(Instance, Loaded, ModelInfo)> = None;
+    let n = insts.len();
+    for (k, inst) in insts.iter().enumerate() {
+        let progress = |what: &str| {
+            if p.progress {
+                eprintln!("{TOOL}: benchmark {}/{n}: {what}", k + 1);
+            }
+        };
+        progress("starting");
+        if !loaded
+            .as_ref()
+            .is_some_and(|(prev, _, _)| prev.same_model(inst))
+        {
+            drop(loaded.take()); // free the previous model first
+            let (l, info) = load(p, inst)?;
+            loaded = Some((inst.clone(), l, info));
+        }
+        let Some((_, l, info)) = &loaded else {
+            bail!("internal error: no model loaded");
+        };
+        let r = run_test(p, inst, &l.model, info, &progress)?;
+        for o in &mut outs {
+            let s = o.printer.test(&r);
+            o.emit(&s)?;
+        }
+    }
+    for o in &mut outs {
+        let f = o.printer.footer();
+        o.emit(&f)?;
+    }
+    Ok(())
+}
+
+fn load(p: &Params, inst: &Instance) -> Result<(Loaded, ModelInfo)> {
+    let pa = placement_args(inst, p.no_expert_copy);
+    let path = match inst.str("model_filename") {
+        "" => None,
+        m => Some(std::path::PathBuf::from(m)),
+    };
+    let threads = inst.int("n_threads").max(1) as usize;
+    let l = cli::load_model(TOOL, path.as_deref(), &pa, threads)?;
+    if p.verbose {
+        eprintln!("{TOOL}: placement: {}", cli::placement_summary(&l.model));
+        eprint!("{}", cli::placement_table(&l.model));
+    }
+    let dev = inst.device();
+    let info = ModelInfo {
+        filename: match &path {
+            Some(m) => m.display().to_string(),
+            None => l.path.display().to_string(),
+        },
+        model_type: model_desc(&l.model),
+        size: l.model.size_bytes() as u64,
+        n_params: l.model.n_params(),
+        backends: dev.map_or_else(|| "CPU".into(), sysinfo::backend_kind),
+        gpu_info: dev.map(sysinfo::device_description).unwrap_or_default(),
+    };
+    Ok((l, info))
+}
+
+/// xorshift64* for the random tokens (llama.cpp uses `rand()`).
+struct Rng(u64);
+
+impl Rng {
+    fn token(&mut self, n_vocab: usize) -> i32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n_vocab.max(1) as u64) as i32
+    }
+}
+
+/// llama.cpp's `test_prompt`: `n` tokens in batches of `n_batch`, the first
+/// BOS where the vocabulary adds one.
+fn test_prompt(ctx: &mut Context, n: usize, n_batch: usize, rng: &mut Rng) -> Result<()> {
+    let model = Arc::clone(ctx.model());
+    let n_vocab = model.hparams.n_vocab;
+    let bos = model.tokenizer.bos().filter(|_| model.tokenizer.add_bos());
+    let mut done = 0;
+    while done < n {
+        let len = (n - done).min(n_batch);
+        let batch: Vec<i32> = (0..len)
+            .map(|i| match bos {
+                Some(b) if done == 0 && i == 0 => b,
+                _ => rng.token(n_vocab),
+            })
+            .collect();
+        ctx.decode(&batch, false)
+            .context("failed to decode a prompt batch")?;
+        done += len;
+    }
+    Ok(())
+}
+
+/// llama.cpp's `test_gen`: `n` decodes of one token each.
+fn test_gen(ctx: &mut Context, n: usize, rng: &mut Rng) -> Result<()> {
+    let model = Arc::clone(ctx.model());
+    let n_vocab = model.hparams.n_vocab;
+    let mut tok = match model.tokenizer.bos().filter(|_| model.tokenizer.add_bos()) {
+        Some(b) => b,
+        None => rng.token(n_vocab),
+    };
+    for _ in 0..n {
+        ctx.decode(&[tok], false)
+            .context("failed to decode a generation token")?;
+        tok = rng.token(n_vocab);
+    }
+    Ok(())
+}
+
+fn run_test(
+    p: &Params,
+    inst: &Instance,
+    model: &Arc<Model>,
+    info: &ModelInfo,
+    progress: &dyn Fn(&str),
+) -> Result<TestResult> {
+    let (np, ng, nd) = (
+        inst.n_prompt as usize,
+        inst.n_gen as usize,
+        inst.int("n_depth") as usize,
+    );
+    let n_batch = inst.int("n_batch") as usize;
+    let params = ContextParams {
+        n_ctx: (np + ng + nd).max(1),
+        n_batch,
+        n_ubatch: inst.int("n_ubatch") as usize,
+        n_threads: inst.int("n_threads") as usize,
+        kv_type: kv_type(inst.str("type_k"))?,
+        kv_type_v: Some(kv_type(inst.str("type_v"))?),
+        expert_copy: !p.no_expert_copy,
+        flash_attn: inst.int("flash_attn") == 1,
+        ..ContextParams::default()
+    };
+    let mut ctx =
+        Context::new(Arc::clone(model), params).context("failed to create the context")?;
+    let test_time = sysinfo::iso_now();
+    if p.delay > 0 {
+        std::thread::sleep(Duration::from_secs(p.delay));
+    }
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    if !p.no_warmup {
+        if np > 0 {
+            progress("warmup prompt run");
+            test_prompt(&mut ctx, np, n_batch, &mut rng)?;
+        }
+        if ng > 0 {
+            progress("warmup generation run");
+            test_gen(&mut ctx, 1, &mut rng)?;
+        }
+    }
+    let mut samples_ns = Vec::with_capacity(p.reps);
+    let mut traffic = Traffic::default();
+    let clock = ctx.sim_clock();
+    let mut sim = clock.as_ref().map(|c| SimStats {
+        profile: c.profile().name.clone(),
+        ..SimStats::default()
+    });
+    if let (Some(c), Some(_)) = (&clock, &p.timeline_out) {
+        // the timeline of the last repetition (each one starts it anew)
+        c.set_recording(true);
+    }
+    for rep in 1..=p.reps {
+        ctx.clear();
+        if nd > 0 {
+            progress(&format!("depth run {rep}/{}", p.reps));
+            test_prompt(&mut ctx, nd, n_batch, &mut rng)?;
+        }
+        ctx.reset_stats();
+        if let (Some(c), Some(_)) = (&clock, &p.timeline_out) {
+            c.take_timeline();
+        }
+        let sim0 = clock.as_ref().map(|c| c.totals());
+        let t0 = Instant::now();
+        if np > 0 {
+            progress(&format!("prompt run {rep}/{}", p.reps));
+            test_prompt(&mut ctx, np, n_batch, &mut rng)?;
+        }
+        if ng > 0 {
+            progress(&format!("generation run {rep}/{}", p.reps));
+            test_gen(&mut ctx, ng, &mut rng)?;
+        }
+        samples_ns.push((t0.elapsed().as_nanos() as u64).max(1));
+        if let (Some(c), Some(s0), Some(sim)) = (&clock, sim0, sim.as_mut()) {
+            let d = c.totals().since(&s0);
+            let r = p.reps as f64;
+            sim.avg_ts += (np + ng) as f64 / (d.now_ns.max(1) as f64 / 1e9) / r;
+            sim.link_busy_s += d.link_busy_ns as f64 / 1e9 / r;
+            sim.device_busy_s += d.device_busy_ns as f64 / 1e9 / r;
+            sim.link_hidden_s += d.link_hidden_ns as f64 / 1e9 / r;
+        }
+        let st = ctx.stats();
+        let n_tok = (np + ng) as f64 * p.reps as f64;
+        traffic.experts += st.h2d_bytes_experts as f64 / n_tok;
+        traffic.full_copy += st.h2d_bytes_full_copy as f64 / n_tok;
+        traffic.other += st.h2d_bytes_other as f64 / n_tok;
+        traffic.experts_copied += st.experts_copied as f64 / n_tok;
+    }
+    if let (Some(c), Some(path)) = (&clock, &p.timeline_out) {
+        let t = c.take_timeline();
+        c.set_recording(false);
+        let title = format!(
+            "simulated clock, profile {}, last repetition of {}",
+            c.profile().name,
+            if np > 0 && ng == 0 {
+                format!("pp{np}")
+            } else if np == 0 {
+                format!("tg{ng}")
+            } else {
+                format!("pp{np}+tg{ng}")
+            }
+        );
+        std::fs::write(path, t.to_chrome_json(&title))
+            .with_context(|| format!("--timeline-out: cannot write '{}'", path.display()))?;
+    }
+    Ok(TestResult {
+        sim,
+        inst: inst.clone(),
+        model: info.clone(),
+        test_time,
+        samples_ns,
+        traffic: inst.device().map(|_| traffic),
+        no_expert_copy: p.no_expert_copy,
+        given: p.given.clone(),
+    })
+}
