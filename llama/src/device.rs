@@ -103,6 +103,62 @@ pub fn open_device_with(name: &str, opts: &DeviceOptions) -> Result<Option<Arc<d
     Err(unknown(name))
 }
 
+/// One device `--device` can name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    /// The name to pass to `--device` (`CPU`, `SIM0`, `CUDA0`).
+    pub name: String,
+    /// What it is (`NVIDIA H200`, `host memory`, ...).
+    pub description: String,
+    /// Total and free memory in bytes, where known.
+    pub memory: Option<(usize, usize)>,
+}
+
+/// The devices of this machine: the CPU, the simulated `SIM0`, and every
+/// CUDA device the driver reports (none without a driver), with `why_no_cuda`
+/// saying why there are none.
+pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
+    let mut v = vec![
+        DeviceInfo {
+            name: "CPU".into(),
+            description: "host memory and CPU threads".into(),
+            memory: None,
+        },
+        DeviceInfo {
+            name: "SIM0".into(),
+            description: "simulated device: CPU kernels, device memory semantics, counted copies (also SIM1, ...)".into(),
+            memory: None,
+        },
+    ];
+    let n = match ggml_cuda::cuda_device_count() {
+        Ok(n) => n,
+        Err(e) => return (v, Some(e.to_string())),
+    };
+    let mut why = (n == 0).then(|| "no CUDA device: the driver reports 0 devices".to_string());
+    for i in 0..n {
+        match ggml_cuda::CudaBackend::new(i) {
+            Ok(b) => v.push(DeviceInfo {
+                name: format!("CUDA{i}"),
+                description: b.device_name().unwrap_or_else(|_| "CUDA device".into()),
+                memory: match (b.total_memory(), b.free_memory()) {
+                    (Ok(t), Ok(f)) => Some((t, f)),
+                    _ => None,
+                },
+            }),
+            Err(e) => why = Some(format!("CUDA{i}: {e}")),
+        }
+    }
+    (v, why)
+}
+
+/// `CUDA0` when the driver reports a CUDA device (without opening it).
+pub fn first_cuda_device() -> Option<String> {
+    match ggml_cuda::cuda_device_count() {
+        Ok(n) if n > 0 => Some("CUDA0".into()),
+        _ => None,
+    }
+}
+
 fn unknown(name: &str) -> LlamaError {
     LlamaError::Invalid(format!(
         "unknown device '{name}' (available: CPU, SIM0, SIM1, ..., CUDA0, CUDA1, ...)"

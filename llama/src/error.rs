@@ -7,7 +7,7 @@ use ggml_core::BackendError;
 #[derive(Debug, thiserror::Error)]
 pub enum LlamaError {
     /// The GGUF file could not be read or is malformed.
-    #[error("{0}")]
+    #[error(transparent)]
     Gguf(#[from] GgufError),
     /// `general.architecture` names an architecture we do not implement.
     #[error("unsupported architecture '{0}' (supported: {supported})", supported = crate::arch::Arch::supported_names())]

@@ -10,6 +10,7 @@
 //! inputs, and computes it; the logits feed [`sampling`].
 
 pub mod arch;
+pub mod chat;
 pub mod context;
 pub mod device;
 pub mod error;

@@ -42,6 +42,8 @@ pub struct Sampler {
     params: SamplerParams,
     rng: u64,
     recent: VecDeque<i32>,
+    presence_penalty: f32,
+    frequency_penalty: f32,
 }
 
 /// Index of the largest logit; ties go to the lowest id.
@@ -63,7 +65,18 @@ impl Sampler {
             params,
             rng,
             recent: VecDeque::new(),
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
         }
+    }
+
+    /// llama.cpp's presence and frequency penalties over the same recent
+    /// tokens as the repeat penalty: a logit loses `frequency * count +
+    /// presence` for a token seen `count > 0` times (0, 0: off).
+    pub fn with_penalties(mut self, presence: f32, frequency: f32) -> Sampler {
+        self.presence_penalty = presence;
+        self.frequency_penalty = frequency;
+        self
     }
 
     /// A greedy sampler.
@@ -111,6 +124,20 @@ impl Sampler {
                     } else {
                         c.1 * p.repeat_penalty
                     };
+                }
+            }
+        }
+        if (self.presence_penalty != 0.0 || self.frequency_penalty != 0.0)
+            && !self.recent.is_empty()
+        {
+            let mut counts: std::collections::HashMap<i32, usize> =
+                std::collections::HashMap::new();
+            for &t in &self.recent {
+                *counts.entry(t).or_default() += 1;
+            }
+            for c in cand.iter_mut() {
+                if let Some(&n) = counts.get(&c.0) {
+                    c.1 -= n as f32 * self.frequency_penalty + self.presence_penalty;
                 }
             }
         }
@@ -169,6 +196,20 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presence_and_frequency_penalties() {
+        // token 0 seen twice, token 1 once: 0 loses 2*1.0 + 0.5, 1 loses 1.5
+        let mut s = Sampler::greedy().with_penalties(0.5, 1.0);
+        for t in [0, 0, 1] {
+            s.accept(t);
+        }
+        // logits 5, 4.9, 3.1: after the penalties 2.5, 3.4, 3.1
+        assert_eq!(s.sample(&[5.0, 4.9, 3.1]), 1);
+        let mut plain = Sampler::greedy();
+        plain.accept(0);
+        assert_eq!(plain.sample(&[5.0, 4.9, 3.1]), 0);
+    }
 
     #[test]
     fn greedy_takes_lowest_id_on_ties() {

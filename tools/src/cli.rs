@@ -16,18 +16,7 @@ use llama::{ContextParams, Model, ModelParams};
 
 use crate::progress::Progress;
 
-/// llama.cpp's short flags with more than one letter (`-ngl`), which clap
-/// cannot declare, mapped to their long forms before parsing.
-pub const MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
-    ("-ngl", "--n-gpu-layers"),
-    ("-ub", "--ubatch-size"),
-    ("-ot", "--override-tensor"),
-    ("-cmoe", "--cpu-moe"),
-    ("-ncmoe", "--n-cpu-moe"),
-    ("-dev", "--device"),
-    ("-nomb", "--offload-min-batch"),
-    ("-fa", "--flash-attn"),
-];
+pub use crate::args::MULTI_LETTER_SHORTS;
 
 /// Rewrite `-ngl 99` as `--n-gpu-layers 99` etc. (whole arguments only,
 /// and nothing after `--`; write `--prompt=-ngl` for such a prompt).
@@ -366,7 +355,25 @@ pub fn load_model(
     n_threads: usize,
 ) -> Result<Loaded> {
     // flags first: a bad flag fails before any file work
-    let device = placement.open_device(n_threads)?;
+    let wants_device = placement.n_gpu_layers.is_some_and(|n| n != 0)
+        || placement.cpu_moe
+        || placement.n_cpu_moe.is_some_and(|n| n > 0);
+    let mut device = placement.open_device(n_threads)?;
+    let mut defaulted = false;
+    if device.is_none() && placement.device.is_none() && wants_device {
+        // as llama.cpp: the first CUDA device when there is one
+        if let Some(d) = crate::devices::default_gpu() {
+            let chosen = PlacementArgs {
+                device: Some(d.clone()),
+                ..placement.clone()
+            };
+            device = chosen.open_device(n_threads)?;
+            defaulted = device.is_some();
+            if defaulted {
+                eprintln!("{tool}: no --device given: using {d}");
+            }
+        }
+    }
     let dev_name = device.as_ref().map(|d| d.name().to_string());
     let rules = placement.placement(dev_name.as_deref())?;
     let path = match path {
@@ -376,8 +383,8 @@ pub fn load_model(
         }
         None => crate::cache::ensure_default_model(tool)?,
     };
-    if device.is_none() && (placement.n_gpu_layers.is_some_and(|n| n != 0) || placement.cpu_moe) {
-        eprintln!("{tool}: note: no --device given; -ngl/--cpu-moe have no effect (all weights stay in host memory)");
+    if device.is_none() && wants_device && !defaulted {
+        eprintln!("{tool}: note: no --device given and no CUDA device found: the CPU runs everything (-ngl/--cpu-moe have no effect)");
     }
     let bar = Progress::new("loading");
     let progress = std::rc::Rc::new(std::cell::RefCell::new(bar));
@@ -490,10 +497,27 @@ pub fn main_wrapper(tool: &str, f: impl FnOnce() -> Result<()>) -> ExitCode {
     match f() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{tool}: error: {e:#}");
+            eprintln!("{tool}: error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, `a: b: c`, each cause written once
+/// (a cause whose text its parent already shows is skipped).
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// Read a text file as the prompt, byte for byte; it must be UTF-8.

@@ -5,19 +5,25 @@
 //! `llama-bench` (pp/tg throughput, [`bench`](mod@bench)), `llama-tokenize` (text to ids).
 //! This library holds what they share: the synthetic model generator
 //! ([`synth`], [`vocab`]), the cached embedded default model ([`cache`]),
-//! flags and loading ([`cli`]), progress display ([`progress`]), UTF-8
+//! chat templates and conversation ([`chat`]), flags and loading ([`cli`]), progress display ([`progress`]), UTF-8
 //! streaming ([`stream`]) and the run summary ([`summary`]).
 
+pub mod args;
 pub mod bench;
 pub mod cache;
+pub mod chat;
 pub mod cli;
+pub mod devices;
+pub mod outfile;
 pub mod progress;
 pub mod quantize;
+pub mod signals;
 pub mod simtime;
 pub mod stream;
 pub mod summary;
 pub mod synth;
 pub mod synth_arch;
+pub mod synth_budget;
 pub mod timeline_svg;
 pub mod tok;
 pub mod vocab;

@@ -22,7 +22,10 @@ pub enum GgufError {
     Write(#[source] std::io::Error),
 
     /// The first four bytes are not `GGUF`.
-    #[error("bad magic {found:02x?}: not a GGUF file (expected \"GGUF\" = [47, 47, 55, 46])")]
+    #[error(
+        "bad magic {}: not a GGUF file (expected 0x47 0x47 0x55 0x46 = \"GGUF\")",
+        magic_text(found)
+    )]
     BadMagic { found: Vec<u8> },
 
     /// GGUF version 1 (32-bit counts) is not supported.
@@ -195,5 +198,43 @@ fn big_endian_hint(v: u32) -> &'static str {
         " (a big-endian file reads like this)"
     } else {
         ""
+    }
+}
+
+/// The first bytes of a file as `0x47 0x47 0x55 0x58 ("GGUX")`, or a note
+/// that there are none.
+fn magic_text(found: &[u8]) -> String {
+    if found.is_empty() {
+        return "(the file is empty)".into();
+    }
+    let hex: Vec<String> = found.iter().map(|b| format!("0x{b:02x}")).collect();
+    let ascii: String = found
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                b as char
+            } else {
+                '.'
+            }
+        })
+        .collect();
+    format!("{} (\"{ascii}\")", hex.join(" "))
+}
+
+#[cfg(test)]
+mod magic_tests {
+    use super::*;
+
+    #[test]
+    fn magic_bytes_print_as_hex() {
+        let e = GgufError::BadMagic {
+            found: b"GGUX".to_vec(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "bad magic 0x47 0x47 0x55 0x58 (\"GGUX\"): not a GGUF file (expected 0x47 0x47 0x55 0x46 = \"GGUF\")"
+        );
+        let e = GgufError::BadMagic { found: vec![] };
+        assert!(e.to_string().starts_with("bad magic (the file is empty)"));
     }
 }

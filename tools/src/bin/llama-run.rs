@@ -11,11 +11,15 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use ggml_core::GgmlType;
 use llama::{Context, Sampler, SamplerParams};
+use tools::args::run::{ends_with_reverse_prompt, RunExtraArgs};
+use tools::chat::{self as chat_cli, ChatArgs};
 use tools::cli::{self, BatchArgs, MoeCacheArgs, PlacementArgs};
+use tools::outfile::AtomicFile;
 use tools::progress::Progress;
+use tools::signals;
 use tools::simtime::SimRun;
 use tools::stream::Utf8Stream;
 use tools::summary::{stats_delta, RunSummary};
@@ -31,7 +35,7 @@ const DEFAULT_PROMPT: &str = "Once upon a time";
     version,
     about = "Generate text with a GGUF MoE model (llama.cpp flags).",
     long_about = None,
-    after_help = "Multi-letter short flags as in llama.cpp: -ngl, -ub, -ot, -cmoe, -ncmoe, -dev (and -nomb for --offload-min-batch).\n\
+    after_help = "Multi-letter short flags as in llama.cpp: -ngl, -ub, -ot, -cmoe, -ncmoe, -dev, -fa, -tb, -sys, -cnv, -no-cnv, -ctk, -ctv (and -nomb for --offload-min-batch); negative values after a space (--temp -1) and -ngl auto|all as llama.cpp.\n\
 Without -m, runs the embedded default model (generated into $GGML_RS_CACHE, $XDG_CACHE_HOME/ggml-rs or ~/.cache/ggml-rs on first use).\n\
 Examples:\n  llama-run -m Qwen3-30B-A3B-Q4_K_M.gguf -p \"Hello\" -n 64 --device CUDA0 -ngl 99 --cpu-moe\n  llama-run --device SIM0 --cpu-moe -n 32\n  llama-run --synth big.gguf --layers 2 --experts 128 --used 8 --embd 2048 --ff 768 --heads 32 --heads-kv 4 --type Q4_K"
 )]
@@ -64,9 +68,14 @@ struct Args {
     )]
     n_predict: i64,
 
-    /// number of CPU threads (default: all cores)
-    #[arg(short = 't', long = "threads", value_name = "N")]
-    threads: Option<usize>,
+    /// number of CPU threads (default and -1: all cores)
+    #[arg(
+        short = 't',
+        long = "threads",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    threads: Option<i64>,
 
     /// size of the prompt context (0 = from the model)
     #[arg(
@@ -109,15 +118,26 @@ struct Args {
     #[arg(long = "repeat-penalty", value_name = "N", default_value_t = 1.0)]
     repeat_penalty: f32,
 
-    /// last n tokens to consider for the repeat penalty (0 = disabled)
-    #[arg(long = "repeat-last-n", value_name = "N", default_value_t = 64)]
-    repeat_last_n: usize,
+    /// last n tokens to consider for the repeat penalty (0 = disabled, -1 = context size)
+    #[arg(
+        long = "repeat-last-n",
+        value_name = "N",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
+    repeat_last_n: i64,
 
     #[command(flatten)]
     placement: PlacementArgs,
 
     #[command(flatten)]
     moe_cache: MoeCacheArgs,
+
+    #[command(flatten)]
+    chat: ChatArgs,
+
+    #[command(flatten)]
+    extra: RunExtraArgs,
 
     /// do not process escapes in -p (\n, \t, \\, ...)
     #[arg(long = "no-escape")]
@@ -209,11 +229,42 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse_from(cli::normalize_args(std::env::args_os()));
-    cli::main_wrapper(TOOL, || match &args.synth {
+    let stderr_guard = tools::signals::protect_stderr();
+    tools::signals::install_sigint();
+    let argv = match tools::args::normalize(&Args::command(), std::env::args_os()) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("{TOOL}: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let args = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            // print (usage errors, --help, --version) and let the stderr
+            // forwarder drain before exiting
+            let _ = e.print();
+            drop(stderr_guard);
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    let code = cli::main_wrapper(TOOL, || match &args.synth {
         Some(out) => synthesize(&args, out),
+        None if args.extra.list_devices => {
+            tools::devices::print_devices();
+            Ok(())
+        }
+        None if args.chat.chat_render.is_some() => {
+            chat_cli::render_mode(&args.chat, args.model.as_deref())
+        }
         None => run(&args),
-    })
+    });
+    drop(stderr_guard);
+    // a clean end after SIGINT (130) or a closed stdout (141)
+    match tools::signals::exit_code() {
+        Some(c) if code == ExitCode::SUCCESS => ExitCode::from(c),
+        _ => code,
+    }
 }
 
 fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
@@ -268,6 +319,7 @@ fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
         ..p
     };
     p.validate()?;
+    tools::synth_budget::check(&p)?;
     let t0 = Instant::now();
     let mut bar = Progress::new("synthesizing");
     let w = synth::synthesize(&p, &mut |f| bar.set(f))?;
@@ -295,9 +347,18 @@ fn synthesize(a: &Args, out: &PathBuf) -> Result<()> {
 }
 
 fn check_args(a: &Args) -> Result<()> {
-    if a.threads == Some(0) {
-        bail!("-t must be at least 1");
+    if let Some(t) = a.threads {
+        if t == 0 || t < -1 {
+            bail!("-t {t}: must be -1 (all cores) or at least 1");
+        }
     }
+    if a.repeat_last_n < -1 {
+        bail!(
+            "--repeat-last-n {}: must be -1 (context size) or at least 0",
+            a.repeat_last_n
+        );
+    }
+    a.extra.check()?;
     a.batch.check()?;
     if a.n_predict < -1 {
         bail!("-n {}: must be -1 (unlimited) or at least 0", a.n_predict);
@@ -322,27 +383,21 @@ fn check_args(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Writes to a file if one was asked for.
-struct OutFile(Option<(PathBuf, std::io::BufWriter<std::fs::File>)>);
+/// Writes to a file if one was asked for (a temporary name, renamed when
+/// complete: see `tools::outfile`).
+struct OutFile(Option<AtomicFile>);
 
 impl OutFile {
     fn create(path: &Option<PathBuf>) -> Result<OutFile> {
         Ok(OutFile(match path {
-            Some(p) => Some((
-                p.clone(),
-                std::io::BufWriter::new(
-                    std::fs::File::create(p)
-                        .with_context(|| format!("cannot create '{}'", p.display()))?,
-                ),
-            )),
+            Some(p) => Some(AtomicFile::create(p)?),
             None => None,
         }))
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        if let Some((p, w)) = &mut self.0 {
-            w.write_all(bytes)
-                .with_context(|| format!("cannot write '{}'", p.display()))?;
+        if let Some(f) = &mut self.0 {
+            f.write_all(bytes)?;
         }
         Ok(())
     }
@@ -352,12 +407,67 @@ impl OutFile {
     }
 
     fn finish(self) -> Result<()> {
-        if let Some((p, mut w)) = self.0 {
-            w.flush()
-                .with_context(|| format!("cannot write '{}'", p.display()))?;
+        if let Some(f) = self.0 {
+            f.commit()?;
         }
         Ok(())
     }
+}
+
+/// `-cnv`: the chat loop, then the summary over all turns.
+fn conversation(
+    a: &Args,
+    loaded: &cli::Loaded,
+    ctx: &mut Context,
+    sampler: &mut Sampler,
+) -> Result<()> {
+    let model = &loaded.model;
+    let (template, render, source) = chat_cli::model_chat(&a.chat, &model.file, &model.tokenizer)?;
+    eprintln!("{TOOL}: conversation mode, chat template: {source:?}; /exit or Ctrl-D ends it");
+    let params = chat_cli::conversation::ConversationParams {
+        template: &template,
+        render,
+        system_prompt: a.chat.system_prompt.clone(),
+        n_predict: usize::try_from(a.n_predict).ok(),
+        ignore_eos: a.extra.ignore_eos,
+        tool: TOOL,
+    };
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut out = std::io::stdout();
+    let st = chat_cli::conversation::run(ctx, sampler, &params, &mut input, &mut out)?;
+    let prompt_tokens: usize = st.turns.iter().map(|t| t.prompt_tokens).sum();
+    let gen_tokens: usize = st.turns.iter().map(|t| t.gen_tokens).sum();
+    let s = RunSummary {
+        model: loaded.path.display().to_string(),
+        device: cli::device_name(model),
+        expert_copy: !a.placement.no_expert_copy,
+        offload_min_batch: a.placement.offload_min_batch,
+        load_s: loaded.load_s,
+        prompt_tokens,
+        prompt_s: st.prompt_s,
+        prompt_tps: prompt_tokens as f64 / st.prompt_s.max(1e-9),
+        gen_tokens,
+        gen_s: st.gen_s,
+        gen_tps: gen_tokens as f64 / st.gen_s.max(1e-9),
+        gen_decodes: st.gen_decodes,
+        stop: st.stop.clone(),
+        ..Default::default()
+    };
+    eprintln!();
+    eprintln!("{TOOL}: {} turns", st.turns.len());
+    eprint!("{}", s.to_text());
+    if let Some(p) = &a.stats_out {
+        let mut f = AtomicFile::create(p)?;
+        f.write_all((serde_json::to_string_pretty(&s)? + "\n").as_bytes())?;
+        f.commit()?;
+    }
+    if signals::stdout_closed() {
+        signals::set_exit_code(signals::EXIT_STDOUT_CLOSED);
+    } else if signals::interrupted() {
+        signals::set_exit_code(signals::EXIT_INTERRUPTED);
+    }
+    Ok(())
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -372,13 +482,20 @@ fn run(a: &Args) -> Result<()> {
         (None, Some(f)) => cli::read_text_file(f)?,
         (None, None) => DEFAULT_PROMPT.to_string(),
     };
-    let n_threads = a.threads.unwrap_or_else(cli::default_threads);
+    let n_threads = match a.threads {
+        Some(t) if t > 0 => t as usize,
+        _ => cli::default_threads(),
+    };
+    let (kv_type, kv_type_v) = a
+        .extra
+        .kv_types(matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
     // Open every output file before the long work, so a bad path fails fast.
     let mut logits_out = OutFile::create(&a.logits_out)?;
     let mut tokens_out = OutFile::create(&a.tokens_out)?;
-    if let Some(p) = &a.stats_out {
-        std::fs::File::create(p).with_context(|| format!("cannot create '{}'", p.display()))?;
-    }
+    let stats_out = match &a.stats_out {
+        Some(p) => Some(AtomicFile::create(p)?),
+        None => None,
+    };
 
     let loaded = cli::load_model(TOOL, a.model.as_deref(), &a.placement, n_threads)?;
     let model = &loaded.model;
@@ -403,6 +520,8 @@ fn run(a: &Args) -> Result<()> {
 
     let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
     ctx_params.moe_cache = a.moe_cache.params(&a.placement)?;
+    ctx_params.kv_type = kv_type;
+    ctx_params.kv_type_v = Some(kv_type_v);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
 
     let mut sim = ctx
@@ -441,9 +560,17 @@ fn run(a: &Args) -> Result<()> {
         top_p: a.top_p,
         min_p: a.min_p,
         repeat_penalty: a.repeat_penalty,
-        repeat_last_n: a.repeat_last_n,
+        repeat_last_n: if a.repeat_last_n < 0 {
+            ctx.n_ctx()
+        } else {
+            a.repeat_last_n as usize
+        },
         seed,
-    });
+    })
+    .with_penalties(a.extra.presence_penalty, a.extra.frequency_penalty);
+    if chat_cli::conversation_mode(&a.chat, &model.file, a.prompt.is_some() || a.file.is_some()) {
+        return conversation(a, &loaded, &mut ctx, &mut sampler);
+    }
     for &t in &prompt_ids {
         sampler.accept(t);
     }
@@ -456,7 +583,8 @@ fn run(a: &Args) -> Result<()> {
             && !s.is_empty()
             && (out.write_all(s.as_bytes()).is_err() || out.flush().is_err())
         {
-            pipe_open = false; // e.g. `| head`: stop printing, keep going
+            pipe_open = false; // e.g. `| head`: stop, quietly (exit 141)
+            signals::set_stdout_closed();
         }
     };
     // prompt, in batches of -b
@@ -501,18 +629,51 @@ fn run(a: &Args) -> Result<()> {
     let mut gen_tokens = 0usize;
     let mut gen_decodes = 0usize;
     let mut stop = "n_predict";
+    let mut generated = String::new();
+    // a prompt ending in an end-of-generation token has nothing to continue
+    // (unless --ignore-eos)
+    let prompt_ends_eog = !a.extra.ignore_eos
+        && prompt_ids
+            .last()
+            .is_some_and(|&t| tok::is_eog(tokenizer, t));
+    if prompt_ends_eog {
+        stop = "eog";
+    }
+    let eog_ids: Vec<i32> = if a.extra.ignore_eos {
+        tokenizer.eog_tokens().collect()
+    } else {
+        Vec::new()
+    };
     let t_gen = Instant::now();
-    while gen_tokens < limit {
+    while gen_tokens < limit && !prompt_ends_eog {
+        for &e in &eog_ids {
+            if let Some(l) = last_row.get_mut(e as usize) {
+                *l = f32::NEG_INFINITY; // --ignore-eos: never sampled
+            }
+        }
+        if signals::interrupted() {
+            stop = "interrupted";
+            break;
+        }
+        if signals::stdout_closed() {
+            stop = "stdout_closed";
+            break;
+        }
         let id = sampler.sample(&last_row);
         sampler.accept(id);
         gen_tokens += 1;
         tokens_out.write(&id.to_le_bytes())?;
-        let eog = tok::is_eog(tokenizer, id);
+        let eog = !a.extra.ignore_eos && tok::is_eog(tokenizer, id);
+        let mut reverse = false;
         if !eog {
             let s = text.push(&tok::piece(tokenizer, id, false));
             emit(&mut out, &s);
+            if !a.extra.reverse_prompt.is_empty() {
+                generated.push_str(&s);
+                reverse = ends_with_reverse_prompt(&generated, &a.extra.reverse_prompt);
+            }
         }
-        let more = !eog && gen_tokens < limit;
+        let more = !eog && !reverse && gen_tokens < limit;
         // Feed the token when another one follows, or when its logits are
         // asked for (--logits-out has one row per generated token).
         if more || logits_out.is_some() {
@@ -529,6 +690,10 @@ fn run(a: &Args) -> Result<()> {
         }
         if eog {
             stop = "eog";
+            break;
+        }
+        if reverse {
+            stop = "reverse_prompt";
             break;
         }
     }
@@ -569,12 +734,19 @@ fn run(a: &Args) -> Result<()> {
     }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     s.set_cache(ctx.moe_cache_stats());
-    eprintln!();
-    eprint!("{}", s.to_text());
-    if let Some(p) = &a.stats_out {
+    if signals::stdout_closed() {
+        signals::set_exit_code(signals::EXIT_STDOUT_CLOSED);
+    } else {
+        eprintln!();
+        eprint!("{}", s.to_text());
+    }
+    if let Some(mut f) = stats_out {
         let json = serde_json::to_string_pretty(&s)?;
-        std::fs::write(p, json + "\n")
-            .with_context(|| format!("cannot write '{}'", p.display()))?;
+        f.write_all((json + "\n").as_bytes())?;
+        f.commit()?;
+    }
+    if signals::interrupted() {
+        signals::set_exit_code(signals::EXIT_INTERRUPTED);
     }
     Ok(())
 }

@@ -1,0 +1,145 @@
+//! llama.cpp flags of `llama-run` beyond the original set: batch threads,
+//! KV cache types, end-of-generation handling, reverse prompts, presence
+//! and frequency penalties, and the device list.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use ggml_core::GgmlType;
+
+/// The KV cache types llama.cpp's `-ctk` / `-ctv` take that exist here.
+pub const KV_TYPES: &[&str] = &["f16", "f32", "bf16", "q8_0", "q4_0"];
+
+/// More of llama.cpp's `llama-cli` flags.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RunExtraArgs {
+    /// [-tb] threads for prompt batches (-1 = as -t; accepted for llama.cpp
+    /// compatibility: one thread pool serves both here, sized by -t)
+    #[arg(
+        long = "threads-batch",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub threads_batch: Option<i64>,
+
+    /// [-ctk] KV cache type for K: f16 (default), f32, bf16, q8_0, q4_0
+    #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16")]
+    pub cache_type_k: String,
+
+    /// [-ctv] KV cache type for V: f16 (default), f32, bf16, q8_0, q4_0
+    /// (a quantized V needs -fa)
+    #[arg(long = "cache-type-v", value_name = "TYPE", default_value = "f16")]
+    pub cache_type_v: String,
+
+    /// never stop at an end-of-generation token (they are not sampled)
+    #[arg(long = "ignore-eos")]
+    pub ignore_eos: bool,
+
+    /// [-r] stop when the generated text ends with PROMPT; may be repeated
+    #[arg(short = 'r', long = "reverse-prompt", value_name = "PROMPT")]
+    pub reverse_prompt: Vec<String>,
+
+    /// repeat alpha presence penalty (0.0 = disabled)
+    #[arg(
+        long = "presence-penalty",
+        value_name = "N",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub presence_penalty: f32,
+
+    /// repeat alpha frequency penalty (0.0 = disabled)
+    #[arg(
+        long = "frequency-penalty",
+        value_name = "N",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub frequency_penalty: f32,
+
+    /// print the available devices and exit
+    #[arg(long = "list-devices")]
+    pub list_devices: bool,
+}
+
+impl RunExtraArgs {
+    /// The K and V cache element types, checked as llama.cpp checks them:
+    /// known names, a quantized V only with flash attention; types the
+    /// cache cannot hold yet are refused by name.
+    pub fn kv_types(&self, flash_attn: bool) -> Result<(GgmlType, GgmlType)> {
+        let parse = |flag: &str, s: &str| -> Result<GgmlType> {
+            let lower = s.to_ascii_lowercase();
+            if !KV_TYPES.contains(&lower.as_str()) {
+                bail!(
+                    "{flag} {s}: unknown KV cache type (one of {})",
+                    KV_TYPES.join(", ")
+                );
+            }
+            let t = GgmlType::from_name(&lower)
+                .ok_or_else(|| anyhow::anyhow!("{flag} {s}: unknown type"))?;
+            Ok(t)
+        };
+        let k = parse("-ctk", &self.cache_type_k)?;
+        let v = parse("-ctv", &self.cache_type_v)?;
+        if v.is_quantized() && !flash_attn {
+            bail!(
+                "-ctv {}: a quantized V cache needs flash attention (-fa on)",
+                self.cache_type_v
+            );
+        }
+        for (flag, t) in [("-ctk", k), ("-ctv", v)] {
+            if !matches!(t, GgmlType::F16 | GgmlType::F32) {
+                bail!("{flag} {t}: not supported yet: the KV cache holds f16 or f32");
+            }
+        }
+        Ok((k, v))
+    }
+
+    /// Errs on out-of-range values.
+    pub fn check(&self) -> Result<()> {
+        if let Some(n) = self.threads_batch {
+            if n == 0 || n < -1 {
+                bail!("-tb {n}: must be -1 or at least 1");
+            }
+        }
+        for (flag, v) in [
+            ("--presence-penalty", self.presence_penalty),
+            ("--frequency-penalty", self.frequency_penalty),
+        ] {
+            if !v.is_finite() {
+                bail!("{flag} {v}: must be a number");
+            }
+        }
+        if self.reverse_prompt.iter().any(String::is_empty) {
+            bail!("-r: the reverse prompt is empty");
+        }
+        Ok(())
+    }
+}
+
+/// Whether `text` ends with one of the reverse prompts.
+pub fn ends_with_reverse_prompt(text: &str, prompts: &[String]) -> bool {
+    prompts.iter().any(|p| text.ends_with(p.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_types_as_llama_cpp() {
+        let mut a = RunExtraArgs {
+            cache_type_k: "f16".into(),
+            cache_type_v: "f16".into(),
+            ..Default::default()
+        };
+        let err = |a: &RunExtraArgs, fa: bool| a.kv_types(fa).unwrap_err().to_string();
+        assert_eq!(a.kv_types(false).unwrap(), (GgmlType::F16, GgmlType::F16));
+        a.cache_type_k = "F32".into();
+        assert_eq!(a.kv_types(false).unwrap(), (GgmlType::F32, GgmlType::F16));
+        a.cache_type_v = "q8_0".into();
+        assert!(err(&a, false).contains("needs flash attention"));
+        assert!(err(&a, true).contains("not supported yet"));
+        a.cache_type_k = "q9".into();
+        assert!(err(&a, true).contains("unknown KV cache type"));
+    }
+}

@@ -1,0 +1,31 @@
+//! `--list-devices`: the devices `--device` can name, as llama.cpp lists
+//! them (name, description, memory).
+
+use crate::cli::fmt_bytes;
+
+/// Print the device list on stdout.
+pub fn print_devices() {
+    let (devs, why_no_cuda) = llama::device::list_devices();
+    println!("Available devices:");
+    for d in &devs {
+        match d.memory {
+            Some((total, free)) => println!(
+                "  {}: {} ({} total, {} free)",
+                d.name,
+                d.description,
+                fmt_bytes(total as f64),
+                fmt_bytes(free as f64)
+            ),
+            None => println!("  {}: {}", d.name, d.description),
+        }
+    }
+    if let Some(w) = why_no_cuda {
+        println!("  ({w})");
+    }
+}
+
+/// The device llama.cpp would pick with `-ngl` and no `--device`: the
+/// first CUDA device, when the driver reports one.
+pub fn default_gpu() -> Option<String> {
+    llama::device::first_cuda_device()
+}

@@ -1,0 +1,198 @@
+//! llama.cpp's spellings through `llama-run`: each command that misparsed
+//! or was refused before, and what it does now (exit code, message, the
+//! summary in `--stats-out`).
+
+mod common;
+use common::*;
+
+const RUN: &str = env!("CARGO_BIN_EXE_llama-run");
+
+fn m() -> String {
+    model("tiny-qwen3moe-f32.gguf")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Run with `--stats-out` and return the output and the summary.
+fn run_stats(args: &[&str]) -> (std::process::Output, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.json");
+    let mut a: Vec<&str> = args.to_vec();
+    let sp = stats.to_string_lossy().into_owned();
+    a.extend(["--stats-out", &sp]);
+    let o = run(RUN, &a, dir.path());
+    ok(&o);
+    let s = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    (o, s)
+}
+
+#[test]
+fn multi_letter_flags_and_negative_values_parse() {
+    let model = m();
+    let (_, s) = run_stats(&[
+        "-m",
+        &model,
+        "-tb",
+        "2",
+        "-t",
+        "-1",
+        "--temp",
+        "-1",
+        "--repeat-last-n",
+        "-1",
+        "-ngl",
+        "auto",
+        "-fa",
+        "off",
+        "-n",
+        "3",
+        "-p",
+        "hi",
+        "-sys",
+        "X",
+        "-s",
+        "-1",
+    ]);
+    assert_eq!(s["gen_tokens"], 3);
+    for fa in ["on", "off", "auto"] {
+        let (_, s) = run_stats(&["-m", &model, "-fa", fa, "-n", "2", "-p", "hi"]);
+        assert_eq!(s["gen_tokens"], 2, "-fa {fa}");
+    }
+    let (_, s) = run_stats(&["-m", &model, "-ngl", "all", "--device", "SIM0", "-n", "2"]);
+    assert_eq!(s["device"], "SIM0");
+}
+
+#[test]
+fn unsupported_llama_cpp_flags_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, msg) in [
+        (
+            vec!["-hf", "org/repo"],
+            "-hf: not supported: this tool runs local GGUF files",
+        ),
+        (vec!["--hf-repo=org/repo"], "--hf-repo: not supported"),
+        (vec!["--lora", "a.gguf"], "--lora: not supported"),
+        (vec!["-mm", "p.gguf"], "-mm: not supported"),
+    ] {
+        let o = run(RUN, &args, dir.path());
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(msg), "{args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{args:?}: no help, no generation");
+    }
+}
+
+#[test]
+fn kv_cache_types() {
+    let model = m();
+    for (k, v) in [("f32", "f32"), ("f32", "f16"), ("f16", "f32")] {
+        let (_, s) = run_stats(&["-m", &model, "-ctk", k, "-ctv", v, "-n", "2"]);
+        assert_eq!(s["gen_tokens"], 2);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (args, msg) in [
+        (vec!["-ctv", "q8_0"], "needs flash attention"),
+        (vec!["-ctk", "q9_9"], "unknown KV cache type"),
+        (
+            vec!["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"],
+            "not supported yet",
+        ),
+    ] {
+        let mut a = vec!["-m", model.as_str(), "-n", "1"];
+        a.extend(args.iter().copied());
+        let o = run(RUN, &a, dir.path());
+        assert_eq!(o.status.code(), Some(1), "{a:?}");
+        assert!(stderr(&o).contains(msg), "{a:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn trailing_eog_in_the_prompt_stops_and_ignore_eos_goes_on() {
+    let model = m();
+    // `</s>` is the SPM vocabulary's EOS, parsed as the special token
+    let (o, s) = run_stats(&["-m", &model, "-p", "hi</s>", "-n", "8", "--temp", "0"]);
+    assert_eq!(s["gen_tokens"], 0, "{}", stderr(&o));
+    assert_eq!(s["stop"], "eog");
+    let (_, s) = run_stats(&[
+        "-m",
+        &model,
+        "-p",
+        "hi</s>",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--ignore-eos",
+    ]);
+    assert_eq!(s["gen_tokens"], 8);
+    assert_eq!(s["stop"], "n_predict");
+}
+
+#[test]
+fn reverse_prompt_stops_generation() {
+    let model = m();
+    let base = [
+        "-m",
+        model.as_str(),
+        "-p",
+        "hi",
+        "--temp",
+        "0",
+        "--no-display-prompt",
+    ];
+    // the text of the first two generated tokens (greedy: the same each run)
+    let (o, _) = run_stats(&[&base[..], &["-n", "2"]].concat());
+    let two = stdout(&o).trim_end_matches('\n').to_string();
+    assert!(!two.is_empty());
+    let (o2, s2) = run_stats(&[&base[..], &["-n", "12", "-r", &two]].concat());
+    assert_eq!(s2["stop"], "reverse_prompt");
+    assert_eq!(s2["gen_tokens"], 2);
+    assert_eq!(stdout(&o2).trim_end_matches('\n'), two);
+}
+
+#[test]
+fn penalties_are_accepted_and_checked() {
+    let model = m();
+    let (_, s) = run_stats(&[
+        "-m",
+        &model,
+        "-n",
+        "4",
+        "--presence-penalty",
+        "0.5",
+        "--frequency-penalty",
+        "-0.25",
+    ]);
+    assert_eq!(s["gen_tokens"], 4);
+}
+
+#[test]
+fn list_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(RUN, &["--list-devices"], dir.path());
+    ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("CPU") && out.contains("SIM0"), "{out}");
+}
+
+#[test]
+fn ngl_without_device_uses_the_first_gpu_or_says_cpu() {
+    let model = m();
+    let (o, s) = run_stats(&["-m", &model, "-ngl", "99", "--cpu-moe", "-n", "2"]);
+    match llama::device::first_cuda_device() {
+        Some(d) => {
+            assert_eq!(s["device"], d.as_str());
+            assert!(stderr(&o).contains(&format!("using {d}")), "{}", stderr(&o));
+        }
+        None => {
+            assert_eq!(s["device"], "CPU");
+            assert_eq!(
+                stderr(&o)
+                    .matches("no CUDA device found: the CPU runs everything")
+                    .count(),
+                1,
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
+}
