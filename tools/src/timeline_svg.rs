@@ -135,7 +135,7 @@ pub fn render(
             .map(|b| b.ts + b.dur)
             .fold(f64::NEG_INFINITY, f64::max)
     });
-    if !(hi > lo) {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
         bail!("empty time range {lo}..{hi} us");
     }
     let shown: Vec<&Bar> = bars
