@@ -605,7 +605,9 @@ impl Graph {
 
     /// `ggml_mul_mat_id(as, b, ids)`: `as` is `[k, m, n_expert]`, `b` is
     /// `[k, n_used or 1, n_tokens]`, `ids` is I32 `[n_used, n_tokens]`;
-    /// result `[m, n_used, n_tokens]`.
+    /// result `[m, n_used, n_tokens]`. An id of -1 skips its slot (the
+    /// row is an exact zero), so a layer's experts can be split between
+    /// two `mul_mat_id`s on two backends whose outputs are added.
     pub fn mul_mat_id(&mut self, as_: TensorId, b: TensorId, ids: TensorId) -> TensorId {
         let (an, bn, idn) = (self.ne(as_), self.ne(b), self.ne(ids));
         assert_eq!(self.ty(ids), GgmlType::I32, "mul_mat_id: ids must be I32");

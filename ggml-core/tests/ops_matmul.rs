@@ -543,7 +543,8 @@ proptest! {
         bad in 0..4usize,
     ) {
         let mut c = c;
-        let bad_id = [c.n_expert as i32, -1, i32::MAX, i32::MIN][bad];
+        // -1 is not bad: it skips the slot (see mul_mat_id_skipped_slots_*)
+        let bad_id = [c.n_expert as i32, -2, i32::MAX, i32::MIN][bad];
         let p = pos.index(c.ids.len());
         c.ids[p] = bad_id;
         for be in [&CpuBackend::new(1) as &dyn Backend, &CpuBackend::new(3)] {
@@ -555,6 +556,55 @@ proptest! {
                     prop_assert!(msg.contains("'ids'"), "{}", msg);
                 }
                 other => prop_assert!(false, "expected InvalidInput, got {:?}", other),
+            }
+        }
+    }
+}
+
+/// The output of a mul_mat_id case with `ids` in place of the case's.
+fn mul_mat_id_with_ids(c: &MulMatIdCase, ids: &[i32], be: &dyn Backend) -> Vec<f32> {
+    let c = MulMatIdCase {
+        ids: ids.to_vec(),
+        ..c.clone()
+    };
+    let (g, out, _, _, _) = mul_mat_id_graph(&c, be);
+    run(&g, be).unwrap();
+    g.read_f32(out).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Hybrid placement: a layer's experts split between two mul_mat_ids
+    /// (id -1 = "not mine") whose outputs are added give the unsplit
+    /// result, for every type; skipped rows are exact zeros.
+    #[test]
+    fn mul_mat_id_skipped_slots_split_a_layer_exactly(
+        c in mul_mat_id_case(),
+        mine in proptest::collection::vec(any::<bool>(), 8),
+    ) {
+        let be = CpuBackend::new(2);
+        let whole = mul_mat_id_with_ids(&c, &c.ids, &be);
+        let part = |keep: bool| -> Vec<i32> {
+            c.ids
+                .iter()
+                .map(|&x| if mine[x as usize % mine.len()] == keep { x } else { -1 })
+                .collect()
+        };
+        let (ia, ib) = (part(true), part(false));
+        let a = mul_mat_id_with_ids(&c, &ia, &be);
+        let b = mul_mat_id_with_ids(&c, &ib, &be);
+        for (slot, (&x, &y)) in ia.iter().zip(&ib).enumerate() {
+            for r in 0..c.m {
+                let i = slot * c.m + r;
+                if x == -1 {
+                    prop_assert_eq!(a[i].to_bits(), 0, "skipped row not zero");
+                }
+                if y == -1 {
+                    prop_assert_eq!(b[i].to_bits(), 0, "skipped row not zero");
+                }
+                // one side computes the row, the other adds an exact zero
+                prop_assert_eq!(a[i] + b[i], whole[i], "{:?} slot {} row {}", c.ty, slot, r);
             }
         }
     }

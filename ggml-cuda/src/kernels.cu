@@ -748,7 +748,8 @@ extern "C" __global__ void k_mul_mat_vec(float* dst, T4 td, const u8* a, T4 ta, 
 
 // mul_mat_id, one warp per dst element:
 // dst[i0, e, t] = dot(as[:, i0, ids[e, t]], b[:, e % b.ne1, t]).
-// Grid: (ceil(ne0 / MV_WARPS), n_used, n_tokens). Bad ids set *err, give 0.
+// Grid: (ceil(ne0 / MV_WARPS), n_used, n_tokens). Id -1 means "this slot is
+// not mine" (hybrid placement): the row is 0. Other bad ids set *err, give 0.
 extern "C" __global__ void k_mul_mat_id_vec(float* dst, T4 td, const u8* as, T4 ta, int tya,
                                             const u8* b, T4 tb, const u8* ids, T4 ti,
                                             u32* err) {
@@ -761,7 +762,9 @@ extern "C" __global__ void k_mul_mat_id_vec(float* dst, T4 td, const u8* as, T4 
     }
     int ex = *(const int*)(ids + t4_off(ti, e, t, 0, 0));
     float s = 0.0f;
-    if (ex < 0 || (i64)ex >= ta.ne[2]) {
+    if (ex == -1) {
+        // skipped: an exact zero
+    } else if (ex < 0 || (i64)ex >= ta.ne[2]) {
         if (lane == 0) {
             atomicOr(err, 1u);
         }

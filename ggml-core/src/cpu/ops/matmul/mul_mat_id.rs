@@ -13,6 +13,11 @@ use crate::graph::Graph;
 use crate::tensor::TensorId;
 use crate::types::GgmlType;
 
+/// The id that marks a slot another op computes (hybrid placement: a
+/// layer's experts split over two `mul_mat_id`s whose outputs are added):
+/// its output row is an exact zero.
+pub const SKIP_ID: i32 = -1;
+
 pub(crate) fn supports_mul_mat_id(g: &Graph, node: TensorId) -> bool {
     let t = g.tensor(node);
     let (a, b, ids) = (g.tensor(t.src[0]), g.tensor(t.src[1]), g.tensor(t.src[2]));
@@ -79,10 +84,17 @@ pub(crate) fn mul_mat_id(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
             for e in 0..n_used {
                 // SAFETY: within `ids.ne`; the type is I32 (checked above).
                 let id = unsafe { ids.get_i32(e, tok, 0, 0) };
+                if id == SKIP_ID {
+                    // not this op's slot (hybrid placement): an exact zero
+                    // SAFETY: (e, tok) is within dst (shape checked above),
+                    // whose rows are contiguous F32 of m elements.
+                    unsafe { std::ptr::write_bytes(dst.row_ptr(e, tok, 0) as *mut f32, 0, m) };
+                    continue;
+                }
                 if id < 0 || id as usize >= n_expert {
                     return Err(invalid(format!(
                         "mul_mat_id '{name}': expert id {id} at ids[{e}, {tok}] of '{ids_name}' \
-                         is outside 0..{n_expert}"
+                         is outside 0..{n_expert} (and not -1, the skipped slot)"
                     )));
                 }
                 counts[id as usize + 1] += 1;
