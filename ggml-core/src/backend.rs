@@ -231,6 +231,20 @@ pub trait Backend: Send + Sync {
     /// spirit); a no-op where nothing records.
     fn set_label(&self, _label: &str) {}
 
+    /// Start (`true`) or stop recording a timeline of this backend's own
+    /// work from its device's events (CUDA events). Returns whether the
+    /// backend records one; the sim device's timeline is its clock's
+    /// ([`Backend::sim_clock`]), not this.
+    fn set_event_timeline(&self, _on: bool) -> bool {
+        false
+    }
+
+    /// The spans recorded since [`Backend::set_event_timeline`]`(true)`,
+    /// leaving none behind (waits for the recorded work to finish).
+    fn take_event_timeline(&self) -> Result<Option<crate::sim::Timeline>, BackendError> {
+        Ok(None)
+    }
+
     /// The simulated clock this backend advances, if any (the sim device,
     /// and the CPU backend when it joins a sim device's timeline).
     fn sim_clock(&self) -> Option<Arc<crate::sim::SimClock>> {

@@ -8,6 +8,7 @@ use cudarc::driver::{result, CudaContext, CudaEvent, DeviceRepr, LaunchConfig, P
 use ggml_core::backend::{check_range, Event, Stream};
 use ggml_core::offload::offload_host_weight_op;
 use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
+use ggml_core::sim::{Span, SpanKind, Timeline};
 use ggml_core::{
     Backend, BackendError, Buffer, BufferUsage, GgmlType, Graph, Op, TensorData, TensorId,
 };
@@ -103,6 +104,25 @@ struct Scratch {
     mem: Option<DevMem>,
 }
 
+/// One span of a CUDA event timeline: two timing events around work on a
+/// stream.
+struct TraceSpan {
+    name: String,
+    stream: &'static str,
+    kind: SpanKind,
+    bytes: u64,
+    start: CudaEvent,
+    end: CudaEvent,
+}
+
+/// A timeline being recorded from CUDA events (`--timeline-out` on CUDA).
+struct Trace {
+    /// Recorded on the compute stream when recording started: time zero.
+    base: CudaEvent,
+    spans: Vec<TraceSpan>,
+    label: String,
+}
+
 /// The CUDA backend for one device (`CUDA<n>`).
 pub struct CudaBackend {
     dev: Arc<Dev>,
@@ -110,6 +130,7 @@ pub struct CudaBackend {
     err_flag: DevMem,
     scratch: Mutex<Scratch>,
     offload_min_batch: i64,
+    trace: Mutex<Option<Trace>>,
 }
 
 impl CudaBackend {
@@ -151,6 +172,7 @@ impl CudaBackend {
             err_flag,
             scratch: Mutex::new(Scratch::default()),
             offload_min_batch: 32,
+            trace: Mutex::new(None),
         })
     }
 
@@ -159,6 +181,53 @@ impl CudaBackend {
     pub fn with_offload_min_batch(mut self, n: i64) -> CudaBackend {
         self.offload_min_batch = n;
         self
+    }
+
+    /// A timing event recorded now on `stream` (for the event timeline).
+    fn timing_event(&self, stream: Stream) -> Result<CudaEvent, BackendError> {
+        self.dev
+            .stream_of(stream)
+            .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| dev_err("recording a timing event", e))
+    }
+
+    /// Run `f` (work queued on `stream`) between two timing events when a
+    /// timeline is being recorded.
+    fn traced<R>(
+        &self,
+        stream: Stream,
+        kind: SpanKind,
+        bytes: u64,
+        name: impl FnOnce() -> String,
+        f: impl FnOnce() -> Result<R, BackendError>,
+    ) -> Result<R, BackendError> {
+        let on = self.trace.lock().map(|t| t.is_some()).unwrap_or(false);
+        if !on {
+            return f();
+        }
+        let start = self.timing_event(stream)?;
+        let r = f()?;
+        let end = self.timing_event(stream)?;
+        if let Ok(mut t) = self.trace.lock() {
+            if let Some(t) = t.as_mut() {
+                let name = match kind {
+                    SpanKind::Op => name(),
+                    _ => t.label.clone(),
+                };
+                t.spans.push(TraceSpan {
+                    name,
+                    stream: match stream {
+                        Stream::Compute => "compute",
+                        Stream::Copy(_) => "copy0",
+                    },
+                    kind,
+                    bytes,
+                    start,
+                    end,
+                });
+            }
+        }
+        Ok(r)
     }
 
     /// The device's name as the driver reports it (e.g. `NVIDIA H200`).
@@ -867,7 +936,13 @@ impl Backend for CudaBackend {
                 )));
             }
             check |= validates_ids(t.op);
-            self.compute_node(g, n, &mut s)?;
+            self.traced(
+                Stream::Compute,
+                SpanKind::Op,
+                t.nbytes() as u64,
+                || format!("{} {}", t.op.name(), t.name),
+                || self.compute_node(g, n, &mut s),
+            )?;
         }
         if check {
             self.check_err_flag()?;
@@ -908,17 +983,22 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         self.dev.bind()?;
-        // SAFETY: the range was checked against the buffer; the trait's
-        // contract keeps `data` valid and unchanged until the stream's work
-        // is complete (an event on it, or `synchronize`).
-        unsafe {
-            result::memcpy_htod_async(
-                cb.device_ptr() + (dst.offset + offset) as u64,
-                data,
-                self.dev.stream_of(stream).cu_stream(),
-            )
-        }
-        .map_err(|e| dev_err("async host-to-device copy", e))
+        let ptr = cb.device_ptr() + (dst.offset + offset) as u64;
+        self.traced(
+            stream,
+            SpanKind::CopyH2D,
+            data.len() as u64,
+            String::new,
+            || {
+                // SAFETY: the range was checked against the buffer; the trait's
+                // contract keeps `data` valid and unchanged until the stream's
+                // work is complete (an event on it, or `synchronize`).
+                unsafe {
+                    result::memcpy_htod_async(ptr, data, self.dev.stream_of(stream).cu_stream())
+                }
+                .map_err(|e| dev_err("async host-to-device copy", e))
+            },
+        )
     }
 
     fn read_on(
@@ -994,6 +1074,75 @@ impl Backend for CudaBackend {
             )
         }
         .map_err(|e| dev_err("waiting on an event", e))
+    }
+
+    fn set_label(&self, label: &str) {
+        if let Ok(mut t) = self.trace.lock() {
+            if let Some(t) = t.as_mut() {
+                t.label.clear();
+                t.label.push_str(label);
+            }
+        }
+    }
+
+    fn set_event_timeline(&self, on: bool) -> bool {
+        let base = if on {
+            if self.dev.bind().is_err() {
+                return false;
+            }
+            match self.timing_event(Stream::Compute) {
+                Ok(b) => Some(b),
+                Err(_) => return false,
+            }
+        } else {
+            None
+        };
+        if let Ok(mut t) = self.trace.lock() {
+            *t = base.map(|base| Trace {
+                base,
+                spans: Vec::new(),
+                label: String::new(),
+            });
+        }
+        on
+    }
+
+    fn take_event_timeline(&self) -> Result<Option<Timeline>, BackendError> {
+        let spans = {
+            let Ok(mut t) = self.trace.lock() else {
+                return Ok(None);
+            };
+            let Some(t) = t.as_mut() else {
+                return Ok(None);
+            };
+            let spans = std::mem::take(&mut t.spans);
+            // times relative to the base event (elapsed_ms waits for both)
+            let mut out = Vec::with_capacity(spans.len());
+            for (seq, sp) in spans.into_iter().enumerate() {
+                let at = |e: &CudaEvent| -> Result<u64, BackendError> {
+                    let ms = t
+                        .base
+                        .elapsed_ms(e)
+                        .map_err(|e| dev_err("reading a timing event", e))?;
+                    Ok((ms.max(0.0) as f64 * 1e6) as u64)
+                };
+                let (s, e) = (at(&sp.start)?, at(&sp.end)?);
+                out.push(Span {
+                    seq: seq as u64,
+                    backend: self.dev.name.clone(),
+                    stream: sp.stream.to_string(),
+                    kind: sp.kind,
+                    name: sp.name,
+                    start_ns: s,
+                    end_ns: e.max(s),
+                    bytes: sp.bytes,
+                    reads: Vec::new(),
+                    writes: Vec::new(),
+                });
+            }
+            out
+        };
+        Ok(Some(Timeline { spans }))
     }
 
     fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {

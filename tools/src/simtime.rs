@@ -114,3 +114,15 @@ impl SimReport {
         )
     }
 }
+
+/// Write a device's event timeline (CUDA events: wall-clock time, not
+/// simulated) as a Chrome trace.
+pub fn write_event_timeline(device: &dyn ggml_core::Backend, path: &Path) -> Result<()> {
+    let t = device
+        .take_event_timeline()
+        .with_context(|| format!("reading {}'s timeline", device.name()))?
+        .unwrap_or_default();
+    let title = format!("{} events (wall-clock)", device.name());
+    std::fs::write(path, t.to_chrome_json(&title))
+        .with_context(|| format!("cannot write '{}'", path.display()))
+}

@@ -160,9 +160,9 @@ struct Args {
     #[arg(long = "tokens-out", value_name = "FILE")]
     tokens_out: Option<PathBuf>,
 
-    /// write every op, copy and wait of the run on the simulated clock as a
-    /// Chrome trace (open in Perfetto; see docs/timeline.md); needs a sim
-    /// device
+    /// write every op, copy and wait of the run as a Chrome trace (open in
+    /// Perfetto; see docs/timeline.md): from the simulated clock on a sim
+    /// device, from CUDA events (wall-clock) on a CUDA device
     #[arg(long = "timeline-out", value_name = "FILE.json")]
     timeline_out: Option<PathBuf>,
 
@@ -527,9 +527,14 @@ fn run(a: &Args) -> Result<()> {
     let mut sim = ctx
         .sim_clock()
         .map(|c| SimRun::start(c, a.timeline_out.is_some()));
-    if a.timeline_out.is_some() && sim.is_none() {
-        bail!("--timeline-out: needs a simulated device (--device SIM0); device timelines from CUDA events are not recorded yet");
-    }
+    // without a simulated clock, a device that records CUDA events
+    let event_timeline = match (&a.timeline_out, &sim, &model.device) {
+        (Some(_), None, Some(d)) if d.set_event_timeline(true) => Some(d.clone()),
+        (Some(_), None, _) => bail!(
+            "--timeline-out: needs a simulated device (--device SIM0) or a CUDA device (its events)"
+        ),
+        _ => None,
+    };
 
     let tokenizer = &model.tokenizer;
     let prompt_ids = tok::tokenize(tokenizer, &prompt, true, true)?;
@@ -729,6 +734,9 @@ fn run(a: &Args) -> Result<()> {
             .map(|r| r.report(prompt_ids.len(), gen_decodes)),
         ..Default::default()
     };
+    if let (Some(d), Some(p)) = (&event_timeline, &a.timeline_out) {
+        tools::simtime::write_event_timeline(d.as_ref(), p)?;
+    }
     if let (Some(r), Some(p)) = (&sim, &a.timeline_out) {
         r.write_timeline(p)?;
     }
