@@ -225,7 +225,9 @@ pub fn run(
             let Some(a) = s.active.as_mut() else { continue };
             let tok = a.sampler.sample(logits);
             a.sampler.accept(tok);
-            let finish = if model.tokenizer.is_eog(tok) {
+            let finish = if a.job.max_tokens == 0 {
+                Some("length")
+            } else if model.tokenizer.is_eog(tok) {
                 Some("stop")
             } else {
                 a.n_gen += 1;
@@ -296,6 +298,11 @@ fn assign(ctx: &mut Context, slots: &mut [Slot], job: Job, metrics: &Metrics, se
         })
         .map(|(i, _)| i);
     let Some(si) = best else { return };
+    if job.events.is_closed() {
+        // its client left while it waited
+        metrics.requests_cancelled.fetch_add(1, Relaxed);
+        return;
+    }
     let s = &mut slots[si];
     // keep the common prefix; at least the last prompt token is decoded
     let keep = common_prefix(&s.cache, &job.prompt).min(job.prompt.len() - 1);

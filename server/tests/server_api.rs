@@ -355,6 +355,22 @@ fn server_end_to_end() {
     assert_eq!(json_of(&got)["error"]["type"], "authentication_error");
     let (code, _) = curl(&s, "/v1/completions", Some(r#"{"prompt": "x"}"#), None);
     assert_eq!(code, 401);
+    // max_tokens 0: no token, finish "length"
+    let (code, got) = curl(
+        &s,
+        "/v1/completions",
+        Some(r#"{"prompt": "x", "max_tokens": 0}"#),
+        Some(KEY),
+    );
+    assert_eq!(code, 200, "{got}");
+    let v = json_of(&got);
+    assert_eq!(
+        (
+            v["usage"]["completion_tokens"].as_u64(),
+            v["choices"][0]["text"].as_str()
+        ),
+        (Some(0), Some(""))
+    );
     ok_completion(&s);
 
     // a client killed mid-stream frees its slot
@@ -386,14 +402,23 @@ fn server_end_to_end() {
     c.kill().expect("kill curl");
     let _ = c.wait();
     drop(out);
+    let killed_at = metric(&s, "n_decode_total");
     let deadline = Instant::now() + Duration::from_secs(10);
     while metric(&s, "requests_processing") != 0.0 {
         assert!(
             Instant::now() < deadline,
             "the killed client's slot was not freed"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     }
+    let after = metric(&s, "n_decode_total") - killed_at;
+    println!("killed client's slot freed {after} decodes after the kill was seen");
+    // the disconnect shows when the next token is written: the slot is
+    // gone by the decode after that
+    assert!(
+        after <= 2.0,
+        "slot freed only {after} decodes after the kill"
+    );
     assert_eq!(metric(&s, "requests_cancelled_total"), cancelled0 + 1.0);
     assert_eq!(metric(&s, "slots_idle"), 8.0);
     ok_completion(&s);
