@@ -3,7 +3,8 @@
 //! (`llama::chat`, the model's own Jinja template) is merged: the server
 //! calls chat rendering only through a [`ChatRender`] function, so the
 //! integrator swaps [`render_chatml_fallback`] for the template renderer
-//! at one place ([`crate::http::AppState::chat_render`]).
+//! at one place (`chat_render` of `llama-server`'s `main`, stored in
+//! [`crate::http::AppState::chat_render`]).
 
 use anyhow::{bail, Result};
 
@@ -17,8 +18,9 @@ pub struct Message {
 }
 
 /// Renders messages into a prompt; `add_generation_prompt` opens the
-/// assistant's turn.
-pub type ChatRender = fn(&[Message], bool) -> Result<String>;
+/// assistant's turn. A closure, so that a compiled template (the model's
+/// `tokenizer.chat_template` with its BOS/EOS text) can be captured.
+pub type ChatRender = std::sync::Arc<dyn Fn(&[Message], bool) -> Result<String> + Send + Sync>;
 
 /// ChatML: `<|im_start|>ROLE\nCONTENT<|im_end|>\n` per message, then
 /// `<|im_start|>assistant\n` when asked. A stand-in for the model's template.

@@ -32,6 +32,8 @@ pub enum Event {
         id: i32,
         /// Text released by this token.
         text: String,
+        /// Its log-probability and the top alternatives, when asked for.
+        logprobs: Option<TokenLogprobs>,
     },
     /// Text released at the end, not tied to a new token.
     Text(String),
@@ -39,6 +41,50 @@ pub enum Event {
     Done(Usage),
     /// Generation failed.
     Error(String),
+}
+
+/// The log-probability of a chosen token (log-softmax of the model's
+/// logits, before temperature and truncation) and the most likely tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    /// Log-probability of the chosen token.
+    pub logprob: f32,
+    /// The `n` most likely tokens and their log-probabilities, best first.
+    pub top: Vec<(i32, f32)>,
+}
+
+/// [`TokenLogprobs`] of `tok` in `logits` with `n` alternatives.
+pub fn token_logprobs(logits: &[f32], tok: i32, n: usize) -> TokenLogprobs {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let lse = max as f64 + sum.ln();
+    let lp = |l: f32| (f64::from(l) - lse) as f32;
+    let mut idx: Vec<i32> = (0..logits.len() as i32).collect();
+    let n = n.min(idx.len());
+    if n > 0 {
+        idx.select_nth_unstable_by(n - 1, |&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        idx.truncate(n);
+        idx.sort_by(|&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+    } else {
+        idx.clear();
+    }
+    TokenLogprobs {
+        logprob: logits
+            .get(tok as usize)
+            .map_or(f32::NEG_INFINITY, |&l| lp(l)),
+        top: idx
+            .into_iter()
+            .map(|t| (t, lp(logits[t as usize])))
+            .collect(),
+    }
 }
 
 /// Token counts of a finished request.
@@ -225,6 +271,11 @@ pub fn run(
             let Some(a) = s.active.as_mut() else { continue };
             let tok = a.sampler.sample(logits);
             a.sampler.accept(tok);
+            let logprobs = a
+                .job
+                .params
+                .logprobs
+                .map(|n| token_logprobs(logits, tok, n));
             let finish = if a.job.max_tokens == 0 {
                 Some("length")
             } else if model.tokenizer.is_eog(tok) {
@@ -245,7 +296,11 @@ pub fn run(
                 };
                 let text = valid.get(a.sent..end.max(a.sent)).unwrap_or("").to_string();
                 a.sent = end.max(a.sent);
-                let _ = a.job.events.send(Event::Token { id: tok, text });
+                let _ = a.job.events.send(Event::Token {
+                    id: tok,
+                    text,
+                    logprobs,
+                });
                 if stopped {
                     Some("stop")
                 } else if a.n_gen >= a.job.max_tokens || s.cache.len() + 1 >= cfg.n_slot_ctx {
@@ -336,4 +391,21 @@ fn assign(ctx: &mut Context, slots: &mut [Slot], job: Job, metrics: &Metrics, se
         bytes: Vec::new(),
         sent: 0,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logprobs_are_log_softmax() {
+        let l = [1.0f32, 3.0, 2.0, 3.0];
+        let t = token_logprobs(&l, 2, 2);
+        let z: f64 = l.iter().map(|&x| f64::from(x).exp()).sum();
+        assert!((f64::from(t.logprob) - (2.0 - z.ln())).abs() < 1e-6);
+        // best first, ties to the lower id
+        assert_eq!(t.top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3]);
+        assert!(token_logprobs(&l, 0, 0).top.is_empty());
+        assert_eq!(token_logprobs(&l, 0, 10).top.len(), 4);
+    }
 }

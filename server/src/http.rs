@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use crate::chat_fallback::ChatRender;
-use crate::engine::{Event, Job, Usage};
+use crate::engine::{Event, Job, TokenLogprobs, Usage};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::request::{parse_messages, parse_object, parse_params, parse_prompt, GenParams, Prompt};
@@ -419,6 +419,7 @@ async fn collect_response(
 ) -> Response {
     let mut text = String::new();
     let mut tokens = Vec::new();
+    let mut lps: Vec<(i32, TokenLogprobs, usize)> = Vec::new();
     loop {
         let ev = match tokio::time::timeout(st.timeout, rx.recv()).await {
             Ok(Some(ev)) => ev,
@@ -440,8 +441,15 @@ async fn collect_response(
             }
         };
         match ev {
-            Event::Token { id, text: t } => {
+            Event::Token {
+                id,
+                text: t,
+                logprobs,
+            } => {
                 tokens.push(id);
+                if let Some(l) = logprobs {
+                    lps.push((id, l, text.len()));
+                }
                 text.push_str(&t);
             }
             Event::Text(t) => text.push_str(&t),
@@ -458,6 +466,9 @@ async fn collect_response(
                 if p.return_tokens {
                     choice["tokens"] = json!(tokens);
                 }
+                if p.logprobs.is_some() {
+                    choice["logprobs"] = logprobs_json(&st, kind, &lps);
+                }
                 return Json(json!({
                     "id": id,
                     "object": if kind == Kind::Chat { "chat.completion" } else { "text_completion" },
@@ -468,6 +479,55 @@ async fn collect_response(
                 }))
                 .into_response();
             }
+        }
+    }
+}
+
+fn piece(st: &AppState, id: i32) -> (String, Vec<u8>) {
+    let b = st.model.tokenizer.token_to_piece(id, false);
+    (String::from_utf8_lossy(&b).into_owned(), b)
+}
+
+/// OpenAI's `logprobs` object: completions' `tokens` / `token_logprobs` /
+/// `top_logprobs` / `text_offset` arrays, or chat's `content` list.
+fn logprobs_json(st: &AppState, kind: Kind, lps: &[(i32, TokenLogprobs, usize)]) -> Value {
+    match kind {
+        Kind::Completion => {
+            let tops: Vec<Value> = lps
+                .iter()
+                .map(|(_, l, _)| {
+                    let m: Map<String, Value> = l
+                        .top
+                        .iter()
+                        .map(|&(t, p)| (piece(st, t).0, json!(p)))
+                        .collect();
+                    Value::Object(m)
+                })
+                .collect();
+            json!({
+                "tokens": lps.iter().map(|(id, _, _)| piece(st, *id).0).collect::<Vec<_>>(),
+                "token_logprobs": lps.iter().map(|(_, l, _)| l.logprob).collect::<Vec<_>>(),
+                "top_logprobs": tops,
+                "text_offset": lps.iter().map(|(_, _, o)| *o).collect::<Vec<_>>(),
+            })
+        }
+        Kind::Chat => {
+            let content: Vec<Value> = lps
+                .iter()
+                .map(|(id, l, _)| {
+                    let (t, b) = piece(st, *id);
+                    let top: Vec<Value> = l
+                        .top
+                        .iter()
+                        .map(|&(a, p)| {
+                            let (t, b) = piece(st, a);
+                            json!({"token": t, "logprob": p, "bytes": b})
+                        })
+                        .collect();
+                    json!({"token": t, "logprob": l.logprob, "bytes": b, "top_logprobs": top})
+                })
+                .collect();
+            json!({ "content": content })
         }
     }
 }
@@ -488,6 +548,7 @@ impl StreamState {
         &self,
         text: Option<&str>,
         tokens: &[i32],
+        lp: Option<&TokenLogprobs>,
         finish: Option<&str>,
         usage: Option<&Usage>,
     ) -> SseEvent {
@@ -506,6 +567,9 @@ impl StreamState {
         };
         if self.p.return_tokens {
             choice["tokens"] = json!(tokens);
+        }
+        if let (Some(l), [id]) = (lp, tokens) {
+            choice["logprobs"] = logprobs_json(&self.st, self.kind, &[(*id, l.clone(), 0)]);
         }
         let mut v = json!({
             "id": self.id,
@@ -553,22 +617,22 @@ fn stream_response(
                 Err(_) => Event::Error("no token within --timeout".into()),
             };
             let out = match ev {
-                Event::Token { id, text } => {
-                    if text.is_empty() && !s.p.return_tokens && s.started {
+                Event::Token { id, text, logprobs } => {
+                    if text.is_empty() && !s.p.return_tokens && logprobs.is_none() && s.started {
                         continue;
                     }
-                    let c = s.chunk(Some(&text), &[id], None, None);
+                    let c = s.chunk(Some(&text), &[id], logprobs.as_ref(), None, None);
                     s.started = true;
                     c
                 }
                 Event::Text(t) => {
-                    let c = s.chunk(Some(&t), &[], None, None);
+                    let c = s.chunk(Some(&t), &[], None, None, None);
                     s.started = true;
                     c
                 }
                 Event::Done(u) => {
                     s.send_done = true;
-                    s.chunk(None, &[], Some(u.finish_reason), Some(&u))
+                    s.chunk(None, &[], None, Some(u.finish_reason), Some(&u))
                 }
                 Event::Error(e) => {
                     s.done = true;

@@ -30,7 +30,14 @@ pub struct GenParams {
     pub stream: bool,
     /// `return_tokens` (llama.cpp's): add the generated token ids to each choice / chunk.
     pub return_tokens: bool,
+    /// Log-probabilities of the chosen tokens and of this many top
+    /// alternatives: completions' `logprobs: N` (or llama.cpp's `n_probs`),
+    /// chat's `logprobs: true` with `top_logprobs: N`. `None`: none.
+    pub logprobs: Option<usize>,
 }
+
+/// Most alternatives `logprobs` / `top_logprobs` may ask for.
+pub const MAX_TOP_LOGPROBS: i64 = 20;
 
 /// A completion prompt: text or token ids.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,7 +166,28 @@ pub fn parse_params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
         stop,
         stream: opt_bool(m, "stream")?.unwrap_or(false),
         return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
+        logprobs: parse_logprobs(m)?,
     })
+}
+
+fn parse_logprobs(m: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    let top = |key: &str| -> Result<Option<usize>, ApiError> {
+        match opt_int(m, key, 0)? {
+            Some(n) if n > MAX_TOP_LOGPROBS => Err(ApiError::bad_request(format!(
+                "'{key}' is {n}: at most {MAX_TOP_LOGPROBS}"
+            ))),
+            n => Ok(n.map(|n| n as usize)),
+        }
+    };
+    match m.get("logprobs") {
+        // chat: a boolean, with top_logprobs alternatives
+        Some(Value::Bool(true)) => Ok(Some(top("top_logprobs")?.unwrap_or(0))),
+        Some(Value::Bool(false)) | Some(Value::Null) => Ok(None),
+        // completions: the number of alternatives
+        Some(Value::Number(_)) => top("logprobs"),
+        Some(v) => Err(wrong("logprobs", "a boolean or an integer", v)),
+        None => top("n_probs"),
+    }
 }
 
 /// `/v1/completions`: the prompt (a string, one string in an array, or token ids).
@@ -261,6 +289,20 @@ mod tests {
             (Some(5), 0.0, Some(3), true)
         );
         assert_eq!(p.stop, vec!["x".to_string()]);
+        assert_eq!(p.logprobs, None);
+        let lp = |v: Value| parse_params(&obj(v)).map(|p| p.logprobs);
+        assert_eq!(lp(json!({"logprobs": 3})).unwrap(), Some(3));
+        assert_eq!(
+            lp(json!({"logprobs": true, "top_logprobs": 2})).unwrap(),
+            Some(2)
+        );
+        assert_eq!(lp(json!({"logprobs": true})).unwrap(), Some(0));
+        assert_eq!(lp(json!({"n_probs": 4})).unwrap(), Some(4));
+        assert!(lp(json!({"logprobs": 21}))
+            .unwrap_err()
+            .message
+            .contains("at most 20"));
+        assert!(lp(json!({"logprobs": "x"})).is_err());
     }
 
     #[test]

@@ -214,6 +214,39 @@ fn server_end_to_end() {
     assert_eq!(json!(st), a["choices"][0]["tokens"]);
     assert_eq!(Some(stext.as_str()), a["choices"][0]["text"].as_str());
     assert_eq!(fin.as_deref(), Some("length"));
+    // logprobs: greedy picks the most likely token, so its logprob is the top one
+    let req =
+        json!({"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0, "logprobs": 3})
+            .to_string();
+    let (code, body) = curl(&s, "/v1/completions", Some(&req), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let lp = &json_of(&body)["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().map(Vec::len), Some(5), "{lp}");
+    for (i, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
+        let top = top.as_object().unwrap();
+        assert!(top.len() <= 3 && !top.is_empty());
+        let chosen = lp["token_logprobs"][i].as_f64().unwrap();
+        let best = top
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        assert!(chosen <= 0.0 && (chosen - best).abs() < 1e-6, "{lp}");
+    }
+    let req = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0, "logprobs": true, "top_logprobs": 2});
+    let (code, body) = curl(
+        &s,
+        "/v1/chat/completions",
+        Some(&req.to_string()),
+        Some(KEY),
+    );
+    assert_eq!(code, 200, "{body}");
+    let content = json_of(&body)["choices"][0]["logprobs"]["content"].clone();
+    assert_eq!(content.as_array().map(Vec::len), Some(3), "{content}");
+    assert_eq!(content[0]["top_logprobs"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        content[0]["top_logprobs"][0]["logprob"],
+        content[0]["logprob"]
+    );
     // chat, plain and streamed
     let creq = json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0});
     let (code, body) = curl(
@@ -504,6 +537,8 @@ text = "".join(ch.choices[0].text for ch in c.completions.create(model=model, pr
 assert text == r.choices[0].text, (text, r.choices[0].text)
 ch = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0)
 assert ch.choices[0].message.role == "assistant" and ch.usage.completion_tokens == 5, ch
+lp = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0, logprobs=True, top_logprobs=2).choices[0].logprobs
+assert len(lp.content) == 5 and len(lp.content[0].top_logprobs) == 2 and lp.content[0].logprob <= 0, lp
 parts = [k.choices[0].delta.content or "" for k in c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0, stream=True)]
 assert "".join(parts) == ch.choices[0].message.content, parts
 try:

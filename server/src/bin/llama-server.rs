@@ -78,7 +78,8 @@ fn serve(a: &ServerArgs) -> Result<()> {
         n_slot_ctx,
         default_max_tokens: usize::try_from(a.n_predict).ok(),
         timeout: Duration::from_secs(a.timeout),
-        chat_render: render_chatml_fallback,
+        // the integrator: swap for the model's template (llama::chat) here
+        chat_render: Arc::new(render_chatml_fallback),
         max_token_bytes,
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
