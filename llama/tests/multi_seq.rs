@@ -48,8 +48,13 @@ fn other_prompt(fx: &Fixture) -> Vec<i32> {
 fn check(name: &str) {
     let fx = Fixture::load(name);
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("load"));
+    check_model(name, &fx, &model);
+}
+
+fn check_model(name: &str, fx: &Fixture, model: &Arc<Model>) {
+    let (fx, model) = (fx, model.clone());
     let a = fx.tokens.clone();
-    let b = other_prompt(&fx);
+    let b = other_prompt(fx);
     let gen_a: Vec<i32> = fx.gen.iter().copied().take(4).collect();
     let gen_b: Vec<i32> = gen_a.iter().rev().copied().collect();
     for n_ubatch in [512, 7] {
@@ -144,6 +149,25 @@ fn check(name: &str) {
 #[test]
 fn together_qwen3moe_f32() {
     check(MODELS[0]);
+}
+
+/// The same on the simulated device with the experts in host memory
+/// (the KV cache in device memory, expert copies per ubatch of mixed
+/// sequences).
+#[test]
+fn together_qwen3moe_sim_device_cpu_moe() {
+    let fx = Fixture::load(MODELS[0]);
+    let dev = llama::device::open_device("SIM0", 2, 1).expect("SIM0");
+    let params = ModelParams {
+        device: dev,
+        placement: llama::placement::Placement {
+            cpu_moe: true,
+            ..Default::default()
+        },
+        progress: None,
+    };
+    let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
+    check_model("tiny-qwen3moe-f32 on SIM0 --cpu-moe", &fx, &model);
 }
 
 #[test]
