@@ -128,7 +128,8 @@ impl ServerArgs {
                 let _ = e.print();
                 std::process::exit(0);
             }
-            anyhow::anyhow!("{e}")
+            let msg = e.to_string();
+            anyhow::anyhow!("{}", msg.trim_start_matches("error: ").trim_end())
         })?;
         a.check()?;
         Ok(a)
