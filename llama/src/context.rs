@@ -1,4 +1,5 @@
-//! The inference context: KV cache, scheduler and logits of one sequence.
+//! The inference context: KV cache (one or several sequences), scheduler
+//! and logits.
 //! A tool, a test or a server drives it: tokenize, decode a batch (split
 //! into ubatches), read the logits of any output row, sample.
 
@@ -7,11 +8,12 @@ use std::sync::{Arc, Mutex};
 use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorData, TensorId};
 use ggml_sched::Scheduler;
 
+use crate::batch::Batch;
 use crate::error::{LlamaError, Result};
 use crate::expert_copy::{ExpertCopyStats, IdFilter, PolicyShared};
 use crate::graph::decoder::DecoderGraph;
 use crate::graph::GraphBuilder;
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, SeqId, MAX_SEQ};
 use crate::model::Model;
 use crate::moe_cache::layout::{bytes_for_all, model_groups};
 use crate::moe_cache::{
@@ -101,6 +103,7 @@ pub struct Context {
     input_buf: Option<Arc<dyn ggml_core::Buffer>>,
     logits: Vec<f32>,
     n_outputs: usize,
+    output_of: Vec<i32>,
     last_expert_ids: Vec<Vec<i32>>,
     stats: TransferStats,
     cache: Option<Arc<Mutex<CacheShared>>>,
@@ -171,6 +174,7 @@ impl Context {
             input_buf: None,
             logits: Vec::new(),
             n_outputs: 0,
+            output_of: Vec::new(),
             last_expert_ids: Vec::new(),
             stats: TransferStats::default(),
             cache,
@@ -262,11 +266,29 @@ impl Context {
         self.kv.n_past
     }
 
-    /// Forget the sequence.
+    /// Forget every sequence.
     pub fn clear(&mut self) {
         self.kv.clear();
         self.logits.clear();
         self.n_outputs = 0;
+        self.output_of.clear();
+    }
+
+    /// Remove positions `p0..p1` (`p1 < 0`: to the end) of sequence `s`
+    /// (`s < 0`: of all) from the cache ([`KvCache::seq_rm`]).
+    pub fn seq_rm(&mut self, s: SeqId, p0: i32, p1: i32) {
+        self.kv.seq_rm(s, p0, p1);
+    }
+
+    /// Let `dst` share the cells of `src` at positions `p0..p1`
+    /// ([`KvCache::seq_cp`]): a common prompt prefix decoded once.
+    pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: i32, p1: i32) {
+        self.kv.seq_cp(src, dst, p0, p1);
+    }
+
+    /// The largest position sequence `s` holds in the cache.
+    pub fn seq_pos_max(&self, s: SeqId) -> Option<i32> {
+        self.kv.seq_pos_max(s)
     }
 
     /// Tokenize text with the model's vocabulary.
@@ -277,75 +299,202 @@ impl Context {
             .map_err(|e| LlamaError::Tokenizer(e.to_string()))
     }
 
-    /// Decode `tokens` at the next positions. With `all_logits`, logits are
-    /// kept for every token; otherwise for the last one only.
+    /// Decode `tokens` at the next positions of sequence 0. With
+    /// `all_logits`, logits are kept for every token; otherwise for the last
+    /// one only. (The single-sequence form of [`Context::decode_batch`].)
     pub fn decode(&mut self, tokens: &[i32], all_logits: bool) -> Result<()> {
         if tokens.is_empty() {
             return Err(LlamaError::Batch("empty batch".into()));
         }
-        if tokens.len() > self.params.n_batch {
+        let start = self.kv.seq_pos_max(0).map_or(0, |p| p + 1);
+        let free = self.kv.size - self.kv.used_cells();
+        if tokens.len() > free {
+            return Err(LlamaError::ContextFull(format!(
+                "{} tokens after {} in a context of {} (-c)",
+                tokens.len(),
+                self.kv.used_cells(),
+                self.kv.size
+            )));
+        }
+        let mut batch = Batch::new();
+        for (i, &t) in tokens.iter().enumerate() {
+            let out = all_logits || i + 1 == tokens.len();
+            batch.add(t, start + i as i32, 0, out);
+        }
+        self.decode_batch(&batch)
+    }
+
+    /// Decode a batch mixing tokens of any sequences (split into ubatches
+    /// of at most `-ub` tokens, each stored in a run of free cells). Each
+    /// token's position must follow its sequence's last one (in the cache
+    /// or earlier in the batch). Logits are kept for the tokens flagged in
+    /// `batch.logits`, in batch order: [`Context::logits`] reads output row
+    /// `i`, [`Context::batch_logits`] the row of batch token `j`.
+    pub fn decode_batch(&mut self, batch: &Batch) -> Result<()> {
+        self.check_batch(batch)?;
+        let n_vocab = self.model.hparams.n_vocab;
+        let n_total_out = batch.n_outputs();
+        let mut logits = Vec::with_capacity(n_total_out * n_vocab);
+        self.last_expert_ids.clear();
+        let mut stored: Vec<(usize, usize)> = Vec::new();
+        let r = self.decode_ubatches(batch, &mut logits, &mut stored);
+        if let Err(e) = r {
+            // a failed batch leaves the cache as it was
+            for &(c, n) in &stored {
+                self.kv.release(c, n);
+            }
+            self.logits.clear();
+            self.n_outputs = 0;
+            self.output_of.clear();
+            return Err(e);
+        }
+        self.logits = logits;
+        self.n_outputs = n_total_out;
+        let mut row = 0;
+        self.output_of = batch
+            .logits
+            .iter()
+            .map(|&l| {
+                if l {
+                    row += 1;
+                    row - 1
+                } else {
+                    -1
+                }
+            })
+            .collect();
+        Ok(())
+    }
+
+    /// The ubatches of a checked batch; `stored` collects the cell runs
+    /// taken, so that a failure can free them.
+    fn decode_ubatches(
+        &mut self,
+        batch: &Batch,
+        logits: &mut Vec<f32>,
+        stored: &mut Vec<(usize, usize)>,
+    ) -> Result<()> {
+        let mut i = 0;
+        while i < batch.len() {
+            // a ubatch of consecutive tokens, in as large a run of free
+            // cells as there is (a fragmented cache takes smaller pieces)
+            let mut n = self.params.n_ubatch.min(batch.len() - i);
+            let cell0 = loop {
+                if let Some(c) = self.kv.find_slot(n) {
+                    break c;
+                }
+                if n == 1 {
+                    return Err(LlamaError::ContextFull(format!(
+                        "no free cell for a token of sequence {} in a context of {} (-c)",
+                        batch.seq_id[i], self.kv.size
+                    )));
+                }
+                n = n.div_ceil(2);
+            };
+            let r = i..i + n;
+            self.kv
+                .occupy(cell0, &batch.pos[r.clone()], &batch.seq_id[r.clone()]);
+            stored.push((cell0, n));
+            let out_rows: Vec<i32> = batch.logits[r.clone()]
+                .iter()
+                .enumerate()
+                .filter(|(_, &l)| l)
+                .map(|(k, _)| k as i32)
+                .collect();
+            let out = self.decode_ubatch(batch, r, cell0, &out_rows)?;
+            logits.extend_from_slice(&out);
+            i += n;
+        }
+        Ok(())
+    }
+
+    /// Errs on an empty or oversized batch, ragged arrays, a token id out of
+    /// the vocabulary, a sequence id out of range, a position that does not
+    /// follow its sequence, or more tokens than free cells.
+    fn check_batch(&self, batch: &Batch) -> Result<()> {
+        if batch.is_empty() {
+            return Err(LlamaError::Batch("empty batch".into()));
+        }
+        let n = batch.len();
+        if batch.pos.len() != n || batch.seq_id.len() != n || batch.logits.len() != n {
+            return Err(LlamaError::Batch(format!(
+                "batch arrays differ in length: {} tokens, {} positions, {} sequence ids, {} logits flags",
+                n,
+                batch.pos.len(),
+                batch.seq_id.len(),
+                batch.logits.len()
+            )));
+        }
+        if n > self.params.n_batch {
             return Err(LlamaError::Batch(format!(
                 "{} tokens exceed the batch size {} (-b)",
-                tokens.len(),
-                self.params.n_batch
+                n, self.params.n_batch
             )));
         }
         let n_vocab = self.model.hparams.n_vocab;
-        if let Some(&bad) = tokens.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+        if let Some(&bad) = batch
+            .tokens
+            .iter()
+            .find(|&&t| t < 0 || t as usize >= n_vocab)
+        {
             return Err(LlamaError::Batch(format!(
                 "token id {bad} is out of range (vocabulary of {n_vocab})"
             )));
         }
-        if self.kv.n_past + tokens.len() > self.kv.size {
+        let mut next: Vec<Option<i32>> = vec![None; MAX_SEQ];
+        for (&s, &p) in batch.seq_id.iter().zip(&batch.pos) {
+            if !(0..MAX_SEQ as i32).contains(&s) {
+                return Err(LlamaError::Batch(format!(
+                    "sequence id {s} is out of range (0..{MAX_SEQ})"
+                )));
+            }
+            let want =
+                next[s as usize].unwrap_or_else(|| self.kv.seq_pos_max(s).map_or(0, |m| m + 1));
+            if p != want {
+                return Err(LlamaError::Batch(format!(
+                    "position {p} of sequence {s} does not follow its last position (expected {want})"
+                )));
+            }
+            next[s as usize] = Some(p + 1);
+        }
+        let free = self.kv.size - self.kv.used_cells();
+        if n > free {
             return Err(LlamaError::ContextFull(format!(
-                "{} tokens after {} in a context of {} (-c)",
-                tokens.len(),
-                self.kv.n_past,
+                "{n} tokens with {free} free cells in a context of {} (-c)",
                 self.kv.size
             )));
         }
-        let n_total_out = if all_logits { tokens.len() } else { 1 };
-        let mut logits = Vec::with_capacity(n_total_out * n_vocab);
-        let start = self.kv.n_past;
-        self.last_expert_ids.clear();
-        for chunk_start in (0..tokens.len()).step_by(self.params.n_ubatch) {
-            let end = (chunk_start + self.params.n_ubatch).min(tokens.len());
-            let ub = &tokens[chunk_start..end];
-            let n_out = if all_logits {
-                ub.len()
-            } else if end == tokens.len() {
-                1
-            } else {
-                0
-            };
-            let out = self.decode_ubatch(ub, start + chunk_start, n_out)?;
-            logits.extend_from_slice(&out);
-        }
-        self.kv.n_past = start + tokens.len();
-        self.logits = logits;
-        self.n_outputs = n_total_out;
         Ok(())
     }
 
-    fn decode_ubatch(&mut self, ub: &[i32], pos0: usize, n_out: usize) -> Result<Vec<f32>> {
+    fn decode_ubatch(
+        &mut self,
+        batch: &Batch,
+        r: std::ops::Range<usize>,
+        cell0: usize,
+        out_rows: &[i32],
+    ) -> Result<Vec<f32>> {
         let model = Arc::clone(&self.model);
-        let n_tokens = ub.len();
-        let n_out_graph = n_out.max(1);
+        let n_tokens = r.len();
+        let n_out = out_rows.len();
+        // with no output row the graph still computes the last one
+        let last = [n_tokens as i32 - 1];
+        let out_rows = if n_out == 0 { &last[..] } else { out_rows };
         // pad the attended cells so that the graph's shape (and the
         // scheduler's plan) stays the same for runs of tokens (llama.cpp: 32)
-        let n_kv = (pos0 + n_tokens).next_multiple_of(KV_PAD).min(self.kv.size);
+        let n_kv = self.kv.n_kv(KV_PAD, cell0 + n_tokens);
         let mut b = GraphBuilder::new(&model);
         if let Some(c) = &self.cache {
             let mut c = lock(c);
             c.begin_ubatch(n_tokens);
             b.moe_cache = Some(Arc::clone(&c.layout));
         }
-        let dg = b.build_decoder(&self.kv, n_tokens, pos0, n_kv, n_out_graph);
+        let dg = b.build_decoder(&self.kv, n_tokens, cell0, n_kv, out_rows.len());
         if let Some(c) = &self.cache {
             lock(c).note_bypassed(&b.moe_cache_bypassed);
         }
         let mut g = b.g;
-        self.bind_inputs(&mut g, &dg, ub, pos0, n_kv, n_out_graph)?;
+        self.bind_inputs(&mut g, &dg, batch, r, n_kv, out_rows)?;
         self.run(&mut g)?;
         self.last_expert_ids.clear();
         if self.params.record_expert_ids {
@@ -363,44 +512,48 @@ impl Context {
         Ok(g.read_f32(dg.logits)?)
     }
 
-    /// Put the ubatch's inputs in a host buffer and bind the input tensors to it.
+    /// Put the ubatch's inputs in a host buffer and bind the input tensors
+    /// to it. The mask lets a token see the cells of its own sequence at
+    /// positions up to its own (and, through a sliding window, after
+    /// `pos - n_swa`).
     fn bind_inputs(
         &mut self,
         g: &mut Graph,
         dg: &DecoderGraph,
-        ub: &[i32],
-        pos0: usize,
+        batch: &Batch,
+        r: std::ops::Range<usize>,
         n_kv: usize,
-        n_out: usize,
+        out_rows: &[i32],
     ) -> Result<()> {
-        let n = ub.len();
+        let n = r.len();
+        let ub = &batch.tokens[r.clone()];
+        let pos = &batch.pos[r.clone()];
+        let seq = &batch.seq_id[r];
+        let cells = &self.kv.cells()[..n_kv];
+        let w = self.model.hparams.n_swa as i64;
         let mut mask = vec![f32::NEG_INFINITY; n_kv * n];
+        let mut mask_swa = dg.mask_swa.map(|_| vec![f32::NEG_INFINITY; n_kv * n]);
         for i in 0..n {
-            for j in 0..=pos0 + i {
-                mask[i * n_kv + j] = 0.0;
-            }
-        }
-        // sliding window (gpt-oss): a query at position i sees i - n_swa < j <= i
-        let mask_swa = dg.mask_swa.map(|_| {
-            let w = self.model.hparams.n_swa;
-            let mut m = vec![f32::NEG_INFINITY; n_kv * n];
-            for i in 0..n {
-                let p = pos0 + i;
-                for j in (p + 1).saturating_sub(w)..=p {
-                    m[i * n_kv + j] = 0.0;
+            let p = pos[i];
+            for (j, c) in cells.iter().enumerate() {
+                if c.has_seq(seq[i]) && c.pos <= p {
+                    mask[i * n_kv + j] = 0.0;
+                    // sliding window (gpt-oss): p - n_swa < pos_j <= p
+                    if let Some(m) = &mut mask_swa {
+                        if i64::from(c.pos) > i64::from(p) - w {
+                            m[i * n_kv + j] = 0.0;
+                        }
+                    }
                 }
             }
-            m
-        });
-        let pos: Vec<i32> = (0..n).map(|i| (pos0 + i) as i32).collect();
-        let out_ids: Vec<i32> = ((n - n_out)..n).map(|i| i as i32).collect();
+        }
         let mut parts: Vec<(TensorId, Vec<u8>)> = vec![
             (dg.tokens, bytemuck::cast_slice(ub).to_vec()),
-            (dg.pos, bytemuck::cast_slice(&pos).to_vec()),
+            (dg.pos, bytemuck::cast_slice(pos).to_vec()),
             (dg.mask, bytemuck::cast_slice(&mask).to_vec()),
         ];
         if let Some(o) = dg.out_ids {
-            parts.push((o, bytemuck::cast_slice(&out_ids).to_vec()));
+            parts.push((o, bytemuck::cast_slice(out_rows).to_vec()));
         }
         if let (Some(t), Some(m)) = (dg.mask_swa, &mask_swa) {
             parts.push((t, bytemuck::cast_slice(m).to_vec()));
@@ -567,6 +720,13 @@ impl Context {
             }
         }
         Ok(())
+    }
+
+    /// Logits of batch token `j` of the last [`Context::decode_batch`]
+    /// (`None` unless its logits were asked for).
+    pub fn batch_logits(&self, j: usize) -> Option<&[f32]> {
+        let row = *self.output_of.get(j)?;
+        usize::try_from(row).ok().and_then(|r| self.logits(r))
     }
 
     /// Number of logit rows kept by the last `decode`.

@@ -6,6 +6,14 @@
 //! MLA layers (deepseek2) cache one row of `kv_lora_rank + qk_rope` per
 //! cell, the compressed latent and the roped key part, and no V: the value
 //! is the latent, read as a view of the K rows.
+//!
+//! The cache is llama.cpp's unified cache: every cell records the position
+//! it holds and the set of sequences it belongs to ([`KvCell`]), so several
+//! sequences share one memory; a ubatch is stored in a run of free cells
+//! ([`KvCache::find_slot`]), the attention mask is built per token from the
+//! cells (same sequence, position not after the token's), and a sequence
+//! is removed, copied or kept by position range ([`KvCache::seq_rm`],
+//! [`KvCache::seq_cp`], [`KvCache::seq_keep`]).
 
 use std::sync::Arc;
 
@@ -61,14 +69,42 @@ impl LayerKv {
     }
 }
 
-/// The cache of a context: a single sequence of `size` cells.
+/// A sequence id (llama.cpp's `llama_seq_id`): `0..MAX_SEQ`.
+pub type SeqId = i32;
+
+/// Sequences one cache can hold (a cell's sequence set is a 64-bit mask).
+pub const MAX_SEQ: usize = 64;
+
+/// What one cache cell holds: a position and the sequences that see it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvCell {
+    /// Position of the token stored here; meaningless when `seq == 0`.
+    pub pos: i32,
+    /// Bit `s` set: sequence `s` holds this cell. 0 = free.
+    pub seq: u64,
+}
+
+impl KvCell {
+    /// Whether no sequence holds the cell.
+    pub fn is_empty(&self) -> bool {
+        self.seq == 0
+    }
+    /// Whether sequence `s` holds the cell.
+    pub fn has_seq(&self, s: SeqId) -> bool {
+        (0..MAX_SEQ as i32).contains(&s) && self.seq & (1u64 << s) != 0
+    }
+}
+
+/// The cache of a context: `size` cells shared by up to [`MAX_SEQ`] sequences.
 pub struct KvCache {
     /// Per-layer memory.
     pub layers: Vec<LayerKv>,
     /// Cells.
     pub size: usize,
-    /// Cells filled (the next position).
+    /// The next position of sequence 0 (the single-sequence API's count of
+    /// tokens decoded).
     pub n_past: usize,
+    cells: Vec<KvCell>,
 }
 
 impl KvCache {
@@ -137,6 +173,7 @@ impl KvCache {
             layers,
             size,
             n_past: 0,
+            cells: vec![KvCell::default(); size],
         })
     }
 
@@ -148,5 +185,129 @@ impl KvCache {
     /// Forget every cell.
     pub fn clear(&mut self) {
         self.n_past = 0;
+        self.cells.fill(KvCell::default());
+    }
+
+    /// The cells' metadata.
+    pub fn cells(&self) -> &[KvCell] {
+        &self.cells
+    }
+
+    /// Cells held by at least one sequence.
+    pub fn used_cells(&self) -> usize {
+        self.cells.iter().filter(|c| !c.is_empty()).count()
+    }
+
+    /// The first run of `n` free cells (first fit, so a lone sequence fills
+    /// cells `0, 1, 2, ...` in order, as a single-sequence cache does).
+    pub fn find_slot(&self, n: usize) -> Option<usize> {
+        if n == 0 || n > self.size {
+            return None;
+        }
+        let mut run = 0;
+        for (i, c) in self.cells.iter().enumerate() {
+            if c.is_empty() {
+                run += 1;
+                if run == n {
+                    return Some(i + 1 - n);
+                }
+            } else {
+                run = 0;
+            }
+        }
+        None
+    }
+
+    /// Record that cells `cell0..cell0 + pos.len()` hold positions `pos` of
+    /// sequences `seq` (one each).
+    pub fn occupy(&mut self, cell0: usize, pos: &[i32], seq: &[SeqId]) {
+        for (i, (&p, &s)) in pos.iter().zip(seq).enumerate() {
+            self.cells[cell0 + i] = KvCell {
+                pos: p,
+                seq: 1u64 << s,
+            };
+        }
+        self.n_past = self.seq_pos_max(0).map_or(0, |p| p as usize + 1);
+    }
+
+    /// Free cells `cell0..cell0 + n` again (undo [`KvCache::occupy`] after
+    /// a failed decode).
+    pub fn release(&mut self, cell0: usize, n: usize) {
+        for c in &mut self.cells[cell0..cell0 + n] {
+            *c = KvCell::default();
+        }
+        self.n_past = self.seq_pos_max(0).map_or(0, |p| p as usize + 1);
+    }
+
+    /// Cells that attention must span: one past the last used cell, padded
+    /// up to a multiple of `pad` (at most `size`), at least `min`.
+    pub fn n_kv(&self, pad: usize, min: usize) -> usize {
+        let last = self
+            .cells
+            .iter()
+            .rposition(|c| !c.is_empty())
+            .map_or(0, |i| i + 1);
+        last.max(min).next_multiple_of(pad.max(1)).min(self.size)
+    }
+
+    /// The largest position sequence `s` holds, `None` when it holds none.
+    pub fn seq_pos_max(&self, s: SeqId) -> Option<i32> {
+        self.cells
+            .iter()
+            .filter(|c| c.has_seq(s))
+            .map(|c| c.pos)
+            .max()
+    }
+
+    /// Cells sequence `s` holds.
+    pub fn seq_n_cells(&self, s: SeqId) -> usize {
+        self.cells.iter().filter(|c| c.has_seq(s)).count()
+    }
+
+    /// Remove positions `p0..p1` of sequence `s` (`p1 < 0`: to the end;
+    /// `s < 0`: of every sequence); a cell no sequence holds any more is
+    /// free. llama.cpp's `llama_memory_seq_rm`.
+    pub fn seq_rm(&mut self, s: SeqId, p0: i32, p1: i32) {
+        let p1 = if p1 < 0 { i32::MAX } else { p1 };
+        let mask = if s < 0 { u64::MAX } else { seq_bit(s) };
+        for c in &mut self.cells {
+            if c.seq & mask != 0 && c.pos >= p0 && c.pos < p1 {
+                c.seq &= !mask;
+            }
+        }
+        self.n_past = self.seq_pos_max(0).map_or(0, |p| p as usize + 1);
+    }
+
+    /// Let sequence `dst` also hold the cells of `src` at positions
+    /// `p0..p1` (`p1 < 0`: to the end): a shared prefix costs no memory.
+    /// llama.cpp's `llama_memory_seq_cp`.
+    pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: i32, p1: i32) {
+        let p1 = if p1 < 0 { i32::MAX } else { p1 };
+        let (sb, db) = (seq_bit(src), seq_bit(dst));
+        for c in &mut self.cells {
+            if c.seq & sb != 0 && c.pos >= p0 && c.pos < p1 {
+                c.seq |= db;
+            }
+        }
+        self.n_past = self.seq_pos_max(0).map_or(0, |p| p as usize + 1);
+    }
+
+    /// Drop every sequence but `s` (llama.cpp's `llama_memory_seq_keep`).
+    pub fn seq_keep(&mut self, s: SeqId) {
+        let b = seq_bit(s);
+        for c in &mut self.cells {
+            c.seq &= b;
+        }
+        self.n_past = self.seq_pos_max(0).map_or(0, |p| p as usize + 1);
+    }
+}
+
+/// The mask bit of sequence `s` (0 for an id out of range, which then
+/// matches no cell).
+fn seq_bit(s: SeqId) -> u64 {
+    if (0..MAX_SEQ as i32).contains(&s) {
+        1u64 << s
+    } else {
+        0
     }
 }

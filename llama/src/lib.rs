@@ -4,12 +4,14 @@
 //!
 //! Data flows: [`model::Model::load`] maps the file, checks every tensor and
 //! places each weight (host memory or a device, by [`placement`] rules);
-//! [`context::Context`] owns the KV cache and the scheduler; each
+//! [`context::Context`] owns the KV cache (several sequences, see
+//! [`kv_cache`] and [`batch`]) and the scheduler; each
 //! `decode` builds the ubatch's graph with [`graph`] (shared blocks stacked by
 //! the decoder, switched per architecture by [`arch::LayerStyle`]), binds the
 //! inputs, and computes it; the logits feed [`sampling`].
 
 pub mod arch;
+pub mod batch;
 pub mod chat;
 pub mod context;
 pub mod device;
@@ -24,7 +26,9 @@ pub mod placement;
 pub mod sampling;
 pub mod tokenizer;
 
+pub use batch::Batch;
 pub use context::{Context, ContextParams, TransferStats};
 pub use error::{LlamaError, Result};
+pub use kv_cache::SeqId;
 pub use model::{Model, ModelParams};
 pub use sampling::{Sampler, SamplerParams};

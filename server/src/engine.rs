@@ -1,0 +1,411 @@
+//! The decode thread: slots, the queue, continuous batching.
+//!
+//! Each slot owns one sequence of the context's KV cache (sequence id =
+//! slot index) and remembers the tokens its cells hold. A request takes
+//! the idle slot whose cached tokens share the longest prefix with its
+//! prompt, keeps that prefix (`seq_rm` of the rest) and decodes only the
+//! remainder. Every loop turn builds one batch: the pending token of each
+//! generating slot, then prompt tokens of slots still reading their prompt,
+//! up to one ubatch in all, so a generating slot never waits more than one
+//! ubatch for another request's prompt. Requests join between decodes;
+//! a request whose client is gone (its event channel closed) leaves its
+//! slot before the next decode.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use llama::{Batch, Context, Sampler, SamplerParams, SeqId};
+use tokio::sync::mpsc;
+
+use crate::metrics::Metrics;
+use crate::request::GenParams;
+use crate::stop::{find_stop, safe_len};
+
+/// What the decode thread tells a request's handler.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A generated token and the text it releases (possibly empty: an
+    /// incomplete UTF-8 sequence or a possible stop string is held back).
+    Token {
+        /// Token id.
+        id: i32,
+        /// Text released by this token.
+        text: String,
+        /// Its log-probability and the top alternatives, when asked for.
+        logprobs: Option<TokenLogprobs>,
+    },
+    /// Text released at the end, not tied to a new token.
+    Text(String),
+    /// The end of generation.
+    Done(Usage),
+    /// Generation failed.
+    Error(String),
+}
+
+/// The log-probability of a chosen token (log-softmax of the model's
+/// logits, before temperature and truncation) and the most likely tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    /// Log-probability of the chosen token.
+    pub logprob: f32,
+    /// The `n` most likely tokens and their log-probabilities, best first.
+    pub top: Vec<(i32, f32)>,
+}
+
+/// [`TokenLogprobs`] of `tok` in `logits` with `n` alternatives.
+pub fn token_logprobs(logits: &[f32], tok: i32, n: usize) -> TokenLogprobs {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let lse = max as f64 + sum.ln();
+    let lp = |l: f32| (f64::from(l) - lse) as f32;
+    let mut idx: Vec<i32> = (0..logits.len() as i32).collect();
+    let n = n.min(idx.len());
+    if n > 0 {
+        idx.select_nth_unstable_by(n - 1, |&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        idx.truncate(n);
+        idx.sort_by(|&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+    } else {
+        idx.clear();
+    }
+    TokenLogprobs {
+        logprob: logits
+            .get(tok as usize)
+            .map_or(f32::NEG_INFINITY, |&l| lp(l)),
+        top: idx
+            .into_iter()
+            .map(|t| (t, lp(logits[t as usize])))
+            .collect(),
+    }
+}
+
+/// Token counts of a finished request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// `stop` (end of generation token or stop string) or `length`.
+    pub finish_reason: &'static str,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Of those, tokens reused from the cache.
+    pub cached_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+}
+
+/// A request for the decode thread.
+pub struct Job {
+    /// Prompt token ids (checked: non-empty, in the vocabulary, shorter than a slot).
+    pub prompt: Vec<i32>,
+    /// Sampling and stopping settings.
+    pub params: GenParams,
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+    /// Where the events go; a closed channel cancels the request.
+    pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// How the decode thread runs.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Slots.
+    pub n_slots: usize,
+    /// Cells one slot may use (its context).
+    pub n_slot_ctx: usize,
+    /// Let requests join while others run.
+    pub cont_batching: bool,
+}
+
+struct Active {
+    job: Job,
+    /// Next prompt index to decode.
+    prompt_pos: usize,
+    cached: usize,
+    sampler: Sampler,
+    /// The sampled token not yet decoded.
+    pending: Option<i32>,
+    n_gen: usize,
+    bytes: Vec<u8>,
+    sent: usize,
+}
+
+struct Slot {
+    seq: SeqId,
+    /// Tokens in this slot's cells, in position order.
+    cache: Vec<i32>,
+    active: Option<Active>,
+}
+
+fn common_prefix(a: &[i32], b: &[i32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Run the decode loop until the job channel closes.
+pub fn run(
+    mut ctx: Context,
+    mut rx: mpsc::Receiver<Job>,
+    metrics: Arc<Metrics>,
+    cfg: EngineConfig,
+) {
+    let model = Arc::clone(ctx.model());
+    let mut slots: Vec<Slot> = (0..cfg.n_slots)
+        .map(|i| Slot {
+            seq: i as SeqId,
+            cache: Vec::new(),
+            active: None,
+        })
+        .collect();
+    let n_ubatch = ctx.params().n_ubatch;
+    metrics.n_slots.store(cfg.n_slots as u64, Relaxed);
+    metrics.kv_size.store(ctx.n_ctx() as u64, Relaxed);
+    let mut seed_counter: u64 = 0;
+    let mut batch = Batch::new();
+    loop {
+        // leave: requests whose client went away
+        for s in &mut slots {
+            if s.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
+                s.active = None;
+                metrics.requests_cancelled.fetch_add(1, Relaxed);
+            }
+        }
+        // join: idle slots take queued requests
+        let any_active = slots.iter().any(|s| s.active.is_some());
+        if !any_active {
+            metrics.slots_busy.store(0, Relaxed);
+            metrics.queued.store(rx.len() as u64, Relaxed);
+            match rx.blocking_recv() {
+                Some(job) => assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter),
+                None => return,
+            }
+        }
+        if cfg.cont_batching || !any_active {
+            while slots.iter().any(|s| s.active.is_none()) {
+                match rx.try_recv() {
+                    Ok(job) => assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter),
+                    Err(_) => break,
+                }
+            }
+        }
+        let busy = slots.iter().filter(|s| s.active.is_some()).count();
+        metrics.slots_busy.store(busy as u64, Relaxed);
+        metrics.queued.store(rx.len() as u64, Relaxed);
+        if busy == 0 {
+            continue;
+        }
+
+        // one batch: generating slots first, then prompt tokens up to a ubatch
+        batch.clear();
+        let mut rows: Vec<(usize, usize)> = Vec::new(); // (slot, batch index)
+        for (si, s) in slots.iter_mut().enumerate() {
+            if let Some(t) = s.active.as_mut().and_then(|a| a.pending.take()) {
+                rows.push((si, batch.len()));
+                batch.add(t, s.cache.len() as i32, s.seq, true);
+                s.cache.push(t);
+            }
+        }
+        let mut n_prompt = 0;
+        for (si, s) in slots.iter_mut().enumerate() {
+            let room = n_ubatch.saturating_sub(batch.len());
+            let Some(a) = s.active.as_mut() else { continue };
+            if a.prompt_pos >= a.job.prompt.len() || room == 0 {
+                continue;
+            }
+            let k = room.min(a.job.prompt.len() - a.prompt_pos);
+            for &t in &a.job.prompt[a.prompt_pos..a.prompt_pos + k] {
+                a.prompt_pos += 1;
+                let last = a.prompt_pos == a.job.prompt.len();
+                if last {
+                    rows.push((si, batch.len()));
+                }
+                batch.add(t, s.cache.len() as i32, s.seq, last);
+                s.cache.push(t);
+            }
+            n_prompt += k;
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let t0 = Instant::now();
+        let r = ctx.decode_batch(&batch);
+        let us = t0.elapsed().as_micros() as u64;
+        metrics.decodes.fetch_add(1, Relaxed);
+        metrics.busy_slots_sum.fetch_add(busy as u64, Relaxed);
+        if n_prompt > 0 {
+            metrics.prompt_us.fetch_add(us, Relaxed);
+        } else {
+            metrics.predicted_us.fetch_add(us, Relaxed);
+        }
+        metrics.prompt_tokens.fetch_add(n_prompt as u64, Relaxed);
+        if let Err(e) = r {
+            // the batch's cells were freed: every slot in it starts over
+            let msg = format!("decode failed: {e}");
+            for s in &mut slots {
+                let in_batch = batch.seq_id.contains(&s.seq);
+                if in_batch {
+                    ctx.seq_rm(s.seq, 0, -1);
+                    s.cache.clear();
+                    if let Some(a) = s.active.take() {
+                        let _ = a.job.events.send(Event::Error(msg.clone()));
+                        metrics.requests_failed.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+            metrics
+                .kv_used
+                .store(ctx.kv_cache().used_cells() as u64, Relaxed);
+            continue;
+        }
+        // sample each output row
+        for &(si, j) in &rows {
+            let Some(logits) = ctx.batch_logits(j) else {
+                continue;
+            };
+            let s = &mut slots[si];
+            let Some(a) = s.active.as_mut() else { continue };
+            let tok = a.sampler.sample(logits);
+            a.sampler.accept(tok);
+            let logprobs = a
+                .job
+                .params
+                .logprobs
+                .map(|n| token_logprobs(logits, tok, n));
+            let finish = if a.job.max_tokens == 0 {
+                Some("length")
+            } else if model.tokenizer.is_eog(tok) {
+                Some("stop")
+            } else {
+                a.n_gen += 1;
+                metrics.predicted_tokens.fetch_add(1, Relaxed);
+                a.bytes
+                    .extend_from_slice(&model.tokenizer.token_to_piece(tok, false));
+                let valid = match std::str::from_utf8(&a.bytes) {
+                    Ok(t) => t,
+                    Err(e) => std::str::from_utf8(&a.bytes[..e.valid_up_to()]).unwrap_or(""),
+                };
+                let stops = &a.job.params.stop;
+                let (end, stopped) = match find_stop(valid, stops) {
+                    Some(i) => (i, true),
+                    None => (safe_len(valid, stops), false),
+                };
+                let text = valid.get(a.sent..end.max(a.sent)).unwrap_or("").to_string();
+                a.sent = end.max(a.sent);
+                let _ = a.job.events.send(Event::Token {
+                    id: tok,
+                    text,
+                    logprobs,
+                });
+                if stopped {
+                    Some("stop")
+                } else if a.n_gen >= a.job.max_tokens || s.cache.len() + 1 >= cfg.n_slot_ctx {
+                    Some("length")
+                } else {
+                    a.pending = Some(tok);
+                    None
+                }
+            };
+            if let Some(reason) = finish {
+                if let Some(a) = s.active.take() {
+                    // release what was held back (a stop string's possible
+                    // start that never completed, a cut UTF-8 sequence)
+                    let valid = String::from_utf8_lossy(&a.bytes);
+                    let end = find_stop(&valid, &a.job.params.stop).unwrap_or(valid.len());
+                    if end > a.sent {
+                        let rest = valid.get(a.sent..end).unwrap_or("").to_string();
+                        let _ = a.job.events.send(Event::Text(rest));
+                    }
+                    let _ = a.job.events.send(Event::Done(Usage {
+                        finish_reason: reason,
+                        prompt_tokens: a.job.prompt.len(),
+                        cached_tokens: a.cached,
+                        completion_tokens: a.n_gen,
+                    }));
+                }
+            }
+        }
+        metrics
+            .kv_used
+            .store(ctx.kv_cache().used_cells() as u64, Relaxed);
+        let e = ctx.expert_copy_stats();
+        metrics.expert_bytes.store(e.bytes, Relaxed);
+        metrics.expert_full_bytes.store(e.full_bytes, Relaxed);
+    }
+}
+
+/// Give a job the idle slot with the longest cached common prefix.
+fn assign(ctx: &mut Context, slots: &mut [Slot], job: Job, metrics: &Metrics, seeds: &mut u64) {
+    let best = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.active.is_none())
+        .max_by_key(|(i, s)| {
+            (
+                common_prefix(&s.cache, &job.prompt),
+                usize::MAX - s.cache.len(),
+                usize::MAX - i,
+            )
+        })
+        .map(|(i, _)| i);
+    let Some(si) = best else { return };
+    if job.events.is_closed() {
+        // its client left while it waited
+        metrics.requests_cancelled.fetch_add(1, Relaxed);
+        return;
+    }
+    let s = &mut slots[si];
+    // keep the common prefix; at least the last prompt token is decoded
+    let keep = common_prefix(&s.cache, &job.prompt).min(job.prompt.len() - 1);
+    ctx.seq_rm(s.seq, keep as i32, -1);
+    s.cache.truncate(keep);
+    metrics.prompt_tokens_cached.fetch_add(keep as u64, Relaxed);
+    let p = &job.params;
+    let seed = p.seed.unwrap_or_else(|| {
+        *seeds += 1;
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        t ^ seeds.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    });
+    let sampler = Sampler::new(SamplerParams {
+        temp: p.temperature,
+        top_k: p.top_k,
+        top_p: p.top_p,
+        min_p: p.min_p,
+        repeat_penalty: 1.0,
+        repeat_last_n: 64,
+        seed,
+    });
+    s.active = Some(Active {
+        job,
+        prompt_pos: keep,
+        cached: keep,
+        sampler,
+        pending: None,
+        n_gen: 0,
+        bytes: Vec::new(),
+        sent: 0,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logprobs_are_log_softmax() {
+        let l = [1.0f32, 3.0, 2.0, 3.0];
+        let t = token_logprobs(&l, 2, 2);
+        let z: f64 = l.iter().map(|&x| f64::from(x).exp()).sum();
+        assert!((f64::from(t.logprob) - (2.0 - z.ln())).abs() < 1e-6);
+        // best first, ties to the lower id
+        assert_eq!(t.top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3]);
+        assert!(token_logprobs(&l, 0, 0).top.is_empty());
+        assert_eq!(token_logprobs(&l, 0, 10).top.len(), 4);
+    }
+}

@@ -1,0 +1,575 @@
+//! llama-server end to end on the embedded default model, on a free
+//! loopback port: curl and the official `openai` Python package (installed
+//! into target/ by the test; skipped with a message when it cannot be)
+//! drive completion, chat, streaming, models, health, tokenize and metrics;
+//! 8 concurrent greedy streams equal the same requests run alone; and each
+//! fault (malformed JSON, wrong types, a 1 MB prompt, an unknown model, a
+//! wrong key, a full queue, a client killed mid-stream) gets its status
+//! while the next request succeeds.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const KEY: &str = "sk-test-key";
+
+/// A running server, killed on drop.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_llama-server"))
+        .args(["--host", "127.0.0.1", "--port", "0", "-t", "2"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start llama-server");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("server listening on ") {
+                let _ = tx.send(url.to_string());
+            }
+        }
+    });
+    let base = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("server did not print 'server listening on' within 60 s");
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    Server { child, base }
+}
+
+/// `curl` a path: (status, body). `body` None = GET.
+fn curl(s: &Server, path: &str, body: Option<&str>, key: Option<&str>) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args(["-s", "--max-time", "60", "-w", "\n%{http_code}"]);
+    if let Some(k) = key {
+        c.args(["-H", &format!("Authorization: Bearer {k}")]);
+    }
+    if let Some(b) = body {
+        let f = tmp_file(b);
+        c.args(["-H", "Content-Type: application/json", "--data-binary"]);
+        c.arg(format!("@{}", f.display()));
+    }
+    c.arg(format!("{}{path}", s.base));
+    let out = c.output().expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').expect("curl output");
+    (code.trim().parse().expect("status code"), body.to_string())
+}
+
+fn tmp_file(content: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let p = std::env::temp_dir().join(format!(
+        "llama-server-test-{}-{}.json",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&p, content).expect("write body");
+    p
+}
+
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+/// Tokens and text of an SSE stream of chunks with `return_tokens`.
+fn parse_stream(body: &str) -> (Vec<i32>, String, Option<String>) {
+    let (mut toks, mut text, mut finish) = (Vec::new(), String::new(), None);
+    let mut done = false;
+    for line in body.lines() {
+        let Some(d) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if d == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let v = json_of(d);
+        let c = &v["choices"][0];
+        if let Some(t) = c["tokens"].as_array() {
+            toks.extend(t.iter().map(|x| x.as_i64().unwrap() as i32));
+        }
+        if let Some(t) = c["text"].as_str().or(c["delta"]["content"].as_str()) {
+            text.push_str(t);
+        }
+        if let Some(f) = c["finish_reason"].as_str() {
+            finish = Some(f.to_string());
+        }
+    }
+    assert!(done, "stream without [DONE]: {body}");
+    (toks, text, finish)
+}
+
+fn metric(s: &Server, name: &str) -> f64 {
+    let (code, body) = curl(s, "/metrics", None, Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("llamacpp:{name} ")))
+        .unwrap_or_else(|| panic!("no metric {name}: {body}"))
+        .parse()
+        .expect("metric value")
+}
+
+fn ok_completion(s: &Server) {
+    let (code, body) = curl(
+        s,
+        "/v1/completions",
+        Some(r#"{"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}"#),
+        Some(KEY),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(json_of(&body)["usage"]["completion_tokens"], 4);
+}
+
+fn stream_req(prompt: &str) -> String {
+    json!({"prompt": prompt, "max_tokens": 24, "temperature": 0, "stream": true, "return_tokens": true}).to_string()
+}
+
+#[test]
+fn server_end_to_end() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        println!("SKIP: curl is not installed");
+        return;
+    }
+    let t0 = Instant::now();
+    let s = start(&["-np", "8", "-c", "4096", "--api-key", KEY]);
+
+    // health, models, tokenize/detokenize
+    let (code, body) = curl(&s, "/health", None, None);
+    assert_eq!((code, json_of(&body)["status"].as_str()), (200, Some("ok")));
+    let (code, body) = curl(&s, "/v1/models", None, Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let models = json_of(&body);
+    let model_id = models["data"][0]["id"]
+        .as_str()
+        .expect("model id")
+        .to_string();
+    assert_eq!(models["object"], "list");
+    let (code, body) = curl(
+        &s,
+        "/tokenize",
+        Some(r#"{"content": "Once upon a time"}"#),
+        Some(KEY),
+    );
+    assert_eq!(code, 200, "{body}");
+    let toks = json_of(&body)["tokens"].clone();
+    assert!(!toks.as_array().unwrap().is_empty());
+    let (code, body) = curl(
+        &s,
+        "/detokenize",
+        Some(&json!({"tokens": toks}).to_string()),
+        Some(KEY),
+    );
+    assert_eq!(
+        (code, json_of(&body)["content"].as_str()),
+        (200, Some("Once upon a time"))
+    );
+
+    // completion: greedy, max_tokens, the same twice (the second reuses the cached prefix)
+    let req = json!({"model": model_id, "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "return_tokens": true}).to_string();
+    let (code, body) = curl(&s, "/v1/completions", Some(&req), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let a = json_of(&body);
+    assert_eq!(a["object"], "text_completion");
+    assert_eq!(a["choices"][0]["finish_reason"], "length");
+    assert_eq!(a["usage"]["completion_tokens"], 12);
+    let (_, body) = curl(&s, "/v1/completions", Some(&req), Some(KEY));
+    let b = json_of(&body);
+    assert_eq!(a["choices"][0]["tokens"], b["choices"][0]["tokens"]);
+    assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
+    assert!(metric(&s, "prompt_cache_hit_ratio") > 0.0);
+    // stop strings cut the text before the stop
+    let text = a["choices"][0]["text"].as_str().unwrap().to_string();
+    let stop: String = text.chars().skip(3).take(2).collect();
+    if !stop.trim().is_empty() {
+        let req = json!({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "stop": [stop]}).to_string();
+        let (_, body) = curl(&s, "/v1/completions", Some(&req), Some(KEY));
+        let c = json_of(&body);
+        let cut = &text[..text.find(&stop).unwrap()];
+        assert_eq!(c["choices"][0]["text"].as_str(), Some(cut), "stop {stop:?}");
+        assert_eq!(c["choices"][0]["finish_reason"], "stop");
+    }
+    // streaming gives the same tokens as the plain answer
+    let sreq = json!({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "stream": true, "return_tokens": true}).to_string();
+    let (code, body) = curl(&s, "/v1/completions", Some(&sreq), Some(KEY));
+    assert_eq!(code, 200);
+    let (st, stext, fin) = parse_stream(&body);
+    assert_eq!(json!(st), a["choices"][0]["tokens"]);
+    assert_eq!(Some(stext.as_str()), a["choices"][0]["text"].as_str());
+    assert_eq!(fin.as_deref(), Some("length"));
+    // logprobs: greedy picks the most likely token, so its logprob is the top one
+    let req =
+        json!({"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0, "logprobs": 3})
+            .to_string();
+    let (code, body) = curl(&s, "/v1/completions", Some(&req), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let lp = &json_of(&body)["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().map(Vec::len), Some(5), "{lp}");
+    for (i, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
+        let top = top.as_object().unwrap();
+        assert!(top.len() <= 3 && !top.is_empty());
+        let chosen = lp["token_logprobs"][i].as_f64().unwrap();
+        let best = top
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        assert!(chosen <= 0.0 && (chosen - best).abs() < 1e-6, "{lp}");
+    }
+    let req = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0, "logprobs": true, "top_logprobs": 2});
+    let (code, body) = curl(
+        &s,
+        "/v1/chat/completions",
+        Some(&req.to_string()),
+        Some(KEY),
+    );
+    assert_eq!(code, 200, "{body}");
+    let content = json_of(&body)["choices"][0]["logprobs"]["content"].clone();
+    assert_eq!(content.as_array().map(Vec::len), Some(3), "{content}");
+    assert_eq!(content[0]["top_logprobs"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        content[0]["top_logprobs"][0]["logprob"],
+        content[0]["logprob"]
+    );
+    // chat, plain and streamed
+    let creq = json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0});
+    let (code, body) = curl(
+        &s,
+        "/v1/chat/completions",
+        Some(&creq.to_string()),
+        Some(KEY),
+    );
+    assert_eq!(code, 200, "{body}");
+    let c = json_of(&body);
+    assert_eq!(c["object"], "chat.completion");
+    assert_eq!(c["choices"][0]["message"]["role"], "assistant");
+    let mut sc = creq.clone();
+    sc["stream"] = json!(true);
+    let (_, body) = curl(&s, "/v1/chat/completions", Some(&sc.to_string()), Some(KEY));
+    let (_, stext, _) = parse_stream(&body);
+    assert_eq!(
+        Some(stext.as_str()),
+        c["choices"][0]["message"]["content"].as_str()
+    );
+    assert!(body.contains("\"role\":\"assistant\""));
+
+    // 8 concurrent greedy streams, different prompts, each equal to itself alone
+    let prompts: Vec<String> = (0..8)
+        .map(|i| {
+            format!(
+                "Story {i}: the {} expert",
+                ["red", "blue", "old", "tiny", "brave", "lost", "first", "last"][i]
+            )
+        })
+        .collect();
+    let alone: Vec<(Vec<i32>, String)> = prompts
+        .iter()
+        .map(|p| {
+            let (code, body) = curl(&s, "/v1/completions", Some(&stream_req(p)), Some(KEY));
+            assert_eq!(code, 200, "{body}");
+            let (t, x, _) = parse_stream(&body);
+            (t, x)
+        })
+        .collect();
+    let decodes0 = metric(&s, "n_decode_total");
+    let together: Vec<(Vec<i32>, String)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                let s = &s;
+                sc.spawn(move || {
+                    let (code, body) = curl(s, "/v1/completions", Some(&stream_req(p)), Some(KEY));
+                    assert_eq!(code, 200, "{body}");
+                    let (t, x, _) = parse_stream(&body);
+                    (t, x)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("client thread"))
+            .collect()
+    });
+    let decodes = metric(&s, "n_decode_total") - decodes0;
+    for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a.0.len(), 24, "request {i} alone");
+        assert_eq!(
+            a, t,
+            "request {i}: concurrent stream differs from the request alone"
+        );
+    }
+    println!(
+        "8 concurrent streams of 24 tokens in {decodes} decodes (alone: {} decodes)",
+        8 * 25
+    );
+    assert!(
+        decodes < 8.0 * 24.0,
+        "the 8 streams were not batched: {decodes} decodes"
+    );
+
+    // faults, each followed by a request that succeeds
+    let cases: [(&str, String, u16, &str); 7] = [
+        (
+            "/v1/completions",
+            "{\"prompt\": \"x\", ".into(),
+            400,
+            "not valid JSON",
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt": "x", "max_tokens": "ten"}"#.into(),
+            400,
+            "'max_tokens' must be an integer",
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"messages": "hi"}"#.into(),
+            400,
+            "'messages' must be an array",
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt": 12.5}"#.into(),
+            400,
+            "'prompt' must be a string",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a".repeat(1 << 20)}).to_string(),
+            400,
+            "more than a slot's context",
+        ),
+        (
+            "/v1/completions",
+            r#"{"prompt": "x", "model": "gpt-nonexistent"}"#.into(),
+            404,
+            "does not exist",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "a ".repeat(600)}).to_string(),
+            400,
+            "more than a slot's context",
+        ),
+    ];
+    for (path, body, want, msg) in &cases {
+        let (code, got) = curl(&s, path, Some(body), Some(KEY));
+        assert_eq!(code, *want, "{path} {}: {got}", &body[..body.len().min(60)]);
+        let e = json_of(&got);
+        assert!(
+            e["error"]["message"].as_str().unwrap_or("").contains(msg),
+            "{got}"
+        );
+        assert_eq!(e["error"]["code"], *want);
+        ok_completion(&s);
+    }
+    let (code, got) = curl(
+        &s,
+        "/v1/completions",
+        Some(r#"{"prompt": "x"}"#),
+        Some("sk-wrong"),
+    );
+    assert_eq!(code, 401, "{got}");
+    assert_eq!(json_of(&got)["error"]["type"], "authentication_error");
+    let (code, _) = curl(&s, "/v1/completions", Some(r#"{"prompt": "x"}"#), None);
+    assert_eq!(code, 401);
+    // max_tokens 0: no token, finish "length"
+    let (code, got) = curl(
+        &s,
+        "/v1/completions",
+        Some(r#"{"prompt": "x", "max_tokens": 0}"#),
+        Some(KEY),
+    );
+    assert_eq!(code, 200, "{got}");
+    let v = json_of(&got);
+    assert_eq!(
+        (
+            v["usage"]["completion_tokens"].as_u64(),
+            v["choices"][0]["text"].as_str()
+        ),
+        (Some(0), Some(""))
+    );
+    ok_completion(&s);
+
+    // a client killed mid-stream frees its slot
+    let cancelled0 = metric(&s, "requests_cancelled_total");
+    let f = tmp_file(
+        &json!({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": true})
+            .to_string(),
+    );
+    let mut c = Command::new("curl")
+        .args([
+            "-sN",
+            "--max-time",
+            "60",
+            "-H",
+            &format!("Authorization: Bearer {KEY}"),
+            "--data-binary",
+        ])
+        .arg(format!("@{}", f.display()))
+        .arg(format!("{}/v1/completions", s.base))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("curl");
+    let mut out = c.stdout.take().expect("stdout");
+    let mut first = [0u8; 6];
+    out.read_exact(&mut first)
+        .expect("first bytes of the stream");
+    assert_eq!(&first, b"data: ");
+    assert_eq!(metric(&s, "requests_processing"), 1.0);
+    c.kill().expect("kill curl");
+    let _ = c.wait();
+    drop(out);
+    let killed_at = metric(&s, "n_decode_total");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&s, "requests_processing") != 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the killed client's slot was not freed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let after = metric(&s, "n_decode_total") - killed_at;
+    println!("killed client's slot freed {after} decodes after the kill was seen");
+    // the disconnect shows when the next token is written: the slot is
+    // gone by the decode after that
+    assert!(
+        after <= 2.0,
+        "slot freed only {after} decodes after the kill"
+    );
+    assert_eq!(metric(&s, "requests_cancelled_total"), cancelled0 + 1.0);
+    assert_eq!(metric(&s, "slots_idle"), 8.0);
+    ok_completion(&s);
+
+    // the official openai client
+    openai_client(&s, &model_id);
+    drop(s);
+
+    // a full queue: one slot, one waiting place, three long requests at once
+    let s = start(&[
+        "-np",
+        "1",
+        "-c",
+        "512",
+        "--max-queue",
+        "1",
+        "--api-key",
+        KEY,
+    ]);
+    let long =
+        json!({"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0}).to_string();
+    let codes: Vec<u16> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..3)
+            .map(|i| {
+                let (s, long) = (&s, &long);
+                sc.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(150 * i));
+                    curl(s, "/v1/completions", Some(long), Some(KEY)).0
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("client")).collect()
+    });
+    let mut sorted = codes.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec![200, 200, 503], "{codes:?}");
+    ok_completion(&s);
+    println!("server test done in {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// `pip install --target` the openai package into target/, then run a
+/// script with it against the server; skip (with a message) when it
+/// cannot be installed.
+fn openai_client(s: &Server, model_id: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/py-openai");
+    let py = if Command::new("python3").arg("--version").output().is_ok() {
+        "python3"
+    } else {
+        println!("SKIP openai client: no python3");
+        return;
+    };
+    if !dir.join("openai").is_dir() {
+        let st = Command::new(py)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+            ])
+            .arg(&dir)
+            .arg("openai")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !matches!(st, Ok(s) if s.success()) || !dir.join("openai").is_dir() {
+            println!(
+                "SKIP openai client: `pip install --target {} openai` failed",
+                dir.display()
+            );
+            return;
+        }
+    }
+    let script = r#"
+import sys, openai
+base, key, model = sys.argv[1], sys.argv[2], sys.argv[3]
+c = openai.OpenAI(base_url=base + "/v1", api_key=key, timeout=60, max_retries=0)
+assert [m.id for m in c.models.list().data] == [model]
+r = c.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0)
+assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 6, r
+text = "".join(ch.choices[0].text for ch in c.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0, stream=True))
+assert text == r.choices[0].text, (text, r.choices[0].text)
+ch = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0)
+assert ch.choices[0].message.role == "assistant" and ch.usage.completion_tokens == 5, ch
+lp = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0, logprobs=True, top_logprobs=2).choices[0].logprobs
+assert len(lp.content) == 5 and len(lp.content[0].top_logprobs) == 2 and lp.content[0].logprob <= 0, lp
+parts = [k.choices[0].delta.content or "" for k in c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0, stream=True)]
+assert "".join(parts) == ch.choices[0].message.content, parts
+try:
+    openai.OpenAI(base_url=base + "/v1", api_key="wrong", max_retries=0).completions.create(model=model, prompt="x", max_tokens=1)
+    raise SystemExit("no error for a wrong key")
+except openai.AuthenticationError:
+    pass
+try:
+    c.completions.create(model="no-such-model", prompt="x", max_tokens=1)
+    raise SystemExit("no error for an unknown model")
+except openai.NotFoundError:
+    pass
+try:
+    c.completions.create(model=model, prompt="x", max_tokens=1, temperature="hot")
+    raise SystemExit("no error for a bad temperature")
+except openai.BadRequestError:
+    pass
+print("openai client ok:", repr(ch.choices[0].message.content))
+"#;
+    let out = Command::new(py)
+        .arg("-c")
+        .arg(script)
+        .args([&s.base, KEY, model_id])
+        .env("PYTHONPATH", &dir)
+        .output()
+        .expect("run python");
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "openai client script failed:\n{so}\n{se}"
+    );
+    println!("{}", so.trim());
+}
