@@ -82,6 +82,19 @@ impl Exec<'_> {
             .and_then(|j| self.done[j].as_ref())
     }
 
+    /// A copy source's length and memory (`None` when it is empty).
+    fn source(&self, src: TensorId) -> Result<Option<(usize, TensorData)>, BackendError> {
+        let len = self.g.tensor(src).nbytes();
+        if len == 0 {
+            return Ok(None);
+        }
+        let sd = self
+            .g
+            .data_of(src)
+            .ok_or_else(|| BackendError::NotAllocated(self.g.tensor(src).name.clone()))?;
+        Ok(Some((len, sd)))
+    }
+
     /// Copy a non-host-weight input `src` (on `src_be`) into `dst` on `be`.
     fn copy_input(
         &mut self,
@@ -91,14 +104,9 @@ impl Exec<'_> {
         dst: &TensorData,
         stream: Stream,
     ) -> Result<u64, BackendError> {
-        let len = self.g.tensor(src).nbytes();
-        if len == 0 {
+        let Some((len, sd)) = self.source(src)? else {
             return Ok(0);
-        }
-        let sd = self
-            .g
-            .data_of(src)
-            .ok_or_else(|| BackendError::NotAllocated(self.g.tensor(src).name.clone()))?;
+        };
         let mut tmp = vec![0u8; len];
         if sd.buffer.is_host() {
             sd.buffer.read(sd.offset, &mut tmp)?;
@@ -139,14 +147,9 @@ impl Exec<'_> {
         dst: &TensorData,
         stream: Stream,
     ) -> Result<u64, BackendError> {
-        let len = self.g.tensor(src).nbytes();
-        if len == 0 {
+        let Some((len, sd)) = self.source(src)? else {
             return Ok(0);
-        }
-        let sd = self
-            .g
-            .data_of(src)
-            .ok_or_else(|| BackendError::NotAllocated(self.g.tensor(src).name.clone()))?;
+        };
         be.set_label(&self.g.tensor(src).name);
         if let Some(p) = sd.buffer.base_ptr() {
             check_range(sd.buffer.name(), sd.buffer.size(), sd.offset, len)?;
