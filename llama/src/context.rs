@@ -105,6 +105,7 @@ pub struct Context {
     n_outputs: usize,
     output_of: Vec<i32>,
     last_expert_ids: Vec<Vec<i32>>,
+    expert_trace: Option<crate::moe_cache::Trace>,
     stats: TransferStats,
     cache: Option<Arc<Mutex<CacheShared>>>,
     cache_base: Option<CacheStats>,
@@ -176,6 +177,7 @@ impl Context {
             n_outputs: 0,
             output_of: Vec::new(),
             last_expert_ids: Vec::new(),
+            expert_trace: None,
             stats: TransferStats::default(),
             cache,
             cache_base: None,
@@ -505,6 +507,10 @@ impl Context {
                 };
                 self.last_expert_ids.push(v);
             }
+            if let Some(t) = &mut self.expert_trace {
+                t.push_ubatch(n_tokens, &self.last_expert_ids)
+                    .map_err(LlamaError::Invalid)?;
+            }
         }
         if n_out == 0 {
             return Ok(Vec::new());
@@ -739,5 +745,21 @@ impl Context {
     /// [`ContextParams::record_expert_ids`].
     pub fn last_expert_ids(&self) -> &[Vec<i32>] {
         &self.last_expert_ids
+    }
+
+    /// Start recording a routing trace ([`crate::moe_cache::trace`]): every
+    /// ubatch decoded from now on adds its token count and each MoE
+    /// layer's ids (turns [`ContextParams::record_expert_ids`] on).
+    pub fn start_expert_trace(&mut self) {
+        self.params.record_expert_ids = true;
+        self.expert_trace = Some(crate::moe_cache::Trace::new(
+            crate::moe_cache::TraceHeader::from_model(&self.model),
+        ));
+    }
+
+    /// The trace recorded since [`Context::start_expert_trace`] (recording
+    /// stops).
+    pub fn take_expert_trace(&mut self) -> Option<crate::moe_cache::Trace> {
+        self.expert_trace.take()
     }
 }

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod chat;
 pub mod cli;
 pub mod devices;
+pub mod moe_cache_tool;
 pub mod outfile;
 pub mod progress;
 pub mod quantize;

@@ -84,7 +84,7 @@ fn roles_of(model: &Model, il: usize) -> Option<[WeightId; 3]> {
 /// host memory, grouped by equal role shapes (in order of first layer).
 pub fn model_groups(model: &Model) -> Vec<GroupShape> {
     let hp = &model.hparams;
-    let mut groups: Vec<GroupShape> = Vec::new();
+    let mut layers = Vec::new();
     for il in 0..model.layers.len() {
         let Some(roles) = roles_of(model, il) else {
             continue;
@@ -102,19 +102,36 @@ pub fn model_groups(model: &Model) -> Vec<GroupShape> {
             }
         });
         let n_expert = ws[0].ne[2] as u32;
-        if ws.iter().any(|w| w.ne[2] as u32 != n_expert) || n_expert < 2 {
+        if ws.iter().any(|w| w.ne[2] as u32 != n_expert) {
+            continue;
+        }
+        layers.push((il as u32, roles, n_expert));
+    }
+    group_shapes(layers.into_iter(), hp.n_expert_used as u32)
+}
+
+/// Group `(layer, roles, n_expert)` by equal roles and expert counts, in
+/// order of first layer (layers of fewer than 2 experts are not cached):
+/// the rule [`model_groups`] and a routing trace's replay share.
+pub fn group_shapes(
+    layers: impl Iterator<Item = (u32, [RoleShape; 3], u32)>,
+    n_used: u32,
+) -> Vec<GroupShape> {
+    let mut groups: Vec<GroupShape> = Vec::new();
+    for (il, roles, n_expert) in layers {
+        if n_expert < 2 {
             continue;
         }
         match groups
             .iter_mut()
             .find(|g| g.roles == roles && g.n_expert == n_expert)
         {
-            Some(g) => g.layers.push(il as u32),
+            Some(g) => g.layers.push(il),
             None => groups.push(GroupShape {
-                layers: vec![il as u32],
+                layers: vec![il],
                 roles,
                 n_expert,
-                n_used: hp.n_expert_used as u32,
+                n_used,
             }),
         }
     }

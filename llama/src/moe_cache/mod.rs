@@ -34,6 +34,7 @@ pub mod layout;
 pub mod policy;
 pub mod replay;
 pub mod stats;
+pub mod trace;
 
 use std::fmt;
 use std::str::FromStr;
@@ -43,6 +44,7 @@ pub use hook::{CacheShared, MoeCacheHook};
 pub use layout::{CacheLayout, GroupShape, LayerCache};
 pub use policy::{Key, Policy, PolicyKind};
 pub use stats::{CacheStats, GroupInfo, LayerCacheStats};
+pub use trace::{Trace, TraceError, TraceHeader};
 
 /// Default largest ubatch that uses (and fills) the cache (upstream: 32).
 pub const DEFAULT_MAX_BATCH: usize = 32;

@@ -97,4 +97,78 @@ mod tests {
         assert_eq!(lru, 30);
         assert!(opt <= 16, "{opt}");
     }
+
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    /// The fewest misses any eviction choices give: every victim among the
+    /// unpinned residents tried, free slots filled first.
+    fn brute_min(steps: &[(u32, Vec<u32>)], n_slots: usize, res: &BTreeSet<(u32, u32)>) -> u64 {
+        let Some(((layer, need), rest)) = steps.split_first() else {
+            return 0;
+        };
+        let missing: Vec<(u32, u32)> = need
+            .iter()
+            .map(|&e| (*layer, e))
+            .filter(|k| !res.contains(k))
+            .collect();
+        fn place(
+            missing: &[(u32, u32)],
+            res: &BTreeSet<(u32, u32)>,
+            n_slots: usize,
+            layer: u32,
+            need: &[u32],
+            rest: &[(u32, Vec<u32>)],
+        ) -> u64 {
+            let Some((k, more)) = missing.split_first() else {
+                return brute_min(rest, n_slots, res);
+            };
+            if res.len() < n_slots {
+                let mut r = res.clone();
+                r.insert(*k);
+                return place(more, &r, n_slots, layer, need, rest);
+            }
+            res.iter()
+                .filter(|v| !(v.0 == layer && need.contains(&v.1)))
+                .map(|v| {
+                    let mut r = res.clone();
+                    r.remove(v);
+                    r.insert(*k);
+                    place(more, &r, n_slots, layer, need, rest)
+                })
+                .min()
+                .unwrap_or(u64::MAX)
+        }
+        missing.len() as u64 + place(&missing, res, n_slots, *layer, need, rest)
+    }
+
+    fn tiny_trace() -> impl Strategy<Value = (u32, Vec<TraceUbatch>)> {
+        (2u32..4).prop_flat_map(|n_slots| {
+            let ub = (
+                0u32..2,
+                proptest::collection::btree_set(0u32..5, 1..=n_slots as usize),
+            )
+                .prop_map(|(l, ids)| TraceUbatch {
+                    n_tokens: 1,
+                    layers: vec![(l, ids.into_iter().collect())],
+                });
+            (Just(n_slots), proptest::collection::vec(ub, 1..9))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn belady_is_the_brute_force_optimum_and_no_policy_beats_it((n_slots, trace) in tiny_trace()) {
+            let layers = [0, 1];
+            let misses = |p: Box<dyn Policy>| -> u64 {
+                replay(&layers, 5, n_slots, p, &trace).unwrap().values().map(|s| s.misses()).sum()
+            };
+            let opt = misses(Box::new(Belady::new(&belady_steps(&layers, &trace))));
+            let brute = brute_min(&belady_steps(&layers, &trace), n_slots as usize, &BTreeSet::new());
+            prop_assert_eq!(opt, brute);
+            for k in PolicyKind::ALL {
+                prop_assert!(misses(k.build(n_slots as usize)) >= opt, "{} beat belady", k);
+            }
+        }
+    }
 }

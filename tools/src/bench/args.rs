@@ -41,6 +41,9 @@ pub struct Params {
     /// `--timeline-out`: the simulated timeline of the last repetition of
     /// the last test on a sim device (Chrome trace JSON).
     pub timeline_out: Option<std::path::PathBuf>,
+    /// `--expert-trace-out`: the routing trace of the last repetition of
+    /// the last test (for llama-moe-cache).
+    pub expert_trace_out: Option<std::path::PathBuf>,
 }
 
 impl Params {
@@ -89,6 +92,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
         no_warmup: false,
         no_expert_copy: false,
         timeline_out: None,
+        expert_trace_out: None,
     };
     let mut it = args.into_iter().peekable();
     while let Some(raw) = it.next() {
@@ -158,6 +162,9 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
                     Ok(n) if n >= 1 => n,
                     _ => bail!("-r {v}: the repetitions must be a number of at least 1"),
                 };
+            }
+            "--expert-trace-out" => {
+                p.expert_trace_out = Some(value(&mut it, &flag)?.into());
             }
             "--timeline-out" => {
                 p.timeline_out = Some(value(&mut it, &flag)?.into());
@@ -237,6 +244,7 @@ pub fn usage() -> String {
         "  -r, --repetitions <n>                 repetitions of each test (default: 5)",
         "  --delay <0...N>                       seconds of pause before each test (default: 0)",
         "  --timeline-out FILE.json              simulated timeline of the last repetition on a sim device (Chrome trace)",
+        "  --expert-trace-out FILE               routing trace of the last repetition (for llama-moe-cache)",
         "  -o, --output <csv|json|jsonl|md|sql>  format on stdout (default: md)",
         "  -oe, --output-err <csv|json|jsonl|md|sql>",
         "                                        format on stderr (default: none)",

@@ -315,6 +315,9 @@ fn run_test(
             test_prompt(&mut ctx, nd, n_batch, &mut rng)?;
         }
         ctx.reset_stats();
+        if p.expert_trace_out.is_some() {
+            ctx.start_expert_trace(); // each repetition starts it anew
+        }
         if let (Some(c), Some(_)) = (&clock, &p.timeline_out) {
             c.take_timeline();
         }
@@ -354,6 +357,10 @@ fn run_test(
             f.hit_rate_prompt += t.hit_rate_prompt() / r;
             f.bytes_uploaded_per_token += t.bytes_uploaded as f64 / ((np + ng) as f64 * r);
         }
+    }
+    if let (Some(path), Some(t)) = (&p.expert_trace_out, ctx.take_expert_trace()) {
+        std::fs::write(path, t.to_bytes())
+            .with_context(|| format!("--expert-trace-out: cannot write '{}'", path.display()))?;
     }
     if let (Some(c), Some(path)) = (&clock, &p.timeline_out) {
         let t = c.take_timeline();

@@ -166,6 +166,11 @@ struct Args {
     #[arg(long = "timeline-out", value_name = "FILE.json")]
     timeline_out: Option<PathBuf>,
 
+    /// write the routing trace (every ubatch's expert ids per MoE layer) for
+    /// llama-moe-cache (see docs/moe-cache-tuning.md)
+    #[arg(long = "expert-trace-out", value_name = "FILE")]
+    expert_trace_out: Option<PathBuf>,
+
     /// write the summary as one JSON object
     #[arg(long = "stats-out", value_name = "FILE")]
     stats_out: Option<PathBuf>,
@@ -523,6 +528,13 @@ fn run(a: &Args) -> Result<()> {
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
+    let trace_out = match &a.expert_trace_out {
+        Some(p) => {
+            ctx.start_expert_trace();
+            Some((p, AtomicFile::create(p)?))
+        }
+        None => None,
+    };
 
     let mut sim = ctx
         .sim_clock()
@@ -711,6 +723,11 @@ fn run(a: &Args) -> Result<()> {
     tokens_out.finish()?;
 
     let stats_total = ctx.stats();
+    if let (Some((p, mut f)), Some(t)) = (trace_out, ctx.take_expert_trace()) {
+        f.write_all(&t.to_bytes())
+            .with_context(|| format!("cannot write {}", p.display()))?;
+        f.commit()?;
+    }
     let mut s = RunSummary {
         model: loaded.path.display().to_string(),
         device,

@@ -1,0 +1,226 @@
+//! `llama-moe-cache`: replay a routing trace (`--expert-trace-out`) through
+//! every cache policy at several sizes, compare each with Belady's optimum,
+//! draw the curves and advise a `--moe-cache-mib` / `--moe-cache-policy`.
+
+pub mod advise;
+pub mod plot;
+pub mod sweep;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _, Result};
+use clap::Parser;
+use llama::moe_cache::{PolicyKind, Trace, DEFAULT_MAX_BATCH};
+
+use sweep::{Row, SweepPolicy};
+
+/// The tool's flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "llama-moe-cache",
+    version,
+    about = "Replay a routing trace through every expert cache policy and Belady's optimum."
+)]
+pub struct Args {
+    /// the trace written by llama-run / llama-bench --expert-trace-out
+    pub trace: PathBuf,
+    /// cache sizes in slots per group, comma-separated (default: n_used to
+    /// n_expert slots per layer)
+    #[arg(long = "sizes", value_name = "N,..", value_parser = parse_slots, conflicts_with = "mib")]
+    pub sizes: Option<List<u32>>,
+    /// cache sizes as --moe-cache-mib budgets, comma-separated
+    #[arg(long = "mib", value_name = "MIB,..", value_parser = parse_mib)]
+    pub mib: Option<List<f64>>,
+    /// policies to replay, comma-separated (Belady always runs)
+    #[arg(long = "policies", value_name = "P,..", value_parser = parse_policies)]
+    pub policies: Option<List<PolicyKind>>,
+    /// largest ubatch that uses the cache (--moe-cache-max-batch)
+    #[arg(long = "max-batch", value_name = "N", default_value_t = DEFAULT_MAX_BATCH)]
+    pub max_batch: usize,
+    /// print one JSON array instead of the table
+    #[arg(long = "json")]
+    pub json: bool,
+    /// draw hit rate against size to this SVG file
+    #[arg(long = "plot", value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// print the flags to use on a device of --vram-mib MiB
+    #[arg(long = "advise", requires = "vram_mib")]
+    pub advise: bool,
+    /// device memory available for the cache (MiB), with --advise
+    #[arg(long = "vram-mib", value_name = "N")]
+    pub vram_mib: Option<f64>,
+    /// host-to-device link speed in GB/s, with --advise
+    #[arg(long = "link-gbps", value_name = "G", default_value_t = 25.0)]
+    pub link_gbps: f64,
+    /// the model the trace should come from (refused when shapes differ)
+    #[arg(short = 'm', long = "model", value_name = "FNAME")]
+    pub model: Option<PathBuf>,
+}
+
+/// A comma-separated list given to one flag.
+#[derive(Clone, Debug, PartialEq)]
+pub struct List<T>(pub Vec<T>);
+
+fn list<T>(s: &str, one: impl Fn(&str) -> Result<T, String>) -> Result<List<T>, String> {
+    let v: Vec<T> = s
+        .split(',')
+        .map(|t| one(t.trim()))
+        .collect::<Result<_, _>>()?;
+    if v.is_empty() {
+        return Err("the list is empty".into());
+    }
+    Ok(List(v))
+}
+
+fn parse_slots(s: &str) -> Result<List<u32>, String> {
+    list(s, |t| match t.parse::<u32>() {
+        Ok(0) => Err("a size of 0 slots caches nothing (give sizes of 1 or more)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{t}' is not a number of slots")),
+    })
+}
+
+fn parse_mib(s: &str) -> Result<List<f64>, String> {
+    list(s, |t| match t.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err(format!("'{t}': give MiB as a number above 0")),
+        Err(_) => Err(format!("'{t}' is not a number of MiB")),
+    })
+}
+
+fn parse_policies(s: &str) -> Result<List<PolicyKind>, String> {
+    list(s, |t| t.parse::<PolicyKind>())
+}
+
+/// Run the tool.
+pub fn run(a: &Args) -> Result<()> {
+    let trace = Trace::read(&a.trace).map_err(anyhow::Error::msg)?;
+    if trace.ubatches.is_empty() {
+        bail!("{}: the trace holds no ubatch", a.trace.display());
+    }
+    if let Some(m) = &a.model {
+        let loaded = crate::cli::load_model(
+            "llama-moe-cache",
+            Some(m),
+            &crate::cli::PlacementArgs::default(),
+            1,
+        )?;
+        let h = llama::moe_cache::TraceHeader::from_model(&loaded.model);
+        let tl: Vec<u32> = trace.header.layers.iter().map(|l| l.layer).collect();
+        let ml: Vec<u32> = h.layers.iter().map(|l| l.layer).collect();
+        if h.n_layer != trace.header.n_layer
+            || h.n_expert != trace.header.n_expert
+            || h.n_expert_used != trace.header.n_expert_used
+            || tl != ml
+        {
+            bail!(
+                "{} was recorded on another model: the trace has {}, {} has {}",
+                a.trace.display(),
+                trace.header.shape(),
+                m.display(),
+                h.shape()
+            );
+        }
+    }
+    if a.max_batch == 0 {
+        bail!("--max-batch 0: give 1 or more tokens");
+    }
+    let groups = trace.header.groups();
+    if groups.is_empty() {
+        bail!("{}: no layer of the trace can be cached", a.trace.display());
+    }
+    let sizes = match (&a.sizes, &a.mib) {
+        (Some(s), _) => sweep::sizes_from_slots(&groups, &s.0)?,
+        (None, Some(m)) => sweep::sizes_from_mib(&groups, &m.0)?,
+        (None, None) => sweep::default_sizes(&groups),
+    };
+    let mut policies: Vec<SweepPolicy> = a
+        .policies
+        .clone()
+        .map_or(PolicyKind::ALL.to_vec(), |l| l.0)
+        .into_iter()
+        .map(SweepPolicy::Live)
+        .collect();
+    policies.push(SweepPolicy::Belady);
+    let n = (sizes.len() * policies.len()) as u64;
+    let bar = std::io::stderr()
+        .is_terminal()
+        .then(|| indicatif::ProgressBar::new(n));
+    let mut rows: Vec<Row> = Vec::new();
+    for s in &sizes {
+        for &p in &policies {
+            rows.push(sweep::run(&trace, &groups, s, p, a.max_batch)?);
+            if let Some(b) = &bar {
+                b.inc(1);
+            }
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", table(&rows));
+    }
+    if let Some(p) = &a.plot {
+        let title = format!(
+            "{}: hit rate by cache size ({} ubatches)",
+            trace.header.model,
+            trace.ubatches.len()
+        );
+        plot::draw(p, &title, &rows).with_context(|| format!("cannot draw {}", p.display()))?;
+    }
+    if a.advise {
+        let vram = a.vram_mib.unwrap_or(0.0);
+        let Some(adv) = advise::advise(&groups, &sizes, &rows, vram) else {
+            bail!("--advise: no size of the sweep fits {vram} MiB (give smaller --sizes or --mib)");
+        };
+        let link_s = adv.bytes_per_token / (a.link_gbps * 1e9);
+        let mb = if a.max_batch != DEFAULT_MAX_BATCH {
+            format!(" --moe-cache-max-batch {}", a.max_batch)
+        } else {
+            String::new()
+        };
+        println!(
+            "--moe-cache-mib {} --moe-cache-policy {}{mb}  # expected decode hit rate {:.1}%, {:.0} bytes and {:.3} ms of link at {} GB/s per decoded token",
+            adv.mib,
+            adv.policy,
+            adv.hit_rate * 100.0,
+            adv.bytes_per_token,
+            link_s * 1e3,
+            a.link_gbps
+        );
+    }
+    Ok(())
+}
+
+/// The table: one line per (size, policy), with the hit rate as a
+/// fraction of Belady's at the same size.
+pub fn table(rows: &[Row]) -> String {
+    let mut t = format!(
+        "{:>8} {:>6} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>14}\n",
+        "policy", "slots", "MiB", "hits", "misses", "hit%", "decode%", "of_belady", "bytes/token"
+    );
+    for r in rows {
+        let opt = rows
+            .iter()
+            .find(|o| o.policy == "belady" && o.mib == r.mib)
+            .map_or(0.0, |o| o.hit_rate);
+        let frac = if opt > 0.0 { r.hit_rate / opt } else { 1.0 };
+        t.push_str(&format!(
+            "{:>8} {:>6} {:>10.2} {:>10} {:>10} {:>7.2} {:>9.2} {:>9.3} {:>14.0}\n",
+            r.policy,
+            r.slots,
+            r.mib,
+            r.hits,
+            r.misses,
+            r.hit_rate * 100.0,
+            r.hit_rate_decode * 100.0,
+            frac,
+            r.bytes_per_token
+        ));
+    }
+    t
+}
