@@ -264,6 +264,20 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Page-lock `bytes`, host memory this backend will copy from (the host
+    /// weights of a mapped model, `--load-mode pin`), so that uploads from
+    /// it run as asynchronous DMA at full link speed. The returned value
+    /// keeps the lock and releases it on drop. `Ok(None)`: this backend
+    /// gains nothing from page-locked memory (CPU kernels, the sim device);
+    /// `Err`: it would, but the driver refused (the cause is in the error).
+    #[allow(clippy::type_complexity)]
+    fn pin_host(
+        &self,
+        _bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    ) -> Result<Option<Box<dyn Any + Send + Sync>>, BackendError> {
+        Ok(None)
+    }
+
     /// Copy `len` bytes from `src` (at `src_off`) to `dst` (at `dst_off`),
     /// both in this backend's own memory, without crossing to the host,
     /// ordered with the backend's other work. `Ok(false)` when the backend

@@ -894,6 +894,14 @@ impl Backend for CudaBackend {
         &self.dev.name
     }
 
+    fn pin_host(
+        &self,
+        bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    ) -> Result<Option<Box<dyn std::any::Any + Send + Sync>>, BackendError> {
+        let r = self.register_host(bytes)?;
+        Ok(Some(Box::new(r)))
+    }
+
     fn is_host(&self) -> bool {
         false
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ggml_core::cpu::MappedBuffer;
-use ggml_core::gguf::{GgufBytes, GgufFile};
+use ggml_core::gguf::{GgufBytes, GgufFile, LoadMode};
 use ggml_core::{Backend, BufferUsage, GgmlType, TensorData};
 
 use crate::arch::{Arch, LayerStyle, QkNorm};
@@ -188,6 +188,8 @@ pub struct ModelParams {
     pub placement: Placement,
     /// Called with the fraction loaded, from 0 to 1.
     pub progress: Option<Box<dyn FnMut(f32)>>,
+    /// How the file is read (`--load-mode`; [`Model::load`] only).
+    pub load_mode: LoadMode,
 }
 
 /// A loaded model.
@@ -214,7 +216,17 @@ pub struct Model {
     pub device: Option<Arc<dyn Backend>>,
     /// The mapped file.
     pub file: Arc<GgufFile>,
+    /// What loading did other than asked (`--load-mode` fallbacks, `pin`
+    /// without a device that pins), one line each, for the tools to print
+    /// once.
+    pub load_notes: Vec<String>,
+    /// Whether the host weights are page-locked for the device
+    /// (`--load-mode pin` that took effect).
+    pub host_pinned: bool,
     by_name: HashMap<String, WeightId>,
+    /// The device's page-lock of the host weights; dropped before `file`'s
+    /// mapping is released (it holds the bytes itself).
+    _pin: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 struct Shared(GgufBytes);
@@ -224,6 +236,18 @@ impl AsRef<[u8]> for Shared {
         self.0.as_slice()
     }
 }
+
+/// A range of the file's bytes (the host weights, for `pin`).
+struct SharedRange(GgufBytes, std::ops::Range<usize>);
+
+impl AsRef<[u8]> for SharedRange {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.as_slice()[self.1.clone()]
+    }
+}
+
+/// Page size the pinned range is widened to.
+const PIN_PAGE: usize = 4096;
 
 fn dims(ne: &[i64]) -> String {
     format!("shape {ne:?}")
@@ -533,8 +557,10 @@ fn weight_type_ok(ty: GgmlType) -> bool {
 impl Model {
     /// Load a model from a GGUF file.
     pub fn load(path: impl AsRef<Path>, params: ModelParams) -> Result<Model> {
-        let file = GgufFile::open(path.as_ref())?;
-        Model::from_gguf(file, params)
+        let (file, notes) = GgufFile::open_with(path.as_ref(), params.load_mode)?;
+        let mut m = Model::from_gguf(file, params)?;
+        m.load_notes.splice(0..0, notes);
+        Ok(m)
     }
 
     /// Load a model from a parsed GGUF file.
@@ -607,6 +633,47 @@ impl Model {
             (Some(d), n) if n > 0 => Some(d.alloc_buffer(n, BufferUsage::Weights)?),
             _ => None,
         };
+        // `pin`: page-lock the span of the weights that stay in host memory
+        let host_span = wanted
+            .iter()
+            .zip(&targets)
+            .filter(|(_, t)| !matches!(t, Target::Device(_)))
+            .fold(None, |acc: Option<(usize, usize)>, (w, _)| {
+                let (lo, hi) = (w.3, w.3 + w.4);
+                Some(acc.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))))
+            });
+        let mut load_notes = Vec::new();
+        let mut pin = None;
+        if params.load_mode == LoadMode::Pin {
+            let len = file.bytes().len();
+            match (&params.device, host_span) {
+                (None, _) => load_notes.push(
+                    "--load-mode pin: no device backend copies from host memory: behaves as mmap"
+                        .to_string(),
+                ),
+                (Some(d), None) => load_notes.push(format!(
+                    "--load-mode pin: every weight is on {}: nothing stays in host memory to pin",
+                    d.name()
+                )),
+                (Some(d), Some((lo, hi))) => {
+                    let lo = lo - lo % PIN_PAGE;
+                    let hi = hi.next_multiple_of(PIN_PAGE).min(len);
+                    let range = Arc::new(SharedRange(file.bytes().clone(), lo..hi));
+                    match d.pin_host(range) {
+                        Ok(Some(p)) => pin = Some(p),
+                        Ok(None) => load_notes.push(format!(
+                            "--load-mode pin: {} copies from pageable memory as fast: behaves as mmap",
+                            d.name()
+                        )),
+                        Err(e) => load_notes.push(format!(
+                            "--load-mode pin: cannot page-lock the {} bytes of host weights for {}: {e}; copying from pageable memory (as mmap)",
+                            hi - lo,
+                            d.name()
+                        )),
+                    }
+                }
+            }
+        }
         let total = wanted.len().max(1);
         let mut weights = Vec::with_capacity(wanted.len());
         let mut dev_off = 0usize;
@@ -658,7 +725,10 @@ impl Model {
             tokenizer,
             device: params.device.take(),
             file: Arc::new(file),
+            load_notes,
+            host_pinned: pin.is_some(),
             by_name,
+            _pin: pin,
         })
     }
 

@@ -17,6 +17,7 @@ fn load(fx: &Fixture, device: Option<&str>, placement: Placement, min_batch: usi
         device: dev,
         placement,
         progress: None,
+        ..Default::default()
     };
     Arc::new(Model::load(&fx.gguf, params).expect("load"))
 }

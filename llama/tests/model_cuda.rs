@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{nmse, Fixture, MODELS};
+use ggml_core::gguf::LoadMode;
 use llama::device::open_device;
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
@@ -19,7 +20,12 @@ fn fixtures_on_cuda0() {
         return;
     }
     let cases = [
-        ("all weights on CUDA0", Placement::default(), 32),
+        (
+            "all weights on CUDA0",
+            Placement::default(),
+            32,
+            LoadMode::Mmap,
+        ),
         (
             "--cpu-moe",
             Placement {
@@ -27,6 +33,7 @@ fn fixtures_on_cuda0() {
                 ..Default::default()
             },
             32,
+            LoadMode::Mmap,
         ),
         (
             "--cpu-moe, every batch offloaded",
@@ -35,19 +42,34 @@ fn fixtures_on_cuda0() {
                 ..Default::default()
             },
             1,
+            LoadMode::Mmap,
+        ),
+        (
+            "--cpu-moe, every batch offloaded, --load-mode pin",
+            Placement {
+                cpu_moe: true,
+                ..Default::default()
+            },
+            1,
+            LoadMode::Pin,
         ),
     ];
     for name in MODELS {
         let fx = Fixture::load(name);
         let n = fx.n_vocab();
-        for (label, placement, min_batch) in cases.clone() {
+        for (label, placement, min_batch, load_mode) in cases.clone() {
             let dev = open_device("CUDA0", 2, min_batch).expect("CUDA0");
             let params = ModelParams {
                 device: dev,
                 placement,
                 progress: None,
+                load_mode,
             };
             let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
+            if load_mode == LoadMode::Pin {
+                // a refused pin is a warning for users, a failure here
+                assert!(model.host_pinned, "{name}: {:?}", model.load_notes);
+            }
             let cp = ContextParams {
                 n_ctx: 512,
                 n_batch: 512,

@@ -30,6 +30,7 @@ fn fixtures_on_cuda0_with_the_expert_cache() {
                 ..Default::default()
             },
             progress: None,
+            ..Default::default()
         };
         let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
         let groups = model_groups(&model);

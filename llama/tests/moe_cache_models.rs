@@ -24,6 +24,7 @@ fn load(fx: &Fixture, device: Option<&str>) -> Arc<Model> {
             ..Default::default()
         },
         progress: None,
+        ..Default::default()
     };
     Arc::new(Model::load(&fx.gguf, params).expect("load"))
 }
@@ -346,6 +347,7 @@ fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
             ..Default::default()
         },
         progress: None,
+        ..Default::default()
     };
     let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
     let p = ContextParams {

@@ -37,6 +37,7 @@ fn model() -> Arc<Model> {
             ..Default::default()
         },
         progress: None,
+        ..Default::default()
     };
     Arc::new(Model::from_gguf(file, params).expect("load"))
 }

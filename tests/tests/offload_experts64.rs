@@ -37,6 +37,7 @@ fn selective_copy_is_at_least_8x_below_full_copy_per_token() {
             ..Default::default()
         },
         progress: None,
+        ..Default::default()
     };
     let model = Arc::new(Model::from_gguf(file, params).expect("load"));
     let cp = ContextParams {

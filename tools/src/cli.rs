@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
+use ggml_core::gguf::LoadMode;
 use ggml_core::Backend;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::{Placement, Target};
@@ -101,6 +102,16 @@ pub struct PlacementArgs {
     /// sizes the cache from it
     #[arg(long = "sim-mem-mib", value_name = "N", allow_hyphen_values = true)]
     pub sim_mem_mib: Option<String>,
+
+    /// how the model file is read: mmap (default), none (into ordinary
+    /// memory), mlock (mapped and locked), pin (host weights page-locked
+    /// for the device, CUDA; elsewhere as mmap), dio (O_DIRECT reads)
+    #[arg(long = "load-mode", value_name = "MODE", default_value = "mmap", value_parser = parse_load_mode)]
+    pub load_mode: LoadMode,
+}
+
+fn parse_load_mode(s: &str) -> std::result::Result<LoadMode, String> {
+    s.parse()
 }
 
 impl PlacementArgs {
@@ -393,6 +404,7 @@ pub fn load_model(
         device,
         placement: rules,
         progress: Some(Box::new(move |f| p2.borrow_mut().set(f))),
+        load_mode: placement.load_mode,
     };
     let t0 = Instant::now();
     let model = Model::load(&path, params)
@@ -400,6 +412,9 @@ pub fn load_model(
     let load_s = t0.elapsed().as_secs_f64();
     progress.borrow_mut().finish();
     let model = model?;
+    for n in &model.load_notes {
+        eprintln!("{tool}: warning: {n}");
+    }
     Ok(Loaded {
         model: Arc::new(model),
         load_s,

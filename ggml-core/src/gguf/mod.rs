@@ -10,11 +10,13 @@
 //! tensor data, each tensor at an aligned offset.
 
 mod error;
+mod load_mode;
 mod reader;
 mod value;
 mod writer;
 
 pub use error::GgufError;
+pub use load_mode::{read_direct, LoadMode, DIO_ALIGN};
 pub use reader::{
     GgufBytes, GgufFile, GgufTensorInfo, GGUF_DEFAULT_ALIGNMENT, GGUF_KEY_ALIGNMENT, GGUF_MAGIC,
     GGUF_MAX_ARRAY_DEPTH, GGUF_MAX_DIMS,

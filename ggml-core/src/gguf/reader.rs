@@ -14,6 +14,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 
 use super::error::GgufError;
+use super::load_mode::{read_direct, LoadMode};
 use super::value::{GgufArray, GgufString, GgufValue, GgufValueType};
 use crate::types::GgmlType;
 
@@ -176,6 +177,47 @@ impl GgufFile {
         // `GgufFile::read`, which copies the file into memory.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         GgufFile::from_backing(GgufBytes(Arc::new(Backing::Mmap(map))))
+    }
+
+    /// Open the file the way `mode` says (`--load-mode`) and parse it; the
+    /// second value lists what did not go as asked (an `mlock` refused,
+    /// `O_DIRECT` refused by the filesystem) and what was done instead, one
+    /// line each, for the caller to print. `pin` maps the file as `mmap`
+    /// does: page-locking is the device backend's job.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        mode: LoadMode,
+    ) -> Result<(GgufFile, Vec<String>), GgufError> {
+        let path = path.as_ref();
+        let mut notes = Vec::new();
+        let file = match mode {
+            LoadMode::Mmap | LoadMode::Pin => GgufFile::open(path)?,
+            LoadMode::None => GgufFile::read(path)?,
+            LoadMode::Mlock => {
+                let f = GgufFile::open(path)?;
+                if let Backing::Mmap(m) = &*f.bytes.0 {
+                    if let Err(e) = m.lock() {
+                        notes.push(format!(
+                            "--load-mode mlock: cannot lock the {} bytes of '{}' in memory: {e}{}; the file stays mapped without locking",
+                            m.len(),
+                            path.display(),
+                            if e.raw_os_error() == Some(libc::ENOMEM) || e.raw_os_error() == Some(libc::EPERM) || e.raw_os_error() == Some(libc::EAGAIN) {
+                                " (the locked-memory limit, RLIMIT_MEMLOCK / ulimit -l, is too small)"
+                            } else {
+                                ""
+                            }
+                        ));
+                    }
+                }
+                f
+            }
+            LoadMode::Dio => {
+                let (bytes, note) = read_direct(path)?;
+                notes.extend(note);
+                GgufFile::from_bytes(bytes)?
+            }
+        };
+        Ok((file, notes))
     }
 
     /// Read the whole file into memory (no mapping) and parse it.

@@ -76,7 +76,7 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("--interactive", "use -cnv for an interactive chat"),
     ("-if", "use -cnv for an interactive chat"),
     ("--interactive-first", "use -cnv for an interactive chat"),
-    ("--mlock", "weights are memory-mapped and not locked"),
+    ("--mlock", "use --load-mode mlock"),
     ("-sm", "one device at a time: use --device"),
     ("--split-mode", "one device at a time: use --device"),
     ("-ts", "one device at a time: use --device"),

@@ -197,19 +197,27 @@ fn split_mode_ok(v: &Value) -> Result<(), String> {
 
 fn load_mode(s: &str) -> Result<String, String> {
     match s {
-        "auto" | "none" | "mmap" | "mlock" | "mmap+mlock" | "dio" => Ok(s.into()),
+        "auto" | "none" | "mmap" | "mlock" | "mmap+mlock" | "pin" | "dio" => Ok(s.into()),
         _ => Err(format!(
-            "unknown load mode '{s}' (auto, none, mmap, mlock, mmap+mlock, dio)"
+            "unknown load mode '{s}' (auto, mmap, none, mlock, mmap+mlock, pin, dio)"
         )),
     }
 }
 
-fn load_mode_ok(v: &Value) -> Result<(), String> {
-    match v.str() {
-        "auto" | "mmap" => Ok(()),
-        m => Err(format!(
-            "load mode {m} is not supported: the model file is always memory-mapped (auto, mmap)"
-        )),
+fn load_mode_ok(_v: &Value) -> Result<(), String> {
+    Ok(())
+}
+
+/// The `--load-mode` of a `-lm` value (`auto` is `mmap`, llama.cpp's
+/// `mmap+mlock` is `mlock`).
+pub fn load_mode_of(v: &str) -> ggml_core::gguf::LoadMode {
+    use ggml_core::gguf::LoadMode;
+    match v {
+        "none" => LoadMode::None,
+        "mlock" | "mmap+mlock" => LoadMode::Mlock,
+        "pin" => LoadMode::Pin,
+        "dio" => LoadMode::Dio,
+        _ => LoadMode::Mmap,
     }
 }
 
@@ -423,8 +431,8 @@ pub static PARAMS: &[ParamSpec] = &[
     ParamSpec {
         field: "load_mode",
         flags: &["-lm", "--load-mode"],
-        metavar: "auto|mmap|...",
-        help: "how the file is read (always memory-mapped: auto, mmap)",
+        metavar: "auto|mmap|none|mlock|pin|dio",
+        help: "how the file is read (auto = mmap; pin: host weights page-locked for a CUDA device, elsewhere as mmap; dio: O_DIRECT reads)",
         syntax: Syntax::Text(load_mode),
         default: default!(s("auto")),
         accept: load_mode_ok,

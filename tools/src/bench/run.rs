@@ -49,6 +49,7 @@ pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
         sim_mem_mib: Some(inst.str("sim_mem_mib"))
             .filter(|m| *m != "none")
             .map(str::to_string),
+        load_mode: crate::bench::params::load_mode_of(inst.str("load_mode")),
         ..Default::default()
     }
 }

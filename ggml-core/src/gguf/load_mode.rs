@@ -1,0 +1,240 @@
+//! How a model file is brought into memory (`--load-mode`, llama.cpp's
+//! `--mmap` / `--no-mmap` / `--mlock` / `--direct-io`), and the `O_DIRECT`
+//! reader behind `dio`.
+
+use std::fmt;
+use std::fs::File;
+use std::io::ErrorKind;
+use std::path::Path;
+use std::str::FromStr;
+
+use super::error::GgufError;
+
+/// Alignment of `O_DIRECT` transfers: buffer address, file offset and length
+/// (4096 covers every common logical block size).
+pub const DIO_ALIGN: usize = 4096;
+
+/// Bytes per `O_DIRECT` read (a multiple of [`DIO_ALIGN`]).
+const DIO_CHUNK: usize = 8 << 20;
+
+/// How the model file is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LoadMode {
+    /// Memory-map the file read-only (the default): weights are used where
+    /// they lie.
+    #[default]
+    Mmap,
+    /// Read the file into ordinary anonymous memory.
+    None,
+    /// Map the file and lock it in memory (`mlock`); falls back to a plain
+    /// mapping, saying why, when the lock is refused.
+    Mlock,
+    /// Map the file; a device backend that has page-locked host memory
+    /// (CUDA) registers the host weights with its driver so that uploads
+    /// are asynchronous DMA. Elsewhere the same as `Mmap`.
+    Pin,
+    /// Read the file with `O_DIRECT` through aligned staging buffers,
+    /// bypassing the page cache; falls back to ordinary reads, saying why,
+    /// where the filesystem refuses `O_DIRECT` (tmpfs).
+    Dio,
+}
+
+impl LoadMode {
+    /// Every mode, in the order the help lists them.
+    pub const ALL: [LoadMode; 5] = [
+        LoadMode::Mmap,
+        LoadMode::None,
+        LoadMode::Mlock,
+        LoadMode::Pin,
+        LoadMode::Dio,
+    ];
+
+    /// The flag value (`mmap`, `none`, `mlock`, `pin`, `dio`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadMode::Mmap => "mmap",
+            LoadMode::None => "none",
+            LoadMode::Mlock => "mlock",
+            LoadMode::Pin => "pin",
+            LoadMode::Dio => "dio",
+        }
+    }
+}
+
+impl fmt::Display for LoadMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LoadMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<LoadMode, String> {
+        LoadMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown load mode '{s}' (mmap, none, mlock, pin, dio)"))
+    }
+}
+
+/// The `DIO_ALIGN`-aligned window of `len` bytes inside `v`.
+fn aligned_window(v: &mut [u8], len: usize) -> &mut [u8] {
+    let pad = v.as_ptr().align_offset(DIO_ALIGN);
+    &mut v[pad..pad + len]
+}
+
+/// Read the whole file at `path` with `O_DIRECT` (page cache bypassed)
+/// through an aligned staging buffer into owned memory. A size that is not
+/// a multiple of the alignment is fine (the last read is short). Where the
+/// filesystem refuses `O_DIRECT` (`EINVAL`, as tmpfs does), the file is
+/// read the ordinary way and the second value says so.
+pub fn read_direct(path: &Path) -> Result<(Vec<u8>, Option<String>), GgufError> {
+    read_direct_with(path, open_direct)
+}
+
+/// [`read_direct`] with the opener given (tests refuse `O_DIRECT` with it).
+fn read_direct_with(
+    path: &Path,
+    open: fn(&Path) -> std::io::Result<File>,
+) -> Result<(Vec<u8>, Option<String>), GgufError> {
+    let io = |source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let fallback = |why: String| -> Result<(Vec<u8>, Option<String>), GgufError> {
+        let bytes = std::fs::read(path).map_err(io)?;
+        let note = format!(
+            "--load-mode dio: {why}; read '{}' through the page cache instead",
+            path.display()
+        );
+        Ok((bytes, Some(note)))
+    };
+    let file = match open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::PermissionDenied => {
+            return Err(io(e))
+        }
+        Err(e) => return fallback(format!("the filesystem refuses O_DIRECT ({e})")),
+    };
+    let len = file.metadata().map_err(io)?.len();
+    let len = usize::try_from(len).map_err(|_| {
+        io(std::io::Error::other(format!(
+            "{len} bytes do not fit in memory"
+        )))
+    })?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|e| {
+        io(std::io::Error::new(
+            ErrorKind::OutOfMemory,
+            format!("{len} bytes: {e}"),
+        ))
+    })?;
+    let mut staging_mem = vec![0u8; DIO_CHUNK + DIO_ALIGN];
+    let staging = aligned_window(&mut staging_mem, DIO_CHUNK);
+    while out.len() < len {
+        // offsets stay multiples of DIO_CHUNK until the final short read
+        let n = match read_at(&file, staging, out.len() as u64) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && out.is_empty() => {
+                return fallback(format!("the filesystem refuses O_DIRECT reads ({e})"));
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io(e)),
+        };
+        if n == 0 {
+            return Err(io(std::io::Error::new(
+                ErrorKind::UnexpectedEof,
+                format!(
+                    "the file shrank while being read: {} of {len} bytes",
+                    out.len()
+                ),
+            )));
+        }
+        let take = n.min(len - out.len());
+        out.extend_from_slice(&staging[..take]);
+        if n < staging.len() && out.len() < len {
+            // a short read before the end: offsets are no longer aligned
+            return Err(io(std::io::Error::new(
+                ErrorKind::UnexpectedEof,
+                format!("short O_DIRECT read at offset {}", out.len() - take),
+            )));
+        }
+    }
+    Ok((out, None))
+}
+
+#[cfg(target_os = "linux")]
+fn open_direct(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_direct(_path: &Path) -> std::io::Result<File> {
+    Err(std::io::Error::new(
+        ErrorKind::Unsupported,
+        "O_DIRECT is a Linux open flag",
+    ))
+}
+
+#[cfg(unix)]
+fn read_at(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(f, buf, off)
+}
+
+#[cfg(not(unix))]
+fn read_at(_f: &File, _buf: &mut [u8], _off: u64) -> std::io::Result<usize> {
+    Err(std::io::Error::new(
+        ErrorKind::Unsupported,
+        "positioned reads are not available",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_mode_and_names_bad_ones() {
+        for m in LoadMode::ALL {
+            assert_eq!(m.as_str().parse::<LoadMode>(), Ok(m));
+        }
+        let e = "x".parse::<LoadMode>().unwrap_err();
+        assert!(
+            e.contains("unknown load mode 'x'") && e.contains("pin"),
+            "{e}"
+        );
+    }
+
+    fn refuse(_: &Path) -> std::io::Result<File> {
+        Err(std::io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
+    #[test]
+    fn a_refused_o_direct_falls_back_saying_why() {
+        let dir = std::env::temp_dir();
+        let p = dir.join(format!("ggml-dio-fallback-{}.bin", std::process::id()));
+        let want: Vec<u8> = (0..DIO_ALIGN + 3).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &want).unwrap();
+        let r = read_direct_with(&p, refuse);
+        let _ = std::fs::remove_file(&p);
+        let (got, note) = r.unwrap();
+        assert_eq!(got, want);
+        let n = note.unwrap();
+        assert!(
+            n.contains("refuses O_DIRECT") && n.contains("page cache"),
+            "{n}"
+        );
+    }
+
+    #[test]
+    fn aligned_window_is_aligned() {
+        let mut v = vec![0u8; 3 * DIO_ALIGN];
+        let w = aligned_window(&mut v, DIO_ALIGN);
+        assert_eq!(w.as_ptr() as usize % DIO_ALIGN, 0);
+        assert_eq!(w.len(), DIO_ALIGN);
+    }
+}
