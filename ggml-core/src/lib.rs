@@ -11,6 +11,8 @@
 //! nodes in dependency order, each kernel reading its sources through
 //! [`tensor::TensorData`] (a buffer and an offset).
 
+#![warn(missing_docs)]
+
 pub mod backend;
 pub mod cpu;
 pub mod gguf;

@@ -51,6 +51,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod alloc;
 mod error;
 mod exec;

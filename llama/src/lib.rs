@@ -9,6 +9,8 @@
 //! the decoder, switched per architecture by [`arch::LayerStyle`]), binds the
 //! inputs, and computes it; the logits feed [`sampling`].
 
+#![warn(missing_docs)]
+
 pub mod arch;
 pub mod chat;
 pub mod context;

@@ -19,9 +19,13 @@ use crate::types::GgmlType;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ4K {
+    /// Super-block scale of the sub-block scales.
     pub d: f16,
+    /// Super-block scale of the sub-block minimums.
     pub dmin: f16,
+    /// Eight 6-bit sub-block scales and eight 6-bit minimums, packed into 12 bytes.
     pub scales: [u8; 12],
+    /// Quantized values, 4 bits each, two per byte.
     pub qs: [u8; QK_K / 2],
 }
 impl_block!(BlockQ4K, GgmlType::Q4K, QK_K, 144);
