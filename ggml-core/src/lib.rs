@@ -1,4 +1,6 @@
-//! # ggml-core
+#![doc = include_str!("../README.md")]
+//!
+//! ## How it works
 //!
 //! The ggml layer of the engine: element types (with the GGUF block quants),
 //! tensors described by ggml's `ne`/`nb`, compute graphs built by op

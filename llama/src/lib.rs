@@ -1,4 +1,6 @@
-//! # llama
+#![doc = include_str!("../README.md")]
+//!
+//! ## How it works
 //!
 //! MoE language models over ggml: what turns a GGUF file into tokens.
 //!
