@@ -15,7 +15,7 @@ use crate::types::GgmlType;
 /// ggml's `block_q4_K`. Element `64c + l` (`l < 32`) is `qs[32c + l] & 15` in
 /// sub-block `2c`, element `64c + 32 + l` is `qs[32c + l] >> 4` in sub-block
 /// `2c + 1`; sub-block `s` is valued `d·sc[s]·q - dmin·m[s]` with the 6-bit
-/// `sc`, `m` packed in `scales` (see [`unpack_scales_mins`]).
+/// `sc`, `m` packed in `scales` (see `unpack_scales_mins`).
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ4K {
