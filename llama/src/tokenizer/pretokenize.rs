@@ -62,7 +62,7 @@ pub enum PreType {
     Bloom,
     /// ChatGLM-4 / GLM-4.
     ChatGlm4,
-    /// Viking (Poro successor).
+    /// Viking (LumiOpen).
     Viking,
     /// Mistral's Tekken (Mistral NeMo).
     Tekken,
