@@ -1,4 +1,6 @@
-//! # ggml-core
+#![doc = include_str!("../README.md")]
+//!
+//! ## How it works
 //!
 //! The ggml layer of the engine: element types (with the GGUF block quants),
 //! tensors described by ggml's `ne`/`nb`, compute graphs built by op
@@ -10,6 +12,8 @@
 //! add nodes; a backend (directly, or through `ggml-sched`) computes the
 //! nodes in dependency order, each kernel reading its sources through
 //! [`tensor::TensorData`] (a buffer and an offset).
+
+#![warn(missing_docs)]
 
 pub mod backend;
 pub mod cpu;

@@ -4,12 +4,17 @@
 /// Unary element-wise functions (`GGML_UNARY_OP_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnaryOp {
+    /// `x * sigmoid(x)` (`GGML_UNARY_OP_SILU`).
     Silu,
     /// tanh approximation, as `ggml_gelu`
     Gelu,
+    /// `1 / (1 + exp(-x))` (`GGML_UNARY_OP_SIGMOID`).
     Sigmoid,
+    /// `-x` (`GGML_UNARY_OP_NEG`).
     Neg,
+    /// `max(x, 0)` (`GGML_UNARY_OP_RELU`).
     Relu,
+    /// `exp(x)` (`GGML_UNARY_OP_EXP`).
     Exp,
 }
 
@@ -22,7 +27,9 @@ pub enum GluOp {
     Geglu,
     /// gpt-oss: `x * sigmoid(alpha * x) * (y + 1)` with clamping at `limit`
     SwigluOai {
+        /// Slope inside the sigmoid (1.702 in gpt-oss).
         alpha: OrderedF32,
+        /// Clamp: the gate at most `limit`, the up value within `[-limit, limit]`.
         limit: OrderedF32,
     },
 }
@@ -30,7 +37,9 @@ pub enum GluOp {
 /// Sort order for `argsort`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SortOrder {
+    /// Smallest first (`GGML_SORT_ORDER_ASC`).
     Asc,
+    /// Largest first (`GGML_SORT_ORDER_DESC`).
     Desc,
 }
 
@@ -68,14 +77,23 @@ pub enum RopeMode {
 /// Parameters of `rope_ext`, as ggml's op_params.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RopeParams {
+    /// Number of leading elements of each head that rotate (the rest pass through).
     pub n_dims: i32,
+    /// Which element pairs rotate together.
     pub mode: RopeMode,
+    /// Context length the model was trained with (YaRN scaling input).
     pub n_ctx_orig: i32,
+    /// Base of the rotation frequencies (`rope_freq_base`, theta).
     pub freq_base: OrderedF32,
+    /// Position scale (`1 / rope scaling factor`).
     pub freq_scale: OrderedF32,
+    /// YaRN extrapolation mix factor (0 disables YaRN).
     pub ext_factor: OrderedF32,
+    /// YaRN attention magnitude scale.
     pub attn_factor: OrderedF32,
+    /// YaRN low correction dimension parameter (`beta_fast`).
     pub beta_fast: OrderedF32,
+    /// YaRN high correction dimension parameter (`beta_slow`).
     pub beta_slow: OrderedF32,
 }
 
@@ -100,16 +118,24 @@ pub enum Op {
     Transpose,
     /// `ggml_get_rows(a, ids)`: rows of `a` gathered by I32 ids, as F32.
     GetRows,
+    /// `ggml_add(a, b)`: element-wise sum, `b` broadcast over `a`.
     Add,
+    /// `ggml_sub(a, b)`: element-wise difference, `b` broadcast over `a`.
     Sub,
+    /// `ggml_mul(a, b)`: element-wise product, `b` broadcast over `a`.
     Mul,
+    /// `ggml_div(a, b)`: element-wise quotient, `b` broadcast over `a`.
     Div,
     /// `ggml_scale_bias`: `a * s + b`.
     Scale {
+        /// Factor multiplied into every element.
         s: OrderedF32,
+        /// Bias added after scaling.
         b: OrderedF32,
     },
+    /// `ggml_sqr`: element-wise square.
     Sqr,
+    /// `ggml_sqrt`: element-wise square root.
     Sqrt,
     /// Sum of each row into a single element.
     SumRows,
@@ -119,10 +145,12 @@ pub enum Op {
     Argmax,
     /// `x / sqrt(mean(x^2) + eps)` per row.
     RmsNorm {
+        /// Added to the variance before the square root.
         eps: OrderedF32,
     },
     /// `(x - mean) / sqrt(var + eps)` per row.
     Norm {
+        /// Added to the variance before the square root.
         eps: OrderedF32,
     },
     /// `ggml_mul_mat(a, b)`: `a^T b` over rows of dimension `ne0`.
@@ -135,31 +163,41 @@ pub enum Op {
     RopeExt(RopeParams),
     /// `ggml_soft_max_ext(a, mask, scale, max_bias)`; optional sinks as src 2.
     SoftMaxExt {
+        /// Factor applied to the scores before the mask (usually `1 / sqrt(head_dim)`).
         scale: OrderedF32,
+        /// ALiBi maximum bias (0 disables ALiBi).
         max_bias: OrderedF32,
     },
+    /// `ggml_unary`: an element-wise function.
     Unary(UnaryOp),
     /// GLU over one tensor (halves of `ne0`) or two (`swapped` puts the gate second).
     Glu {
+        /// Which gated linear unit.
         op: GluOp,
+        /// The gate is the second half (or second tensor) instead of the first.
         swapped: bool,
     },
     /// Indices that sort each row (I32).
     Argsort(SortOrder),
     /// Indices of the `k` largest elements of each row, largest first (I32).
     TopK {
+        /// How many indices to keep per row.
         k: i32,
     },
     /// `ggml_concat(a, b, dim)`.
     Concat {
+        /// The dimension (0..4) along which `b` follows `a`.
         dim: i32,
     },
     /// `ggml_set_rows(a, b, idx)`: write rows of `b` into `a` at `idx`; the node is a view of `a`.
     SetRows,
     /// `ggml_flash_attn_ext(q, k, v, mask, scale, max_bias, softcap)`; optional sinks as src 4.
     FlashAttnExt {
+        /// Factor applied to the scores before the mask (usually `1 / sqrt(head_dim)`).
         scale: OrderedF32,
+        /// ALiBi maximum bias (0 disables ALiBi).
         max_bias: OrderedF32,
+        /// Logit soft-capping value: `softcap * tanh(x / softcap)` (0 disables it).
         softcap: OrderedF32,
     },
 }

@@ -8,28 +8,51 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u32)]
 pub enum GgmlType {
+    /// 32-bit IEEE float (`GGML_TYPE_F32`).
     F32 = 0,
+    /// 16-bit IEEE half float (`GGML_TYPE_F16`).
     F16 = 1,
+    /// 4-bit block quant, 32 weights per block with one f16 scale (`GGML_TYPE_Q4_0`).
     Q4_0 = 2,
+    /// 4-bit block quant, 32 weights per block with an f16 scale and minimum (`GGML_TYPE_Q4_1`).
     Q4_1 = 3,
+    /// 5-bit block quant, 32 weights per block with one f16 scale (`GGML_TYPE_Q5_0`).
     Q5_0 = 6,
+    /// 5-bit block quant, 32 weights per block with an f16 scale and minimum (`GGML_TYPE_Q5_1`).
     Q5_1 = 7,
+    /// 8-bit block quant, 32 weights per block with one f16 scale (`GGML_TYPE_Q8_0`).
     Q8_0 = 8,
+    /// 8-bit block quant with an f16 scale and the block sum, used for activations (`GGML_TYPE_Q8_1`).
     Q8_1 = 9,
+    /// 2-bit k-quant, 256-weight super-blocks of 16-weight sub-blocks with 4-bit scales and minimums (`GGML_TYPE_Q2_K`).
     Q2K = 10,
+    /// 3-bit k-quant, 256-weight super-blocks with 6-bit sub-block scales (`GGML_TYPE_Q3_K`).
     Q3K = 11,
+    /// 4-bit k-quant, 256-weight super-blocks with 6-bit sub-block scales and minimums (`GGML_TYPE_Q4_K`).
     Q4K = 12,
+    /// 5-bit k-quant, 256-weight super-blocks with 6-bit sub-block scales and minimums (`GGML_TYPE_Q5_K`).
     Q5K = 13,
+    /// 6-bit k-quant, 256-weight super-blocks with 8-bit sub-block scales (`GGML_TYPE_Q6_K`).
     Q6K = 14,
+    /// 8-bit k-quant with f32 scale and per-16 sums, used for activations of the k-quant dot products (`GGML_TYPE_Q8_K`).
     Q8K = 15,
+    /// 4-bit non-linear quant: 32 weights per block indexing a fixed 16-value table (`GGML_TYPE_IQ4_NL`).
     IQ4NL = 20,
+    /// IQ4_NL on 256-weight super-blocks with 6-bit sub-block scales (`GGML_TYPE_IQ4_XS`).
     IQ4XS = 23,
+    /// Signed 8-bit integer (`GGML_TYPE_I8`).
     I8 = 24,
+    /// Signed 16-bit integer (`GGML_TYPE_I16`).
     I16 = 25,
+    /// Signed 32-bit integer (`GGML_TYPE_I32`), used for ids and positions.
     I32 = 26,
+    /// Signed 64-bit integer (`GGML_TYPE_I64`).
     I64 = 27,
+    /// 64-bit IEEE float (`GGML_TYPE_F64`).
     F64 = 28,
+    /// bfloat16: the upper 16 bits of an f32 (`GGML_TYPE_BF16`).
     BF16 = 30,
+    /// OCP microscaling FP4: 32 E2M1 values per block with a shared E8M0 exponent (`GGML_TYPE_MXFP4`, gpt-oss experts).
     MXFP4 = 39,
 }
 

@@ -60,6 +60,8 @@
 //! [`Backend::synchronize`]: ggml_core::Backend::synchronize
 //! [`Backend::read_overhang`]: ggml_core::Backend::read_overhang
 
+#![warn(missing_docs)]
+
 pub mod backend;
 mod buffer;
 pub mod kernels;

@@ -1,4 +1,6 @@
-//! # ggml-sched
+#![doc = include_str!("../README.md")]
+//!
+//! ## How it works
 //!
 //! The backend scheduler (`ggml_backend_sched` in spirit): it runs one
 //! [`Graph`] over several backends — devices first, the CPU last.
@@ -50,6 +52,8 @@
 //! println!("{} splits, {} bytes copied", stats.n_splits, stats.sched_bytes());
 //! # Ok(()) }
 //! ```
+
+#![warn(missing_docs)]
 
 mod alloc;
 mod error;

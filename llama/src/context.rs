@@ -3,7 +3,9 @@
 //! A tool, a test or a server drives it: tokenize, decode a batch (split
 //! into ubatches), read the logits of any output row, sample.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorData, TensorId};
 use ggml_sched::Scheduler;
@@ -114,10 +116,6 @@ pub struct Context {
 /// Device memory `auto` leaves free for the cached graphs' activations:
 /// this fraction of what is free after the largest graph's memory.
 const AUTO_MARGIN_DIV: usize = 16;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
@@ -487,13 +485,13 @@ impl Context {
         let n_kv = self.kv.n_kv(KV_PAD, cell0 + n_tokens);
         let mut b = GraphBuilder::new(&model);
         if let Some(c) = &self.cache {
-            let mut c = lock(c);
+            let mut c = c.lock();
             c.begin_ubatch(n_tokens);
             b.moe_cache = Some(Arc::clone(&c.layout));
         }
         let dg = b.build_decoder(&self.kv, n_tokens, cell0, n_kv, out_rows.len());
         if let Some(c) = &self.cache {
-            lock(c).note_bypassed(&b.moe_cache_bypassed);
+            c.lock().note_bypassed(&b.moe_cache_bypassed);
         }
         let mut g = b.g;
         self.bind_inputs(&mut g, &dg, batch, r, n_kv, out_rows)?;
@@ -614,7 +612,7 @@ impl Context {
 
     /// The expert copy policy's counters since creation or the last reset.
     pub fn expert_copy_stats(&self) -> ExpertCopyStats {
-        let s = self.policy.lock().unwrap_or_else(|e| e.into_inner()).stats;
+        let s = self.policy.lock().stats;
         let b = self.policy_base;
         ExpertCopyStats {
             bytes: s.bytes - b.bytes,
@@ -629,10 +627,7 @@ impl Context {
     /// Install (or remove) a function applied to every expert-ids tensor the
     /// policy reads, before validation. For tests that poison ids.
     pub fn set_expert_id_filter(&mut self, f: Option<IdFilter>) {
-        self.policy
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .id_filter = f;
+        self.policy.lock().id_filter = f;
     }
 
     /// Logits of output row `i` of the last `decode` (every token's row with
@@ -671,15 +666,15 @@ impl Context {
     /// Zero the transfer counters (and the cache's).
     pub fn reset_stats(&mut self) {
         self.stats = TransferStats::default();
-        self.policy_base = self.policy.lock().unwrap_or_else(|e| e.into_inner()).stats;
-        self.cache_base = self.cache.as_ref().map(|c| lock(c).stats.clone());
+        self.policy_base = self.policy.lock().stats;
+        self.cache_base = self.cache.as_ref().map(|c| c.lock().stats.clone());
     }
 
     /// The expert cache's counters since creation or the last reset; `None`
     /// when there is no cache (off, no device, or no experts in host memory).
     pub fn moe_cache_stats(&self) -> Option<CacheStats> {
         let c = self.cache.as_ref()?;
-        let s = lock(c).stats.clone();
+        let s = c.lock().stats.clone();
         Some(match &self.cache_base {
             Some(b) => s.since(b),
             None => s,
@@ -693,7 +688,7 @@ impl Context {
         let Some(c) = &self.cache else {
             return Ok(());
         };
-        let c = lock(c);
+        let c = c.lock();
         c.check().map_err(LlamaError::Invalid)?;
         for (gi, bank) in c.banks.iter().enumerate() {
             let Some(bank) = bank else { continue };

@@ -14,15 +14,23 @@ pub enum LlamaError {
     UnknownArch(String),
     /// A required hyper-parameter is missing or out of range.
     #[error("hyper-parameter '{key}': {why}")]
-    HParam { key: String, why: String },
+    HParam {
+        /// The GGUF metadata key (or hyper-parameter name).
+        key: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A tensor the architecture needs is missing from the file.
     #[error("missing tensor '{0}'")]
     MissingTensor(String),
     /// A tensor has the wrong shape or an unusable type.
     #[error("tensor '{name}' has {found}, expected {expected}")]
     BadTensor {
+        /// The tensor name.
         name: String,
+        /// Its shape and type.
         found: String,
+        /// The shape and types the architecture needs.
         expected: String,
     },
     /// A placement rule is malformed.

@@ -1,4 +1,6 @@
-//! # llama
+#![doc = include_str!("../README.md")]
+//!
+//! ## How it works
 //!
 //! MoE language models over ggml: what turns a GGUF file into tokens.
 //!
@@ -9,6 +11,8 @@
 //! `decode` builds the ubatch's graph with [`graph`] (shared blocks stacked by
 //! the decoder, switched per architecture by [`arch::LayerStyle`]), binds the
 //! inputs, and computes it; the logits feed [`sampling`].
+
+#![warn(missing_docs)]
 
 pub mod arch;
 pub mod batch;

@@ -8,6 +8,8 @@
 //! chat templates and conversation ([`chat`]), flags and loading ([`cli`]), progress display ([`progress`]), UTF-8
 //! streaming ([`stream`]) and the run summary ([`summary`]).
 
+#![warn(missing_docs)]
+
 pub mod args;
 pub mod bench;
 pub mod cache;

@@ -301,7 +301,7 @@ fn convert(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
 }
 
 /// Quantized tensors larger than this are assembled from pools of
-/// quantized blocks (see [`fill`]).
+/// quantized blocks (see `fill`).
 pub const POOL_MIN_ELEMENTS: usize = 8 << 20;
 /// Elements per pool (4096 blocks of 256).
 const POOL_ELEMENTS: usize = 1 << 20;

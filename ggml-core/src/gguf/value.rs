@@ -7,18 +7,31 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum GgufValueType {
+    /// `GGUF_TYPE_U8`: an unsigned 8-bit integer.
     U8 = 0,
+    /// `GGUF_TYPE_I8`: a signed 8-bit integer.
     I8 = 1,
+    /// `GGUF_TYPE_U16`: an unsigned 16-bit integer.
     U16 = 2,
+    /// `GGUF_TYPE_I16`: a signed 16-bit integer.
     I16 = 3,
+    /// `GGUF_TYPE_U32`: an unsigned 32-bit integer.
     U32 = 4,
+    /// `GGUF_TYPE_I32`: a signed 32-bit integer.
     I32 = 5,
+    /// `GGUF_TYPE_F32`: a 32-bit float.
     F32 = 6,
+    /// `GGUF_TYPE_BOOL`: a bool (one byte, 0 or 1).
     Bool = 7,
+    /// `GGUF_TYPE_STRING`: a string (u64 length, then bytes).
     Str = 8,
+    /// `GGUF_TYPE_ARRAY`: an array (element type, u64 count, elements).
     Array = 9,
+    /// `GGUF_TYPE_U64`: an unsigned 64-bit integer.
     U64 = 10,
+    /// `GGUF_TYPE_I64`: a signed 64-bit integer.
     I64 = 11,
+    /// `GGUF_TYPE_F64`: a 64-bit float.
     F64 = 12,
 }
 
@@ -176,18 +189,31 @@ impl PartialEq<&str> for GgufString {
 /// their own element types (each inner array may differ).
 #[derive(Clone, Debug, PartialEq)]
 pub enum GgufArray {
+    /// An array of unsigned 8-bit integers.
     U8(Vec<u8>),
+    /// An array of signed 8-bit integers.
     I8(Vec<i8>),
+    /// An array of unsigned 16-bit integers.
     U16(Vec<u16>),
+    /// An array of signed 16-bit integers.
     I16(Vec<i16>),
+    /// An array of unsigned 32-bit integers.
     U32(Vec<u32>),
+    /// An array of signed 32-bit integers.
     I32(Vec<i32>),
+    /// An array of 32-bit floats.
     F32(Vec<f32>),
+    /// An array of bools.
     Bool(Vec<bool>),
+    /// An array of strings.
     Str(Vec<GgufString>),
+    /// An array of nested arrays.
     Array(Vec<GgufArray>),
+    /// An array of unsigned 64-bit integers.
     U64(Vec<u64>),
+    /// An array of signed 64-bit integers.
     I64(Vec<i64>),
+    /// An array of 64-bit floats.
     F64(Vec<f64>),
 }
 
@@ -352,18 +378,31 @@ impl GgufArray {
 /// One metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum GgufValue {
+    /// A value of type `GGUF_TYPE_U8`: an unsigned 8-bit integer.
     U8(u8),
+    /// A value of type `GGUF_TYPE_I8`: a signed 8-bit integer.
     I8(i8),
+    /// A value of type `GGUF_TYPE_U16`: an unsigned 16-bit integer.
     U16(u16),
+    /// A value of type `GGUF_TYPE_I16`: a signed 16-bit integer.
     I16(i16),
+    /// A value of type `GGUF_TYPE_U32`: an unsigned 32-bit integer.
     U32(u32),
+    /// A value of type `GGUF_TYPE_I32`: a signed 32-bit integer.
     I32(i32),
+    /// A value of type `GGUF_TYPE_F32`: a 32-bit float.
     F32(f32),
+    /// A value of type `GGUF_TYPE_BOOL`: a bool (one byte, 0 or 1).
     Bool(bool),
+    /// A value of type `GGUF_TYPE_STRING`: a string (u64 length, then bytes).
     Str(GgufString),
+    /// A value of type `GGUF_TYPE_ARRAY`: an array (element type, u64 count, elements).
     Array(GgufArray),
+    /// A value of type `GGUF_TYPE_U64`: an unsigned 64-bit integer.
     U64(u64),
+    /// A value of type `GGUF_TYPE_I64`: a signed 64-bit integer.
     I64(i64),
+    /// A value of type `GGUF_TYPE_F64`: a 64-bit float.
     F64(f64),
 }
 

@@ -23,7 +23,9 @@ pub const KVALUES_IQ4NL: [i8; 16] = [
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockIq4Nl {
+    /// Block scale (delta): weight = `d * q`.
     pub d: f16,
+    /// 4-bit indices into the non-linear table, two per byte.
     pub qs: [u8; QK4_NL / 2],
 }
 impl_block!(BlockIq4Nl, GgmlType::IQ4NL, QK4_NL, 18);

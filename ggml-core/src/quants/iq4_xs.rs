@@ -19,9 +19,13 @@ use crate::types::GgmlType;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockIq4Xs {
+    /// Super-block scale of the sub-block scales.
     pub d: f16,
+    /// High 2 bits of the eight 6-bit sub-block scales.
     pub scales_h: u16,
+    /// Low 4 bits of the eight 6-bit sub-block scales.
     pub scales_l: [u8; QK_K / 64],
+    /// 4-bit indices into the non-linear table, two per byte.
     pub qs: [u8; QK_K / 2],
 }
 impl_block!(BlockIq4Xs, GgmlType::IQ4XS, QK_K, 136);

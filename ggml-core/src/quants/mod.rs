@@ -70,6 +70,7 @@ use crate::types::GgmlType;
 /// and which type activations are converted to for the dot product.
 #[derive(Debug)]
 pub struct CpuTypeTraits {
+    /// The type these facts describe.
     pub ty: GgmlType,
     /// Activation type for `vec_dot`, as ggml pairs them: the type itself for
     /// F32/F16/BF16, Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for

@@ -19,7 +19,9 @@ pub const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockMxfp4 {
+    /// Shared E8M0 exponent: scale = `2^(e - 127)`.
     pub e: u8,
+    /// E2M1 values, 4 bits each, two per byte.
     pub qs: [u8; QK_MXFP4 / 2],
 }
 impl_block!(BlockMxfp4, GgmlType::MXFP4, QK_MXFP4, 17);

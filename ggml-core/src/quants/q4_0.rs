@@ -17,7 +17,9 @@ pub const QK4_0: usize = 32;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ4_0 {
+    /// Block scale (delta): weight = `d * q`.
     pub d: f16,
+    /// Quantized values, 4 bits each (offset by 8), two per byte.
     pub qs: [u8; QK4_0 / 2],
 }
 impl_block!(BlockQ4_0, GgmlType::Q4_0, QK4_0, 18);

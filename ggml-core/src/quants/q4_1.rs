@@ -16,8 +16,11 @@ pub const QK4_1: usize = 32;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ4_1 {
+    /// Block scale (delta): weight = `d * q`.
     pub d: f16,
+    /// Block minimum: weight = `d * q + m`.
     pub m: f16,
+    /// Quantized values, 4 bits each, two per byte.
     pub qs: [u8; QK4_1 / 2],
 }
 impl_block!(BlockQ4_1, GgmlType::Q4_1, QK4_1, 20);

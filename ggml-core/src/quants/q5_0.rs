@@ -19,8 +19,11 @@ pub const QK5_0: usize = 32;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ5_0 {
+    /// Block scale (delta): weight = `d * q`.
     pub d: f16,
+    /// Fifth bit of each of the 32 quantized values.
     pub qh: [u8; 4],
+    /// Low 4 bits of each quantized value, two per byte.
     pub qs: [u8; QK5_0 / 2],
 }
 impl_block!(BlockQ5_0, GgmlType::Q5_0, QK5_0, 22);

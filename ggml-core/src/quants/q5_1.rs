@@ -17,9 +17,13 @@ pub const QK5_1: usize = 32;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ5_1 {
+    /// Block scale (delta): weight = `d * q`.
     pub d: f16,
+    /// Block minimum: weight = `d * q + m`.
     pub m: f16,
+    /// Fifth bit of each of the 32 quantized values.
     pub qh: [u8; 4],
+    /// Low 4 bits of each quantized value, two per byte.
     pub qs: [u8; QK5_1 / 2],
 }
 impl_block!(BlockQ5_1, GgmlType::Q5_1, QK5_1, 24);

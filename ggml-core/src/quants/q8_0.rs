@@ -16,7 +16,9 @@ pub const QK8_0: usize = 32;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ8_0 {
+    /// Block scale (delta): weight = `d * q`.
     pub d: f16,
+    /// Quantized values, one byte each.
     pub qs: [i8; QK8_0],
 }
 impl_block!(BlockQ8_0, GgmlType::Q8_0, QK8_0, 34);

@@ -15,8 +15,11 @@ pub const QK8_1: usize = 32;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ8_1 {
+    /// Block scale (delta): value = `d * q`.
     pub d: f16,
+    /// `d` times the sum of the block's quantized values.
     pub s: f16,
+    /// Quantized values, one byte each.
     pub qs: [i8; QK8_1],
 }
 impl_block!(BlockQ8_1, GgmlType::Q8_1, QK8_1, 36);

@@ -17,7 +17,9 @@
 pub mod runs;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use ggml_core::{GgmlType, Op, TensorId};
 use ggml_sched::{CopyHook, HookCtx, HookError};
@@ -73,9 +75,8 @@ impl ExpertCopyPolicy {
         }
     }
 
-    fn shared(&self) -> std::sync::MutexGuard<'_, PolicyShared> {
-        // a poisoned lock only means a test panicked mid-update; the counters stay usable
-        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    fn shared(&self) -> parking_lot::MutexGuard<'_, PolicyShared> {
+        self.shared.lock()
     }
 
     /// Which experts the ids tensor `ids` names, validated against `n_expert`.

@@ -8,7 +8,9 @@
 //! misses with one ranged write per role straight into the banks, and then
 //! writes the map, so that the lookup reads slots that hold the experts.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use ggml_core::backend::copy_bytes;
 use ggml_core::{GgmlType, Op};
@@ -124,11 +126,6 @@ pub struct MoeCacheHook {
     cache: Option<Arc<Mutex<CacheShared>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // a poisoned lock only means a test panicked mid-update
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl MoeCacheHook {
     /// The hook over the selective copy's state and, when there is one, the
     /// cache's.
@@ -203,7 +200,7 @@ impl MoeCacheHook {
             .chunks_exact(4)
             .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
-        if let Some(f) = lock(&self.copy_shared).id_filter.as_mut() {
+        if let Some(f) = self.copy_shared.lock().id_filter.as_mut() {
             f(&mut vals);
         }
         let n_expert = lc.n_expert;
@@ -303,7 +300,7 @@ impl MoeCacheHook {
         role: usize,
         cx: &mut HookCtx<'_>,
     ) -> Result<Option<bool>, HookError> {
-        if lock(&self.copy_shared).disabled {
+        if self.copy_shared.lock().disabled {
             return Ok(None);
         }
         let Some(used) = self.copy.used_for_input(cx)? else {
@@ -364,7 +361,7 @@ impl MoeCacheHook {
             cx.copy_range(r.start, r.len())?;
         }
         {
-            let mut s = lock(&self.copy_shared);
+            let mut s = self.copy_shared.lock();
             s.stats.inputs += 1;
             s.stats.full_bytes += total as u64;
             s.stats.experts_full += used.len() as u64;
@@ -387,7 +384,7 @@ impl CopyHook for MoeCacheHook {
 
     fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError> {
         if let Some(c) = self.cache.clone() {
-            let mut cache = lock(&c);
+            let mut cache = c.lock();
             if let Some(layer) = Self::map_layer(&cache, cx) {
                 return self.serve_map(&mut cache, layer, cx);
             }

@@ -42,10 +42,13 @@ pub enum PreType {
     Default,
     /// Llama 3 (also dbrx, smaug).
     Llama3,
+    /// DeepSeek LLM (v1 chat/base).
     DeepseekLlm,
+    /// DeepSeek Coder.
     DeepseekCoder,
     /// DeepSeek V3 (also hunyuan-dense, joyai-llm, hy_v4).
     Deepseek3,
+    /// Falcon.
     Falcon,
     /// StarCoder family (refact, command-r, smollm, codeshell, exaone, minerva).
     Starcoder,
@@ -57,13 +60,19 @@ pub enum PreType {
     Qwen35,
     /// poro-chat, bloom, gpt3-finnish.
     Bloom,
+    /// ChatGLM-4 / GLM-4.
     ChatGlm4,
+    /// Viking (LumiOpen).
     Viking,
+    /// Mistral's Tekken (Mistral NeMo).
     Tekken,
     /// gpt-4o, llama4, minimax-m2 (o200k style, as gpt-oss uses).
     Gpt4o,
+    /// ByteDance Seed-Coder.
     SeedCoder,
+    /// Ling / Bailing MoE.
     BailingMoe,
+    /// Grok-2.
     Grok2,
 }
 
@@ -71,6 +80,7 @@ pub enum PreType {
 /// a `tokenizer.ggml.pre` name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreConfig {
+    /// Which pre-tokenizer regexes split the text.
     pub pre_type: PreType,
     /// Apply llama.cpp's `clean_up_tokenization_spaces` when detokenizing.
     pub clean_spaces: bool,

@@ -12,29 +12,53 @@ pub type TokenId = i32;
 
 /// GGUF metadata keys the tokenizer reads.
 pub mod keys {
+    /// GGUF key: tokenizer model name (`llama` = SPM, `gpt2` = BPE).
     pub const MODEL: &str = "tokenizer.ggml.model";
+    /// GGUF key: pre-tokenizer name (`qwen2`, `llama-bpe`, ...).
     pub const PRE: &str = "tokenizer.ggml.pre";
+    /// GGUF key: token strings, by id.
     pub const TOKENS: &str = "tokenizer.ggml.tokens";
+    /// GGUF key: token scores, by id.
     pub const SCORES: &str = "tokenizer.ggml.scores";
+    /// GGUF key: token types (normal, control, byte, ...), by id.
     pub const TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
+    /// GGUF key: BPE merges (`"a b"`), by priority.
     pub const MERGES: &str = "tokenizer.ggml.merges";
+    /// GGUF key: id of the beginning-of-sequence token.
     pub const BOS_ID: &str = "tokenizer.ggml.bos_token_id";
+    /// GGUF key: id of the end-of-sequence token.
     pub const EOS_ID: &str = "tokenizer.ggml.eos_token_id";
+    /// GGUF key: id of the end-of-turn token.
     pub const EOT_ID: &str = "tokenizer.ggml.eot_token_id";
+    /// GGUF key: id of the end-of-message token.
     pub const EOM_ID: &str = "tokenizer.ggml.eom_token_id";
+    /// GGUF key: id of the unknown token.
     pub const UNK_ID: &str = "tokenizer.ggml.unknown_token_id";
+    /// GGUF key: id of the separator token.
     pub const SEP_ID: &str = "tokenizer.ggml.seperator_token_id";
+    /// GGUF key: id of the padding token.
     pub const PAD_ID: &str = "tokenizer.ggml.padding_token_id";
+    /// GGUF key: id of the mask token.
     pub const MASK_ID: &str = "tokenizer.ggml.mask_token_id";
+    /// GGUF key: id of the fill-in-the-middle prefix token.
     pub const FIM_PRE_ID: &str = "tokenizer.ggml.fim_pre_token_id";
+    /// GGUF key: id of the fill-in-the-middle suffix token.
     pub const FIM_SUF_ID: &str = "tokenizer.ggml.fim_suf_token_id";
+    /// GGUF key: id of the fill-in-the-middle middle token.
     pub const FIM_MID_ID: &str = "tokenizer.ggml.fim_mid_token_id";
+    /// GGUF key: id of the fill-in-the-middle padding token.
     pub const FIM_PAD_ID: &str = "tokenizer.ggml.fim_pad_token_id";
+    /// GGUF key: id of the fill-in-the-middle repository token.
     pub const FIM_REP_ID: &str = "tokenizer.ggml.fim_rep_token_id";
+    /// GGUF key: id of the fill-in-the-middle file separator token.
     pub const FIM_SEP_ID: &str = "tokenizer.ggml.fim_sep_token_id";
+    /// GGUF key: whether tokenizing prepends BOS.
     pub const ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
+    /// GGUF key: whether tokenizing appends EOS.
     pub const ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+    /// GGUF key: whether SPM puts a space before the text.
     pub const ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
+    /// GGUF key: model name.
     pub const GENERAL_NAME: &str = "general.name";
 }
 
@@ -43,16 +67,27 @@ pub mod keys {
 pub struct TokenAttr(pub u32);
 
 impl TokenAttr {
+    /// No attribute (`LLAMA_TOKEN_ATTR_UNDEFINED`).
     pub const UNDEFINED: TokenAttr = TokenAttr(0);
+    /// The unknown-token placeholder (`<unk>`).
     pub const UNKNOWN: TokenAttr = TokenAttr(1 << 0);
+    /// A reserved slot that no text maps to.
     pub const UNUSED: TokenAttr = TokenAttr(1 << 1);
+    /// An ordinary text token.
     pub const NORMAL: TokenAttr = TokenAttr(1 << 2);
+    /// A control token (`<s>`, `<|im_end|>`): not printed, only matched as special.
     pub const CONTROL: TokenAttr = TokenAttr(1 << 3);
+    /// A token added by the user, matched whole in the text.
     pub const USER_DEFINED: TokenAttr = TokenAttr(1 << 4);
+    /// A byte fallback token (`<0x0A>`).
     pub const BYTE: TokenAttr = TokenAttr(1 << 5);
+    /// Its text is normalized before matching.
     pub const NORMALIZED: TokenAttr = TokenAttr(1 << 6);
+    /// Spaces to its left are stripped when matching.
     pub const LSTRIP: TokenAttr = TokenAttr(1 << 7);
+    /// Spaces to its right are stripped when matching.
     pub const RSTRIP: TokenAttr = TokenAttr(1 << 8);
+    /// Matched only as a whole word.
     pub const SINGLE_WORD: TokenAttr = TokenAttr(1 << 9);
 
     /// Whether any bit of `other` is set.
@@ -108,22 +143,39 @@ pub struct VocabData {
     pub token_types: Option<Vec<i32>>,
     /// `tokenizer.ggml.merges`.
     pub merges: Option<Vec<String>>,
+    /// `tokenizer.ggml.bos_token_id`: the beginning of sequence token.
     pub bos: Option<u32>,
+    /// `tokenizer.ggml.eos_token_id`: the end of sequence token.
     pub eos: Option<u32>,
+    /// `tokenizer.ggml.eot_token_id`: the end of turn token.
     pub eot: Option<u32>,
+    /// `tokenizer.ggml.eom_token_id`: the end of message (tool call) token.
     pub eom: Option<u32>,
+    /// `tokenizer.ggml.unknown_token_id`: the unknown token.
     pub unk: Option<u32>,
+    /// `tokenizer.ggml.seperator_token_id`: the separator token.
     pub sep: Option<u32>,
+    /// `tokenizer.ggml.padding_token_id`: the padding token.
     pub pad: Option<u32>,
+    /// `tokenizer.ggml.mask_token_id`: the mask token.
     pub mask: Option<u32>,
+    /// `tokenizer.ggml.fim_pre_token_id`: the fill-in-the-middle prefix token.
     pub fim_pre: Option<u32>,
+    /// `tokenizer.ggml.fim_suf_token_id`: the fill-in-the-middle suffix token.
     pub fim_suf: Option<u32>,
+    /// `tokenizer.ggml.fim_mid_token_id`: the fill-in-the-middle middle token.
     pub fim_mid: Option<u32>,
+    /// `tokenizer.ggml.fim_pad_token_id`: the fill-in-the-middle padding token.
     pub fim_pad: Option<u32>,
+    /// `tokenizer.ggml.fim_rep_token_id`: the fill-in-the-middle repository token.
     pub fim_rep: Option<u32>,
+    /// `tokenizer.ggml.fim_sep_token_id`: the fill-in-the-middle file separator token.
     pub fim_sep: Option<u32>,
+    /// `tokenizer.ggml.add_bos_token`: prepend BOS when tokenizing.
     pub add_bos: Option<bool>,
+    /// `tokenizer.ggml.add_eos_token`: append EOS when tokenizing.
     pub add_eos: Option<bool>,
+    /// `tokenizer.ggml.add_space_prefix`: SPM puts a space before the text.
     pub add_space_prefix: Option<bool>,
     /// `general.name` (llama.cpp keys a Phi-3 attribute fix-up on it).
     pub general_name: Option<String>,
@@ -135,26 +187,42 @@ pub struct TokenData {
     /// The token's text as stored in the vocabulary (`▁` for space in SPM,
     /// byte-level characters in BPE).
     pub text: String,
+    /// SPM score (log probability) of the token; merge priority in BPE vocabularies without merges.
     pub score: f32,
+    /// The token's attributes (control, byte, user-defined, ...).
     pub attr: TokenAttr,
 }
 
 /// Special token ids; `None` where the vocabulary has none.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SpecialTokens {
+    /// The beginning of sequence token.
     pub bos: Option<TokenId>,
+    /// The end of sequence token.
     pub eos: Option<TokenId>,
+    /// The end of turn token.
     pub eot: Option<TokenId>,
+    /// The end of message (tool call) token.
     pub eom: Option<TokenId>,
+    /// The unknown token.
     pub unk: Option<TokenId>,
+    /// The separator token.
     pub sep: Option<TokenId>,
+    /// The padding token.
     pub pad: Option<TokenId>,
+    /// The mask token.
     pub mask: Option<TokenId>,
+    /// The fill-in-the-middle prefix token.
     pub fim_pre: Option<TokenId>,
+    /// The fill-in-the-middle suffix token.
     pub fim_suf: Option<TokenId>,
+    /// The fill-in-the-middle middle token.
     pub fim_mid: Option<TokenId>,
+    /// The fill-in-the-middle padding token.
     pub fim_pad: Option<TokenId>,
+    /// The fill-in-the-middle repository token.
     pub fim_rep: Option<TokenId>,
+    /// The fill-in-the-middle file separator token.
     pub fim_sep: Option<TokenId>,
 }
 

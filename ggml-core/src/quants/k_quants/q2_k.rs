@@ -18,9 +18,13 @@ use crate::types::GgmlType;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ2K {
+    /// Per 16-weight sub-block: low nibble the 4-bit scale, high nibble the 4-bit minimum.
     pub scales: [u8; QK_K / 16],
+    /// Quantized values, 2 bits each, four per byte.
     pub qs: [u8; QK_K / 4],
+    /// Super-block scale of the sub-block scales.
     pub d: f16,
+    /// Super-block scale of the sub-block minimums.
     pub dmin: f16,
 }
 impl_block!(BlockQ2K, GgmlType::Q2K, QK_K, 84);

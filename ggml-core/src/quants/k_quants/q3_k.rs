@@ -20,9 +20,13 @@ use crate::types::GgmlType;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ3K {
+    /// High (third) bit of each quantized value.
     pub hmask: [u8; QK_K / 8],
+    /// Low 2 bits of each quantized value, four per byte.
     pub qs: [u8; QK_K / 4],
+    /// Sixteen 6-bit sub-block scales, packed into 12 bytes.
     pub scales: [u8; 12],
+    /// Super-block scale of the sub-block scales.
     pub d: f16,
 }
 impl_block!(BlockQ3K, GgmlType::Q3K, QK_K, 110);

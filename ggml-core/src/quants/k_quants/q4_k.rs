@@ -15,13 +15,17 @@ use crate::types::GgmlType;
 /// ggml's `block_q4_K`. Element `64c + l` (`l < 32`) is `qs[32c + l] & 15` in
 /// sub-block `2c`, element `64c + 32 + l` is `qs[32c + l] >> 4` in sub-block
 /// `2c + 1`; sub-block `s` is valued `d·sc[s]·q - dmin·m[s]` with the 6-bit
-/// `sc`, `m` packed in `scales` (see [`unpack_scales_mins`]).
+/// `sc`, `m` packed in `scales` (see `unpack_scales_mins`).
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ4K {
+    /// Super-block scale of the sub-block scales.
     pub d: f16,
+    /// Super-block scale of the sub-block minimums.
     pub dmin: f16,
+    /// Eight 6-bit sub-block scales and eight 6-bit minimums, packed into 12 bytes.
     pub scales: [u8; 12],
+    /// Quantized values, 4 bits each, two per byte.
     pub qs: [u8; QK_K / 2],
 }
 impl_block!(BlockQ4K, GgmlType::Q4K, QK_K, 144);

@@ -16,10 +16,15 @@ use crate::types::GgmlType;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ5K {
+    /// Super-block scale of the sub-block scales.
     pub d: f16,
+    /// Super-block scale of the sub-block minimums.
     pub dmin: f16,
+    /// Eight 6-bit sub-block scales and eight 6-bit minimums, packed into 12 bytes.
     pub scales: [u8; 12],
+    /// High (fifth) bit of each quantized value.
     pub qh: [u8; QK_K / 8],
+    /// Low 4 bits of each quantized value, two per byte.
     pub qs: [u8; QK_K / 2],
 }
 impl_block!(BlockQ5K, GgmlType::Q5K, QK_K, 176);

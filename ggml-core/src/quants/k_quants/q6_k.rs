@@ -19,9 +19,13 @@ use crate::types::GgmlType;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ6K {
+    /// Low 4 bits of each quantized value.
     pub ql: [u8; QK_K / 2],
+    /// High 2 bits of each quantized value, four per byte.
     pub qh: [u8; QK_K / 4],
+    /// Signed 8-bit scale of each 16-weight sub-block.
     pub scales: [i8; QK_K / 16],
+    /// Super-block scale of the sub-block scales.
     pub d: f16,
 }
 impl_block!(BlockQ6K, GgmlType::Q6K, QK_K, 210);

@@ -15,8 +15,11 @@ use crate::types::GgmlType;
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ8K {
+    /// Super-block scale (f32): value = `d * q`.
     pub d: f32,
+    /// Quantized values, one byte each.
     pub qs: [i8; QK_K],
+    /// Sum of the quantized values of each group of 16.
     pub bsums: [i16; QK_K / 16],
 }
 impl_block!(BlockQ8K, GgmlType::Q8K, QK_K, 292);
