@@ -173,6 +173,7 @@ fn together_qwen3moe_sim_device_cpu_moe() {
             ..Default::default()
         },
         progress: None,
+        ..Default::default()
     };
     let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
     check_model("tiny-qwen3moe-f32 on SIM0 --cpu-moe", &fx, &model);
