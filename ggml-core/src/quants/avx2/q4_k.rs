@@ -28,6 +28,37 @@ pub(crate) unsafe fn mins_dot_bsums(mins16: __m128i, by: &BlockQ8K) -> __m128i {
     _mm_madd_epi16(mins16, pairs)
 }
 
+/// The weight side of the per-block setup shared by the Q4_K and Q5_K
+/// dots: the 8 sub-block minima as i16 and the 8 scales as i16 in both
+/// 128-bit halves.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn row_scales_mins(packed: &[u8; 12]) -> (__m128i, __m256i) {
+    let sm = unpack_scales_mins(packed);
+    let sm16 = _mm256_cvtepu8_epi16(load128(sm.as_ptr()));
+    let sc128 = _mm256_castsi256_si128(sm16);
+    (
+        _mm256_extracti128_si256(sm16, 1),
+        _mm256_set_m128i(sc128, sc128),
+    )
+}
+
+/// The activation side: adds the minima term `-dy·dmin·Σ m·bsums` into
+/// `acc_m` and returns `d = dy·dx`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn col_minima(
+    dx: f32,
+    dmin_x: f32,
+    mins16: __m128i,
+    by: &BlockQ8K,
+    acc_m: &mut __m128,
+) -> f32 {
+    let prod = mins_dot_bsums(mins16, by);
+    *acc_m = _mm_fmadd_ps(_mm_set1_ps(-by.d * dmin_x), _mm_cvtepi32_ps(prod), *acc_m);
+    by.d * dx
+}
+
 /// The per-block setup shared by the Q4_K and Q5_K dots: returns
 /// `d = dy·dx` and the 8 sub-block scales as i16 in both 128-bit halves,
 /// and adds the minima term `-dy·dmin·Σ m·bsums` into `acc_m`.
@@ -40,12 +71,8 @@ pub(crate) unsafe fn block_scales(
     by: &BlockQ8K,
     acc_m: &mut __m128,
 ) -> (f32, __m256i) {
-    let sm = unpack_scales_mins(packed);
-    let sm16 = _mm256_cvtepu8_epi16(load128(sm.as_ptr()));
-    let prod = mins_dot_bsums(_mm256_extracti128_si256(sm16, 1), by);
-    *acc_m = _mm_fmadd_ps(_mm_set1_ps(-by.d * dmin_x), _mm_cvtepi32_ps(prod), *acc_m);
-    let sc128 = _mm256_castsi256_si128(sm16);
-    (by.d * dx, _mm256_set_m128i(sc128, sc128))
+    let (mins16, scales) = row_scales_mins(packed);
+    (col_minima(dx, dmin_x, mins16, by, acc_m), scales)
 }
 
 /// `ggml_vec_dot_q4_K_q8_K` over equally long block slices.
@@ -104,17 +131,10 @@ pub(crate) unsafe fn dot_q4_k_q8_k_cols<const C: usize>(
     for (b, bx) in x.iter().enumerate() {
         let dx = f16_to_f32(bx.d);
         let dmin_x = f16_to_f32(bx.dmin);
-        let sm = unpack_scales_mins(&bx.scales);
-        let sm16 = _mm256_cvtepu8_epi16(load128(sm.as_ptr()));
-        let mins16 = _mm256_extracti128_si256(sm16, 1);
-        let sc128 = _mm256_castsi256_si128(sm16);
-        let scales = _mm256_set_m128i(sc128, sc128);
+        let (mins16, scales) = row_scales_mins(&bx.scales);
         let mut d = [0f32; C];
         for c in 0..C {
-            let by = ys[c].get_unchecked(b);
-            let prod = mins_dot_bsums(mins16, by);
-            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-by.d * dmin_x), _mm_cvtepi32_ps(prod), acc_m[c]);
-            d[c] = by.d * dx;
+            d[c] = col_minima(dx, dmin_x, mins16, ys[c].get_unchecked(b), &mut acc_m[c]);
         }
         let q4 = bx.qs.as_ptr();
         let mut sumi = [_mm256_setzero_si256(); C];

@@ -2,9 +2,8 @@
 
 use std::arch::x86_64::*;
 
-use super::q4_k::{block_scales, broadcast_i16_lane, mins_dot_bsums};
-use super::{f16_to_f32, hsum_ps, load128, load256};
-use crate::quants::k_quants::q4_k::unpack_scales_mins;
+use super::q4_k::{block_scales, broadcast_i16_lane, col_minima, row_scales_mins};
+use super::{f16_to_f32, hsum_ps, load256};
 use crate::quants::k_quants::q5_k::BlockQ5K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
 
@@ -77,17 +76,10 @@ pub(crate) unsafe fn dot_q5_k_q8_k_cols<const C: usize>(
     for (b, bx) in x.iter().enumerate() {
         let dx = f16_to_f32(bx.d);
         let dmin_x = f16_to_f32(bx.dmin);
-        let sm = unpack_scales_mins(&bx.scales);
-        let sm16 = _mm256_cvtepu8_epi16(load128(sm.as_ptr()));
-        let mins16 = _mm256_extracti128_si256(sm16, 1);
-        let sc128 = _mm256_castsi256_si128(sm16);
-        let scales = _mm256_set_m128i(sc128, sc128);
+        let (mins16, scales) = row_scales_mins(&bx.scales);
         let mut d = [0f32; C];
         for c in 0..C {
-            let by = ys[c].get_unchecked(b);
-            let prod = mins_dot_bsums(mins16, by);
-            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-by.d * dmin_x), _mm_cvtepi32_ps(prod), acc_m[c]);
-            d[c] = by.d * dx;
+            d[c] = col_minima(dx, dmin_x, mins16, ys[c].get_unchecked(b), &mut acc_m[c]);
         }
         let hbits = load256(bx.qh.as_ptr());
         let q5 = bx.qs.as_ptr();
