@@ -1,6 +1,6 @@
 //! flash_attn_ext against a plain f64 attention: GQA, masks (F16/F32,
 //! broadcast, taller than the queries), ALiBi, softcap, sinks (gpt-oss),
-//! F16 or F32 k/v.
+//! F16 or F32 k/v; and the F16 accumulation of an F16 v as ggml does it.
 
 mod common;
 
@@ -90,6 +90,36 @@ proptest! {
                 want[idx(&one, j, h, iq, 0)] = o;
             }
         }}
-        assert_close(&got, &want, 2e-5, 1e-4, "flash_attn_ext");
+        // An F16 v is accumulated in F16 as ggml does (rounded at each of the
+        // n_kv multiply-adds and each rescale, a relative 2^-11 of a running
+        // sum that stays below S·max|v| = 2S): after the division by S that
+        // is at most (2·n_kv + 1)·2^-11·2 per output. F32 v: f32 rounding only.
+        let (atol, rtol) = if kv_ty == GgmlType::F16 {
+            ((2 * n_kv + 1) as f64 * 2f64.powi(-10), 0.0)
+        } else {
+            (2e-5, 1e-4)
+        };
+        assert_close(&got, &want, atol, rtol, "flash_attn_ext");
+    }
+}
+
+/// Two keys with equal scores and v = 2048, 1: ggml's F16 accumulator holds
+/// 2048 + 1 = 2049 as 2048 (F16 spacing 2 there, ties to even), so the
+/// output is 2048 / 2 = 1024; an F32 v keeps the 1 and gives 1024.5.
+#[test]
+fn flash_attn_ext_accumulates_f16_v_in_f16() {
+    for (ty, want) in [(GgmlType::F16, 1024.0f32), (GgmlType::F32, 1024.5)] {
+        let mut g = Graph::new();
+        let q = g.new_tensor(GgmlType::F32, &[1, 1, 1]);
+        let k = g.new_tensor(ty, &[1, 2, 1]);
+        let v = g.new_tensor(ty, &[1, 2, 1]);
+        let out = g.flash_attn_ext(q, k, v, None, 1.0, 0.0, 0.0);
+        g.build_forward_expand(out);
+        alloc(&mut g, cpu());
+        fill(&g, q, &[0.0]);
+        fill(&g, k, &[1.0, 1.0]);
+        fill(&g, v, &[2048.0, 1.0]);
+        compute(&g, cpu());
+        assert_eq!(g.read_f32(out).unwrap(), vec![want], "{ty:?} v");
     }
 }

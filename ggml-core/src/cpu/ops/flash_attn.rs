@@ -4,11 +4,17 @@
 //! query rows), ALiBi `max_bias`, logit `softcap`, optional sinks (src 4).
 //! Output `[dv, n_head, n_q, ne3]` (ggml's permuted layout).
 //!
-//! As ggml, q is rounded to F16 before the dot products when k is F16.
-//! Unlike ggml (which accumulates an F16 v in F16), the weighted sum of v
-//! is accumulated in f32.
+//! The numerics are those of ggml's `ggml_compute_forward_flash_attn_ext_f16_one_chunk`
+//! (the path llama.cpp's CPU backend takes for fewer than 64 query rows,
+//! i.e. every decode step and short prompts): q is rounded to F16 when k is
+//! F16, each score is `ggml_vec_dot_f16` (or `_f32`) in ggml's AVX2 order
+//! (`flash_attn_vec`), and when v is F16 the weighted sum of v is
+//! accumulated in an F16 row (`ggml_vec_mad_f16` / `ggml_vec_scale_f16`,
+//! rounded at every step) and only converted to f32 before the sink and the
+//! final `1 / S`; an F32 v accumulates in f32 with fused multiply-adds.
 
 use super::copy::{is_float, load_row, load_row_at, min_rows, store_row};
+use super::flash_attn_vec::{ggml_dot, mad_f16, mad_f32, round_f16, scale_f16};
 use super::softmax::alibi_slope;
 use super::ComputeCtx;
 use crate::backend::BackendError;
@@ -81,6 +87,7 @@ pub(super) fn flash_attn(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
     let (n_q, n_head, ne3) = (q.ne[1], q.ne[2], q.ne[3]);
     let (rk2, rk3) = (n_head / k.ne[2], ne3 / k.ne[3]);
     let round_q = k.ty == GgmlType::F16;
+    let acc_f16 = v.ty == GgmlType::F16;
     let rows = n_q * n_head * ne3;
     ctx.pool
         .for_ranges(rows, min_rows(n_kv * (dk + dv)), &|range| {
@@ -106,7 +113,7 @@ pub(super) fn flash_attn(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
                 }
                 if round_q {
                     for x in qr.iter_mut() {
-                        *x = half::f16::from_f32(*x).to_f32();
+                        *x = round_f16(*x);
                     }
                 }
                 let mut m_run = f32::NEG_INFINITY;
@@ -119,11 +126,7 @@ pub(super) fn flash_attn(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
                     }
                     // SAFETY: ic < n_kv, (ik2, ik3) within k's and v's shapes.
                     unsafe { load_row(&k, ic, ik2, ik3, &mut kr) };
-                    let mut dot = 0f64;
-                    for (a, b) in qr.iter().zip(&kr) {
-                        dot += (*a * *b) as f64;
-                    }
-                    let mut s = dot as f32 * scale;
+                    let mut s = ggml_dot(&qr, &kr) * scale;
                     if softcap != 0.0 {
                         s = softcap * s.tanh();
                     }
@@ -133,18 +136,24 @@ pub(super) fn flash_attn(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
                         let old = m_run;
                         m_run = s;
                         ms = (old - m_run).exp();
-                        for a in acc.iter_mut() {
-                            *a *= ms;
+                        if acc_f16 {
+                            scale_f16(&mut acc, ms);
+                        } else {
+                            for a in acc.iter_mut() {
+                                *a *= ms;
+                            }
                         }
                     } else {
                         vs = (s - m_run).exp();
                     }
                     // SAFETY: as above.
                     unsafe { load_row(&v, ic, ik2, ik3, &mut vr) };
-                    for (a, &x) in acc.iter_mut().zip(&vr) {
-                        *a += x * vs;
+                    if acc_f16 {
+                        mad_f16(&mut acc, &vr, vs);
+                    } else {
+                        mad_f32(&mut acc, &vr, vs);
                     }
-                    s_run = s_run * ms + vs;
+                    s_run = s_run.mul_add(ms, vs);
                 }
                 if let Some(sk) = &sinks {
                     // SAFETY: iq2 < n_head <= sinks.ne[0].
@@ -158,7 +167,7 @@ pub(super) fn flash_attn(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
                     } else {
                         vs = (s - m_run).exp();
                     }
-                    s_run = s_run * ms + vs;
+                    s_run = s_run.mul_add(ms, vs);
                 }
                 let inv = if s_run == 0.0 { 0.0 } else { 1.0 / s_run };
                 for a in acc.iter_mut() {

@@ -12,6 +12,7 @@ mod concat;
 mod copy;
 mod elementwise;
 mod flash_attn;
+mod flash_attn_vec;
 mod glu;
 mod matmul;
 mod norm;
