@@ -68,7 +68,11 @@ fn check(name: &str) {
 }
 
 fn check_configs(name: &str, configs: &[(usize, bool)]) {
-    let fx = Fixture::load(name);
+    check_fixture(&Fixture::load(name), configs);
+}
+
+fn check_fixture(fx: &Fixture, configs: &[(usize, bool)]) {
+    let name = fx.name.as_str();
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("load"));
     let toks = model
         .tokenizer
@@ -77,7 +81,7 @@ fn check_configs(name: &str, configs: &[(usize, bool)]) {
     assert_eq!(toks, fx.tokens, "{name}: prompt tokens");
     let reliable = fx.reliable_greedy_len();
     for &(ub, fa) in configs {
-        let r = run(&model, &fx, ub, fa);
+        let r = run(&model, fx, ub, fa);
         let tag = format!("ubatch {ub}{}", if fa { " -fa" } else { "" });
         println!(
             "{name} {tag}: prompt NMSE {:.2e}, teacher-forced NMSE {:.2e}, greedy checked for {reliable} tokens",
@@ -147,14 +151,16 @@ fn tiny_deepseek2_f32() {
 fn tiny_deepseek2_q4_k() {
     check_configs(MODELS[10], &ALL[..2]);
 }
-/// Known gap: with flash attention the teacher-forced rows land at NMSE
-/// 6.1e-3 (> 5e-3; prompt rows 1.4e-3). This file is the most sensitive
-/// one (llama.cpp's own -fa vs no -fa: 1.5e-3), and our CPU flash
-/// attention accumulates V in f32 where ggml accumulates an F16 V in F16.
+/// With flash attention this file is compared with llama.cpp's own
+/// flash-attention run (`Fixture::load_flash_attn`), not with the default
+/// reference (flash attention off): it is the most sensitive file here, and
+/// llama.cpp 0.5.0-dev itself lands at teacher-forced NMSE 1.4e-2 against
+/// its flash-attention-off logits (prompt 1.0e-3), routing flips on 4 of
+/// the 16 rows, so no engine that computes as llama.cpp does can meet 5e-3
+/// against those. The bound stays 5e-3.
 #[test]
-#[ignore = "flash attention teacher-forced NMSE 6.1e-3 > 5e-3 on this file (see doc comment)"]
 fn tiny_deepseek2_q4_k_flash_attn() {
-    check_configs(MODELS[10], &ALL[2..]);
+    check_fixture(&Fixture::load_flash_attn(MODELS[10]), &ALL[2..]);
 }
 #[test]
 fn tiny_gptoss_mxfp4() {

@@ -63,6 +63,20 @@ impl Fixture {
         }
     }
 
+    /// The fixture with llama.cpp's own flash-attention reference in place of
+    /// the default (flash attention off) one: `NAME.fa.logits`, `NAME.fa.gen`
+    /// and `NAME.fa.genlogits`, written by `scripts/llama-cpp-logits.sh` with
+    /// llama.cpp 0.5.0-dev and otherwise the same settings (tests/data/README.md).
+    pub fn load_flash_attn(name: &str) -> Fixture {
+        let mut fx = Fixture::load(name);
+        let d = data_dir().join("models");
+        let f = |ext: &str| d.join(format!("{name}.fa.{ext}"));
+        fx.logits = bytemuck::pod_collect_to_vec(&read(f("logits")));
+        fx.gen = bytemuck::pod_collect_to_vec(&read(f("gen")));
+        fx.genlogits = bytemuck::pod_collect_to_vec(&read(f("genlogits")));
+        fx
+    }
+
     pub fn n_vocab(&self) -> usize {
         self.logits.len() / self.tokens.len()
     }
