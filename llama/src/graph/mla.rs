@@ -162,6 +162,7 @@ impl GraphBuilder<'_> {
         let o = self
             .g
             .cont_reshape(o, &[hp.n_embd_head_v_mla as i64 * nh, nt]);
+        self.name(o, "kqv_out", Some(il));
         let out = self.linear(a.wo, o, None);
         self.name(out, "attn_out", Some(il))
     }
