@@ -166,13 +166,14 @@ unsafe fn mul_sum_u5_i8(x: __m256i, y: __m256i) -> __m256i {
 /// `ggml_vec_dot_q5_0_q8_0` over equally long block slices. The unsigned
 /// values `q` (0..32) go through `maddubs` and the `-16` as `16·Σ y`, also
 /// through `maddubs`; the 16-bit difference of the pairs is at most 2·16·128
-/// in magnitude, so the sum is exact for every Q8_0 byte.
+/// in magnitude, so the sum is exact for every Q8_0 byte. One accumulator,
+/// as ggml's AVX2 kernel (and llamafile's tinyBLAS) keeps for Q5_0.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
     assert_eq!(x.len(), y.len());
     let sixteen = _mm256_set1_epi8(16);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+    let mut acc = _mm256_setzero_ps();
+    for (bx, by) in x.iter().zip(y) {
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         let qs = bx.qs;
         let q = _mm256_or_si256(nibbles(&qs), fifth_bits(bx.qh));
@@ -182,9 +183,9 @@ pub(crate) unsafe fn dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
             _mm256_maddubs_epi16(sixteen, qy),
         );
         let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-        acc[k & 1] = _mm256_fmadd_ps(d, s, acc[k & 1]);
+        acc = _mm256_fmadd_ps(d, s, acc);
     }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+    hsum_ps(acc)
 }
 
 /// `ggml_vec_dot_q4_1_q8_1` over equally long block slices.
