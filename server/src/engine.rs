@@ -43,8 +43,11 @@ pub enum Event {
     Error(String),
 }
 
-/// The log-probability of a chosen token (log-softmax of the model's
-/// logits, before temperature and truncation) and the most likely tokens.
+/// The log-probability of a chosen token and of the most likely tokens:
+/// by default of the model's distribution (log-softmax of the logits,
+/// before temperature and truncation: llama.cpp's default, and vLLM's);
+/// with `post_sampling_probs` of the distribution the token was drawn
+/// from ([`post_sampling_logprobs`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenLogprobs {
     /// Log-probability of the chosen token.
@@ -84,6 +87,20 @@ pub fn token_logprobs(logits: &[f32], tok: i32, n: usize) -> TokenLogprobs {
             .into_iter()
             .map(|t| (t, lp(logits[t as usize])))
             .collect(),
+    }
+}
+
+/// [`TokenLogprobs`] of `tok` in a sampler's post-chain distribution
+/// `dist` (most likely first, from [`Sampler::sample_with_probs`]) with at
+/// most `n` alternatives: only tokens the chain kept are listed.
+pub fn post_sampling_logprobs(dist: &[(i32, f32)], tok: i32, n: usize) -> TokenLogprobs {
+    let ln = |p: f32| if p > 0.0 { p.ln() } else { f32::NEG_INFINITY };
+    TokenLogprobs {
+        logprob: dist
+            .iter()
+            .find(|d| d.0 == tok)
+            .map_or(f32::NEG_INFINITY, |d| ln(d.1)),
+        top: dist.iter().take(n).map(|&(t, p)| (t, ln(p))).collect(),
     }
 }
 
@@ -165,6 +182,7 @@ pub fn run(
     let n_ubatch = ctx.params().n_ubatch;
     metrics.n_slots.store(cfg.n_slots as u64, Relaxed);
     metrics.kv_size.store(ctx.n_ctx() as u64, Relaxed);
+    metrics.update_from_context(&ctx);
     let mut seed_counter: u64 = 0;
     let mut batch = Batch::new();
     loop {
@@ -269,13 +287,18 @@ pub fn run(
             };
             let s = &mut slots[si];
             let Some(a) = s.active.as_mut() else { continue };
-            let tok = a.sampler.sample(logits);
+            let (tok, logprobs) = match a.job.params.logprobs {
+                None => (a.sampler.sample(logits), None),
+                Some(n) if a.job.params.post_sampling_probs => {
+                    let (t, dist) = a.sampler.sample_with_probs(logits);
+                    (t, Some(post_sampling_logprobs(&dist, t, n)))
+                }
+                Some(n) => {
+                    let t = a.sampler.sample(logits);
+                    (t, Some(token_logprobs(logits, t, n)))
+                }
+            };
             a.sampler.accept(tok);
-            let logprobs = a
-                .job
-                .params
-                .logprobs
-                .map(|n| token_logprobs(logits, tok, n));
             let finish = if a.job.max_tokens == 0 {
                 Some("length")
             } else if model.tokenizer.is_eog(tok) {
@@ -332,9 +355,7 @@ pub fn run(
         metrics
             .kv_used
             .store(ctx.kv_cache().used_cells() as u64, Relaxed);
-        let e = ctx.expert_copy_stats();
-        metrics.expert_bytes.store(e.bytes, Relaxed);
-        metrics.expert_full_bytes.store(e.full_bytes, Relaxed);
+        metrics.update_from_context(&ctx);
     }
 }
 
@@ -407,5 +428,17 @@ mod tests {
         assert_eq!(t.top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3]);
         assert!(token_logprobs(&l, 0, 0).top.is_empty());
         assert_eq!(token_logprobs(&l, 0, 10).top.len(), 4);
+    }
+
+    #[test]
+    fn post_sampling_logprobs_list_only_kept_tokens() {
+        let d = [(3, 0.5f32), (1, 0.3), (2, 0.2)];
+        let t = post_sampling_logprobs(&d, 1, 5);
+        assert!((t.logprob - 0.3f32.ln()).abs() < 1e-7);
+        assert_eq!(t.top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![3, 1, 2]);
+        assert_eq!(post_sampling_logprobs(&d, 3, 1).top.len(), 1);
+        // greedy: the chosen token, probability 1
+        let g = post_sampling_logprobs(&[(7, 1.0)], 7, 3);
+        assert_eq!((g.logprob, g.top), (0.0, vec![(7, 0.0)]));
     }
 }

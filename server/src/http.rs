@@ -420,6 +420,8 @@ async fn collect_response(
     let mut text = String::new();
     let mut tokens = Vec::new();
     let mut lps: Vec<(i32, TokenLogprobs, usize)> = Vec::new();
+    // byte offset of the next token's text: the pieces before it
+    let mut offset = 0usize;
     loop {
         let ev = match tokio::time::timeout(st.timeout, rx.recv()).await {
             Ok(Some(ev)) => ev,
@@ -448,8 +450,9 @@ async fn collect_response(
             } => {
                 tokens.push(id);
                 if let Some(l) = logprobs {
-                    lps.push((id, l, text.len()));
+                    lps.push((id, l, offset));
                 }
+                offset += st.model.tokenizer.token_to_piece(id, false).len();
                 text.push_str(&t);
             }
             Event::Text(t) => text.push_str(&t),
@@ -467,7 +470,11 @@ async fn collect_response(
                     choice["tokens"] = json!(tokens);
                 }
                 if p.logprobs.is_some() {
-                    choice["logprobs"] = logprobs_json(&st, kind, &lps);
+                    // offsets past a cut stop string stay within the text
+                    for l in &mut lps {
+                        l.2 = l.2.min(text.len());
+                    }
+                    choice["logprobs"] = logprobs_json(&st, kind, p.post_sampling_probs, &lps);
                 }
                 return Json(json!({
                     "id": id,
@@ -488,9 +495,48 @@ fn piece(st: &AppState, id: i32) -> (String, Vec<u8>) {
     (String::from_utf8_lossy(&b).into_owned(), b)
 }
 
-/// OpenAI's `logprobs` object: completions' `tokens` / `token_logprobs` /
-/// `top_logprobs` / `text_offset` arrays, or chat's `content` list.
-fn logprobs_json(st: &AppState, kind: Kind, lps: &[(i32, TokenLogprobs, usize)]) -> Value {
+/// OpenAI's `logprobs` object of the tokens `lps` (id, log-probabilities,
+/// byte offset of the token's text in the completion):
+/// - completions: OpenAI's `tokens` / `token_logprobs` / `top_logprobs`
+///   (one `{text: logprob}` map per token) / `text_offset` arrays, and
+///   llama.cpp's `content` list (`id`, `token`, `bytes`, `logprob`,
+///   `top_logprobs`; with `post_sampling_probs`, llama.cpp's `prob` and
+///   `top_probs` there, linear probabilities);
+/// - chat: OpenAI's `content` list (`token`, `logprob`, `bytes`,
+///   `top_logprobs`) and `refusal: null`.
+fn logprobs_json(
+    st: &AppState,
+    kind: Kind,
+    post: bool,
+    lps: &[(i32, TokenLogprobs, usize)],
+) -> Value {
+    let entry = |id: i32, lp: f32, with_id: bool| {
+        let (t, b) = piece(st, id);
+        let mut e = json!({"token": t, "bytes": b});
+        if with_id {
+            e["id"] = json!(id);
+        }
+        if with_id && post {
+            e["prob"] = json!(lp.exp());
+        } else {
+            e["logprob"] = json!(lp);
+        }
+        e
+    };
+    let content = |with_id: bool| -> Vec<Value> {
+        lps.iter()
+            .map(|(id, l, _)| {
+                let mut e = entry(*id, l.logprob, with_id);
+                let top: Vec<Value> = l.top.iter().map(|&(a, p)| entry(a, p, with_id)).collect();
+                e[if with_id && post {
+                    "top_probs"
+                } else {
+                    "top_logprobs"
+                }] = json!(top);
+                e
+            })
+            .collect()
+    };
     match kind {
         Kind::Completion => {
             let tops: Vec<Value> = lps
@@ -509,26 +555,10 @@ fn logprobs_json(st: &AppState, kind: Kind, lps: &[(i32, TokenLogprobs, usize)])
                 "token_logprobs": lps.iter().map(|(_, l, _)| l.logprob).collect::<Vec<_>>(),
                 "top_logprobs": tops,
                 "text_offset": lps.iter().map(|(_, _, o)| *o).collect::<Vec<_>>(),
+                "content": content(true),
             })
         }
-        Kind::Chat => {
-            let content: Vec<Value> = lps
-                .iter()
-                .map(|(id, l, _)| {
-                    let (t, b) = piece(st, *id);
-                    let top: Vec<Value> = l
-                        .top
-                        .iter()
-                        .map(|&(a, p)| {
-                            let (t, b) = piece(st, a);
-                            json!({"token": t, "logprob": p, "bytes": b})
-                        })
-                        .collect();
-                    json!({"token": t, "logprob": l.logprob, "bytes": b, "top_logprobs": top})
-                })
-                .collect();
-            json!({ "content": content })
-        }
+        Kind::Chat => json!({ "content": content(false), "refusal": null }),
     }
 }
 
@@ -541,6 +571,8 @@ struct StreamState {
     started: bool,
     send_done: bool,
     done: bool,
+    /// Byte offset of the next token's text (`text_offset`).
+    offset: usize,
 }
 
 impl StreamState {
@@ -569,7 +601,12 @@ impl StreamState {
             choice["tokens"] = json!(tokens);
         }
         if let (Some(l), [id]) = (lp, tokens) {
-            choice["logprobs"] = logprobs_json(&self.st, self.kind, &[(*id, l.clone(), 0)]);
+            choice["logprobs"] = logprobs_json(
+                &self.st,
+                self.kind,
+                self.p.post_sampling_probs,
+                &[(*id, l.clone(), self.offset)],
+            );
         }
         let mut v = json!({
             "id": self.id,
@@ -601,6 +638,7 @@ fn stream_response(
         started: false,
         send_done: false,
         done: false,
+        offset: 0,
     };
     let stream = futures_util::stream::unfold(s0, |mut s| async move {
         if s.done {
@@ -622,6 +660,7 @@ fn stream_response(
                         continue;
                     }
                     let c = s.chunk(Some(&text), &[id], logprobs.as_ref(), None, None);
+                    s.offset += s.st.model.tokenizer.token_to_piece(id, false).len();
                     s.started = true;
                     c
                 }

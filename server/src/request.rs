@@ -34,6 +34,10 @@ pub struct GenParams {
     /// alternatives: completions' `logprobs: N` (or llama.cpp's `n_probs`),
     /// chat's `logprobs: true` with `top_logprobs: N`. `None`: none.
     pub logprobs: Option<usize>,
+    /// llama.cpp's `post_sampling_probs`: report the distribution the
+    /// token was drawn from (after top-k, top-p, min-p and temperature)
+    /// instead of the model's (log-softmax of the logits, the default).
+    pub post_sampling_probs: bool,
 }
 
 /// Most alternatives `logprobs` / `top_logprobs` may ask for.
@@ -167,6 +171,7 @@ pub fn parse_params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
         stream: opt_bool(m, "stream")?.unwrap_or(false),
         return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
         logprobs: parse_logprobs(m)?,
+        post_sampling_probs: opt_bool(m, "post_sampling_probs")?.unwrap_or(false),
     })
 }
 
@@ -303,6 +308,16 @@ mod tests {
             .message
             .contains("at most 20"));
         assert!(lp(json!({"logprobs": "x"})).is_err());
+        assert!(!parse_params(&obj(json!({}))).unwrap().post_sampling_probs);
+        assert!(
+            parse_params(&obj(json!({"post_sampling_probs": true})))
+                .unwrap()
+                .post_sampling_probs
+        );
+        assert!(parse_params(&obj(json!({"post_sampling_probs": 1})))
+            .unwrap_err()
+            .message
+            .contains("'post_sampling_probs' must be a boolean"));
     }
 
     #[test]

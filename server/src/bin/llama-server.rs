@@ -37,6 +37,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
     let mut params = a.batch.context_params(n_ctx, threads, &a.placement);
     params.kv_type = tk;
     params.kv_type_v = Some(tv);
+    params.moe_cache = a.moe_cache.params(&a.placement)?;
     // one decode holds every slot's pending token plus up to a ubatch of prompt
     params.n_batch = params.n_batch.max(params.n_ubatch + a.parallel);
     let ctx = Context::new(Arc::clone(&model), params).context("cannot create the context")?;
