@@ -127,6 +127,10 @@ pub struct Job {
     pub max_tokens: usize,
     /// Where the events go; a closed channel cancels the request.
     pub events: mpsc::UnboundedSender<Event>,
+    /// The event channels of further choices (`n` > 1), one each: they
+    /// take idle slots of their own, share the prompt's cells (`seq_cp`
+    /// after the prompt is decoded once) and sample from its logits on.
+    pub more_choices: Vec<mpsc::UnboundedSender<Event>>,
 }
 
 /// How the decode thread runs.
@@ -151,6 +155,9 @@ struct Active {
     n_gen: usize,
     bytes: Vec<u8>,
     sent: usize,
+    /// A further choice waiting for this slot's prompt to be decoded (it
+    /// then shares its cells and samples from its last row).
+    follow: Option<usize>,
 }
 
 struct Slot {
@@ -185,6 +192,9 @@ pub fn run(
     metrics.update_from_context(&ctx);
     let mut seed_counter: u64 = 0;
     let mut batch = Batch::new();
+    // a request of several choices waiting for enough idle slots (it keeps
+    // its place: later requests wait behind it)
+    let mut held: Option<Job> = None;
     loop {
         // leave: requests whose client went away
         for s in &mut slots {
@@ -193,20 +203,38 @@ pub fn run(
                 metrics.requests_cancelled.fetch_add(1, Relaxed);
             }
         }
+        // a further choice whose prompt slot left before decoding the
+        // prompt decodes the prompt itself
+        for i in 0..slots.len() {
+            let Some(p) = slots[i].active.as_ref().and_then(|a| a.follow) else {
+                continue;
+            };
+            if slots[p].active.is_none() {
+                if let Some(a) = slots[i].active.as_mut() {
+                    a.follow = None;
+                    a.prompt_pos = 0;
+                }
+            }
+        }
         // join: idle slots take queued requests
+        if let Some(job) = held.take() {
+            held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter);
+        }
         let any_active = slots.iter().any(|s| s.active.is_some());
-        if !any_active {
+        if !any_active && held.is_none() {
             metrics.slots_busy.store(0, Relaxed);
             metrics.queued.store(rx.len() as u64, Relaxed);
             match rx.blocking_recv() {
-                Some(job) => assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter),
+                Some(job) => held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter),
                 None => return,
             }
         }
         if cfg.cont_batching || !any_active {
-            while slots.iter().any(|s| s.active.is_none()) {
+            while held.is_none() && slots.iter().any(|s| s.active.is_none()) {
                 match rx.try_recv() {
-                    Ok(job) => assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter),
+                    Ok(job) => {
+                        held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter)
+                    }
                     Err(_) => break,
                 }
             }
@@ -279,6 +307,24 @@ pub fn run(
                 .kv_used
                 .store(ctx.kv_cache().used_cells() as u64, Relaxed);
             continue;
+        }
+        // further choices whose prompt was just decoded: share its cells,
+        // sample from its last row
+        let mut joined = Vec::new();
+        for &(si, j) in &rows {
+            for (fi, f) in slots.iter().enumerate() {
+                if f.active.as_ref().and_then(|a| a.follow) == Some(si) {
+                    joined.push((fi, si, j));
+                }
+            }
+        }
+        for &(fi, si, j) in &joined {
+            ctx.seq_cp(slots[si].seq, slots[fi].seq, 0, -1);
+            slots[fi].cache = slots[si].cache.clone();
+            if let Some(a) = slots[fi].active.as_mut() {
+                a.follow = None;
+            }
+            rows.push((fi, j));
         }
         // sample each output row
         for &(si, j) in &rows {
@@ -359,8 +405,36 @@ pub fn run(
     }
 }
 
-/// Give a job the idle slot with the longest cached common prefix.
-fn assign(ctx: &mut Context, slots: &mut [Slot], job: Job, metrics: &Metrics, seeds: &mut u64) {
+/// Give a job the idle slot with the longest cached common prefix (and
+/// its further choices other idle slots); the job back when there are not
+/// enough idle slots yet.
+fn assign(
+    ctx: &mut Context,
+    slots: &mut [Slot],
+    mut job: Job,
+    metrics: &Metrics,
+    seeds: &mut u64,
+) -> Option<Job> {
+    if job.events.is_closed() {
+        // its client left while it waited
+        metrics.requests_cancelled.fetch_add(1, Relaxed);
+        return None;
+    }
+    let need = 1 + job.more_choices.len();
+    if need > slots.len() {
+        let msg = format!(
+            "{need} choices need {need} slots; the server has {}",
+            slots.len()
+        );
+        for e in std::iter::once(&job.events).chain(&job.more_choices) {
+            let _ = e.send(Event::Error(msg.clone()));
+        }
+        metrics.requests_failed.fetch_add(1, Relaxed);
+        return None;
+    }
+    if slots.iter().filter(|s| s.active.is_none()).count() < need {
+        return Some(job);
+    }
     let best = slots
         .iter()
         .enumerate()
@@ -372,14 +446,9 @@ fn assign(ctx: &mut Context, slots: &mut [Slot], job: Job, metrics: &Metrics, se
                 usize::MAX - i,
             )
         })
-        .map(|(i, _)| i);
-    let Some(si) = best else { return };
-    if job.events.is_closed() {
-        // its client left while it waited
-        metrics.requests_cancelled.fetch_add(1, Relaxed);
-        return;
-    }
-    let s = &mut slots[si];
+        .map(|(i, _)| i)?;
+    let more = std::mem::take(&mut job.more_choices);
+    let s = &mut slots[best];
     // keep the common prefix; at least the last prompt token is decoded
     let keep = common_prefix(&s.cache, &job.prompt).min(job.prompt.len() - 1);
     ctx.seq_rm(s.seq, keep as i32, -1);
@@ -393,25 +462,56 @@ fn assign(ctx: &mut Context, slots: &mut [Slot], job: Job, metrics: &Metrics, se
             .map_or(0, |d| d.as_nanos() as u64);
         t ^ seeds.wrapping_mul(0x9e37_79b9_7f4a_7c15)
     });
-    let sampler = Sampler::new(SamplerParams {
-        temp: p.temperature,
-        top_k: p.top_k,
-        top_p: p.top_p,
-        min_p: p.min_p,
-        repeat_penalty: 1.0,
-        repeat_last_n: 64,
-        seed,
-    });
-    s.active = Some(Active {
+    let sampler = |seed: u64| {
+        Sampler::new(SamplerParams {
+            temp: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed,
+        })
+    };
+    let first = sampler(seed);
+    // further choices: idle slots of their own, emptied; choice k draws
+    // with seed + k
+    let idle: Vec<usize> = (0..slots.len())
+        .filter(|&i| i != best && slots[i].active.is_none())
+        .collect();
+    for (k, (events, fi)) in more.into_iter().zip(idle).enumerate() {
+        ctx.seq_rm(slots[fi].seq, 0, -1);
+        slots[fi].cache.clear();
+        slots[fi].active = Some(Active {
+            job: Job {
+                prompt: job.prompt.clone(),
+                params: job.params.clone(),
+                max_tokens: job.max_tokens,
+                events,
+                more_choices: Vec::new(),
+            },
+            prompt_pos: job.prompt.len(),
+            cached: 0,
+            sampler: sampler(seed.wrapping_add(k as u64 + 1)),
+            pending: None,
+            n_gen: 0,
+            bytes: Vec::new(),
+            sent: 0,
+            follow: Some(best),
+        });
+    }
+    slots[best].active = Some(Active {
         job,
         prompt_pos: keep,
         cached: keep,
-        sampler,
+        sampler: first,
         pending: None,
         n_gen: 0,
         bytes: Vec::new(),
         sent: 0,
+        follow: None,
     });
+    None
 }
 
 #[cfg(test)]

@@ -44,6 +44,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// Cells of one slot.
     pub n_slot_ctx: usize,
+    /// Slots (`-np`): the most choices (`n`) one request may ask for.
+    pub n_slots: usize,
     /// `-n`: max_tokens of a request that sets none (`None`: up to the slot's context).
     pub default_max_tokens: Option<usize>,
     /// `--timeout`.
@@ -362,13 +364,25 @@ async fn generate(st: Shared, kind: Kind, prompt: Vec<i32>, params: GenParams) -
         .or(st.default_max_tokens)
         .unwrap_or(room)
         .min(room);
+    if params.n > st.n_slots {
+        return fail(
+            &st,
+            ApiError::bad_request(format!(
+                "'n' is {}: more choices than the server's {} slots (-np)",
+                params.n, st.n_slots
+            )),
+        );
+    }
     let (tx, rx) = mpsc::unbounded_channel();
+    let (more_tx, more_rx): (Vec<_>, Vec<_>) =
+        (1..params.n).map(|_| mpsc::unbounded_channel()).unzip();
     let stream = params.stream;
     let job = Job {
         prompt,
         params: params.clone(),
         max_tokens,
         events: tx,
+        more_choices: more_tx,
     };
     if let Err(e) = st.jobs.try_send(job) {
         let e = match e {
@@ -397,7 +411,9 @@ async fn generate(st: Shared, kind: Kind, prompt: Vec<i32>, params: GenParams) -
     if stream {
         stream_response(st, kind, id, params, rx).into_response()
     } else {
-        collect_response(st, kind, id, params, rx).await
+        let mut rxs = vec![rx];
+        rxs.extend(more_rx);
+        collect_response(st, kind, id, params, rxs).await
     }
 }
 
@@ -410,13 +426,14 @@ fn usage_json(u: &Usage) -> Value {
     })
 }
 
-async fn collect_response(
-    st: Shared,
+/// One choice of a plain (not streamed) answer: its JSON and usage.
+async fn collect_choice(
+    st: &AppState,
     kind: Kind,
-    id: String,
-    p: GenParams,
-    mut rx: mpsc::UnboundedReceiver<Event>,
-) -> Response {
+    p: &GenParams,
+    index: usize,
+    rx: &mut mpsc::UnboundedReceiver<Event>,
+) -> Result<(Value, Usage), ApiError> {
     let mut text = String::new();
     let mut tokens = Vec::new();
     let mut lps: Vec<(i32, TokenLogprobs, usize)> = Vec::new();
@@ -425,21 +442,13 @@ async fn collect_response(
     loop {
         let ev = match tokio::time::timeout(st.timeout, rx.recv()).await {
             Ok(Some(ev)) => ev,
-            Ok(None) => {
-                return fail(
-                    &st,
-                    ApiError::internal("the decode thread dropped the request"),
-                )
-            }
+            Ok(None) => return Err(ApiError::internal("the decode thread dropped the request")),
             Err(_) => {
-                return fail(
-                    &st,
-                    ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "no token within --timeout",
-                        "timeout_error",
-                    ),
-                )
+                return Err(ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "no token within --timeout",
+                    "timeout_error",
+                ))
             }
         };
         match ev {
@@ -456,14 +465,14 @@ async fn collect_response(
                 text.push_str(&t);
             }
             Event::Text(t) => text.push_str(&t),
-            Event::Error(e) => return fail(&st, ApiError::internal(e)),
+            Event::Error(e) => return Err(ApiError::internal(e)),
             Event::Done(u) => {
                 let mut choice = match kind {
                     Kind::Completion => {
-                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": u.finish_reason})
+                        json!({"index": index, "text": text, "logprobs": null, "finish_reason": u.finish_reason})
                     }
                     Kind::Chat => {
-                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": u.finish_reason})
+                        json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": u.finish_reason})
                     }
                 };
                 if p.return_tokens {
@@ -474,20 +483,49 @@ async fn collect_response(
                     for l in &mut lps {
                         l.2 = l.2.min(text.len());
                     }
-                    choice["logprobs"] = logprobs_json(&st, kind, p.post_sampling_probs, &lps);
+                    choice["logprobs"] = logprobs_json(st, kind, p.post_sampling_probs, &lps);
                 }
-                return Json(json!({
-                    "id": id,
-                    "object": if kind == Kind::Chat { "chat.completion" } else { "text_completion" },
-                    "created": now_s(),
-                    "model": st.model_id,
-                    "choices": [choice],
-                    "usage": usage_json(&u),
-                }))
-                .into_response();
+                return Ok((choice, u));
             }
         }
     }
+}
+
+/// A plain answer: every choice (`n` of them, each from its own channel;
+/// the prompt counted once in `usage`, completion tokens summed).
+async fn collect_response(
+    st: Shared,
+    kind: Kind,
+    id: String,
+    p: GenParams,
+    mut rxs: Vec<mpsc::UnboundedReceiver<Event>>,
+) -> Response {
+    let mut choices = Vec::with_capacity(rxs.len());
+    let mut usage: Option<Usage> = None;
+    for (i, rx) in rxs.iter_mut().enumerate() {
+        match collect_choice(&st, kind, &p, i, rx).await {
+            Ok((c, u)) => {
+                choices.push(c);
+                match usage.as_mut() {
+                    Some(t) => t.completion_tokens += u.completion_tokens,
+                    None => usage = Some(u),
+                }
+            }
+            Err(e) => return fail(&st, e),
+        }
+    }
+    let Some(u) = usage else {
+        return fail(&st, ApiError::internal("no choice was generated"));
+    };
+    Json(json!({
+        "id": id,
+        "object": if kind == Kind::Chat { "chat.completion" } else { "text_completion" },
+        "created": now_s(),
+        "model": st.model_id,
+        "choices": choices,
+        "usage": usage_json(&u),
+    }))
+    .into_response()
 }
 
 fn piece(st: &AppState, id: i32) -> (String, Vec<u8>) {

@@ -345,6 +345,97 @@ fn server_end_to_end() {
     );
     assert!(body.contains("\"role\":\"assistant\""));
 
+    // n > 1: the choices share the prompt's cells (decoded once); greedy
+    // choices all equal the request alone
+    let one = json!({"prompt": "Several choices of one prompt", "max_tokens": 8, "temperature": 0, "return_tokens": true});
+    let (code, body) = curl(&s, "/v1/completions", Some(&one.to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let alone = json_of(&body);
+    let mut three = one.clone();
+    three["n"] = json!(3);
+    three["prompt"] = json!("Three choices of one prompt");
+    let prompt0 = metric(&s, "prompt_tokens_total");
+    let (code, body) = curl(&s, "/v1/completions", Some(&three.to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let v = json_of(&body);
+    let decoded = metric(&s, "prompt_tokens_total") - prompt0;
+    let u = &v["usage"];
+    assert_eq!(
+        decoded,
+        (u["prompt_tokens"].as_u64().unwrap()
+            - u["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap()) as f64,
+        "the prompt was not decoded once: {v}"
+    );
+    let (_, body) = curl(
+        &s,
+        "/v1/completions",
+        Some(
+            &{
+                let mut x = three.clone();
+                x["n"] = json!(1);
+                x
+            }
+            .to_string(),
+        ),
+        Some(KEY),
+    );
+    let three_alone = json_of(&body);
+    let ch = v["choices"].as_array().unwrap();
+    assert_eq!(ch.len(), 3, "{v}");
+    for (i, c) in ch.iter().enumerate() {
+        assert_eq!(c["index"], i, "{v}");
+        assert_eq!(
+            c["tokens"], three_alone["choices"][0]["tokens"],
+            "greedy choice {i}: {v}"
+        );
+        assert_eq!(c["text"], three_alone["choices"][0]["text"]);
+    }
+    assert_eq!(u["completion_tokens"], 24, "{v}");
+    assert_eq!(alone["choices"].as_array().map(Vec::len), Some(1));
+    // sampled choices draw apart; chat too
+    let (code, body) = curl(&s, "/v1/completions", Some(&json!({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.5, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 9, "n": 4, "return_tokens": true}).to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let v = json_of(&body);
+    let toks: Vec<&Value> = v["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["tokens"])
+        .collect();
+    assert_eq!(toks.len(), 4);
+    assert!(
+        toks.iter().any(|t| *t != toks[0]),
+        "4 sampled choices all equal: {v}"
+    );
+    let (code, body) = curl(&s, "/v1/chat/completions", Some(&json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0, "n": 2}).to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let v = json_of(&body);
+    assert_eq!(v["choices"][1]["index"], 1, "{v}");
+    assert_eq!(v["choices"][0]["message"], v["choices"][1]["message"]);
+    for (req, msg) in [
+        (
+            json!({"prompt": "x", "n": 9}),
+            "more choices than the server's 8 slots",
+        ),
+        (
+            json!({"prompt": "x", "n": 2, "stream": true}),
+            "not streamed",
+        ),
+    ] {
+        let (code, body) = curl(&s, "/v1/completions", Some(&req.to_string()), Some(KEY));
+        assert_eq!(code, 400, "{body}");
+        assert!(
+            json_of(&body)["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(msg),
+            "{body}"
+        );
+    }
+    ok_completion(&s);
+
     // 8 concurrent greedy streams, different prompts, each equal to itself alone
     let prompts: Vec<String> = (0..8)
         .map(|i| {
@@ -609,6 +700,8 @@ c = openai.OpenAI(base_url=base + "/v1", api_key=key, timeout=60, max_retries=0)
 assert [m.id for m in c.models.list().data] == [model]
 r = c.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0)
 assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 6, r
+rn = c.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0, n=2)
+assert [x.index for x in rn.choices] == [0, 1] and all(x.text == r.choices[0].text for x in rn.choices), rn
 text = "".join(ch.choices[0].text for ch in c.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0, stream=True))
 assert text == r.choices[0].text, (text, r.choices[0].text)
 ch = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0)

@@ -77,6 +77,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
             .collect(),
         api_key: a.api_key.clone(),
         n_slot_ctx,
+        n_slots: a.parallel,
         default_max_tokens: usize::try_from(a.n_predict).ok(),
         timeout: Duration::from_secs(a.timeout),
         chat_render: model_chat_render(&model),
