@@ -222,6 +222,15 @@ impl PinnedBuffer {
     }
 }
 
+impl PinnedBuffer {
+    /// The bytes, for filling them (exclusive through `&mut self`).
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` points to `size` (allocated `size.max(1)`) bytes
+        // owned by this value; `&mut self` makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.size) }
+    }
+}
+
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         let _ = self.dev.bind();

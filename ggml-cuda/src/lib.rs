@@ -37,6 +37,9 @@
 //!   used as an address. `compute` then synchronizes and returns
 //!   [`BackendError::InvalidInput`]. Graphs without such ops stay
 //!   asynchronous until `synchronize`.
+//! - **Bandwidth.** [`measure_h2d_bandwidth`] times pinned and pageable
+//!   host-to-device copies with CUDA events (the `h2d-bandwidth` example,
+//!   `scripts/gpu-check` step 4); it needs only the driver.
 //! - **Read overhang.** No kernel reads past the end of a tensor or a slice
 //!   of one: [`Backend::read_overhang`] is 0.
 //!
@@ -63,10 +66,12 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod bandwidth;
 mod buffer;
 pub mod kernels;
 
 pub use backend::CudaBackend;
+pub use bandwidth::{measure_h2d_bandwidth, H2dBandwidth};
 pub use buffer::{CudaBuffer, HostRegistration, PinnedBuffer};
 use ggml_core::BackendError;
 

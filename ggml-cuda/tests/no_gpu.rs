@@ -132,3 +132,75 @@ fn yarn_corr_dims_match_ggml() {
     let (a, b) = rope_yarn_corr_dims(8, 4096, 10000.0, 1e9, 1e-9);
     assert_eq!((a, b), (0.0, 7.0));
 }
+
+/// The pinned / pageable host-to-device bandwidth: bad sizes are refused,
+/// a machine without CUDA gets "no CUDA device: ...", and on a device both
+/// copies run and give a positive rate. The `h2d-bandwidth` example (built
+/// by a plain `cargo test`) says the same and exits 0 without a device.
+#[test]
+fn h2d_bandwidth_measures_or_says_no_device() {
+    let bad = ggml_cuda::measure_h2d_bandwidth(0, 0, 3).unwrap_err();
+    assert!(
+        matches!(bad, ggml_core::BackendError::InvalidInput(_)),
+        "{bad:?}"
+    );
+    let small = 16 << 20;
+    let driverless = ggml_cuda::probe_driver().is_err();
+    match ggml_cuda::measure_h2d_bandwidth(0, small, 2) {
+        Ok(r) => {
+            println!(
+                "{}: pinned {:.2} GB/s, pageable {:.2} GB/s ({} MiB)",
+                r.device_name,
+                r.pinned_gbs,
+                r.pageable_gbs,
+                small >> 20
+            );
+            assert!(r.pinned_gbs > 0.0 && r.pageable_gbs > 0.0, "{r:?}");
+            assert_eq!((r.bytes, r.reps), (small, 2));
+        }
+        Err(ggml_core::BackendError::NoDevice(m)) => {
+            assert!(m.starts_with("no CUDA device"), "{m}");
+            if driverless {
+                assert_eq!(m, NO_DRIVER);
+            }
+        }
+        Err(e) => panic!("h2d bandwidth failed: {e:?}"),
+    }
+    // the example binary next to the test binaries (target/PROFILE/examples)
+    let exe = std::env::current_exe().expect("test binary path");
+    let ex = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("examples").join("h2d-bandwidth"));
+    let Some(ex) = ex.filter(|p| p.is_file()) else {
+        println!("skipped the example: not built (run the whole `cargo test -p ggml-cuda`)");
+        return;
+    };
+    let run = |args: &[&str]| {
+        std::process::Command::new(&ex)
+            .args(args)
+            .output()
+            .expect("run h2d-bandwidth")
+    };
+    let o = run(&["--bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown argument '--bogus'"));
+    if driverless {
+        let o = run(&[]);
+        assert!(o.status.success());
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out.trim(), NO_DRIVER, "{out}");
+        let o = run(&["--json", "--mib", "1"]);
+        assert!(o.status.success());
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out.trim(), format!("{{\"skipped\": \"{NO_DRIVER}\"}}"));
+    } else if ggml_cuda::unavailable_reason().is_none() {
+        let o = run(&["--json", "--mib", "16", "--reps", "2"]);
+        assert!(o.status.success(), "{o:?}");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("\"pinned_gbs\"") && out.contains("\"pageable_gbs\""),
+            "{out}"
+        );
+    }
+}

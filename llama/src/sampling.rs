@@ -110,6 +110,22 @@ impl Sampler {
 
     /// Pick the next token from a row of logits.
     pub fn sample(&mut self, logits: &[f32]) -> i32 {
+        self.sample_inner(logits, false).0
+    }
+
+    /// Pick the next token as [`Sampler::sample`] does (the same token,
+    /// the same random state after), and return the distribution the draw
+    /// was made from: the candidates left after the penalties, top-k,
+    /// top-p, min-p and temperature, with their probabilities, most likely
+    /// first (ties to the lower id). A greedy sampler's distribution is the
+    /// chosen token with probability 1. (llama.cpp's server reports these
+    /// with `post_sampling_probs`.)
+    pub fn sample_with_probs(&mut self, logits: &[f32]) -> (i32, Vec<(i32, f32)>) {
+        let (t, probs) = self.sample_inner(logits, true);
+        (t, probs.unwrap_or_else(|| vec![(t, 1.0)]))
+    }
+
+    fn sample_inner(&mut self, logits: &[f32], want_probs: bool) -> (i32, Option<Vec<(i32, f32)>>) {
         let p = self.params.clone();
         let mut cand: Vec<(i32, f32)> = logits
             .iter()
@@ -143,7 +159,7 @@ impl Sampler {
         }
         if p.temp <= 0.0 {
             let l: Vec<f32> = cand.iter().map(|c| c.1).collect();
-            return argmax(&l);
+            return (argmax(&l), None);
         }
         // sort descending, stable so ties keep the lower id first
         cand.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -182,14 +198,23 @@ impl Sampler {
             .map(|c| (((c.1 - max) / p.temp) as f64).exp())
             .collect();
         let total: f64 = w.iter().sum();
+        let probs = want_probs.then(|| {
+            let mut d: Vec<(i32, f32)> = cand
+                .iter()
+                .zip(&w)
+                .map(|(c, wi)| (c.0, (wi / total) as f32))
+                .collect();
+            d.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            d
+        });
         let mut r = self.next_f64() * total;
         for (c, wi) in cand.iter().zip(&w) {
             if r < *wi {
-                return c.0;
+                return (c.0, probs);
             }
             r -= wi;
         }
-        cand[cand.len() - 1].0
+        (cand[cand.len() - 1].0, probs)
     }
 }
 
@@ -209,6 +234,35 @@ mod tests {
         let mut plain = Sampler::greedy();
         plain.accept(0);
         assert_eq!(plain.sample(&[5.0, 4.9, 3.1]), 0);
+    }
+
+    #[test]
+    fn post_sampling_probs_are_the_draws_distribution() {
+        let logits = [0.0f32, 2.0, 1.0, 3.0, -1.0];
+        let params = SamplerParams {
+            temp: 0.5,
+            top_k: 3,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 7,
+            ..Default::default()
+        };
+        let (mut a, mut b) = (Sampler::new(params.clone()), Sampler::new(params));
+        for _ in 0..20 {
+            let (t, d) = b.sample_with_probs(&logits);
+            // the same token and random state as sample()
+            assert_eq!(a.sample(&logits), t);
+            // top-k 3 keeps ids 3, 1, 2; softmax of logits / 0.5
+            let ids: Vec<i32> = d.iter().map(|x| x.0).collect();
+            assert_eq!(ids, vec![3, 1, 2]);
+            let z: f64 = [3.0f64, 2.0, 1.0].iter().map(|l| (l / 0.5).exp()).sum();
+            for (&(_, q), l) in d.iter().zip([3.0f64, 2.0, 1.0]) {
+                assert!((f64::from(q) - (l / 0.5).exp() / z).abs() < 1e-6);
+            }
+            assert!(ids.contains(&t));
+        }
+        let (t, d) = Sampler::greedy().sample_with_probs(&logits);
+        assert_eq!((t, d), (3, vec![(3, 1.0)]));
     }
 
     #[test]

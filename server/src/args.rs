@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Parser;
 use ggml_core::GgmlType;
-use tools::cli::{BatchArgs, PlacementArgs};
+use tools::cli::{BatchArgs, MoeCacheArgs, PlacementArgs};
 
 /// The server's multi-letter short flags (beside the shared ones of
 /// [`tools::cli::MULTI_LETTER_SHORTS`]), mapped to long forms before parsing.
@@ -84,6 +84,9 @@ pub struct ServerArgs {
 
     #[command(flatten)]
     pub placement: PlacementArgs,
+
+    #[command(flatten)]
+    pub moe_cache: MoeCacheArgs,
 
     /// API key clients must send as `Authorization: Bearer KEY`
     #[arg(long = "api-key", value_name = "KEY")]
@@ -165,6 +168,7 @@ impl ServerArgs {
             );
         }
         self.cache_types()?;
+        self.moe_cache.params(&self.placement)?;
         Ok(())
     }
 
@@ -216,5 +220,18 @@ mod tests {
             .to_string()
             .contains("f16 and f32"));
         assert!(parse("llama-server -c 2 -np 4").is_err());
+        // the expert cache flags of llama-run, one size only
+        let a =
+            parse("llama-server --device SIM0 --cpu-moe --moe-cache-mib 64 --moe-cache-policy lru")
+                .unwrap();
+        assert_eq!(a.moe_cache.moe_cache_mib, vec!["64".to_string()]);
+        assert!(parse("llama-server --moe-cache-mib 1,2")
+            .unwrap_err()
+            .to_string()
+            .contains("one size"));
+        assert!(parse("llama-server --moe-cache-policy nope")
+            .unwrap_err()
+            .to_string()
+            .contains("--moe-cache-policy nope"));
     }
 }

@@ -43,8 +43,11 @@ pub enum Event {
     Error(String),
 }
 
-/// The log-probability of a chosen token (log-softmax of the model's
-/// logits, before temperature and truncation) and the most likely tokens.
+/// The log-probability of a chosen token and of the most likely tokens:
+/// by default of the model's distribution (log-softmax of the logits,
+/// before temperature and truncation: llama.cpp's default, and vLLM's);
+/// with `post_sampling_probs` of the distribution the token was drawn
+/// from ([`post_sampling_logprobs`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenLogprobs {
     /// Log-probability of the chosen token.
@@ -87,6 +90,20 @@ pub fn token_logprobs(logits: &[f32], tok: i32, n: usize) -> TokenLogprobs {
     }
 }
 
+/// [`TokenLogprobs`] of `tok` in a sampler's post-chain distribution
+/// `dist` (most likely first, from [`Sampler::sample_with_probs`]) with at
+/// most `n` alternatives: only tokens the chain kept are listed.
+pub fn post_sampling_logprobs(dist: &[(i32, f32)], tok: i32, n: usize) -> TokenLogprobs {
+    let ln = |p: f32| if p > 0.0 { p.ln() } else { f32::NEG_INFINITY };
+    TokenLogprobs {
+        logprob: dist
+            .iter()
+            .find(|d| d.0 == tok)
+            .map_or(f32::NEG_INFINITY, |d| ln(d.1)),
+        top: dist.iter().take(n).map(|&(t, p)| (t, ln(p))).collect(),
+    }
+}
+
 /// Token counts of a finished request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Usage {
@@ -110,6 +127,10 @@ pub struct Job {
     pub max_tokens: usize,
     /// Where the events go; a closed channel cancels the request.
     pub events: mpsc::UnboundedSender<Event>,
+    /// The event channels of further choices (`n` > 1), one each: they
+    /// take idle slots of their own, share the prompt's cells (`seq_cp`
+    /// after the prompt is decoded once) and sample from its logits on.
+    pub more_choices: Vec<mpsc::UnboundedSender<Event>>,
 }
 
 /// How the decode thread runs.
@@ -134,6 +155,9 @@ struct Active {
     n_gen: usize,
     bytes: Vec<u8>,
     sent: usize,
+    /// A further choice waiting for this slot's prompt to be decoded (it
+    /// then shares its cells and samples from its last row).
+    follow: Option<usize>,
 }
 
 struct Slot {
@@ -165,8 +189,12 @@ pub fn run(
     let n_ubatch = ctx.params().n_ubatch;
     metrics.n_slots.store(cfg.n_slots as u64, Relaxed);
     metrics.kv_size.store(ctx.n_ctx() as u64, Relaxed);
+    metrics.update_from_context(&ctx);
     let mut seed_counter: u64 = 0;
     let mut batch = Batch::new();
+    // a request of several choices waiting for enough idle slots (it keeps
+    // its place: later requests wait behind it)
+    let mut held: Option<Job> = None;
     loop {
         // leave: requests whose client went away
         for s in &mut slots {
@@ -175,20 +203,38 @@ pub fn run(
                 metrics.requests_cancelled.fetch_add(1, Relaxed);
             }
         }
+        // a further choice whose prompt slot left before decoding the
+        // prompt decodes the prompt itself
+        for i in 0..slots.len() {
+            let Some(p) = slots[i].active.as_ref().and_then(|a| a.follow) else {
+                continue;
+            };
+            if slots[p].active.is_none() {
+                if let Some(a) = slots[i].active.as_mut() {
+                    a.follow = None;
+                    a.prompt_pos = 0;
+                }
+            }
+        }
         // join: idle slots take queued requests
+        if let Some(job) = held.take() {
+            held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter);
+        }
         let any_active = slots.iter().any(|s| s.active.is_some());
-        if !any_active {
+        if !any_active && held.is_none() {
             metrics.slots_busy.store(0, Relaxed);
             metrics.queued.store(rx.len() as u64, Relaxed);
             match rx.blocking_recv() {
-                Some(job) => assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter),
+                Some(job) => held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter),
                 None => return,
             }
         }
         if cfg.cont_batching || !any_active {
-            while slots.iter().any(|s| s.active.is_none()) {
+            while held.is_none() && slots.iter().any(|s| s.active.is_none()) {
                 match rx.try_recv() {
-                    Ok(job) => assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter),
+                    Ok(job) => {
+                        held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter)
+                    }
                     Err(_) => break,
                 }
             }
@@ -262,6 +308,24 @@ pub fn run(
                 .store(ctx.kv_cache().used_cells() as u64, Relaxed);
             continue;
         }
+        // further choices whose prompt was just decoded: share its cells,
+        // sample from its last row
+        let mut joined = Vec::new();
+        for &(si, j) in &rows {
+            for (fi, f) in slots.iter().enumerate() {
+                if f.active.as_ref().and_then(|a| a.follow) == Some(si) {
+                    joined.push((fi, si, j));
+                }
+            }
+        }
+        for &(fi, si, j) in &joined {
+            ctx.seq_cp(slots[si].seq, slots[fi].seq, 0, -1);
+            slots[fi].cache = slots[si].cache.clone();
+            if let Some(a) = slots[fi].active.as_mut() {
+                a.follow = None;
+            }
+            rows.push((fi, j));
+        }
         // sample each output row
         for &(si, j) in &rows {
             let Some(logits) = ctx.batch_logits(j) else {
@@ -269,13 +333,18 @@ pub fn run(
             };
             let s = &mut slots[si];
             let Some(a) = s.active.as_mut() else { continue };
-            let tok = a.sampler.sample(logits);
+            let (tok, logprobs) = match a.job.params.logprobs {
+                None => (a.sampler.sample(logits), None),
+                Some(n) if a.job.params.post_sampling_probs => {
+                    let (t, dist) = a.sampler.sample_with_probs(logits);
+                    (t, Some(post_sampling_logprobs(&dist, t, n)))
+                }
+                Some(n) => {
+                    let t = a.sampler.sample(logits);
+                    (t, Some(token_logprobs(logits, t, n)))
+                }
+            };
             a.sampler.accept(tok);
-            let logprobs = a
-                .job
-                .params
-                .logprobs
-                .map(|n| token_logprobs(logits, tok, n));
             let finish = if a.job.max_tokens == 0 {
                 Some("length")
             } else if model.tokenizer.is_eog(tok) {
@@ -332,14 +401,40 @@ pub fn run(
         metrics
             .kv_used
             .store(ctx.kv_cache().used_cells() as u64, Relaxed);
-        let e = ctx.expert_copy_stats();
-        metrics.expert_bytes.store(e.bytes, Relaxed);
-        metrics.expert_full_bytes.store(e.full_bytes, Relaxed);
+        metrics.update_from_context(&ctx);
     }
 }
 
-/// Give a job the idle slot with the longest cached common prefix.
-fn assign(ctx: &mut Context, slots: &mut [Slot], job: Job, metrics: &Metrics, seeds: &mut u64) {
+/// Give a job the idle slot with the longest cached common prefix (and
+/// its further choices other idle slots); the job back when there are not
+/// enough idle slots yet.
+fn assign(
+    ctx: &mut Context,
+    slots: &mut [Slot],
+    mut job: Job,
+    metrics: &Metrics,
+    seeds: &mut u64,
+) -> Option<Job> {
+    if job.events.is_closed() {
+        // its client left while it waited
+        metrics.requests_cancelled.fetch_add(1, Relaxed);
+        return None;
+    }
+    let need = 1 + job.more_choices.len();
+    if need > slots.len() {
+        let msg = format!(
+            "{need} choices need {need} slots; the server has {}",
+            slots.len()
+        );
+        for e in std::iter::once(&job.events).chain(&job.more_choices) {
+            let _ = e.send(Event::Error(msg.clone()));
+        }
+        metrics.requests_failed.fetch_add(1, Relaxed);
+        return None;
+    }
+    if slots.iter().filter(|s| s.active.is_none()).count() < need {
+        return Some(job);
+    }
     let best = slots
         .iter()
         .enumerate()
@@ -351,14 +446,9 @@ fn assign(ctx: &mut Context, slots: &mut [Slot], job: Job, metrics: &Metrics, se
                 usize::MAX - i,
             )
         })
-        .map(|(i, _)| i);
-    let Some(si) = best else { return };
-    if job.events.is_closed() {
-        // its client left while it waited
-        metrics.requests_cancelled.fetch_add(1, Relaxed);
-        return;
-    }
-    let s = &mut slots[si];
+        .map(|(i, _)| i)?;
+    let more = std::mem::take(&mut job.more_choices);
+    let s = &mut slots[best];
     // keep the common prefix; at least the last prompt token is decoded
     let keep = common_prefix(&s.cache, &job.prompt).min(job.prompt.len() - 1);
     ctx.seq_rm(s.seq, keep as i32, -1);
@@ -372,25 +462,56 @@ fn assign(ctx: &mut Context, slots: &mut [Slot], job: Job, metrics: &Metrics, se
             .map_or(0, |d| d.as_nanos() as u64);
         t ^ seeds.wrapping_mul(0x9e37_79b9_7f4a_7c15)
     });
-    let sampler = Sampler::new(SamplerParams {
-        temp: p.temperature,
-        top_k: p.top_k,
-        top_p: p.top_p,
-        min_p: p.min_p,
-        repeat_penalty: 1.0,
-        repeat_last_n: 64,
-        seed,
-    });
-    s.active = Some(Active {
+    let sampler = |seed: u64| {
+        Sampler::new(SamplerParams {
+            temp: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed,
+        })
+    };
+    let first = sampler(seed);
+    // further choices: idle slots of their own, emptied; choice k draws
+    // with seed + k
+    let idle: Vec<usize> = (0..slots.len())
+        .filter(|&i| i != best && slots[i].active.is_none())
+        .collect();
+    for (k, (events, fi)) in more.into_iter().zip(idle).enumerate() {
+        ctx.seq_rm(slots[fi].seq, 0, -1);
+        slots[fi].cache.clear();
+        slots[fi].active = Some(Active {
+            job: Job {
+                prompt: job.prompt.clone(),
+                params: job.params.clone(),
+                max_tokens: job.max_tokens,
+                events,
+                more_choices: Vec::new(),
+            },
+            prompt_pos: job.prompt.len(),
+            cached: 0,
+            sampler: sampler(seed.wrapping_add(k as u64 + 1)),
+            pending: None,
+            n_gen: 0,
+            bytes: Vec::new(),
+            sent: 0,
+            follow: Some(best),
+        });
+    }
+    slots[best].active = Some(Active {
         job,
         prompt_pos: keep,
         cached: keep,
-        sampler,
+        sampler: first,
         pending: None,
         n_gen: 0,
         bytes: Vec::new(),
         sent: 0,
+        follow: None,
     });
+    None
 }
 
 #[cfg(test)]
@@ -407,5 +528,17 @@ mod tests {
         assert_eq!(t.top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 3]);
         assert!(token_logprobs(&l, 0, 0).top.is_empty());
         assert_eq!(token_logprobs(&l, 0, 10).top.len(), 4);
+    }
+
+    #[test]
+    fn post_sampling_logprobs_list_only_kept_tokens() {
+        let d = [(3, 0.5f32), (1, 0.3), (2, 0.2)];
+        let t = post_sampling_logprobs(&d, 1, 5);
+        assert!((t.logprob - 0.3f32.ln()).abs() < 1e-7);
+        assert_eq!(t.top.iter().map(|x| x.0).collect::<Vec<_>>(), vec![3, 1, 2]);
+        assert_eq!(post_sampling_logprobs(&d, 3, 1).top.len(), 1);
+        // greedy: the chosen token, probability 1
+        let g = post_sampling_logprobs(&[(7, 1.0)], 7, 3);
+        assert_eq!((g.logprob, g.top), (0.0, vec![(7, 0.0)]));
     }
 }

@@ -44,6 +44,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// Cells of one slot.
     pub n_slot_ctx: usize,
+    /// Slots (`-np`): the most choices (`n`) one request may ask for.
+    pub n_slots: usize,
     /// `-n`: max_tokens of a request that sets none (`None`: up to the slot's context).
     pub default_max_tokens: Option<usize>,
     /// `--timeout`.
@@ -362,13 +364,25 @@ async fn generate(st: Shared, kind: Kind, prompt: Vec<i32>, params: GenParams) -
         .or(st.default_max_tokens)
         .unwrap_or(room)
         .min(room);
+    if params.n > st.n_slots {
+        return fail(
+            &st,
+            ApiError::bad_request(format!(
+                "'n' is {}: more choices than the server's {} slots (-np)",
+                params.n, st.n_slots
+            )),
+        );
+    }
     let (tx, rx) = mpsc::unbounded_channel();
+    let (more_tx, more_rx): (Vec<_>, Vec<_>) =
+        (1..params.n).map(|_| mpsc::unbounded_channel()).unzip();
     let stream = params.stream;
     let job = Job {
         prompt,
         params: params.clone(),
         max_tokens,
         events: tx,
+        more_choices: more_tx,
     };
     if let Err(e) = st.jobs.try_send(job) {
         let e = match e {
@@ -397,7 +411,9 @@ async fn generate(st: Shared, kind: Kind, prompt: Vec<i32>, params: GenParams) -
     if stream {
         stream_response(st, kind, id, params, rx).into_response()
     } else {
-        collect_response(st, kind, id, params, rx).await
+        let mut rxs = vec![rx];
+        rxs.extend(more_rx);
+        collect_response(st, kind, id, params, rxs).await
     }
 }
 
@@ -410,34 +426,29 @@ fn usage_json(u: &Usage) -> Value {
     })
 }
 
-async fn collect_response(
-    st: Shared,
+/// One choice of a plain (not streamed) answer: its JSON and usage.
+async fn collect_choice(
+    st: &AppState,
     kind: Kind,
-    id: String,
-    p: GenParams,
-    mut rx: mpsc::UnboundedReceiver<Event>,
-) -> Response {
+    p: &GenParams,
+    index: usize,
+    rx: &mut mpsc::UnboundedReceiver<Event>,
+) -> Result<(Value, Usage), ApiError> {
     let mut text = String::new();
     let mut tokens = Vec::new();
     let mut lps: Vec<(i32, TokenLogprobs, usize)> = Vec::new();
+    // byte offset of the next token's text: the pieces before it
+    let mut offset = 0usize;
     loop {
         let ev = match tokio::time::timeout(st.timeout, rx.recv()).await {
             Ok(Some(ev)) => ev,
-            Ok(None) => {
-                return fail(
-                    &st,
-                    ApiError::internal("the decode thread dropped the request"),
-                )
-            }
+            Ok(None) => return Err(ApiError::internal("the decode thread dropped the request")),
             Err(_) => {
-                return fail(
-                    &st,
-                    ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "no token within --timeout",
-                        "timeout_error",
-                    ),
-                )
+                return Err(ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "no token within --timeout",
+                    "timeout_error",
+                ))
             }
         };
         match ev {
@@ -448,39 +459,73 @@ async fn collect_response(
             } => {
                 tokens.push(id);
                 if let Some(l) = logprobs {
-                    lps.push((id, l, text.len()));
+                    lps.push((id, l, offset));
                 }
+                offset += st.model.tokenizer.token_to_piece(id, false).len();
                 text.push_str(&t);
             }
             Event::Text(t) => text.push_str(&t),
-            Event::Error(e) => return fail(&st, ApiError::internal(e)),
+            Event::Error(e) => return Err(ApiError::internal(e)),
             Event::Done(u) => {
                 let mut choice = match kind {
                     Kind::Completion => {
-                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": u.finish_reason})
+                        json!({"index": index, "text": text, "logprobs": null, "finish_reason": u.finish_reason})
                     }
                     Kind::Chat => {
-                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": u.finish_reason})
+                        json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": u.finish_reason})
                     }
                 };
                 if p.return_tokens {
                     choice["tokens"] = json!(tokens);
                 }
                 if p.logprobs.is_some() {
-                    choice["logprobs"] = logprobs_json(&st, kind, &lps);
+                    // offsets past a cut stop string stay within the text
+                    for l in &mut lps {
+                        l.2 = l.2.min(text.len());
+                    }
+                    choice["logprobs"] = logprobs_json(st, kind, p.post_sampling_probs, &lps);
                 }
-                return Json(json!({
-                    "id": id,
-                    "object": if kind == Kind::Chat { "chat.completion" } else { "text_completion" },
-                    "created": now_s(),
-                    "model": st.model_id,
-                    "choices": [choice],
-                    "usage": usage_json(&u),
-                }))
-                .into_response();
+                return Ok((choice, u));
             }
         }
     }
+}
+
+/// A plain answer: every choice (`n` of them, each from its own channel;
+/// the prompt counted once in `usage`, completion tokens summed).
+async fn collect_response(
+    st: Shared,
+    kind: Kind,
+    id: String,
+    p: GenParams,
+    mut rxs: Vec<mpsc::UnboundedReceiver<Event>>,
+) -> Response {
+    let mut choices = Vec::with_capacity(rxs.len());
+    let mut usage: Option<Usage> = None;
+    for (i, rx) in rxs.iter_mut().enumerate() {
+        match collect_choice(&st, kind, &p, i, rx).await {
+            Ok((c, u)) => {
+                choices.push(c);
+                match usage.as_mut() {
+                    Some(t) => t.completion_tokens += u.completion_tokens,
+                    None => usage = Some(u),
+                }
+            }
+            Err(e) => return fail(&st, e),
+        }
+    }
+    let Some(u) = usage else {
+        return fail(&st, ApiError::internal("no choice was generated"));
+    };
+    Json(json!({
+        "id": id,
+        "object": if kind == Kind::Chat { "chat.completion" } else { "text_completion" },
+        "created": now_s(),
+        "model": st.model_id,
+        "choices": choices,
+        "usage": usage_json(&u),
+    }))
+    .into_response()
 }
 
 fn piece(st: &AppState, id: i32) -> (String, Vec<u8>) {
@@ -488,9 +533,48 @@ fn piece(st: &AppState, id: i32) -> (String, Vec<u8>) {
     (String::from_utf8_lossy(&b).into_owned(), b)
 }
 
-/// OpenAI's `logprobs` object: completions' `tokens` / `token_logprobs` /
-/// `top_logprobs` / `text_offset` arrays, or chat's `content` list.
-fn logprobs_json(st: &AppState, kind: Kind, lps: &[(i32, TokenLogprobs, usize)]) -> Value {
+/// OpenAI's `logprobs` object of the tokens `lps` (id, log-probabilities,
+/// byte offset of the token's text in the completion):
+/// - completions: OpenAI's `tokens` / `token_logprobs` / `top_logprobs`
+///   (one `{text: logprob}` map per token) / `text_offset` arrays, and
+///   llama.cpp's `content` list (`id`, `token`, `bytes`, `logprob`,
+///   `top_logprobs`; with `post_sampling_probs`, llama.cpp's `prob` and
+///   `top_probs` there, linear probabilities);
+/// - chat: OpenAI's `content` list (`token`, `logprob`, `bytes`,
+///   `top_logprobs`) and `refusal: null`.
+fn logprobs_json(
+    st: &AppState,
+    kind: Kind,
+    post: bool,
+    lps: &[(i32, TokenLogprobs, usize)],
+) -> Value {
+    let entry = |id: i32, lp: f32, with_id: bool| {
+        let (t, b) = piece(st, id);
+        let mut e = json!({"token": t, "bytes": b});
+        if with_id {
+            e["id"] = json!(id);
+        }
+        if with_id && post {
+            e["prob"] = json!(lp.exp());
+        } else {
+            e["logprob"] = json!(lp);
+        }
+        e
+    };
+    let content = |with_id: bool| -> Vec<Value> {
+        lps.iter()
+            .map(|(id, l, _)| {
+                let mut e = entry(*id, l.logprob, with_id);
+                let top: Vec<Value> = l.top.iter().map(|&(a, p)| entry(a, p, with_id)).collect();
+                e[if with_id && post {
+                    "top_probs"
+                } else {
+                    "top_logprobs"
+                }] = json!(top);
+                e
+            })
+            .collect()
+    };
     match kind {
         Kind::Completion => {
             let tops: Vec<Value> = lps
@@ -509,26 +593,10 @@ fn logprobs_json(st: &AppState, kind: Kind, lps: &[(i32, TokenLogprobs, usize)])
                 "token_logprobs": lps.iter().map(|(_, l, _)| l.logprob).collect::<Vec<_>>(),
                 "top_logprobs": tops,
                 "text_offset": lps.iter().map(|(_, _, o)| *o).collect::<Vec<_>>(),
+                "content": content(true),
             })
         }
-        Kind::Chat => {
-            let content: Vec<Value> = lps
-                .iter()
-                .map(|(id, l, _)| {
-                    let (t, b) = piece(st, *id);
-                    let top: Vec<Value> = l
-                        .top
-                        .iter()
-                        .map(|&(a, p)| {
-                            let (t, b) = piece(st, a);
-                            json!({"token": t, "logprob": p, "bytes": b})
-                        })
-                        .collect();
-                    json!({"token": t, "logprob": l.logprob, "bytes": b, "top_logprobs": top})
-                })
-                .collect();
-            json!({ "content": content })
-        }
+        Kind::Chat => json!({ "content": content(false), "refusal": null }),
     }
 }
 
@@ -541,6 +609,8 @@ struct StreamState {
     started: bool,
     send_done: bool,
     done: bool,
+    /// Byte offset of the next token's text (`text_offset`).
+    offset: usize,
 }
 
 impl StreamState {
@@ -569,7 +639,12 @@ impl StreamState {
             choice["tokens"] = json!(tokens);
         }
         if let (Some(l), [id]) = (lp, tokens) {
-            choice["logprobs"] = logprobs_json(&self.st, self.kind, &[(*id, l.clone(), 0)]);
+            choice["logprobs"] = logprobs_json(
+                &self.st,
+                self.kind,
+                self.p.post_sampling_probs,
+                &[(*id, l.clone(), self.offset)],
+            );
         }
         let mut v = json!({
             "id": self.id,
@@ -601,6 +676,7 @@ fn stream_response(
         started: false,
         send_done: false,
         done: false,
+        offset: 0,
     };
     let stream = futures_util::stream::unfold(s0, |mut s| async move {
         if s.done {
@@ -622,6 +698,7 @@ fn stream_response(
                         continue;
                     }
                     let c = s.chunk(Some(&text), &[id], logprobs.as_ref(), None, None);
+                    s.offset += s.st.model.tokenizer.token_to_piece(id, false).len();
                     s.started = true;
                     c
                 }

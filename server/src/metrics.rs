@@ -1,8 +1,12 @@
 //! The server's counters and their Prometheus text form (llama.cpp's
-//! `llamacpp:` metric names, plus expert-copy and prompt-cache metrics).
+//! `llamacpp:` metric names, plus expert-copy, expert-cache and
+//! prompt-cache metrics), and how they are read from the context after
+//! each decode ([`Metrics::update_from_context`]).
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+use llama::Context;
 
 /// Counters updated by the decode thread and the HTTP handlers.
 #[derive(Debug, Default)]
@@ -41,9 +45,87 @@ pub struct Metrics {
     pub expert_full_bytes: AtomicU64,
     /// Slots configured.
     pub n_slots: AtomicU64,
+    /// Needed experts the device cache of host experts held (every ubatch).
+    pub cache_hits: AtomicU64,
+    /// Needed experts the device cache had to upload.
+    pub cache_misses: AtomicU64,
+    /// Of the hits, those of decode (one-token) ubatches.
+    pub cache_hits_decode: AtomicU64,
+    /// Of the misses, those of decode (one-token) ubatches.
+    pub cache_misses_decode: AtomicU64,
+    /// Expert bytes the cache uploaded into its banks (part of `expert_bytes`).
+    pub cache_bytes_uploaded: AtomicU64,
+    /// Experts the cache evicted.
+    pub cache_evictions: AtomicU64,
+    /// Whether the context has an expert cache (off, no device, or no host
+    /// experts: false).
+    pub cache_on: AtomicBool,
+    /// Expert bytes the prefetcher uploaded ahead of need.
+    pub prefetch_bytes: AtomicU64,
+    /// Of those, bytes a later ubatch used.
+    pub prefetch_bytes_used: AtomicU64,
+    /// Whether prefetch counters are wired ([`prefetch_counters`] returned
+    /// some): only then are the prefetch metrics printed.
+    pub prefetch_on: AtomicBool,
+}
+
+/// The prefetcher's byte counters of a context: uploaded ahead of need, and
+/// of those used by a later ubatch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefetchCounters {
+    /// Bytes uploaded ahead of need (`prefetch_bytes`).
+    pub bytes: u64,
+    /// Bytes of those a ubatch then used (`prefetch_bytes_used`).
+    pub bytes_used: u64,
+}
+
+/// The context's prefetch counters, or `None` while the context has none.
+///
+/// INTEGRATION POINT: the expert prefetcher (issue 14) is built on another
+/// branch and adds `prefetch_bytes` / `prefetch_bytes_used` to the
+/// context's stats. When it lands, return
+/// `Some(PrefetchCounters { bytes: .., bytes_used: .. })` from those here;
+/// `/metrics` then prints `llamacpp:prefetch_bytes_total`,
+/// `llamacpp:prefetch_bytes_used_total` and `llamacpp:prefetch_hit_ratio`
+/// (already rendered and tested, see `Metrics::render`).
+pub fn prefetch_counters(ctx: &Context) -> Option<PrefetchCounters> {
+    let _ = ctx;
+    None
 }
 
 impl Metrics {
+    /// Read the context's transfer and cache counters (after a decode):
+    /// expert bytes uploaded (selective copies and cache uploads), the
+    /// cache's hits, misses, uploads and evictions, and the prefetch
+    /// counters when [`prefetch_counters`] has them.
+    pub fn update_from_context(&self, ctx: &Context) {
+        let t = ctx.stats();
+        self.expert_bytes.store(t.h2d_bytes_experts, Relaxed);
+        self.expert_full_bytes.store(t.h2d_bytes_full_copy, Relaxed);
+        match ctx.moe_cache_stats() {
+            Some(cs) => {
+                let s = cs.total();
+                self.cache_on.store(true, Relaxed);
+                self.cache_hits.store(s.hits(), Relaxed);
+                self.cache_misses.store(s.misses(), Relaxed);
+                self.cache_hits_decode.store(s.hits_decode, Relaxed);
+                self.cache_misses_decode.store(s.misses_decode, Relaxed);
+                self.cache_bytes_uploaded.store(s.bytes_uploaded, Relaxed);
+                self.cache_evictions.store(s.evictions, Relaxed);
+            }
+            None => self.cache_on.store(false, Relaxed),
+        }
+        self.set_prefetch(prefetch_counters(ctx));
+    }
+
+    /// Store prefetch counters (`None`: not wired; the metrics stay out).
+    pub fn set_prefetch(&self, p: Option<PrefetchCounters>) {
+        self.prefetch_on.store(p.is_some(), Relaxed);
+        let p = p.unwrap_or_default();
+        self.prefetch_bytes.store(p.bytes, Relaxed);
+        self.prefetch_bytes_used.store(p.bytes_used, Relaxed);
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let g = |a: &AtomicU64| a.load(Relaxed);
@@ -51,7 +133,9 @@ impl Metrics {
         let rate = |n: u64, us: u64| if us == 0 { 0.0 } else { n as f64 / secs(us) };
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let (pt, pc) = (g(&self.prompt_tokens), g(&self.prompt_tokens_cached));
-        let rows: [(&str, &str, &str, f64); 18] = [
+        let (ch, cm) = (g(&self.cache_hits), g(&self.cache_misses));
+        let (chd, cmd) = (g(&self.cache_hits_decode), g(&self.cache_misses_decode));
+        let rows: [(&str, &str, &str, f64); 26] = [
             (
                 "requests_total",
                 "counter",
@@ -160,6 +244,54 @@ impl Metrics {
                 "Share of prompt tokens reused from the KV cache.",
                 ratio(pc, pt + pc),
             ),
+            (
+                "moe_cache_enabled",
+                "gauge",
+                "1 when the device cache of host experts is on.",
+                u8::from(self.cache_on.load(Relaxed)) as f64,
+            ),
+            (
+                "moe_cache_hits_total",
+                "counter",
+                "Needed experts found in the device expert cache.",
+                ch as f64,
+            ),
+            (
+                "moe_cache_misses_total",
+                "counter",
+                "Needed experts the device expert cache uploaded.",
+                cm as f64,
+            ),
+            (
+                "moe_cache_hit_ratio",
+                "gauge",
+                "Expert cache hits / (hits + misses), every ubatch.",
+                ratio(ch, ch + cm),
+            ),
+            (
+                "moe_cache_hit_ratio_decode",
+                "gauge",
+                "Expert cache hit ratio of decode (one-token) ubatches.",
+                ratio(chd, chd + cmd),
+            ),
+            (
+                "moe_cache_hit_ratio_prompt",
+                "gauge",
+                "Expert cache hit ratio of prompt ubatches.",
+                ratio(ch.saturating_sub(chd), (ch + cm).saturating_sub(chd + cmd)),
+            ),
+            (
+                "moe_cache_bytes_uploaded_total",
+                "counter",
+                "Expert bytes uploaded into the expert cache (part of expert_bytes_uploaded_total).",
+                g(&self.cache_bytes_uploaded) as f64,
+            ),
+            (
+                "moe_cache_evictions_total",
+                "counter",
+                "Experts evicted from the expert cache.",
+                g(&self.cache_evictions) as f64,
+            ),
         ];
         let mut s = String::new();
         for (name, ty, help, v) in rows {
@@ -176,6 +308,33 @@ impl Metrics {
             1.0 - ratio(g(&self.expert_bytes), full).min(1.0)
         };
         let _ = writeln!(s, "llamacpp:expert_copy_saved_ratio {saved}");
+        if self.prefetch_on.load(Relaxed) {
+            let (pb, pu) = (g(&self.prefetch_bytes), g(&self.prefetch_bytes_used));
+            for (name, ty, help, v) in [
+                (
+                    "prefetch_bytes_total",
+                    "counter",
+                    "Expert bytes prefetched ahead of need.",
+                    pb as f64,
+                ),
+                (
+                    "prefetch_bytes_used_total",
+                    "counter",
+                    "Prefetched expert bytes a later ubatch used.",
+                    pu as f64,
+                ),
+                (
+                    "prefetch_hit_ratio",
+                    "gauge",
+                    "Share of prefetched expert bytes that were used.",
+                    ratio(pu, pb),
+                ),
+            ] {
+                let _ = writeln!(s, "# HELP llamacpp:{name} {help}");
+                let _ = writeln!(s, "# TYPE llamacpp:{name} {ty}");
+                let _ = writeln!(s, "llamacpp:{name} {v}");
+            }
+        }
         s
     }
 }
@@ -203,5 +362,54 @@ mod tests {
             assert!(name.starts_with("llamacpp:"));
             assert!(v.parse::<f64>().is_ok(), "{line}");
         }
+        // no prefetch source: no prefetch metrics
+        assert!(!t.contains("prefetch"), "{t}");
+        assert!(t.contains("llamacpp:moe_cache_hit_ratio 0\n"), "{t}");
+    }
+
+    #[test]
+    fn expert_cache_and_prefetch_lines() {
+        let m = Metrics::default();
+        m.cache_on.store(true, Relaxed);
+        m.cache_hits.store(30, Relaxed);
+        m.cache_misses.store(10, Relaxed);
+        m.cache_hits_decode.store(9, Relaxed);
+        m.cache_misses_decode.store(1, Relaxed);
+        m.cache_bytes_uploaded.store(4096, Relaxed);
+        let t = m.render();
+        assert!(t.contains("llamacpp:moe_cache_enabled 1\n"), "{t}");
+        assert!(t.contains("llamacpp:moe_cache_hits_total 30\n"), "{t}");
+        assert!(t.contains("llamacpp:moe_cache_misses_total 10\n"), "{t}");
+        assert!(t.contains("llamacpp:moe_cache_hit_ratio 0.75\n"), "{t}");
+        assert!(
+            t.contains("llamacpp:moe_cache_hit_ratio_decode 0.9\n"),
+            "{t}"
+        );
+        // prompt: 21 hits of 30
+        assert!(
+            t.contains("llamacpp:moe_cache_hit_ratio_prompt 0.7\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# TYPE llamacpp:moe_cache_hits_total counter\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("llamacpp:moe_cache_bytes_uploaded_total 4096\n"),
+            "{t}"
+        );
+        m.set_prefetch(Some(PrefetchCounters {
+            bytes: 1000,
+            bytes_used: 250,
+        }));
+        let t = m.render();
+        assert!(t.contains("llamacpp:prefetch_bytes_total 1000\n"), "{t}");
+        assert!(
+            t.contains("llamacpp:prefetch_bytes_used_total 250\n"),
+            "{t}"
+        );
+        assert!(t.contains("llamacpp:prefetch_hit_ratio 0.25\n"), "{t}");
+        m.set_prefetch(None);
+        assert!(!m.render().contains("prefetch"));
     }
 }

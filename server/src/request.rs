@@ -28,12 +28,19 @@ pub struct GenParams {
     pub stop: Vec<String>,
     /// `stream`.
     pub stream: bool,
+    /// `n`: choices, each in a slot of its own, sharing the prompt's cells
+    /// (at most the server's slots; 1 when streaming).
+    pub n: usize,
     /// `return_tokens` (llama.cpp's): add the generated token ids to each choice / chunk.
     pub return_tokens: bool,
     /// Log-probabilities of the chosen tokens and of this many top
     /// alternatives: completions' `logprobs: N` (or llama.cpp's `n_probs`),
     /// chat's `logprobs: true` with `top_logprobs: N`. `None`: none.
     pub logprobs: Option<usize>,
+    /// llama.cpp's `post_sampling_probs`: report the distribution the
+    /// token was drawn from (after top-k, top-p, min-p and temperature)
+    /// instead of the model's (log-softmax of the logits, the default).
+    pub post_sampling_probs: bool,
 }
 
 /// Most alternatives `logprobs` / `top_logprobs` may ask for.
@@ -133,12 +140,11 @@ pub fn parse_params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
             max_tokens = usize::try_from(n).ok();
         }
     }
-    if let Some(n) = opt_int(m, "n", 1)? {
-        if n != 1 {
-            return Err(ApiError::bad_request(format!(
-                "'n' is {n}: only one choice per request is supported"
-            )));
-        }
+    let n = opt_int(m, "n", 1)?.unwrap_or(1);
+    if n > 1 && opt_bool(m, "stream")?.unwrap_or(false) {
+        return Err(ApiError::bad_request(format!(
+            "'n' is {n}: several choices are not streamed; ask for one choice per stream"
+        )));
     }
     let stop = match m.get("stop") {
         None | Some(Value::Null) => Vec::new(),
@@ -165,8 +171,10 @@ pub fn parse_params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
         },
         stop,
         stream: opt_bool(m, "stream")?.unwrap_or(false),
+        n: usize::try_from(n).unwrap_or(usize::MAX),
         return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
         logprobs: parse_logprobs(m)?,
+        post_sampling_probs: opt_bool(m, "post_sampling_probs")?.unwrap_or(false),
     })
 }
 
@@ -303,6 +311,16 @@ mod tests {
             .message
             .contains("at most 20"));
         assert!(lp(json!({"logprobs": "x"})).is_err());
+        assert!(!parse_params(&obj(json!({}))).unwrap().post_sampling_probs);
+        assert!(
+            parse_params(&obj(json!({"post_sampling_probs": true})))
+                .unwrap()
+                .post_sampling_probs
+        );
+        assert!(parse_params(&obj(json!({"post_sampling_probs": 1})))
+            .unwrap_err()
+            .message
+            .contains("'post_sampling_probs' must be a boolean"));
     }
 
     #[test]
@@ -323,8 +341,12 @@ mod tests {
             "{}",
             e.message
         );
-        let e = parse_params(&obj(json!({"n": 2}))).unwrap_err();
-        assert!(e.message.contains("only one choice"), "{}", e.message);
+        assert_eq!(parse_params(&obj(json!({"n": 3}))).unwrap().n, 3);
+        assert_eq!(parse_params(&obj(json!({}))).unwrap().n, 1);
+        let e = parse_params(&obj(json!({"n": 0}))).unwrap_err();
+        assert!(e.message.contains("'n' is 0"), "{}", e.message);
+        let e = parse_params(&obj(json!({"n": 2, "stream": true}))).unwrap_err();
+        assert!(e.message.contains("not streamed"), "{}", e.message);
         assert!(parse_object(b"{not json")
             .unwrap_err()
             .message

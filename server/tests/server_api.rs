@@ -232,6 +232,77 @@ fn server_end_to_end() {
             .fold(f64::MIN, f64::max);
         assert!(chosen <= 0.0 && (chosen - best).abs() < 1e-6, "{lp}");
     }
+    // text_offset: the byte offset of each token's text, 0 first, growing;
+    // the stream's per-chunk offsets equal the whole answer's
+    let offs = lp["text_offset"].clone();
+    assert_eq!(offs[0], 0, "{lp}");
+    let o: Vec<u64> = offs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(o.windows(2).all(|w| w[0] <= w[1]), "{lp}");
+    // llama.cpp's `content` list beside OpenAI's arrays, same numbers
+    assert_eq!(lp["content"].as_array().map(Vec::len), Some(5), "{lp}");
+    assert_eq!(lp["content"][0]["logprob"], lp["token_logprobs"][0]);
+    assert!(lp["content"][0]["id"].is_i64() && lp["content"][0]["bytes"].is_array());
+    let mut sreq: Value = serde_json::from_str(&req).unwrap();
+    sreq["stream"] = json!(true);
+    let (_, body) = curl(&s, "/v1/completions", Some(&sreq.to_string()), Some(KEY));
+    let streamed: Vec<u64> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| json_of(d)["choices"][0]["logprobs"]["text_offset"][0].as_u64())
+        .collect();
+    assert_eq!(streamed, o, "{body}");
+    // post_sampling_probs (llama.cpp's): the distribution the token was
+    // drawn from. Greedy: the chosen token with probability 1.
+    let req = json!({"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0, "logprobs": 3, "post_sampling_probs": true});
+    let (code, body) = curl(&s, "/v1/completions", Some(&req.to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let lp = &json_of(&body)["choices"][0]["logprobs"];
+    assert_eq!(lp["token_logprobs"], json!([0.0, 0.0, 0.0]), "{lp}");
+    assert_eq!(lp["content"][0]["prob"], 1.0, "{lp}");
+    assert_eq!(
+        lp["content"][0]["top_probs"].as_array().map(Vec::len),
+        Some(1),
+        "{lp}"
+    );
+    // sampled with top-k 3: at most 3 alternatives, summing to 1
+    let req = json!({"prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "top_k": 3, "top_p": 1.0, "min_p": 0.0, "seed": 5, "logprobs": 5, "post_sampling_probs": true});
+    let (code, body) = curl(&s, "/v1/completions", Some(&req.to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let v = json_of(&body);
+    for c in v["choices"][0]["logprobs"]["content"].as_array().unwrap() {
+        let top = c["top_probs"].as_array().unwrap();
+        assert!(!top.is_empty() && top.len() <= 3, "{c}");
+        let sum: f64 = top.iter().map(|t| t["prob"].as_f64().unwrap()).sum();
+        assert!(
+            (sum - 1.0).abs() < 1e-4,
+            "post-sampling probabilities sum to {sum}: {c}"
+        );
+        assert!(
+            top.iter().any(|t| t["id"] == c["id"]),
+            "the chosen token is not in its distribution: {c}"
+        );
+    }
+    // the same request without it: the model's 5 most likely, summing below 1
+    let mut pre = req.clone();
+    pre["post_sampling_probs"] = json!(false);
+    let (_, body) = curl(&s, "/v1/completions", Some(&pre.to_string()), Some(KEY));
+    let w = json_of(&body);
+    assert_eq!(w["choices"][0]["tokens"], v["choices"][0]["tokens"]);
+    for c in w["choices"][0]["logprobs"]["content"].as_array().unwrap() {
+        let top = c["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 5, "{c}");
+        let sum: f64 = top
+            .iter()
+            .map(|t| t["logprob"].as_f64().unwrap().exp())
+            .sum();
+        assert!(sum < 1.0 + 1e-6, "{c}");
+    }
     let req = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0, "logprobs": true, "top_logprobs": 2});
     let (code, body) = curl(
         &s,
@@ -246,6 +317,11 @@ fn server_end_to_end() {
     assert_eq!(
         content[0]["top_logprobs"][0]["logprob"],
         content[0]["logprob"]
+    );
+    assert!(content[0]["bytes"].is_array(), "{content}");
+    assert_eq!(
+        json_of(&body)["choices"][0]["logprobs"]["refusal"],
+        Value::Null
     );
     // chat, plain and streamed
     let creq = json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0});
@@ -268,6 +344,97 @@ fn server_end_to_end() {
         c["choices"][0]["message"]["content"].as_str()
     );
     assert!(body.contains("\"role\":\"assistant\""));
+
+    // n > 1: the choices share the prompt's cells (decoded once); greedy
+    // choices all equal the request alone
+    let one = json!({"prompt": "Several choices of one prompt", "max_tokens": 8, "temperature": 0, "return_tokens": true});
+    let (code, body) = curl(&s, "/v1/completions", Some(&one.to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let alone = json_of(&body);
+    let mut three = one.clone();
+    three["n"] = json!(3);
+    three["prompt"] = json!("Three choices of one prompt");
+    let prompt0 = metric(&s, "prompt_tokens_total");
+    let (code, body) = curl(&s, "/v1/completions", Some(&three.to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let v = json_of(&body);
+    let decoded = metric(&s, "prompt_tokens_total") - prompt0;
+    let u = &v["usage"];
+    assert_eq!(
+        decoded,
+        (u["prompt_tokens"].as_u64().unwrap()
+            - u["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap()) as f64,
+        "the prompt was not decoded once: {v}"
+    );
+    let (_, body) = curl(
+        &s,
+        "/v1/completions",
+        Some(
+            &{
+                let mut x = three.clone();
+                x["n"] = json!(1);
+                x
+            }
+            .to_string(),
+        ),
+        Some(KEY),
+    );
+    let three_alone = json_of(&body);
+    let ch = v["choices"].as_array().unwrap();
+    assert_eq!(ch.len(), 3, "{v}");
+    for (i, c) in ch.iter().enumerate() {
+        assert_eq!(c["index"], i, "{v}");
+        assert_eq!(
+            c["tokens"], three_alone["choices"][0]["tokens"],
+            "greedy choice {i}: {v}"
+        );
+        assert_eq!(c["text"], three_alone["choices"][0]["text"]);
+    }
+    assert_eq!(u["completion_tokens"], 24, "{v}");
+    assert_eq!(alone["choices"].as_array().map(Vec::len), Some(1));
+    // sampled choices draw apart; chat too
+    let (code, body) = curl(&s, "/v1/completions", Some(&json!({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.5, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 9, "n": 4, "return_tokens": true}).to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let v = json_of(&body);
+    let toks: Vec<&Value> = v["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["tokens"])
+        .collect();
+    assert_eq!(toks.len(), 4);
+    assert!(
+        toks.iter().any(|t| *t != toks[0]),
+        "4 sampled choices all equal: {v}"
+    );
+    let (code, body) = curl(&s, "/v1/chat/completions", Some(&json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0, "n": 2}).to_string()), Some(KEY));
+    assert_eq!(code, 200, "{body}");
+    let v = json_of(&body);
+    assert_eq!(v["choices"][1]["index"], 1, "{v}");
+    assert_eq!(v["choices"][0]["message"], v["choices"][1]["message"]);
+    for (req, msg) in [
+        (
+            json!({"prompt": "x", "n": 9}),
+            "more choices than the server's 8 slots",
+        ),
+        (
+            json!({"prompt": "x", "n": 2, "stream": true}),
+            "not streamed",
+        ),
+    ] {
+        let (code, body) = curl(&s, "/v1/completions", Some(&req.to_string()), Some(KEY));
+        assert_eq!(code, 400, "{body}");
+        assert!(
+            json_of(&body)["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(msg),
+            "{body}"
+        );
+    }
+    ok_completion(&s);
 
     // 8 concurrent greedy streams, different prompts, each equal to itself alone
     let prompts: Vec<String> = (0..8)
@@ -533,12 +700,23 @@ c = openai.OpenAI(base_url=base + "/v1", api_key=key, timeout=60, max_retries=0)
 assert [m.id for m in c.models.list().data] == [model]
 r = c.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0)
 assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 6, r
+rn = c.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0, n=2)
+assert [x.index for x in rn.choices] == [0, 1] and all(x.text == r.choices[0].text for x in rn.choices), rn
 text = "".join(ch.choices[0].text for ch in c.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0, stream=True))
 assert text == r.choices[0].text, (text, r.choices[0].text)
 ch = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0)
 assert ch.choices[0].message.role == "assistant" and ch.usage.completion_tokens == 5, ch
 lp = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0, logprobs=True, top_logprobs=2).choices[0].logprobs
 assert len(lp.content) == 5 and len(lp.content[0].top_logprobs) == 2 and lp.content[0].logprob <= 0, lp
+assert lp.refusal is None and isinstance(lp.content[0].bytes, list), lp
+cl = c.completions.create(model=model, prompt="Once upon a time", max_tokens=4, temperature=0, logprobs=2).choices[0].logprobs
+assert len(cl.tokens) == 4 and len(cl.token_logprobs) == 4 and len(cl.text_offset) == 4, cl
+assert all(isinstance(t, dict) and 1 <= len(t) <= 2 for t in cl.top_logprobs), cl
+assert cl.text_offset[0] == 0 and abs(cl.token_logprobs[0] - max(cl.top_logprobs[0].values())) < 1e-6, cl
+post = c.completions.create(model=model, prompt="Once upon a time", max_tokens=4, temperature=1.0, top_p=1.0, seed=3, logprobs=5,
+                            extra_body={"top_k": 2, "min_p": 0.0, "post_sampling_probs": True}).choices[0].logprobs
+for e in post.model_extra["content"]:
+    assert len(e["top_probs"]) <= 2 and abs(sum(t["prob"] for t in e["top_probs"]) - 1) < 1e-4, e
 parts = [k.choices[0].delta.content or "" for k in c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0, stream=True)]
 assert "".join(parts) == ch.choices[0].message.content, parts
 try:
@@ -572,4 +750,66 @@ print("openai client ok:", repr(ch.choices[0].message.content))
         "openai client script failed:\n{so}\n{se}"
     );
     println!("{}", so.trim());
+}
+
+/// `/metrics` on a sim device with host experts and the expert cache:
+/// the cache's hits, misses and uploaded bytes appear and move, and a
+/// repeated request finds its experts in the cache.
+#[test]
+fn metrics_expert_cache_on_sim_device() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        println!("SKIP: curl is not installed");
+        return;
+    }
+    let s = start(&[
+        "-np",
+        "2",
+        "-c",
+        "1024",
+        "--api-key",
+        KEY,
+        "--device",
+        "SIM0",
+        "--cpu-moe",
+        "-nomb",
+        "1",
+        "--moe-cache-mib",
+        "auto",
+    ]);
+    assert_eq!(metric(&s, "moe_cache_enabled"), 1.0);
+    assert_eq!(metric(&s, "moe_cache_hits_total"), 0.0);
+    assert_eq!(metric(&s, "moe_cache_misses_total"), 0.0);
+    ok_completion(&s);
+    let (h1, m1) = (
+        metric(&s, "moe_cache_hits_total"),
+        metric(&s, "moe_cache_misses_total"),
+    );
+    let up1 = metric(&s, "moe_cache_bytes_uploaded_total");
+    assert!(m1 > 0.0, "the first request uploaded no expert");
+    assert!(up1 > 0.0);
+    assert!(metric(&s, "expert_bytes_uploaded_total") >= up1);
+    let r1 = metric(&s, "moe_cache_hit_ratio");
+    assert!((r1 - h1 / (h1 + m1)).abs() < 1e-9, "{r1} vs {h1}/{m1}");
+    // the same request again: its experts are resident, so hits grow and
+    // no new bytes are needed for them
+    ok_completion(&s);
+    let (h2, m2) = (
+        metric(&s, "moe_cache_hits_total"),
+        metric(&s, "moe_cache_misses_total"),
+    );
+    assert!(h2 > h1, "hits did not move: {h1} -> {h2}");
+    assert!(m2 >= m1);
+    assert!(
+        h2 - h1 > m2 - m1,
+        "a repeated request mostly missed: {h1}/{m1} -> {h2}/{m2}"
+    );
+    assert!(metric(&s, "moe_cache_hit_ratio") > r1);
+    assert!(metric(&s, "moe_cache_bytes_uploaded_total") >= up1);
+    drop(s);
+
+    // no device: the cache is off and says so
+    let s = start(&["-np", "1", "-c", "256", "--api-key", KEY]);
+    ok_completion(&s);
+    assert_eq!(metric(&s, "moe_cache_enabled"), 0.0);
+    assert_eq!(metric(&s, "moe_cache_hits_total"), 0.0);
 }

@@ -37,6 +37,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
     let mut params = a.batch.context_params(n_ctx, threads, &a.placement);
     params.kv_type = tk;
     params.kv_type_v = Some(tv);
+    params.moe_cache = a.moe_cache.params(&a.placement)?;
     // one decode holds every slot's pending token plus up to a ubatch of prompt
     params.n_batch = params.n_batch.max(params.n_ubatch + a.parallel);
     let ctx = Context::new(Arc::clone(&model), params).context("cannot create the context")?;
@@ -76,6 +77,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
             .collect(),
         api_key: a.api_key.clone(),
         n_slot_ctx,
+        n_slots: a.parallel,
         default_max_tokens: usize::try_from(a.n_predict).ok(),
         timeout: Duration::from_secs(a.timeout),
         chat_render: model_chat_render(&model),
