@@ -17,6 +17,7 @@ use ggml_core::{GgmlType, Op};
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
 use super::bank::{upload_runs, SlotBank};
+use super::hybrid::{self, HybridShared};
 use super::layout::CacheLayout;
 use super::policy::PolicyKind;
 use super::stats::{CacheStats, LayerCacheStats};
@@ -31,6 +32,8 @@ pub struct CacheShared {
     pub banks: Vec<Option<SlotBank>>,
     /// Counters.
     pub stats: CacheStats,
+    /// Hybrid experts, when on: the CPU maps and how misses are split.
+    pub hybrid: Option<HybridShared>,
     policy: PolicyKind,
     n_tokens: u32,
 }
@@ -65,6 +68,7 @@ impl CacheShared {
             layout,
             banks,
             stats,
+            hybrid: None,
             policy,
             n_tokens: 0,
         }
@@ -217,8 +221,16 @@ impl MoeCacheHook {
         let Some(bank) = cache.banks.get_mut(lc.group).and_then(|b| b.as_mut()) else {
             return Err(HookError::msg(format!("layer {layer}'s group has no bank")));
         };
+        // hybrid experts: the misses the CPU computes, decided now
+        let cpu = match &cache.hybrid {
+            Some(h) => {
+                let shape = &cache.layout.shapes[lc.group];
+                hybrid::split_misses(h, shape, bank, layer as u32, &experts)
+            }
+            None => Vec::new(),
+        };
         let acc = bank
-            .access(layer as u32, &experts)
+            .access_except(layer as u32, &experts, &cpu)
             .map_err(HookError::msg)?;
         let mut uploaded = 0u64;
         let mut writes = 0u64;
@@ -255,15 +267,23 @@ impl MoeCacheHook {
             .flat_map(|s| s.to_le_bytes())
             .collect();
         cx.write_async(0, &map)?;
+        if let Some(h) = &cache.hybrid {
+            h.maps
+                .write(layer, lc.n_expert, &cpu)
+                .map_err(|e| HookError::msg(e.to_string()))?;
+        }
         let slot_bytes: u64 = lc.expert_bytes.iter().map(|&b| b as u64).sum();
         let st = cache.stats.layers.entry(layer as u32).or_default();
         let (h, m) = (acc.hits.len() as u64, acc.misses.len() as u64);
+        let c = cpu.len() as u64;
         if cache.n_tokens <= 1 {
             st.hits_decode += h;
             st.misses_decode += m;
+            st.cpu_decode += c;
         } else {
             st.hits_prompt += h;
             st.misses_prompt += m;
+            st.cpu_prompt += c;
         }
         st.bytes_uploaded += uploaded;
         st.bytes_from_bank += h * slot_bytes;

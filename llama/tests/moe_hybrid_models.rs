@@ -1,0 +1,104 @@
+//! Hybrid experts on the sim device (`--cpu-moe`, offload min batch 1):
+//! every fixture's logits bit for bit equal to the CPU-only run with the
+//! misses split between the device and the CPU (fixed shares and the cost
+//! model) and with hybrid off; the CPU really computes some of them, the
+//! banks stay consistent, and the experts counted add up.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Fixture, MODELS};
+use llama::device::open_device;
+use llama::moe_cache::hybrid::CpuShare;
+use llama::moe_cache::layout::model_groups;
+use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
+use llama::placement::Placement;
+use llama::{Context, ContextParams, Model, ModelParams};
+
+fn load(fx: &Fixture, device: Option<&str>) -> Arc<Model> {
+    let dev = device.and_then(|d| open_device(d, 2, 1).expect("device"));
+    let params = ModelParams {
+        device: dev,
+        placement: Placement {
+            cpu_moe: device.is_some(),
+            ..Default::default()
+        },
+        progress: None,
+        ..Default::default()
+    };
+    Arc::new(Model::load(&fx.gguf, params).expect("load"))
+}
+
+fn ctx(model: &Arc<Model>, ubatch: usize, bytes: u64, hybrid: Option<CpuShare>) -> Context {
+    let p = ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: ubatch,
+        n_threads: 2,
+        moe_cache: if bytes == 0 {
+            MoeCacheParams::default()
+        } else {
+            MoeCacheParams {
+                size: CacheSize::Bytes(bytes),
+                policy: PolicyKind::Lru,
+                max_batch: 32,
+            }
+        },
+        moe_hybrid: hybrid,
+        ..Default::default()
+    };
+    Context::new(Arc::clone(model), p).expect("context")
+}
+
+/// Prompt logits (all rows), then 6 teacher-forced single-token rows.
+fn logits(c: &mut Context, fx: &Fixture) -> Vec<f32> {
+    c.decode(&fx.tokens, true).expect("prompt");
+    let mut out = Vec::new();
+    for i in 0..fx.tokens.len() {
+        out.extend_from_slice(c.logits(i).expect("row"));
+    }
+    for &t in &fx.gen[..6] {
+        c.decode(&[t], false).expect("decode");
+        out.extend_from_slice(c.logits(0).expect("row"));
+    }
+    out
+}
+
+#[test]
+fn hybrid_experts_give_cpu_logits_bit_for_bit_on_every_fixture() {
+    for name in MODELS {
+        let fx = Fixture::load(name);
+        let cpu = logits(&mut ctx(&load(&fx, None), 512, 0, None), &fx);
+        let model = load(&fx, Some("SIM0"));
+        let g = &model_groups(&model)[0];
+        // a cache of half the experts: it fills during the prompt
+        let bytes = g.bank_bytes(g.n_expert * g.layers.len() as u32 / 2);
+        for share in [
+            None,
+            Some(CpuShare::Fixed(0.5)),
+            Some(CpuShare::Fixed(1.0)),
+            Some(CpuShare::Auto),
+        ] {
+            for ub in [5, 512] {
+                let mut c = ctx(&model, ub, bytes, share);
+                let got = logits(&mut c, &fx);
+                let bad = got
+                    .iter()
+                    .zip(&cpu)
+                    .position(|(a, b)| a.to_bits() != b.to_bits());
+                assert_eq!(
+                    bad, None,
+                    "{name} hybrid {share:?} ubatch {ub}: logits differ from the CPU's"
+                );
+                assert_eq!(got.len(), cpu.len());
+                let t = c.moe_cache_stats().expect("a cache").total();
+                match share {
+                    None => assert_eq!(t.cpu(), 0, "{name}: hybrid off computed on the CPU"),
+                    Some(_) => assert!(t.cpu() > 0, "{name} {share:?} ubatch {ub}: {t:?}"),
+                }
+                c.moe_cache_verify().expect("banks agree with the maps");
+            }
+        }
+    }
+}
