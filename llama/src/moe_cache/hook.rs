@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use ggml_core::backend::copy_bytes;
+use ggml_core::backend::{check_range, copy_bytes};
+use ggml_core::TensorData;
 use ggml_core::{GgmlType, Op};
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
@@ -121,6 +122,35 @@ impl CacheShared {
         }
         Ok(())
     }
+}
+
+/// Copy `len` bytes of a host expert tensor into a bank on the split's
+/// copy stream (asynchronously: the host goes on, e.g. to the CPU's share
+/// of the layer, while they cross), or synchronously when the source is not
+/// host-addressable.
+fn upload_on_stream(
+    cx: &HookCtx<'_>,
+    src: &TensorData,
+    src_off: usize,
+    dst: &TensorData,
+    dst_off: usize,
+    len: usize,
+) -> Result<(), HookError> {
+    let Some(p) = src.buffer.base_ptr() else {
+        return Ok(copy_bytes(src, src_off, dst, dst_off, len)?);
+    };
+    check_range(
+        src.buffer.name(),
+        src.buffer.size(),
+        src.offset + src_off,
+        len,
+    )?;
+    // SAFETY: the range was checked against the source buffer; the layer's
+    // cache holds that host weights buffer (never written by compute) for
+    // as long as the banks exist, past the split's synchronization.
+    let s = unsafe { std::slice::from_raw_parts(p.add(src.offset + src_off), len) };
+    cx.backend().write_on(cx.stream(), dst, dst_off, s)?;
+    Ok(())
 }
 
 /// The scheduler's copy hook: the expert cache and the selective copy.
@@ -239,7 +269,8 @@ impl MoeCacheHook {
                 for r in 0..3 {
                     let eb = lc.expert_bytes[r];
                     let len = run.n as usize * eb;
-                    copy_bytes(
+                    upload_on_stream(
+                        cx,
                         &lc.host[r],
                         run.expert as usize * eb,
                         &lc.banks[r].0,

@@ -69,6 +69,15 @@ impl FromStr for CpuShare {
     }
 }
 
+/// `--moe-hybrid`: `on` or `off` (also `1`/`0`, `true`/`false`).
+pub fn parse_switch(s: &str) -> std::result::Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" | "1" | "true" => Ok(true),
+        "off" | "0" | "false" => Ok(false),
+        _ => Err(format!("'{s}' is neither on nor off")),
+    }
+}
+
 /// The CPU maps of the cached layers: I32 `[n_expert]` each, in a host
 /// weights buffer the CPU reads directly.
 pub struct CpuMaps {
@@ -246,6 +255,9 @@ mod tests {
         let e = "abc".parse::<CpuShare>().unwrap_err();
         assert!(e.contains("'abc'") && e.contains("not a number"), "{e}");
         assert!("NaN".parse::<CpuShare>().is_err());
+        assert_eq!(parse_switch("off"), Ok(false));
+        assert_eq!(parse_switch("ON"), Ok(true));
+        assert!(parse_switch("maybe").unwrap_err().contains("'maybe'"));
     }
 
     #[test]
