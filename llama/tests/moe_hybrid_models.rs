@@ -102,3 +102,56 @@ fn hybrid_experts_give_cpu_logits_bit_for_bit_on_every_fixture() {
         }
     }
 }
+
+/// A model on a sim device with the profile `json`, cache of half the
+/// experts, `auto`: its expert counters after the prompt and 8 decodes.
+fn auto_counts(fx: &Fixture, json: &str) -> llama::moe_cache::LayerCacheStats {
+    let prof = ggml_core::SimProfile::from_json(json).expect("profile");
+    let dev = llama::device::open_device_with(
+        "SIM0",
+        &llama::device::DeviceOptions {
+            n_threads: 2,
+            offload_min_batch: 1,
+            sim_profile: Some(prof),
+            sim_mem: None,
+        },
+    )
+    .expect("SIM0");
+    let params = ModelParams {
+        device: dev,
+        placement: Placement {
+            cpu_moe: true,
+            ..Default::default()
+        },
+        progress: None,
+        ..Default::default()
+    };
+    let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
+    let g = &model_groups(&model)[0];
+    let bytes = g.bank_bytes(g.n_expert * g.layers.len() as u32 / 2);
+    let mut c = ctx(&model, 5, bytes, Some(CpuShare::Auto));
+    c.decode(&fx.tokens, false).expect("prompt");
+    for &t in &fx.gen[..8] {
+        c.decode(&[t], false).expect("decode");
+    }
+    c.moe_cache_stats().expect("a cache").total()
+}
+
+#[test]
+fn auto_uploads_over_a_fast_link_and_computes_on_the_cpu_over_fast_host_memory() {
+    let fx = Fixture::load("tiny-qwen3moe-q8_0");
+    // link 100x faster than host memory (and quick kernels): every miss is
+    // uploaded
+    let fast_link = r#"{"name": "fast-link",
+        "device": {"flops": 8.0e13, "mem_bw": 1.0e12, "launch_s": 1.0e-7},
+        "link": {"h2d_bw": 1.0e12, "d2h_bw": 1.0e12, "latency_s": 1.0e-7},
+        "cpu": {"flops": 1.0e11, "mem_bw": 1.0e10, "op_s": 1.0e-6}}"#;
+    let t = auto_counts(&fx, fast_link);
+    assert!(t.misses() > 0 && t.cpu() == 0, "fast link: {t:?}");
+    // host memory 100x faster than the link: every miss on the CPU
+    let fast_host = r#"{"name": "fast-host",
+        "link": {"h2d_bw": 1.0e9, "d2h_bw": 1.0e9, "latency_s": 1.0e-5},
+        "cpu": {"flops": 1.0e13, "mem_bw": 1.0e11, "op_s": 1.0e-7}}"#;
+    let t = auto_counts(&fx, fast_host);
+    assert!(t.cpu() > 0 && t.misses() == 0, "fast host memory: {t:?}");
+}
