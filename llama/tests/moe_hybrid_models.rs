@@ -155,3 +155,44 @@ fn auto_uploads_over_a_fast_link_and_computes_on_the_cpu_over_fast_host_memory()
     let t = auto_counts(&fx, fast_host);
     assert!(t.cpu() > 0 && t.misses() == 0, "fast host memory: {t:?}");
 }
+
+#[test]
+fn the_cpu_share_runs_while_the_uploads_cross_and_nothing_races() {
+    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let model = load(&fx, Some("SIM0"));
+    let g = &model_groups(&model)[0];
+    let bytes = g.bank_bytes(g.n_expert * g.layers.len() as u32 / 2);
+    let mut c = ctx(&model, 5, bytes, Some(CpuShare::Fixed(0.5)));
+    let clock = c.sim_clock().expect("a simulated clock");
+    clock.set_recording(true);
+    c.decode(&fx.tokens, false).expect("prompt");
+    for &t in &fx.gen[..6] {
+        c.decode(&[t], false).expect("decode");
+    }
+    let tl = clock.take_timeline();
+    tl.check_hazards()
+        .expect("no span reads or writes memory another writes at the same time");
+    let spans = |f: &dyn Fn(&ggml_core::sim::timeline::Span) -> bool| -> Vec<(u64, u64)> {
+        tl.spans
+            .iter()
+            .filter(|s| f(s))
+            .map(|s| (s.start_ns, s.end_ns))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    let cpu = spans(&|s| s.stream == "host" && s.name.contains("_cpu-"));
+    // the experts' uploads go under the slot map's label, the map after them
+    let map_bytes = 4 * g.n_expert as u64;
+    let uploads = spans(&|s| {
+        s.stream == "copy0" && s.name.starts_with("moe_cache_map") && s.bytes > map_bytes
+    });
+    assert!(!cpu.is_empty() && !uploads.is_empty());
+    let both = ggml_core::sim::timeline::overlap_ns(&cpu, &uploads);
+    assert!(
+        both > 0,
+        "the CPU's experts never ran while experts were uploaded"
+    );
+    let t = c.moe_cache_stats().expect("a cache").total();
+    assert!(t.cpu() > 0 && t.misses() > 0, "{t:?}");
+}

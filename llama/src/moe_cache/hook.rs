@@ -13,8 +13,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use ggml_core::backend::{check_range, copy_bytes};
-use ggml_core::TensorData;
 use ggml_core::{GgmlType, Op};
+use ggml_core::{Stream, TensorData};
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
 use super::bank::{upload_runs, SlotBank};
@@ -122,6 +122,19 @@ impl CacheShared {
         }
         Ok(())
     }
+}
+
+/// Make the split's copy stream wait for everything queued on the device's
+/// compute stream: a miss may evict a slot that an earlier layer's kernels
+/// (an earlier split) still read. Free in practice: the hook has just read
+/// the router's ids, which the last queued split computes.
+fn after_queued_compute(cx: &HookCtx<'_>) -> Result<(), HookError> {
+    if cx.stream() != Stream::Compute {
+        let be = cx.backend();
+        let ev = be.record_event_on(Stream::Compute)?;
+        be.wait_event_on(cx.stream(), &ev)?;
+    }
+    Ok(())
 }
 
 /// Copy `len` bytes of a host expert tensor into a bank on the split's
@@ -264,6 +277,9 @@ impl MoeCacheHook {
             .map_err(HookError::msg)?;
         let mut uploaded = 0u64;
         let mut writes = 0u64;
+        if !acc.misses.is_empty() {
+            after_queued_compute(cx)?;
+        }
         let mut upload = || -> Result<(), HookError> {
             for run in upload_runs(&acc.misses) {
                 for r in 0..3 {
