@@ -54,6 +54,10 @@ pub struct TensorFlags {
     pub output: bool,
     /// A model weight: lives in a weights buffer, never written by compute.
     pub weight: bool,
+    /// Computed on the host (CPU) backend whatever the weights it reads
+    /// (ggml's `ggml_backend_sched_set_tensor_backend(cpu)`): no device
+    /// claims it through `offload_op` (hybrid expert placement).
+    pub host: bool,
 }
 
 /// One tensor: shape, strides, type, the op that produces it and its sources.

@@ -88,7 +88,12 @@ pub(crate) fn graph_key(g: &Graph, ours: &[usize]) -> Vec<u64> {
         k.extend(t.nb.iter().map(|&n| n as u64));
         k.push(t.view_src.map_or(0, |v| v.0 as u64 + 1));
         k.push(t.view_offs as u64);
-        k.push(t.flags.input as u64 | (t.flags.output as u64) << 1 | (t.flags.weight as u64) << 2);
+        k.push(
+            t.flags.input as u64
+                | (t.flags.output as u64) << 1
+                | (t.flags.weight as u64) << 2
+                | (t.flags.host as u64) << 3,
+        );
         k.push(t.src.len() as u64);
         k.extend(t.src.iter().map(|s| s.0 as u64));
         match foreign(g, id, ours) {
@@ -244,12 +249,18 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Pass 1: nodes writing caller memory go where it is; nodes reading a
-    /// weight go where the weight is (or to a device that asks to offload).
+    /// Pass 1: nodes flagged `host` go to the CPU; nodes writing caller
+    /// memory go where it is; nodes reading a weight go where the weight is
+    /// (or to a device that asks to offload).
     fn pass_weights(&mut self, nodes: &[TensorId]) -> Result<(), SchedError> {
         for &n in nodes {
             let t = self.g.tensor(n);
             if t.op.is_view() {
+                continue;
+            }
+            // asked to run on the host (ggml's set_tensor_backend(cpu))
+            if t.flags.host && self.foreign(self.holder(n)).is_none() && self.sup(self.cpu, n) {
+                self.assign[n.index()] = Some(self.cpu);
                 continue;
             }
             if let Some(buf) = self.foreign(self.holder(n)) {

@@ -51,6 +51,11 @@ pub struct ContextParams {
     /// The device cache of host experts (`--moe-cache-mib`, ...); off by
     /// default in the library (the tools default to `auto`).
     pub moe_cache: MoeCacheParams,
+    /// Hybrid experts (`--moe-cache-cpu-share`, `--moe-hybrid off`): with a
+    /// cache, each miss is computed on the CPU or uploaded as this share
+    /// says ([`crate::moe_cache::hybrid`]); `None` (the library's default)
+    /// uploads every miss.
+    pub moe_hybrid: Option<crate::moe_cache::hybrid::CpuShare>,
 }
 
 impl Default for ContextParams {
@@ -66,6 +71,7 @@ impl Default for ContextParams {
             flash_attn: false,
             record_expert_ids: false,
             moe_cache: MoeCacheParams::default(),
+            moe_hybrid: None,
         }
     }
 }
@@ -237,7 +243,16 @@ impl Context {
         };
         let max_batch = mc.max_batch.min(params.n_ubatch);
         let layout = CacheLayout::new(model, dev, cpu, budget, max_batch)?;
-        let shared = CacheShared::new(Arc::new(layout), mc.policy, budget);
+        let mut shared = CacheShared::new(Arc::new(layout), mc.policy, budget);
+        if let Some(share) = params.moe_hybrid {
+            shared.hybrid = Some(crate::moe_cache::hybrid::HybridShared::new(
+                share,
+                &shared.layout,
+                dev,
+                cpu,
+                model.hparams.n_expert,
+            )?);
+        }
         Ok(Some(Arc::new(Mutex::new(shared))))
     }
 
@@ -488,6 +503,7 @@ impl Context {
             let mut c = c.lock();
             c.begin_ubatch(n_tokens);
             b.moe_cache = Some(Arc::clone(&c.layout));
+            b.moe_hybrid = c.hybrid.as_ref().map(|h| Arc::clone(&h.maps));
         }
         let dg = b.build_decoder(&self.kv, n_tokens, cell0, n_kv, out_rows.len());
         if let Some(c) = &self.cache {

@@ -223,6 +223,35 @@ pub struct MoeCacheArgs {
     /// selective copy
     #[arg(long = "moe-cache-max-batch", value_name = "N", default_value_t = llama::moe_cache::DEFAULT_MAX_BATCH)]
     pub moe_cache_max_batch: usize,
+
+    /// hybrid experts: the share of the cache's misses computed on the CPU
+    /// from host memory instead of uploaded: auto (a cost model decides per
+    /// layer per ubatch) or a number from 0 to 1 (that share of the misses
+    /// once the cache is full)
+    #[arg(
+        long = "moe-cache-cpu-share",
+        value_name = "auto|F",
+        default_value = "auto",
+        allow_hyphen_values = true
+    )]
+    pub moe_cache_cpu_share: String,
+
+    /// hybrid experts on (default, with a cache) or off (every miss uploaded)
+    #[arg(long = "moe-hybrid", value_name = "on|off", default_value = "on")]
+    pub moe_hybrid: String,
+}
+
+impl MoeCacheArgs {
+    /// Hybrid experts as `--moe-cache-cpu-share` and `--moe-hybrid` say
+    /// (`None`: off).
+    pub fn hybrid(&self) -> Result<Option<llama::moe_cache::hybrid::CpuShare>> {
+        let on = llama::moe_cache::hybrid::parse_switch(&self.moe_hybrid)
+            .map_err(|e| anyhow::anyhow!("--moe-hybrid {}: {e}", self.moe_hybrid))?;
+        let share = self.moe_cache_cpu_share.parse().map_err(|e| {
+            anyhow::anyhow!("--moe-cache-cpu-share {}: {e}", self.moe_cache_cpu_share)
+        })?;
+        Ok(on.then_some(share))
+    }
 }
 
 impl MoeCacheArgs {

@@ -16,6 +16,7 @@ pub mod cache;
 pub mod chat;
 pub mod cli;
 pub mod devices;
+pub mod hybrid_summary;
 pub mod moe_cache_tool;
 pub mod outfile;
 pub mod progress;

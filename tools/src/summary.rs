@@ -72,6 +72,9 @@ pub struct RunSummary {
     pub moe_cache_evictions: u64,
     /// Reads of the router's ids by the cache (one per cached layer per ubatch).
     pub moe_cache_id_reads: u64,
+    /// Where the cache's experts were computed (hybrid experts).
+    #[serde(flatten)]
+    pub hybrid: crate::hybrid_summary::HybridCounts,
     /// The cache's full counters (text summary only).
     #[serde(skip)]
     pub moe_cache: Option<CacheStats>,
@@ -116,6 +119,7 @@ impl RunSummary {
         self.moe_cache_bytes_from_bank = t.bytes_from_bank;
         self.moe_cache_evictions = t.evictions;
         self.moe_cache_id_reads = t.id_reads;
+        self.hybrid = crate::hybrid_summary::HybridCounts::of(&t);
         self.moe_cache = Some(c);
     }
 
@@ -124,6 +128,7 @@ impl RunSummary {
         let mut t = self.traffic_text();
         if let Some(c) = &self.moe_cache {
             t.push_str(&cache_text(c, &self.device));
+            t.push_str(&self.hybrid.to_text(&self.device));
         }
         t
     }

@@ -127,7 +127,17 @@ fn greedy(
 fn stats_out_has_the_cache_keys_and_auto_sizes_from_sim_memory() {
     let dir = tempfile::tempdir().unwrap();
     let (cpu, _, _) = greedy(dir.path(), "cpu", &[]);
-    let sim = ["--device", "SIM0", "--cpu-moe", "-nomb", "1"];
+    // every miss uploaded (hybrid experts would compute this tiny model's
+    // misses on the CPU: see moe_hybrid_cli.rs)
+    let sim = [
+        "--device",
+        "SIM0",
+        "--cpu-moe",
+        "-nomb",
+        "1",
+        "--moe-hybrid",
+        "off",
+    ];
     let (toks, s, err) = greedy(dir.path(), "auto", &sim);
     assert_eq!(toks, cpu, "the cache changed the tokens");
     for k in [
@@ -190,6 +200,8 @@ fn bench_sweeps_cache_sizes() {
             "1",
             "--moe-cache-mib",
             "0,8,64",
+            "--moe-hybrid",
+            "off",
             "-p",
             "0",
             "-n",

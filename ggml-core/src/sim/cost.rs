@@ -3,7 +3,9 @@
 //! (`launch + max(flops / FLOP/s, bytes / bandwidth)`).
 //!
 //! `mul_mat_id` counts only the experts its ids name (read from the ids'
-//! memory after the node computed), as a real kernel reads only those.
+//! memory after the node computed), as a real kernel reads only those, and
+//! only the FLOPs of the slots it computes (a skipped slot, id -1, costs
+//! nothing: hybrid placement splits a layer's slots between two backends).
 
 use std::collections::BTreeSet;
 
@@ -27,9 +29,10 @@ pub fn roofline_s(w: NodeWork, flops: f64, mem_bw: f64, fixed_s: f64) -> f64 {
     fixed_s + (w.flops / flops).max(w.bytes / mem_bw)
 }
 
-/// Distinct non-negative ids of an I32 ids tensor, read from memory that
-/// the CPU can address; `None` when the memory is not addressable.
-fn distinct_ids(g: &Graph, ids: TensorId) -> Option<usize> {
+/// Distinct non-negative ids of an I32 ids tensor and the number of its
+/// entries that are not skipped (>= 0), read from memory that the CPU can
+/// address; `None` when the memory is not addressable.
+fn distinct_ids(g: &Graph, ids: TensorId) -> Option<(usize, usize)> {
     let t = g.tensor(ids);
     if t.ty != GgmlType::I32 {
         return None;
@@ -37,6 +40,7 @@ fn distinct_ids(g: &Graph, ids: TensorId) -> Option<usize> {
     let d = g.data_of(ids)?;
     let p = d.buffer.base_ptr()?;
     let mut set = BTreeSet::new();
+    let mut active = 0usize;
     for i2 in 0..t.ne[2].max(1) as usize {
         for i1 in 0..t.ne[1].max(1) as usize {
             for i0 in 0..t.ne[0].max(0) as usize {
@@ -49,11 +53,12 @@ fn distinct_ids(g: &Graph, ids: TensorId) -> Option<usize> {
                 let v = unsafe { std::ptr::read_unaligned(p.add(off) as *const i32) };
                 if v >= 0 {
                     set.insert(v);
+                    active += 1;
                 }
             }
         }
     }
-    Some(set.len())
+    Some((set.len(), active))
 }
 
 /// FLOPs and bytes of `node` (zero for views and leafs).
@@ -76,14 +81,18 @@ pub fn node_work(g: &Graph, node: TensorId) -> NodeWork {
             let a = g.tensor(t.src[0]);
             let n_expert = a.ne[2].max(1) as f64;
             let expert_bytes = bytes_of(t.src[0]) / n_expert;
-            let used = t
+            let ids = t.src.get(2).map(|&i| g.tensor(i));
+            let slots = ids.map_or(0, |i| i.nelements().max(0) as usize);
+            let (used, active) = t
                 .src
                 .get(2)
                 .and_then(|&ids| distinct_ids(g, ids))
-                .map_or(n_expert, |u| u as f64);
+                .map_or((n_expert, 1.0), |(u, k)| {
+                    (u as f64, k as f64 / slots.max(1) as f64)
+                });
             let rest: f64 = t.src.iter().skip(1).map(|&s| bytes_of(s)).sum();
             NodeWork {
-                flops: 2.0 * a.ne[0] as f64 * n,
+                flops: 2.0 * a.ne[0] as f64 * n * active,
                 bytes: used * expert_bytes + rest + out,
             }
         }
@@ -139,5 +148,34 @@ mod tests {
         assert_eq!(w.flops, 2.0 * 8.0 * 4.0 * 3.0);
         assert_eq!(w.bytes, (8 * 4 * 4 + 8 * 3 * 4 + 4 * 3 * 4) as f64);
         assert_eq!(node_work(&g, a), NodeWork::default());
+    }
+
+    #[test]
+    fn mul_mat_id_counts_only_the_slots_it_computes() {
+        use crate::backend::Backend;
+        use crate::cpu::CpuBackend;
+        let cpu = CpuBackend::new(1);
+        let mut g = Graph::new();
+        let a = g.new_tensor_3d(GgmlType::F32, 8, 4, 3);
+        let b = g.new_tensor_3d(GgmlType::F32, 8, 2, 1);
+        let ids = g.new_tensor_2d(GgmlType::I32, 2, 1);
+        let c = g.mul_mat_id(a, b, ids);
+        let buf = cpu
+            .alloc_buffer(16, crate::backend::BufferUsage::Compute)
+            .unwrap();
+        let v: Vec<u8> = [2i32, -1].iter().flat_map(|x| x.to_le_bytes()).collect();
+        buf.write(0, &v).unwrap();
+        g.tensor_mut(ids).data = Some(crate::tensor::TensorData {
+            buffer: buf.clone(),
+            offset: 0,
+        });
+        let half = node_work(&g, c);
+        // one of two slots: half the FLOPs, one expert's bytes
+        assert_eq!(half.flops, 2.0 * 8.0 * 4.0 * 2.0 * 0.5);
+        let rest = (8 * 2 * 4 + 2 * 4 + 4 * 2 * 4) as f64;
+        assert_eq!(half.bytes, (8 * 4 * 4) as f64 + rest);
+        buf.write(0, &[0xff; 8]).unwrap();
+        let none = node_work(&g, c);
+        assert_eq!((none.flops, none.bytes), (0.0, rest));
     }
 }

@@ -2,12 +2,13 @@
 //! MoE FFN with softmax top-k routing (llama.cpp's `build_norm`,
 //! `build_attn`, `build_moe_ffn`).
 
-use ggml_core::op::{OrderedF32, RopeParams};
+use ggml_core::op::{GluOp, OrderedF32, RopeParams};
 use ggml_core::TensorId;
 
 use super::GraphBuilder;
 use crate::kv_cache::LayerKv;
 use crate::model::WeightId;
+use crate::moe_cache::hybrid_graph::HostExperts;
 
 /// Per-ubatch inputs every layer reads.
 #[derive(Clone, Copy, Debug)]
@@ -241,7 +242,8 @@ impl GraphBuilder<'_> {
         let x = self.g.reshape_3d(cur, n_embd, 1, nt);
         // the expert cache, when it serves this layer: banks and slots in
         // place of the host expert tensors and the expert ids
-        let (gate_t, up_t, down_t, ids) = match self.moe_cache_lookup(il, selected) {
+        let cached = self.moe_cache_lookup(il, selected);
+        let (gate_t, up_t, down_t, ids) = match cached {
             Some(c) => (c.banks[0], c.banks[1], c.banks[2], c.slots),
             None => {
                 let (u, g) = (self.w(up), self.w(gate));
@@ -253,8 +255,18 @@ impl GraphBuilder<'_> {
         let gate_y = self.g.mul_mat_id(gate_t, x, ids);
         self.name(gate_y, "ffn_moe_gate", Some(il));
         let par = self.g.swiglu_split(gate_y, up_y);
-        let experts = self.g.mul_mat_id(down_t, par, ids);
+        let mut experts = self.g.mul_mat_id(down_t, par, ids);
         self.name(experts, "ffn_moe_down", Some(il));
+        if cached.is_some() {
+            // hybrid experts: the misses the CPU computes, added here
+            let exps = [self.w(gate), self.w(up), self.w(down)];
+            let host = HostExperts {
+                exps,
+                biases: [None, None],
+                act: GluOp::Swiglu,
+            };
+            experts = self.moe_hybrid_add(il, experts, x, selected, host);
+        }
         let experts = self.g.mul(experts, weights);
         let (nb1, nb2) = (self.g.tensor(experts).nb[1], self.g.tensor(experts).nb[2]);
         let mut out = self.g.view_2d(experts, n_embd, nt, nb2, 0);

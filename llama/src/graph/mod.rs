@@ -30,6 +30,9 @@ pub struct GraphBuilder<'m> {
     /// Cached layers whose ubatch was too large for their cache (they read
     /// the host expert tensors instead).
     pub moe_cache_bypassed: Vec<u32>,
+    /// The CPU maps of hybrid experts, when hybrid placement is on
+    /// ([`crate::moe_cache::hybrid`]).
+    pub moe_hybrid: Option<Arc<crate::moe_cache::hybrid::CpuMaps>>,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -41,6 +44,7 @@ impl<'m> GraphBuilder<'m> {
             model,
             moe_cache: None,
             moe_cache_bypassed: Vec::new(),
+            moe_hybrid: None,
             leafs: HashMap::new(),
         }
     }

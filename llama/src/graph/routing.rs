@@ -17,6 +17,7 @@ use super::GraphBuilder;
 use crate::arch::Arch;
 use crate::hparams::ExpertGating;
 use crate::model::MoeWeights;
+use crate::moe_cache::hybrid_graph::HostExperts;
 
 /// llama.cpp's `swiglu_oai` constants for gpt-oss (not in the GGUF).
 pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
@@ -149,7 +150,8 @@ impl GraphBuilder<'_> {
         // the expert cache, when it serves this layer: banks and slots in
         // place of the host expert tensors and the expert ids (the biases
         // keep the expert ids: their rows are copied by the selective copy)
-        let (gate_t, up_t, down_t, ids) = match self.moe_cache_lookup(il, selected) {
+        let cached = self.moe_cache_lookup(il, selected);
+        let (gate_t, up_t, down_t, ids) = match cached {
             Some(c) => (c.banks[0], c.banks[1], c.banks[2], c.slots),
             None => (
                 self.w(m.gate_exps),
@@ -172,6 +174,18 @@ impl GraphBuilder<'_> {
         self.name(gate, "ffn_moe_gate", Some(il));
         let par = self.g.glu_split(gate, up, act);
         let mut experts = self.g.mul_mat_id(down_t, par, ids);
+        if cached.is_some() {
+            // hybrid experts: the CPU's partial output, before the down bias
+            let host = HostExperts {
+                exps: [self.w(m.gate_exps), self.w(m.up_exps), self.w(m.down_exps)],
+                biases: [
+                    m.gate_exps_b.map(|b| self.w(b)),
+                    m.up_exps_b.map(|b| self.w(b)),
+                ],
+                act,
+            };
+            experts = self.moe_hybrid_add(il, experts, x, selected, host);
+        }
         if let Some(b) = m.down_exps_b {
             let bt = self.w(b);
             experts = self.g.add_id(experts, bt, selected);

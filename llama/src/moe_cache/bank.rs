@@ -144,9 +144,35 @@ impl SlotBank {
         self.policy.begin_ubatch(n_tokens);
     }
 
+    /// Whether every slot holds an expert.
+    pub fn is_full(&self) -> bool {
+        self.free.is_empty()
+    }
+
+    /// Whether expert `e` of `layer` is resident (no policy update).
+    pub fn is_resident(&self, layer: u32, e: u32) -> bool {
+        self.maps
+            .get(&layer)
+            .and_then(|m| m.get(e as usize))
+            .is_some_and(|&s| s >= 0)
+    }
+
     /// Serve one layer's ubatch: `experts` are the ids the router picked
     /// (any order, repeats allowed).
     pub fn access(&mut self, layer: u32, experts: &[u32]) -> Result<LayerAccess, BankError> {
+        self.access_except(layer, experts, &[])
+    }
+
+    /// [`Self::access`], except that the misses in `skip` (ascending; the
+    /// experts hybrid placement computes on the CPU) are neither given a
+    /// slot nor inserted: the policy sees them needed, and they stay
+    /// absent from the map.
+    pub fn access_except(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        skip: &[u32],
+    ) -> Result<LayerAccess, BankError> {
         let n_expert = self.n_expert;
         if !self.maps.contains_key(&layer) {
             return Err(BankError::UnknownLayer(layer));
@@ -159,10 +185,14 @@ impl SlotBank {
             });
         }
         let need: BTreeSet<u32> = experts.iter().copied().collect();
-        if need.len() > self.n_slots as usize {
+        let on_device = need
+            .iter()
+            .filter(|e| skip.binary_search(e).is_err())
+            .count();
+        if on_device > self.n_slots as usize {
             return Err(BankError::TooFewSlots {
                 layer,
-                needed: need.len(),
+                needed: on_device,
                 n_slots: self.n_slots,
             });
         }
@@ -175,6 +205,7 @@ impl SlotBank {
             for &e in &need {
                 match map[e as usize] {
                     s if s >= 0 => acc.hits.push((e, s as u32)),
+                    _ if skip.binary_search(&e).is_ok() => {}
                     _ => missing.push(e),
                 }
             }
@@ -314,5 +345,22 @@ mod tests {
             Err(BankError::ExpertOutOfRange { .. })
         ));
         assert!(matches!(b.access(7, &[0]), Err(BankError::UnknownLayer(7))));
+    }
+
+    #[test]
+    fn skipped_misses_get_no_slot_and_hits_stay_hits() {
+        let mut b = SlotBank::new(&[0], 8, 2, PolicyKind::Lru.build(2));
+        b.begin_ubatch(1);
+        b.access(0, &[1]).unwrap();
+        // 1 hits, 4 is computed elsewhere, 6 takes the free slot
+        let a = b.access_except(0, &[4, 1, 6], &[1, 4]).unwrap();
+        assert_eq!(a.hits, vec![(1, 0)]);
+        assert_eq!(a.misses, vec![(6, 1)]);
+        assert!(!b.is_resident(0, 4) && b.is_resident(0, 6) && b.is_full());
+        // three experts, two slots: fine when one is skipped
+        let a = b.access_except(0, &[1, 2, 6], &[2]).unwrap();
+        assert_eq!(a.hits.len(), 2);
+        assert!(a.misses.is_empty());
+        b.check().unwrap();
     }
 }

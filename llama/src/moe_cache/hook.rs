@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use ggml_core::backend::copy_bytes;
+use ggml_core::backend::{check_range, copy_bytes};
 use ggml_core::{GgmlType, Op};
+use ggml_core::{Stream, TensorData};
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
 use super::bank::{upload_runs, SlotBank};
+use super::hybrid::{self, HybridShared};
 use super::layout::CacheLayout;
 use super::policy::PolicyKind;
 use super::stats::{CacheStats, LayerCacheStats};
@@ -31,6 +33,8 @@ pub struct CacheShared {
     pub banks: Vec<Option<SlotBank>>,
     /// Counters.
     pub stats: CacheStats,
+    /// Hybrid experts, when on: the CPU maps and how misses are split.
+    pub hybrid: Option<HybridShared>,
     policy: PolicyKind,
     n_tokens: u32,
 }
@@ -65,6 +69,7 @@ impl CacheShared {
             layout,
             banks,
             stats,
+            hybrid: None,
             policy,
             n_tokens: 0,
         }
@@ -117,6 +122,48 @@ impl CacheShared {
         }
         Ok(())
     }
+}
+
+/// Make the split's copy stream wait for everything queued on the device's
+/// compute stream: a miss may evict a slot that an earlier layer's kernels
+/// (an earlier split) still read. Free in practice: the hook has just read
+/// the router's ids, which the last queued split computes.
+fn after_queued_compute(cx: &HookCtx<'_>) -> Result<(), HookError> {
+    if cx.stream() != Stream::Compute {
+        let be = cx.backend();
+        let ev = be.record_event_on(Stream::Compute)?;
+        be.wait_event_on(cx.stream(), &ev)?;
+    }
+    Ok(())
+}
+
+/// Copy `len` bytes of a host expert tensor into a bank on the split's
+/// copy stream (asynchronously: the host goes on, e.g. to the CPU's share
+/// of the layer, while they cross), or synchronously when the source is not
+/// host-addressable.
+fn upload_on_stream(
+    cx: &HookCtx<'_>,
+    src: &TensorData,
+    src_off: usize,
+    dst: &TensorData,
+    dst_off: usize,
+    len: usize,
+) -> Result<(), HookError> {
+    let Some(p) = src.buffer.base_ptr() else {
+        return Ok(copy_bytes(src, src_off, dst, dst_off, len)?);
+    };
+    check_range(
+        src.buffer.name(),
+        src.buffer.size(),
+        src.offset + src_off,
+        len,
+    )?;
+    // SAFETY: the range was checked against the source buffer; the layer's
+    // cache holds that host weights buffer (never written by compute) for
+    // as long as the banks exist, past the split's synchronization.
+    let s = unsafe { std::slice::from_raw_parts(p.add(src.offset + src_off), len) };
+    cx.backend().write_on(cx.stream(), dst, dst_off, s)?;
+    Ok(())
 }
 
 /// The scheduler's copy hook: the expert cache and the selective copy.
@@ -217,17 +264,29 @@ impl MoeCacheHook {
         let Some(bank) = cache.banks.get_mut(lc.group).and_then(|b| b.as_mut()) else {
             return Err(HookError::msg(format!("layer {layer}'s group has no bank")));
         };
+        // hybrid experts: the misses the CPU computes, decided now
+        let cpu = match &cache.hybrid {
+            Some(h) => {
+                let shape = &cache.layout.shapes[lc.group];
+                hybrid::split_misses(h, shape, bank, layer as u32, &experts)
+            }
+            None => Vec::new(),
+        };
         let acc = bank
-            .access(layer as u32, &experts)
+            .access_except(layer as u32, &experts, &cpu)
             .map_err(HookError::msg)?;
         let mut uploaded = 0u64;
         let mut writes = 0u64;
+        if !acc.misses.is_empty() {
+            after_queued_compute(cx)?;
+        }
         let mut upload = || -> Result<(), HookError> {
             for run in upload_runs(&acc.misses) {
                 for r in 0..3 {
                     let eb = lc.expert_bytes[r];
                     let len = run.n as usize * eb;
-                    copy_bytes(
+                    upload_on_stream(
+                        cx,
                         &lc.host[r],
                         run.expert as usize * eb,
                         &lc.banks[r].0,
@@ -255,15 +314,23 @@ impl MoeCacheHook {
             .flat_map(|s| s.to_le_bytes())
             .collect();
         cx.write_async(0, &map)?;
+        if let Some(h) = &cache.hybrid {
+            h.maps
+                .write(layer, lc.n_expert, &cpu)
+                .map_err(|e| HookError::msg(e.to_string()))?;
+        }
         let slot_bytes: u64 = lc.expert_bytes.iter().map(|&b| b as u64).sum();
         let st = cache.stats.layers.entry(layer as u32).or_default();
         let (h, m) = (acc.hits.len() as u64, acc.misses.len() as u64);
+        let c = cpu.len() as u64;
         if cache.n_tokens <= 1 {
             st.hits_decode += h;
             st.misses_decode += m;
+            st.cpu_decode += c;
         } else {
             st.hits_prompt += h;
             st.misses_prompt += m;
+            st.cpu_prompt += c;
         }
         st.bytes_uploaded += uploaded;
         st.bytes_from_bank += h * slot_bytes;

@@ -23,13 +23,20 @@
 //! - **Policies** ([`policy`]): pure functions of the access sequence, so
 //!   a routing-trace replay ([`replay`]) runs this very code.
 //!
+//! - **Hybrid experts** ([`hybrid`], [`hybrid_graph`], [`cost`]): a miss
+//!   can be computed on the CPU from host memory instead of uploaded; the
+//!   hook decides per layer per ubatch, from a cost model or a fixed share.
+//!
 //! Ubatches of more than `max_batch` tokens do not use the cache (their
 //! expert matmuls take the selective copy, or the CPU); a group with fewer
 //! slots than the router picks per token falls back to the selective copy.
 
 pub mod bank;
+pub mod cost;
 pub mod graph;
 pub mod hook;
+pub mod hybrid;
+pub mod hybrid_graph;
 pub mod layout;
 pub mod policy;
 pub mod replay;

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 pub struct LayerCacheStats {
     /// Needed experts found in the bank, in decode ubatches.
     pub hits_decode: u64,
-    /// Needed experts uploaded, in decode ubatches.
+    /// Needed experts uploaded, in decode ubatches (misses computed on the
+    /// device after an upload).
     pub misses_decode: u64,
     /// Needed experts found in the bank, in prompt ubatches.
     pub hits_prompt: u64,
@@ -33,6 +34,11 @@ pub struct LayerCacheStats {
     /// device) instead of from host memory; not inserted, not counted as
     /// hits, the policy does not see them.
     pub bypass_reads: u64,
+    /// Misses computed on the CPU from host memory (hybrid experts), in
+    /// decode ubatches: not uploaded, not inserted.
+    pub cpu_decode: u64,
+    /// Misses computed on the CPU, in prompt ubatches.
+    pub cpu_prompt: u64,
 }
 
 impl LayerCacheStats {
@@ -41,24 +47,30 @@ impl LayerCacheStats {
         self.hits_decode + self.hits_prompt
     }
 
-    /// Misses of both kinds.
+    /// Uploaded misses of both kinds.
     pub fn misses(&self) -> u64 {
         self.misses_decode + self.misses_prompt
     }
 
-    /// Hit rate of decode ubatches (0 when there were none).
+    /// Misses computed on the CPU, of both kinds.
+    pub fn cpu(&self) -> u64 {
+        self.cpu_decode + self.cpu_prompt
+    }
+
+    /// Hit rate of decode ubatches (0 when there were none); misses the
+    /// CPU computed count as misses.
     pub fn hit_rate_decode(&self) -> f64 {
-        rate(self.hits_decode, self.misses_decode)
+        rate(self.hits_decode, self.misses_decode + self.cpu_decode)
     }
 
     /// Hit rate of prompt ubatches (0 when there were none).
     pub fn hit_rate_prompt(&self) -> f64 {
-        rate(self.hits_prompt, self.misses_prompt)
+        rate(self.hits_prompt, self.misses_prompt + self.cpu_prompt)
     }
 
     /// Hit rate of every ubatch.
     pub fn hit_rate(&self) -> f64 {
-        rate(self.hits(), self.misses())
+        rate(self.hits(), self.misses() + self.cpu())
     }
 
     /// Add `o` to these counters.
@@ -74,6 +86,8 @@ impl LayerCacheStats {
         self.writes += o.writes;
         self.bypassed += o.bypassed;
         self.bypass_reads += o.bypass_reads;
+        self.cpu_decode += o.cpu_decode;
+        self.cpu_prompt += o.cpu_prompt;
     }
 
     /// `self - base`, field by field (saturating).
@@ -90,6 +104,8 @@ impl LayerCacheStats {
             writes: self.writes.saturating_sub(base.writes),
             bypassed: self.bypassed.saturating_sub(base.bypassed),
             bypass_reads: self.bypass_reads.saturating_sub(base.bypass_reads),
+            cpu_decode: self.cpu_decode.saturating_sub(base.cpu_decode),
+            cpu_prompt: self.cpu_prompt.saturating_sub(base.cpu_prompt),
         }
     }
 }

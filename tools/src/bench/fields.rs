@@ -109,6 +109,39 @@ pub const CACHE_FIELDS: &[(&str, FieldType)] = &[
     ("moe_cache_bytes_uploaded_per_token", Float),
 ];
 
+/// Our hybrid-expert fields, written where a device is in use: experts
+/// computed on the CPU, on the device from the cache, on the device after
+/// an upload (means per repetition), in all, in prompt ubatches and in
+/// decode ubatches.
+pub const HYBRID_FIELDS: &[(&str, FieldType)] = &[
+    ("experts_cpu", Float),
+    ("experts_device_cached", Float),
+    ("experts_device_uploaded", Float),
+    ("experts_cpu_prompt", Float),
+    ("experts_device_cached_prompt", Float),
+    ("experts_device_uploaded_prompt", Float),
+    ("experts_cpu_decode", Float),
+    ("experts_device_cached_decode", Float),
+    ("experts_device_uploaded_decode", Float),
+];
+
+/// A count of prompt ubatches and one of decode ubatches.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerKind {
+    /// In prompt (multi-token) ubatches.
+    pub prompt: f64,
+    /// In decode (one-token) ubatches.
+    pub decode: f64,
+}
+
+impl PerKind {
+    /// Add one repetition's counts, divided by the repetitions `r`.
+    pub fn add(&mut self, prompt: u64, decode: u64, r: f64) {
+        self.prompt += prompt as f64 / r;
+        self.decode += decode as f64 / r;
+    }
+}
+
 /// The expert cache's figures of a test (means over the repetitions).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CacheFields {
@@ -120,6 +153,12 @@ pub struct CacheFields {
     pub hit_rate_prompt: f64,
     /// Bytes uploaded into the cache per token.
     pub bytes_uploaded_per_token: f64,
+    /// Misses computed on the CPU (hybrid experts).
+    pub experts_cpu: PerKind,
+    /// Hits: computed on the device from the cache.
+    pub experts_device_cached: PerKind,
+    /// Misses computed on the device after an upload.
+    pub experts_device_uploaded: PerKind,
 }
 
 /// Simulated-clock figures of a test (every number simulated).
@@ -302,6 +341,19 @@ impl TestResult {
             for (&(name, ty), v) in CACHE_FIELDS.iter().zip(vals) {
                 out.push((name, ty, format!("{v:.6}")));
             }
+            let k = [
+                c.experts_cpu,
+                c.experts_device_cached,
+                c.experts_device_uploaded,
+            ];
+            let vals = k
+                .map(|x| x.prompt + x.decode)
+                .into_iter()
+                .chain(k.map(|x| x.prompt))
+                .chain(k.map(|x| x.decode));
+            for (&(name, ty), v) in HYBRID_FIELDS.iter().zip(vals) {
+                out.push((name, ty, format!("{v:.3}")));
+            }
         }
         if let Some(sm) = &self.sim {
             let vals = [
@@ -382,6 +434,7 @@ pub fn own_columns(p: &Params, insts: &[Instance]) -> Vec<(&'static str, FieldTy
     if any_dev {
         out.extend_from_slice(TRAFFIC_FIELDS);
         out.extend_from_slice(CACHE_FIELDS);
+        out.extend_from_slice(HYBRID_FIELDS);
     }
     if insts.iter().any(|i| {
         i.device()

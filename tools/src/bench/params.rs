@@ -248,6 +248,16 @@ fn moe_cache_policy(s: &str) -> Result<String, String> {
         .map(|_| s.trim().to_string())
 }
 
+fn moe_cache_cpu_share(s: &str) -> Result<String, String> {
+    s.trim()
+        .parse::<llama::moe_cache::hybrid::CpuShare>()
+        .map(|_| s.trim().to_string())
+}
+
+fn moe_hybrid(s: &str) -> Result<String, String> {
+    llama::moe_cache::hybrid::parse_switch(s).map(|on| if on { "on" } else { "off" }.to_string())
+}
+
 fn sim_profile(s: &str) -> Result<String, String> {
     ggml_core::SimProfile::from_name_or_file(s.trim()).map(|_| s.trim().to_string())
 }
@@ -608,6 +618,30 @@ pub static PARAMS: &[ParamSpec] = &[
         default: default!(Value::Int(llama::moe_cache::DEFAULT_MAX_BATCH as i64)),
         accept: any,
         md: md("cmb", 4),
+        scope: Scope::Context,
+        ours: true,
+    },
+    ParamSpec {
+        field: "moe_cache_cpu_share",
+        flags: &["--moe-cache-cpu-share"],
+        metavar: "auto|F",
+        help: "share of the cache's misses computed on the CPU: auto (cost model) or 0..1",
+        syntax: Syntax::Text(moe_cache_cpu_share),
+        default: default!(s("auto")),
+        accept: any,
+        md: md("cpu_share", 9),
+        scope: Scope::Context,
+        ours: true,
+    },
+    ParamSpec {
+        field: "moe_hybrid",
+        flags: &["--moe-hybrid"],
+        metavar: "on|off",
+        help: "hybrid experts (misses on the CPU or uploaded) on or off",
+        syntax: Syntax::Text(moe_hybrid),
+        default: default!(s("on")),
+        accept: any,
+        md: md("hybrid", 6),
         scope: Scope::Context,
         ours: true,
     },

@@ -274,6 +274,15 @@ fn run_test(
             })?,
             max_batch: inst.int("moe_cache_max_batch").max(1) as usize,
         },
+        moe_hybrid: match inst.str("moe_hybrid") {
+            "off" => None,
+            _ => Some(inst.str("moe_cache_cpu_share").parse().map_err(|e| {
+                anyhow::anyhow!(
+                    "--moe-cache-cpu-share {}: {e}",
+                    inst.str("moe_cache_cpu_share")
+                )
+            })?),
+        },
         ..ContextParams::default()
     };
     let mut ctx = Context::new(Arc::clone(model), params).with_context(|| {
@@ -357,6 +366,10 @@ fn run_test(
             f.hit_rate += t.hit_rate_decode() / r;
             f.hit_rate_prompt += t.hit_rate_prompt() / r;
             f.bytes_uploaded_per_token += t.bytes_uploaded as f64 / ((np + ng) as f64 * r);
+            f.experts_cpu.add(t.cpu_prompt, t.cpu_decode, r);
+            f.experts_device_cached.add(t.hits_prompt, t.hits_decode, r);
+            f.experts_device_uploaded
+                .add(t.misses_prompt, t.misses_decode, r);
         }
     }
     if let (Some(path), Some(t)) = (&p.expert_trace_out, ctx.take_expert_trace()) {

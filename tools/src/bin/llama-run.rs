@@ -384,6 +384,7 @@ fn check_args(a: &Args) -> Result<()> {
         bail!("--offload-min-batch must be at least 1");
     }
     a.moe_cache.params(&a.placement)?;
+    a.moe_cache.hybrid()?;
     a.placement.sim_mem_bytes()?;
     Ok(())
 }
@@ -525,6 +526,7 @@ fn run(a: &Args) -> Result<()> {
 
     let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
     ctx_params.moe_cache = a.moe_cache.params(&a.placement)?;
+    ctx_params.moe_hybrid = a.moe_cache.hybrid()?;
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
