@@ -124,9 +124,17 @@ pub struct MoeCacheHook {
     copy: ExpertCopyPolicy,
     copy_shared: Arc<Mutex<PolicyShared>>,
     cache: Option<Arc<Mutex<CacheShared>>>,
+    prefetch: Option<Arc<Mutex<super::prefetch::Staging>>>,
 }
 
 impl MoeCacheHook {
+    /// Stage later splits' host expert tensors into `staging`'s slots when
+    /// the scheduler's look-ahead offers them ([`super::prefetch`]).
+    pub fn with_prefetch(mut self, staging: Arc<Mutex<super::prefetch::Staging>>) -> Self {
+        self.prefetch = Some(staging);
+        self
+    }
+
     /// The hook over the selective copy's state and, when there is one, the
     /// cache's.
     pub fn new(
@@ -137,6 +145,7 @@ impl MoeCacheHook {
             copy: ExpertCopyPolicy::new(Arc::clone(&copy_shared)),
             copy_shared,
             cache,
+            prefetch: None,
         }
     }
 
@@ -380,6 +389,13 @@ impl MoeCacheHook {
 impl CopyHook for MoeCacheHook {
     fn begin_graph(&mut self) {
         self.copy.begin_graph();
+    }
+
+    fn prefetch_input(&mut self, cx: &mut ggml_sched::PrefetchCtx<'_>) -> Result<bool, HookError> {
+        match &self.prefetch {
+            Some(p) => p.lock().offer(cx),
+            None => Ok(false),
+        }
     }
 
     fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError> {

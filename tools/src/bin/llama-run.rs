@@ -134,6 +134,9 @@ struct Args {
     moe_cache: MoeCacheArgs,
 
     #[command(flatten)]
+    prefetch: tools::args::prefetch::PrefetchArgs,
+
+    #[command(flatten)]
     chat: ChatArgs,
 
     #[command(flatten)]
@@ -525,9 +528,21 @@ fn run(a: &Args) -> Result<()> {
 
     let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
     ctx_params.moe_cache = a.moe_cache.params(&a.placement)?;
+    ctx_params.prefetch_experts_slots = a.prefetch.slots()?;
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
+    if let Some((n, bytes, note)) = ctx.prefetch_slots() {
+        if let Some(note) = note {
+            eprintln!("{TOOL}: warning: {note}");
+        }
+        if a.verbose {
+            eprintln!(
+                "{TOOL}: prefetch: {n} staging slots of {}",
+                cli::fmt_bytes(bytes as f64)
+            );
+        }
+    }
     let trace_out = match &a.expert_trace_out {
         Some(p) => {
             ctx.start_expert_trace();
