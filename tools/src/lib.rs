@@ -18,6 +18,7 @@ pub mod cli;
 pub mod devices;
 pub mod moe_cache_tool;
 pub mod outfile;
+pub mod prefetch_report;
 pub mod progress;
 pub mod quantize;
 pub mod signals;

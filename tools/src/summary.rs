@@ -75,6 +75,10 @@ pub struct RunSummary {
     /// The cache's full counters (text summary only).
     #[serde(skip)]
     pub moe_cache: Option<CacheStats>,
+    /// The prefetch's counters (`prefetch_*`, `critical_path_h2d_bytes`,
+    /// `moe_predict_recall` keys).
+    #[serde(flatten)]
+    pub prefetch: crate::prefetch_report::PrefetchReport,
 }
 
 /// `b - a`, field by field.
@@ -125,6 +129,7 @@ impl RunSummary {
         if let Some(c) = &self.moe_cache {
             t.push_str(&cache_text(c, &self.device));
         }
+        t.push_str(&self.prefetch.to_text());
         t
     }
 

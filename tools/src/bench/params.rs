@@ -585,6 +585,21 @@ pub static PARAMS: &[ParamSpec] = &[
         ours: true,
     },
     ParamSpec {
+        field: "prefetch_experts_slots",
+        flags: &["--prefetch-experts-slots"],
+        metavar: "N",
+        help: "staging slots for the prefill prefetch of host expert tensors (-1 = auto, 0 = off)",
+        syntax: Syntax::Ints {
+            min: -1,
+            max: i32::MAX as i64,
+        },
+        default: default!(Value::Int(0)),
+        accept: any,
+        md: md("pf_slots", 8),
+        scope: Scope::Context,
+        ours: true,
+    },
+    ParamSpec {
         field: "moe_cache_policy",
         flags: &["--moe-cache-policy"],
         metavar: "NAME",

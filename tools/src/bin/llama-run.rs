@@ -774,6 +774,11 @@ fn run(a: &Args) -> Result<()> {
     }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     s.set_cache(ctx.moe_cache_stats());
+    s.prefetch = tools::prefetch_report::PrefetchReport::new(
+        &stats_total,
+        ctx.prefetch_stats(),
+        ctx.prefetch_slots().map_or(0, |p| p.0),
+    );
     if signals::stdout_closed() {
         signals::set_exit_code(signals::EXIT_STDOUT_CLOSED);
     } else {
