@@ -18,6 +18,7 @@ use crate::graph::GraphBuilder;
 use crate::kv_cache::{KvCache, SeqId, MAX_SEQ};
 use crate::model::Model;
 use crate::moe_cache::layout::{bytes_for_all, model_groups};
+use crate::moe_cache::predict::{PredictShared, PredictStats};
 use crate::moe_cache::prefetch::{PrefetchStats, Staging, LOOKAHEAD_SPLITS};
 use crate::moe_cache::{
     CacheLayout, CacheShared, CacheSize, CacheStats, MoeCacheHook, MoeCacheParams,
@@ -56,6 +57,10 @@ pub struct ContextParams {
     /// (`--prefetch-experts-slots`): `-1` auto, `0` off (the default), `N`
     /// slots ([`crate::moe_cache::prefetch`]).
     pub prefetch_experts_slots: i32,
+    /// Predict the next cached layer's experts and upload them early
+    /// (`--moe-predict on`; needs the expert cache; off by default,
+    /// [`crate::moe_cache::predict`]).
+    pub moe_predict: bool,
 }
 
 impl Default for ContextParams {
@@ -72,6 +77,7 @@ impl Default for ContextParams {
             record_expert_ids: false,
             moe_cache: MoeCacheParams::default(),
             prefetch_experts_slots: 0,
+            moe_predict: false,
         }
     }
 }
@@ -119,6 +125,8 @@ pub struct Context {
     cache_base: Option<CacheStats>,
     prefetch: Option<Arc<Mutex<Staging>>>,
     prefetch_base: PrefetchStats,
+    predict: Option<Arc<Mutex<PredictShared>>>,
+    predict_base: PredictStats,
 }
 
 /// Device memory `auto` leaves free for the cached graphs' activations:
@@ -172,6 +180,12 @@ impl Context {
             hook = hook.with_prefetch(Arc::clone(p));
             sched.set_lookahead(LOOKAHEAD_SPLITS);
         }
+        let predict = (params.moe_predict && cache.is_some())
+            .then(|| Arc::new(Mutex::new(PredictShared::default())));
+        if let Some(p) = &predict {
+            hook = hook.with_predict(Arc::clone(p));
+            sched.set_lookahead(LOOKAHEAD_SPLITS);
+        }
         sched.set_copy_hook(Box::new(hook));
         Ok(Context {
             model,
@@ -192,6 +206,8 @@ impl Context {
             cache_base: None,
             prefetch,
             prefetch_base: PrefetchStats::default(),
+            predict,
+            predict_base: PredictStats::default(),
         })
     }
 
@@ -565,6 +581,7 @@ impl Context {
             c.begin_ubatch(n_tokens);
             b.moe_cache = Some(Arc::clone(&c.layout));
         }
+        b.moe_predict = self.predict.is_some();
         let dg = b.build_decoder(&self.kv, n_tokens, cell0, n_kv, out_rows.len());
         if let Some(p) = &self.prefetch {
             p.lock().begin_ubatch(n_tokens);
@@ -737,6 +754,9 @@ impl Context {
             t.experts_copied += p.experts;
             t.experts_full_copy += p.experts;
         }
+        if let Some(p) = self.predict_stats() {
+            t.h2d_bytes_experts += p.bytes;
+        }
         if let Some(cs) = self.moe_cache_stats() {
             for (l, s) in &cs.layers {
                 let Some(g) = cs.groups.iter().find(|g| g.layers.contains(l)) else {
@@ -759,6 +779,16 @@ impl Context {
         if let Some(p) = &self.prefetch {
             self.prefetch_base = p.lock().stats;
         }
+        if let Some(p) = &self.predict {
+            self.predict_base = p.lock().stats;
+        }
+    }
+
+    /// The decode prediction's counters since creation or the last reset;
+    /// `None` when `--moe-predict` is off or there is no cache.
+    pub fn predict_stats(&self) -> Option<PredictStats> {
+        let p = self.predict.as_ref()?;
+        Some(p.lock().stats.since(&self.predict_base))
     }
 
     /// The prefill prefetch's counters since creation or the last reset;

@@ -2,6 +2,7 @@
 //! prefetched, of those used and wasted, expert bytes on the critical path,
 //! and the decode prediction's recall.
 
+use llama::moe_cache::predict::PredictStats;
 use llama::moe_cache::prefetch::PrefetchStats;
 use llama::TransferStats;
 use serde::Serialize;
@@ -13,7 +14,8 @@ use crate::cli::fmt_bytes;
 pub struct PrefetchReport {
     /// Staging slots made (`--prefetch-experts-slots`, after the budget).
     pub prefetch_experts_slots: usize,
-    /// Expert bytes copied early (staging slots), part of `h2d_bytes_experts`.
+    /// Expert bytes copied early (staging slots and predicted uploads), part
+    /// of `h2d_bytes_experts`.
     pub prefetch_bytes: u64,
     /// Of those, bytes of experts the ubatches' ids named.
     pub prefetch_bytes_used: u64,
@@ -27,26 +29,45 @@ pub struct PrefetchReport {
     /// Of the next layer's experts, the fraction the decode prediction
     /// named (`null` when nothing was predicted).
     pub moe_predict_recall: Option<f64>,
+    /// Layer accesses whose experts the decode prediction guessed.
+    pub predicted_layers: u64,
 }
 
 impl PrefetchReport {
     /// The report from the run's transfer counters, the prefetch's counters
     /// (`None`: off) and the slots made.
     pub fn new(traffic: &TransferStats, p: Option<PrefetchStats>, slots: usize) -> PrefetchReport {
+        Self::with_predict(traffic, p, slots, None)
+    }
+
+    /// [`PrefetchReport::new`] with the decode prediction's counters too
+    /// (`None`: off); its uploads count as prefetched bytes.
+    pub fn with_predict(
+        traffic: &TransferStats,
+        p: Option<PrefetchStats>,
+        slots: usize,
+        q: Option<PredictStats>,
+    ) -> PrefetchReport {
         let p = p.unwrap_or_default();
+        let qs = q.unwrap_or_default();
+        let bytes = p.bytes + qs.bytes;
         PrefetchReport {
             prefetch_experts_slots: slots,
-            prefetch_bytes: p.bytes,
-            prefetch_bytes_used: p.bytes_used,
-            prefetch_bytes_wasted: p.bytes_wasted,
-            critical_path_h2d_bytes: traffic.h2d_bytes_experts.saturating_sub(p.bytes),
-            moe_predict_recall: None,
+            prefetch_bytes: bytes,
+            prefetch_bytes_used: p.bytes_used + qs.bytes_used,
+            prefetch_bytes_wasted: p.bytes_wasted + qs.bytes_wasted,
+            critical_path_h2d_bytes: traffic.h2d_bytes_experts.saturating_sub(bytes),
+            moe_predict_recall: q.and_then(|q| q.recall()),
+            predicted_layers: qs.layers,
         }
     }
 
     /// The summary line (empty when nothing was prefetched).
     pub fn to_text(&self) -> String {
-        if self.prefetch_experts_slots == 0 && self.prefetch_bytes == 0 {
+        if self.prefetch_experts_slots == 0
+            && self.prefetch_bytes == 0
+            && self.moe_predict_recall.is_none()
+        {
             return String::new();
         }
         let hit = if self.prefetch_bytes > 0 {
@@ -54,8 +75,16 @@ impl PrefetchReport {
         } else {
             0.0
         };
+        let recall = match self.moe_predict_recall {
+            Some(r) => format!(
+                "; decode prediction recall {:.1}% over {} layer accesses",
+                100.0 * r,
+                self.predicted_layers
+            ),
+            None => String::new(),
+        };
         format!(
-            "prefetch      = {} staging slots: {} prefetched, {} used ({hit:.1}% hit rate), {} wasted; {} of expert bytes on the critical path\n",
+            "prefetch      = {} staging slots: {} prefetched, {} used ({hit:.1}% hit rate), {} wasted; {} of expert bytes on the critical path{recall}\n",
             self.prefetch_experts_slots,
             fmt_bytes(self.prefetch_bytes as f64),
             fmt_bytes(self.prefetch_bytes_used as f64),

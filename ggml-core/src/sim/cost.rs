@@ -30,6 +30,12 @@ pub fn roofline_s(w: NodeWork, flops: f64, mem_bw: f64, fixed_s: f64) -> f64 {
 /// Distinct non-negative ids of an I32 ids tensor, read from memory that
 /// the CPU can address; `None` when the memory is not addressable.
 fn distinct_ids(g: &Graph, ids: TensorId) -> Option<usize> {
+    id_set(g, ids).map(|s| s.len())
+}
+
+/// The distinct non-negative ids of an I32 ids tensor in host-addressable
+/// memory (`None` otherwise).
+pub fn id_set(g: &Graph, ids: TensorId) -> Option<BTreeSet<i32>> {
     let t = g.tensor(ids);
     if t.ty != GgmlType::I32 {
         return None;
@@ -53,7 +59,7 @@ fn distinct_ids(g: &Graph, ids: TensorId) -> Option<usize> {
             }
         }
     }
-    Some(set.len())
+    Some(set)
 }
 
 /// FLOPs and bytes of `node` (zero for views and leafs).

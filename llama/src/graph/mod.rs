@@ -30,6 +30,9 @@ pub struct GraphBuilder<'m> {
     /// Cached layers whose ubatch was too large for their cache (they read
     /// the host expert tensors instead).
     pub moe_cache_bypassed: Vec<u32>,
+    /// Predict the next cached layer's experts (`--moe-predict on`, see
+    /// [`crate::moe_cache::predict`]).
+    pub moe_predict: bool,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -41,6 +44,7 @@ impl<'m> GraphBuilder<'m> {
             model,
             moe_cache: None,
             moe_cache_bypassed: Vec::new(),
+            moe_predict: false,
             leafs: HashMap::new(),
         }
     }

@@ -147,6 +147,18 @@ impl SlotBank {
     /// Serve one layer's ubatch: `experts` are the ids the router picked
     /// (any order, repeats allowed).
     pub fn access(&mut self, layer: u32, experts: &[u32]) -> Result<LayerAccess, BankError> {
+        self.access_protecting(layer, experts, &[])
+    }
+
+    /// [`SlotBank::access`] that also never evicts the keys in `protect`
+    /// (the experts a split still computing reads: the decode prediction
+    /// uploads while it runs).
+    pub fn access_protecting(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        protect: &[Key],
+    ) -> Result<LayerAccess, BankError> {
         let n_expert = self.n_expert;
         if !self.maps.contains_key(&layer) {
             return Err(BankError::UnknownLayer(layer));
@@ -186,7 +198,10 @@ impl SlotBank {
             let slot = match self.free.pop_first() {
                 Some(s) => s,
                 None => {
-                    let pinned = |k: Key| k.layer == layer && need.binary_search(&k.expert).is_ok();
+                    let pinned = |k: Key| {
+                        (k.layer == layer && need.binary_search(&k.expert).is_ok())
+                            || protect.contains(&k)
+                    };
                     let v = self
                         .policy
                         .victim(&pinned)

@@ -125,6 +125,7 @@ pub struct MoeCacheHook {
     copy_shared: Arc<Mutex<PolicyShared>>,
     cache: Option<Arc<Mutex<CacheShared>>>,
     prefetch: Option<Arc<Mutex<super::prefetch::Staging>>>,
+    predict: Option<Arc<Mutex<super::predict::PredictShared>>>,
 }
 
 impl MoeCacheHook {
@@ -132,6 +133,13 @@ impl MoeCacheHook {
     /// the scheduler's look-ahead offers them ([`super::prefetch`]).
     pub fn with_prefetch(mut self, staging: Arc<Mutex<super::prefetch::Staging>>) -> Self {
         self.prefetch = Some(staging);
+        self
+    }
+
+    /// Upload the predicted experts of the next cached layer early
+    /// ([`super::predict`]).
+    pub fn with_predict(mut self, p: Arc<Mutex<super::predict::PredictShared>>) -> Self {
+        self.predict = Some(p);
         self
     }
 
@@ -146,6 +154,7 @@ impl MoeCacheHook {
             copy_shared,
             cache,
             prefetch: None,
+            predict: None,
         }
     }
 
@@ -279,6 +288,9 @@ impl MoeCacheHook {
         st.evictions += acc.evicted.len() as u64;
         st.id_reads += 1;
         st.writes += writes;
+        if let Some(p) = &self.predict {
+            p.lock().served(layer as u32, &experts);
+        }
         Ok(true)
     }
 }
@@ -389,9 +401,15 @@ impl MoeCacheHook {
 impl CopyHook for MoeCacheHook {
     fn begin_graph(&mut self) {
         self.copy.begin_graph();
+        if let Some(p) = &self.predict {
+            p.lock().begin_graph();
+        }
     }
 
     fn prefetch_input(&mut self, cx: &mut ggml_sched::PrefetchCtx<'_>) -> Result<bool, HookError> {
+        if let (Some(p), Some(c)) = (&self.predict, &self.cache) {
+            p.lock().offer(c, cx)?;
+        }
         match &self.prefetch {
             Some(p) => p.lock().offer(cx),
             None => Ok(false),

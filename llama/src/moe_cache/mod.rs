@@ -32,6 +32,7 @@ pub mod graph;
 pub mod hook;
 pub mod layout;
 pub mod policy;
+pub mod predict;
 pub mod prefetch;
 pub mod replay;
 pub mod stats;

@@ -20,6 +20,18 @@ pub struct PrefetchArgs {
         allow_hyphen_values = true
     )]
     pub prefetch_experts_slots: Vec<String>,
+
+    /// decode prediction: predict the next cached layer's experts from this
+    /// layer's hidden state through the next layer's router, and upload the
+    /// predicted misses into the expert cache while this layer computes
+    /// (needs the cache, --moe-cache-mib)
+    #[arg(
+        long = "moe-predict",
+        value_name = "on|off",
+        default_value = "off",
+        value_parser = ["on", "off"]
+    )]
+    pub moe_predict: String,
 }
 
 impl PrefetchArgs {
@@ -35,6 +47,11 @@ impl PrefetchArgs {
                     .map_err(|e| anyhow!("--prefetch-experts-slots {v}: {e}"))
             })
             .collect()
+    }
+
+    /// Whether `--moe-predict on`.
+    pub fn predict(&self) -> bool {
+        self.moe_predict == "on"
     }
 
     /// The one value (llama-run).
