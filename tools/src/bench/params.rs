@@ -600,6 +600,18 @@ pub static PARAMS: &[ParamSpec] = &[
         ours: true,
     },
     ParamSpec {
+        field: "moe_predict",
+        flags: &["--moe-predict"],
+        metavar: "0|1",
+        help: "decode prediction of the next cached layer's experts (1 = on; needs the expert cache)",
+        syntax: Syntax::Ints { min: 0, max: 1 },
+        default: default!(Value::Int(0)),
+        accept: any,
+        md: md("predict", 7),
+        scope: Scope::Context,
+        ours: true,
+    },
+    ParamSpec {
         field: "moe_cache_policy",
         flags: &["--moe-cache-policy"],
         metavar: "NAME",

@@ -275,6 +275,7 @@ fn run_test(
             max_batch: inst.int("moe_cache_max_batch").max(1) as usize,
         },
         prefetch_experts_slots: inst.int("prefetch_experts_slots") as i32,
+        moe_predict: inst.int("moe_predict") == 1,
         ..ContextParams::default()
     };
     let mut ctx = Context::new(Arc::clone(model), params).with_context(|| {
