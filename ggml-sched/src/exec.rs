@@ -32,6 +32,7 @@ use ggml_core::{Graph, TensorData, TensorId};
 
 use crate::hook::{CopyHook, HookCtx, SplitInput};
 use crate::plan::{self, node_name, Plan};
+use crate::prefetch::{buffer_key, Busy, PrefetchCtx};
 use crate::stats::{ComputeStats, SplitStats};
 use crate::{Applied, SchedError};
 
@@ -53,10 +54,8 @@ fn download_stream(be: &dyn Backend) -> Stream {
     }
 }
 
-/// State of one graph run.
-struct Exec<'a> {
-    g: &'a Graph,
-    backends: &'a [Arc<dyn Backend>],
+/// State of one graph run that outlives each split.
+struct State {
     /// Per split, once queued: the event of its compute.
     done: Vec<Option<Event>>,
     /// Per tensor (view root): the last split that wrote it.
@@ -65,6 +64,22 @@ struct Exec<'a> {
     staging: Vec<Vec<u8>>,
     /// Buffers queued copies read from, alive until the final synchronize.
     keep: Vec<Arc<dyn Buffer>>,
+    /// Splits of look-ahead (0: none).
+    lookahead: usize,
+    /// Per split and input: memory the hook staged the input into, and the
+    /// event of the early copies.
+    staged: Vec<Vec<Option<(TensorData, Event)>>>,
+    /// Staged memory not yet read by every split that reads it.
+    busy: Vec<Busy>,
+}
+
+/// One graph run: the graph (read-only while splits are queued) and the
+/// run's state.
+struct Exec<'a> {
+    g: &'a Graph,
+    backends: &'a [Arc<dyn Backend>],
+    applied: &'a Applied,
+    st: &'a mut State,
 }
 
 impl Exec<'_> {
@@ -79,7 +94,7 @@ impl Exec<'_> {
         (0..before)
             .rev()
             .find(|&j| plan.splits[j].backend == b)
-            .and_then(|j| self.done[j].as_ref())
+            .and_then(|j| self.st.done[j].as_ref())
     }
 
     /// A copy source's length and memory (`None` when it is empty).
@@ -116,11 +131,12 @@ impl Exec<'_> {
             let rs = download_stream(src_be);
             let root = self.g.view_root(src).index();
             if let Some(ev) = self
+                .st
                 .writer
                 .get(root)
                 .copied()
                 .flatten()
-                .and_then(|j| self.done[j].as_ref())
+                .and_then(|j| self.st.done[j].as_ref())
             {
                 src_be.wait_event_on(rs, ev)?;
             }
@@ -134,7 +150,7 @@ impl Exec<'_> {
         } else {
             be.set_label(&self.g.tensor(src).name);
             be.write_on(stream, dst, 0, &tmp)?;
-            self.staging.push(tmp);
+            self.st.staging.push(tmp);
         }
         Ok(len as u64)
     }
@@ -157,12 +173,12 @@ impl Exec<'_> {
             // the final synchronize, and host weights are never written.
             let s = unsafe { std::slice::from_raw_parts(p.add(sd.offset), len) };
             be.write_on(stream, dst, 0, s)?;
-            self.keep.push(Arc::clone(&sd.buffer));
+            self.st.keep.push(Arc::clone(&sd.buffer));
         } else {
             let mut tmp = vec![0u8; len];
             sd.buffer.read(sd.offset, &mut tmp)?;
             be.write_on(stream, dst, 0, &tmp)?;
-            self.staging.push(tmp);
+            self.st.staging.push(tmp);
         }
         Ok(len as u64)
     }
@@ -194,7 +210,22 @@ impl Exec<'_> {
             split: si,
             source,
         };
-        let any_copy = sp.inputs.iter().any(|p| p.copied);
+        // inputs staged by the look-ahead are not copied again
+        let staged: Vec<Option<Event>> = (0..sp.inputs.len())
+            .map(|k| {
+                self.st
+                    .staged
+                    .get(si)
+                    .and_then(|v| v.get(k))
+                    .and_then(|x| x.as_ref())
+                    .map(|(_, ev)| ev.clone())
+            })
+            .collect();
+        let any_copy = sp
+            .inputs
+            .iter()
+            .zip(&staged)
+            .any(|(p, st)| p.copied && st.is_none());
         if any_copy && !be.is_host() && stream != Stream::Compute {
             if let Some(ev) = si
                 .checked_sub(1)
@@ -246,8 +277,8 @@ impl Exec<'_> {
         }
         // 2. host weights, offered to the hook first
         let mut hook = hook;
-        for (inp, pi) in info.inputs.iter().zip(&sp.inputs) {
-            if !pi.copied || !pi.host_weight {
+        for ((inp, pi), st) in info.inputs.iter().zip(&sp.inputs).zip(&staged) {
+            if !pi.copied || !pi.host_weight || st.is_some() {
                 continue;
             }
             ss.n_copies += 1;
@@ -266,12 +297,12 @@ impl Exec<'_> {
                     dst: inp.copy,
                     src_data: self.data(inp.src)?,
                     dst_data: dst_data.clone(),
-                    staging: &mut self.staging,
+                    staging: &mut self.st.staging,
                     bytes: 0,
                 };
                 let r = h.copy_input(&mut cx);
                 let bytes = cx.bytes;
-                self.keep.push(Arc::clone(&cx.src_data.buffer));
+                self.st.keep.push(Arc::clone(&cx.src_data.buffer));
                 stats.add(&inp.src_backend, be.name(), 0, bytes);
                 ss.hook_bytes += bytes;
                 handled = r.map_err(|source| SchedError::Hook {
@@ -294,18 +325,129 @@ impl Exec<'_> {
                 ss.sched_bytes += n;
             }
         }
-        // 3. compute after the copies
+        // 3. compute after the copies (and after the early copies of the
+        // inputs the look-ahead staged), queued after the look-ahead's
+        // offers for the next splits
         if any_copy && !be.is_host() && stream != Stream::Compute {
             let ev = be.record_event_on(stream).map_err(compute_err)?;
             be.wait_event_on(Stream::Compute, &ev)
                 .map_err(compute_err)?;
         }
+        for ev in staged.iter().flatten() {
+            be.wait_event_on(Stream::Compute, ev).map_err(compute_err)?;
+        }
+        if let Some(h) = hook {
+            let last = si.saturating_add(self.st.lookahead);
+            self.lookahead(plan, si, si + 1..=last, h, stats)?;
+        }
         be.compute(g, nodes).map_err(compute_err)?;
-        self.done[si] = Some(be.record_event_on(Stream::Compute).map_err(compute_err)?);
+        self.st.done[si] = Some(be.record_event_on(Stream::Compute).map_err(compute_err)?);
         for &n in &sp.nodes {
             let root = g.view_root(n).index();
-            if let Some(w) = self.writer.get_mut(root) {
+            if let Some(w) = self.st.writer.get_mut(root) {
                 *w = Some(si);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Exec<'_> {
+    /// Offer the not yet staged host-weight inputs of the splits `range`
+    /// on devices with a copy stream to the hook's
+    /// [`CopyHook::prefetch_input`], before split `si` is queued (see
+    /// [`crate::prefetch`]).
+    fn lookahead(
+        &mut self,
+        plan: &Plan,
+        si: usize,
+        range: std::ops::RangeInclusive<usize>,
+        hook: &mut (dyn CopyHook + '_),
+        stats: &mut ComputeStats,
+    ) -> Result<(), SchedError> {
+        if self.st.lookahead == 0 {
+            return Ok(());
+        }
+        let g = self.g;
+        let n = plan.splits.len();
+        let last = (*range.end()).min(n.saturating_sub(1));
+        for j in *range.start()..=last {
+            let sp = &plan.splits[j];
+            // a later split's own input copies would queue behind early
+            // copies on the link: look no further than the next split that
+            // has any
+            if j > si && sp.inputs.iter().any(|p| p.copied && !p.host_weight) {
+                break;
+            }
+            let be = self.backends[sp.backend].as_ref();
+            if be.is_host() || be.n_copy_streams() == 0 {
+                continue;
+            }
+            let stream = upload_stream(be);
+            let applied = self.applied;
+            let Some(info) = applied.splits.get(j) else {
+                continue;
+            };
+            for (k, (inp, pi)) in info.inputs.iter().zip(&sp.inputs).enumerate() {
+                if !pi.copied || !pi.host_weight || self.st.staged[j][k].is_some() {
+                    continue;
+                }
+                let Some(src_data) = g.data_of(inp.src) else {
+                    continue;
+                };
+                let hook_err = |source| SchedError::Hook {
+                    tensor: node_name(g, inp.src),
+                    backend: be.name().to_string(),
+                    split: j,
+                    source,
+                };
+                be.set_label(&format!("prefetch {}", g.tensor(inp.src).name));
+                let mut cx = PrefetchCtx {
+                    backend: be,
+                    stream,
+                    g,
+                    current: si,
+                    split: j,
+                    nodes: &info.nodes,
+                    inputs: &info.inputs,
+                    src: inp.src,
+                    dst: inp.copy,
+                    src_data,
+                    busy: &mut self.st.busy,
+                    done: &self.st.done,
+                    staging: &mut self.st.staging,
+                    target: None,
+                    bytes: 0,
+                };
+                let r = hook.prefetch_input(&mut cx);
+                let (bytes, target) = (cx.bytes, cx.target.take());
+                self.st.keep.push(Arc::clone(&cx.src_data.buffer));
+                stats.add(&inp.src_backend, be.name(), 0, bytes);
+                stats.prefetch_bytes += bytes;
+                let took = r.map_err(hook_err)?;
+                let Some(mem) = target.filter(|_| took) else {
+                    continue;
+                };
+                let ev = be.record_event_on(stream).map_err(|e| hook_err(e.into()))?;
+                // busy until the last split reading this input copy
+                let last_reader = (j..n)
+                    .rev()
+                    .find(|&x| {
+                        applied
+                            .splits
+                            .get(x)
+                            .is_some_and(|s| s.inputs.iter().any(|i| i.copy == inp.copy))
+                    })
+                    .unwrap_or(j);
+                self.st.busy.push(Busy {
+                    buf: buffer_key(&mem),
+                    start: mem.offset,
+                    end: mem.offset + g.tensor(inp.src).nbytes(),
+                    last_reader,
+                });
+                self.st.keep.push(Arc::clone(&mem.buffer));
+                self.st.staged[j][k] = Some((mem, ev));
+                stats.prefetched += 1;
             }
         }
         Ok(())
@@ -314,12 +456,13 @@ impl Exec<'_> {
 
 /// Run every split of `plan` over `backends` (see the module docs).
 pub(crate) fn run(
-    g: &Graph,
+    g: &mut Graph,
     backends: &[Arc<dyn Backend>],
     plan: &Plan,
     applied: &Applied,
     mut hook: Option<&mut (dyn CopyHook + '_)>,
     reused: bool,
+    lookahead: usize,
 ) -> Result<ComputeStats, SchedError> {
     if let Some(h) = hook.as_deref_mut() {
         h.begin_graph();
@@ -329,20 +472,52 @@ pub(crate) fn run(
         plan_reused: reused,
         ..ComputeStats::default()
     };
-    let mut ex = Exec {
-        g,
-        backends,
+    let mut st = State {
         done: vec![None; plan.splits.len()],
         writer: vec![None; g.len()],
         staging: Vec::new(),
         keep: Vec::new(),
+        lookahead,
+        staged: plan
+            .splits
+            .iter()
+            .map(|sp| vec![None; sp.inputs.len()])
+            .collect(),
+        busy: Vec::new(),
     };
+    // input copies pointed at staged memory, restored at the end
+    let mut rebound: Vec<(TensorId, Option<TensorData>)> = Vec::new();
     let mut result = Ok(());
     for (si, (sp, info)) in plan.splits.iter().zip(&applied.splits).enumerate() {
+        // a declined offer is made once more just before its own split
+        if let (Some(h), true) = (hook.as_deref_mut(), lookahead > 0) {
+            let mut ex = Exec {
+                g: &*g,
+                backends,
+                applied,
+                st: &mut st,
+            };
+            if let Err(e) = ex.lookahead(plan, si, si..=si, h, &mut stats) {
+                result = Err(e);
+                break;
+            }
+        }
+        for (k, inp) in info.inputs.iter().enumerate() {
+            if let Some((mem, _)) = &st.staged[si][k] {
+                let old = g.tensor_mut(inp.copy).data.replace(mem.clone());
+                rebound.push((inp.copy, old));
+            }
+        }
         let mut ss = SplitStats {
             backend: backends[sp.backend].name().to_string(),
             n_nodes: sp.nodes.len(),
             ..SplitStats::default()
+        };
+        let mut ex = Exec {
+            g: &*g,
+            backends,
+            applied,
+            st: &mut st,
         };
         let r = ex.run_split(plan, si, sp, info, hook.as_deref_mut(), &mut stats, &mut ss);
         if let Err(e) = r {
@@ -362,6 +537,9 @@ pub(crate) fn run(
             result = r;
         }
     }
-    drop(ex);
+    drop(st);
+    for (id, old) in rebound.into_iter().rev() {
+        g.tensor_mut(id).data = old;
+    }
     result.map(|()| stats)
 }

@@ -10,6 +10,7 @@ use ggml_core::backend::{check_range, Backend, BackendError, Stream};
 use ggml_core::{Graph, TensorData, TensorId};
 
 use crate::error::HookError;
+use crate::prefetch::PrefetchCtx;
 
 /// User code that copies host weights to a split's backend.
 pub trait CopyHook: Send {
@@ -22,6 +23,17 @@ pub trait CopyHook: Send {
     /// Called at the start of each graph compute (so the hook can reset
     /// per-graph caches).
     fn begin_graph(&mut self) {}
+
+    /// The look-ahead's offer of a later split's host-weight input (see
+    /// [`crate::prefetch`]): stage it into memory of the hook's own with
+    /// [`PrefetchCtx::stage`] and copy what the consumers read with
+    /// [`PrefetchCtx::copy_range`], then return `Ok(true)`; `Ok(false)`
+    /// leaves it to [`CopyHook::copy_input`] when its split comes (the
+    /// default). An error aborts the compute.
+    fn prefetch_input(&mut self, cx: &mut PrefetchCtx<'_>) -> Result<bool, HookError> {
+        let _ = cx;
+        Ok(false)
+    }
 }
 
 /// One input of a split: a tensor the split's backend cannot use, and the

@@ -60,6 +60,7 @@ mod error;
 mod exec;
 mod hook;
 mod plan;
+pub mod prefetch;
 mod stats;
 
 use std::fmt::Write as _;
@@ -71,6 +72,7 @@ use ggml_core::{Graph, Op, TensorData, TensorId};
 
 pub use error::{HookError, SchedError};
 pub use hook::{CopyHook, HookCtx, SplitInput};
+pub use prefetch::PrefetchCtx;
 pub use stats::{ComputeStats, PairStats, SplitStats};
 
 use alloc::{Ent, ALIGN};
@@ -110,6 +112,7 @@ pub struct Scheduler {
     n_plans: usize,
     planned_since_compute: bool,
     last_stats: ComputeStats,
+    lookahead: usize,
 }
 
 impl Scheduler {
@@ -154,6 +157,7 @@ impl Scheduler {
             n_plans: 0,
             planned_since_compute: false,
             last_stats: ComputeStats::default(),
+            lookahead: 0,
         })
     }
 
@@ -161,6 +165,19 @@ impl Scheduler {
     /// host weights are copied in full.
     pub fn set_copy_hook(&mut self, hook: Box<dyn CopyHook>) {
         self.hook = Some(hook);
+    }
+
+    /// Offer the host-weight inputs of up to `n` later splits to the copy
+    /// hook's [`CopyHook::prefetch_input`] before queuing each split, for
+    /// early copies on the copy stream into memory the hook provides (see
+    /// [`prefetch`]). `0` (the default) turns the look-ahead off.
+    pub fn set_lookahead(&mut self, n: usize) {
+        self.lookahead = n;
+    }
+
+    /// The look-ahead, in splits (0: off).
+    pub fn lookahead(&self) -> usize {
+        self.lookahead
     }
 
     /// Remove the copy hook and return it.
@@ -367,6 +384,7 @@ impl Scheduler {
             applied,
             self.hook.as_deref_mut(),
             !std::mem::take(&mut self.planned_since_compute),
+            self.lookahead,
         );
         for (n, j, orig) in undo.into_iter().rev() {
             g.tensor_mut(n).src[j] = orig;

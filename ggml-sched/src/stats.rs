@@ -43,6 +43,12 @@ pub struct ComputeStats {
     pub hook_handled: usize,
     /// Host-weight inputs the copy hook declined (copied in full).
     pub hook_declined: usize,
+    /// Host-weight inputs the hook staged early through the look-ahead
+    /// (see [`crate::Scheduler::set_lookahead`]).
+    pub prefetched: usize,
+    /// Bytes the hook copied early through the look-ahead (also counted
+    /// in the pairs' `hook_bytes`).
+    pub prefetch_bytes: u64,
 }
 
 impl ComputeStats {

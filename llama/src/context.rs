@@ -18,6 +18,8 @@ use crate::graph::GraphBuilder;
 use crate::kv_cache::{KvCache, SeqId, MAX_SEQ};
 use crate::model::Model;
 use crate::moe_cache::layout::{bytes_for_all, model_groups};
+use crate::moe_cache::predict::{PredictShared, PredictStats};
+use crate::moe_cache::prefetch::{PrefetchStats, Staging, LOOKAHEAD_SPLITS};
 use crate::moe_cache::{
     CacheLayout, CacheShared, CacheSize, CacheStats, MoeCacheHook, MoeCacheParams,
 };
@@ -56,6 +58,14 @@ pub struct ContextParams {
     /// says ([`crate::moe_cache::hybrid`]); `None` (the library's default)
     /// uploads every miss.
     pub moe_hybrid: Option<crate::moe_cache::hybrid::CpuShare>,
+    /// Staging slots for the prefill prefetch of host expert tensors
+    /// (`--prefetch-experts-slots`): `-1` auto, `0` off (the default), `N`
+    /// slots ([`crate::moe_cache::prefetch`]).
+    pub prefetch_experts_slots: i32,
+    /// Predict the next cached layer's experts and upload them early
+    /// (`--moe-predict on`; needs the expert cache; off by default,
+    /// [`crate::moe_cache::predict`]).
+    pub moe_predict: bool,
 }
 
 impl Default for ContextParams {
@@ -72,6 +82,8 @@ impl Default for ContextParams {
             record_expert_ids: false,
             moe_cache: MoeCacheParams::default(),
             moe_hybrid: None,
+            prefetch_experts_slots: 0,
+            moe_predict: false,
         }
     }
 }
@@ -117,6 +129,10 @@ pub struct Context {
     stats: TransferStats,
     cache: Option<Arc<Mutex<CacheShared>>>,
     cache_base: Option<CacheStats>,
+    prefetch: Option<Arc<Mutex<Staging>>>,
+    prefetch_base: PrefetchStats,
+    predict: Option<Arc<Mutex<PredictShared>>>,
+    predict_base: PredictStats,
 }
 
 /// Device memory `auto` leaves free for the cached graphs' activations:
@@ -163,11 +179,20 @@ impl Context {
             disabled: !params.expert_copy,
             ..Default::default()
         }));
+        let prefetch = Self::make_staging(&model, &params, &kv, &mut sched)?;
         let cache = Self::make_cache(&model, &params, &cpu, &kv, &mut sched)?;
-        sched.set_copy_hook(Box::new(MoeCacheHook::new(
-            Arc::clone(&policy),
-            cache.clone(),
-        )));
+        let mut hook = MoeCacheHook::new(Arc::clone(&policy), cache.clone());
+        if let Some(p) = prefetch.as_ref().filter(|p| p.lock().n_slots() > 0) {
+            hook = hook.with_prefetch(Arc::clone(p));
+            sched.set_lookahead(LOOKAHEAD_SPLITS);
+        }
+        let predict = (params.moe_predict && cache.is_some())
+            .then(|| Arc::new(Mutex::new(PredictShared::default())));
+        if let Some(p) = &predict {
+            hook = hook.with_predict(Arc::clone(p));
+            sched.set_lookahead(LOOKAHEAD_SPLITS);
+        }
+        sched.set_copy_hook(Box::new(hook));
         Ok(Context {
             model,
             params,
@@ -185,7 +210,74 @@ impl Context {
             stats: TransferStats::default(),
             cache,
             cache_base: None,
+            prefetch,
+            prefetch_base: PrefetchStats::default(),
+            predict,
+            predict_base: PredictStats::default(),
         })
+    }
+
+    /// Allocate the largest graph's compute memory on the device (so that
+    /// what is left is known), when the device's memory is limited.
+    fn alloc_largest_graph(
+        model: &Arc<Model>,
+        params: &ContextParams,
+        kv: &KvCache,
+        sched: &mut Scheduler,
+        what: &str,
+    ) -> Result<()> {
+        let Some(dev) = model.device.as_ref().filter(|d| d.memory().is_some()) else {
+            return Ok(());
+        };
+        let n = params.n_ubatch.min(kv.size).max(1);
+        let n_kv = n.next_multiple_of(KV_PAD).min(kv.size);
+        let mut b = GraphBuilder::new(model);
+        b.build_decoder(kv, n, 0, n_kv, n);
+        let mut g = b.g;
+        sched.alloc_graph(&mut g).map_err(|e| {
+            LlamaError::Invalid(format!(
+                "{what}: the graph of a {n}-token ubatch does not fit on {}: {e}",
+                dev.name()
+            ))
+        })?;
+        Ok(())
+    }
+
+    /// The prefill prefetch's staging slots, when the parameters ask for
+    /// them (after the largest graph's memory, before an `auto` cache; an
+    /// explicit cache size is kept free for the cache).
+    fn make_staging(
+        model: &Arc<Model>,
+        params: &ContextParams,
+        kv: &KvCache,
+        sched: &mut Scheduler,
+    ) -> Result<Option<Arc<Mutex<Staging>>>> {
+        let slots = params.prefetch_experts_slots;
+        if slots == 0 {
+            return Ok(None);
+        }
+        let min_tokens = params.moe_cache.max_batch.min(params.n_ubatch);
+        if slots < -1 {
+            // a bad count errs before anything is allocated
+            Staging::new(model, slots, Some(0), 0, min_tokens).map(drop)?;
+        }
+        let Some(dev) = &model.device else {
+            return Ok(None);
+        };
+        Self::alloc_largest_graph(
+            model,
+            params,
+            kv,
+            sched,
+            &format!("--prefetch-experts-slots {slots}"),
+        )?;
+        let reserve = match params.moe_cache.size {
+            CacheSize::Bytes(b) => b,
+            _ => 0,
+        };
+        let free = crate::moe_cache::prefetch::free_memory(dev);
+        let st = Staging::new(model, slots, free, reserve, min_tokens)?;
+        Ok(Some(Arc::new(Mutex::new(st))))
     }
 
     /// Build the expert cache the parameters ask for, when the model keeps
@@ -505,13 +597,20 @@ impl Context {
             b.moe_cache = Some(Arc::clone(&c.layout));
             b.moe_hybrid = c.hybrid.as_ref().map(|h| Arc::clone(&h.maps));
         }
+        b.moe_predict = self.predict.is_some();
         let dg = b.build_decoder(&self.kv, n_tokens, cell0, n_kv, out_rows.len());
+        if let Some(p) = &self.prefetch {
+            p.lock().begin_ubatch(n_tokens);
+        }
         if let Some(c) = &self.cache {
             c.lock().note_bypassed(&b.moe_cache_bypassed);
         }
         let mut g = b.g;
         self.bind_inputs(&mut g, &dg, batch, r, n_kv, out_rows)?;
         self.run(&mut g)?;
+        if let Some(p) = &self.prefetch {
+            p.lock().settle(&g)?;
+        }
         self.last_expert_ids.clear();
         if self.params.record_expert_ids {
             for ids in &dg.expert_ids {
@@ -665,6 +764,15 @@ impl Context {
             experts_full_copy: e.experts_full,
             ..self.stats
         };
+        if let Some(p) = self.prefetch_stats() {
+            t.h2d_bytes_experts += p.bytes;
+            t.h2d_bytes_full_copy += p.bytes;
+            t.experts_copied += p.experts;
+            t.experts_full_copy += p.experts;
+        }
+        if let Some(p) = self.predict_stats() {
+            t.h2d_bytes_experts += p.bytes;
+        }
         if let Some(cs) = self.moe_cache_stats() {
             for (l, s) in &cs.layers {
                 let Some(g) = cs.groups.iter().find(|g| g.layers.contains(l)) else {
@@ -684,6 +792,35 @@ impl Context {
         self.stats = TransferStats::default();
         self.policy_base = self.policy.lock().stats;
         self.cache_base = self.cache.as_ref().map(|c| c.lock().stats.clone());
+        if let Some(p) = &self.prefetch {
+            self.prefetch_base = p.lock().stats;
+        }
+        if let Some(p) = &self.predict {
+            self.predict_base = p.lock().stats;
+        }
+    }
+
+    /// The decode prediction's counters since creation or the last reset;
+    /// `None` when `--moe-predict` is off or there is no cache.
+    pub fn predict_stats(&self) -> Option<PredictStats> {
+        let p = self.predict.as_ref()?;
+        Some(p.lock().stats.since(&self.predict_base))
+    }
+
+    /// The prefill prefetch's counters since creation or the last reset;
+    /// `None` when `--prefetch-experts-slots` is off or has nothing to do
+    /// (no device, or no experts in host memory).
+    pub fn prefetch_stats(&self) -> Option<PrefetchStats> {
+        let p = self.prefetch.as_ref()?;
+        Some(p.lock().stats.since(&self.prefetch_base))
+    }
+
+    /// The prefetch's staging slots: `(slots made, bytes per slot, note)`,
+    /// the note saying why fewer slots than asked for were made.
+    pub fn prefetch_slots(&self) -> Option<(usize, usize, Option<String>)> {
+        let p = self.prefetch.as_ref()?;
+        let p = p.lock();
+        Some((p.n_slots(), p.slot_bytes(), p.note.clone()))
     }
 
     /// The expert cache's counters since creation or the last reset; `None`

@@ -19,6 +19,7 @@ pub mod devices;
 pub mod hybrid_summary;
 pub mod moe_cache_tool;
 pub mod outfile;
+pub mod prefetch_report;
 pub mod progress;
 pub mod quantize;
 pub mod signals;

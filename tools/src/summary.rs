@@ -78,6 +78,10 @@ pub struct RunSummary {
     /// The cache's full counters (text summary only).
     #[serde(skip)]
     pub moe_cache: Option<CacheStats>,
+    /// The prefetch's counters (`prefetch_*`, `critical_path_h2d_bytes`,
+    /// `moe_predict_recall` keys).
+    #[serde(flatten)]
+    pub prefetch: crate::prefetch_report::PrefetchReport,
 }
 
 /// `b - a`, field by field.
@@ -130,6 +134,7 @@ impl RunSummary {
             t.push_str(&cache_text(c, &self.device));
             t.push_str(&self.hybrid.to_text(&self.device));
         }
+        t.push_str(&self.prefetch.to_text());
         t
     }
 

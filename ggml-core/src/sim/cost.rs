@@ -33,6 +33,17 @@ pub fn roofline_s(w: NodeWork, flops: f64, mem_bw: f64, fixed_s: f64) -> f64 {
 /// entries that are not skipped (>= 0), read from memory that the CPU can
 /// address; `None` when the memory is not addressable.
 fn distinct_ids(g: &Graph, ids: TensorId) -> Option<(usize, usize)> {
+    scan_ids(g, ids).map(|(s, active)| (s.len(), active))
+}
+
+/// The distinct non-negative ids of an I32 ids tensor in host-addressable
+/// memory (`None` otherwise).
+pub fn id_set(g: &Graph, ids: TensorId) -> Option<BTreeSet<i32>> {
+    scan_ids(g, ids).map(|(s, _)| s)
+}
+
+/// The distinct non-negative ids and the count of non-skipped entries.
+fn scan_ids(g: &Graph, ids: TensorId) -> Option<(BTreeSet<i32>, usize)> {
     let t = g.tensor(ids);
     if t.ty != GgmlType::I32 {
         return None;
@@ -58,7 +69,7 @@ fn distinct_ids(g: &Graph, ids: TensorId) -> Option<(usize, usize)> {
             }
         }
     }
-    Some((set.len(), active))
+    Some((set, active))
 }
 
 /// FLOPs and bytes of `node` (zero for views and leafs).

@@ -219,11 +219,32 @@ pub fn tensor_range(g: &Graph, id: TensorId) -> Option<MemRange> {
 
 /// The span detail of computing `node`: its op and name, the memory of its
 /// sources and its own.
+/// A `mul_mat_id` reads only the experts its ids name: those experts'
+/// bytes of its expert tensor are its reads of it.
 pub fn node_detail(g: &Graph, node: TensorId) -> SpanDetail {
     let t = g.tensor(node);
+    let mut reads: Vec<MemRange> = Vec::new();
+    for (j, &s) in t.src.iter().enumerate() {
+        let Some(r) = tensor_range(g, s) else {
+            continue;
+        };
+        let experts = (t.op == crate::Op::MulMatId && j == 0)
+            .then(|| t.src.get(2).and_then(|&ids| super::cost::id_set(g, ids)))
+            .flatten();
+        match experts {
+            Some(set) => {
+                let eb = g.tensor(s).nb[2];
+                reads.extend(set.into_iter().map(|e| MemRange {
+                    addr: r.addr + e as usize * eb,
+                    len: eb,
+                }));
+            }
+            None => reads.push(r),
+        }
+    }
     SpanDetail {
         name: format!("{} {}", t.op.name(), t.name),
-        reads: t.src.iter().filter_map(|&s| tensor_range(g, s)).collect(),
+        reads,
         writes: tensor_range(g, node).into_iter().collect(),
     }
 }

@@ -229,6 +229,7 @@ impl GraphBuilder<'_> {
         self.name(probs, "ffn_moe_probs", Some(il));
         let selected = self.g.top_k(probs, n_used as i32);
         self.name(selected, "ffn_moe_topk", Some(il));
+        self.moe_predict_next(il, cur);
         let p3 = self.g.reshape_3d(probs, 1, n_expert, nt);
         let mut weights = self.g.get_rows(p3, selected);
         self.name(weights, "ffn_moe_weights", Some(il));

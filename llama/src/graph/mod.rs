@@ -33,6 +33,9 @@ pub struct GraphBuilder<'m> {
     /// The CPU maps of hybrid experts, when hybrid placement is on
     /// ([`crate::moe_cache::hybrid`]).
     pub moe_hybrid: Option<Arc<crate::moe_cache::hybrid::CpuMaps>>,
+    /// Predict the next cached layer's experts (`--moe-predict on`, see
+    /// [`crate::moe_cache::predict`]).
+    pub moe_predict: bool,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -45,6 +48,7 @@ impl<'m> GraphBuilder<'m> {
             moe_cache: None,
             moe_cache_bypassed: Vec::new(),
             moe_hybrid: None,
+            moe_predict: false,
             leafs: HashMap::new(),
         }
     }

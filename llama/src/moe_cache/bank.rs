@@ -160,7 +160,7 @@ impl SlotBank {
     /// Serve one layer's ubatch: `experts` are the ids the router picked
     /// (any order, repeats allowed).
     pub fn access(&mut self, layer: u32, experts: &[u32]) -> Result<LayerAccess, BankError> {
-        self.access_except(layer, experts, &[])
+        self.access_with(layer, experts, &[], &[])
     }
 
     /// [`Self::access`], except that the misses in `skip` (ascending; the
@@ -172,6 +172,30 @@ impl SlotBank {
         layer: u32,
         experts: &[u32],
         skip: &[u32],
+    ) -> Result<LayerAccess, BankError> {
+        self.access_with(layer, experts, skip, &[])
+    }
+
+    /// [`SlotBank::access`] that also never evicts the keys in `protect`
+    /// (the experts a split still computing reads: the decode prediction
+    /// uploads while it runs).
+    pub fn access_protecting(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        protect: &[Key],
+    ) -> Result<LayerAccess, BankError> {
+        self.access_with(layer, experts, &[], protect)
+    }
+
+    /// [`Self::access_except`] and [`Self::access_protecting`] at once:
+    /// misses in `skip` get no slot, keys in `protect` are never evicted.
+    pub fn access_with(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        skip: &[u32],
+        protect: &[Key],
     ) -> Result<LayerAccess, BankError> {
         let n_expert = self.n_expert;
         if !self.maps.contains_key(&layer) {
@@ -217,7 +241,10 @@ impl SlotBank {
             let slot = match self.free.pop_first() {
                 Some(s) => s,
                 None => {
-                    let pinned = |k: Key| k.layer == layer && need.binary_search(&k.expert).is_ok();
+                    let pinned = |k: Key| {
+                        (k.layer == layer && need.binary_search(&k.expert).is_ok())
+                            || protect.contains(&k)
+                    };
                     let v = self
                         .policy
                         .victim(&pinned)

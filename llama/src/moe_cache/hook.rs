@@ -171,9 +171,25 @@ pub struct MoeCacheHook {
     copy: ExpertCopyPolicy,
     copy_shared: Arc<Mutex<PolicyShared>>,
     cache: Option<Arc<Mutex<CacheShared>>>,
+    prefetch: Option<Arc<Mutex<super::prefetch::Staging>>>,
+    predict: Option<Arc<Mutex<super::predict::PredictShared>>>,
 }
 
 impl MoeCacheHook {
+    /// Stage later splits' host expert tensors into `staging`'s slots when
+    /// the scheduler's look-ahead offers them ([`super::prefetch`]).
+    pub fn with_prefetch(mut self, staging: Arc<Mutex<super::prefetch::Staging>>) -> Self {
+        self.prefetch = Some(staging);
+        self
+    }
+
+    /// Upload the predicted experts of the next cached layer early
+    /// ([`super::predict`]).
+    pub fn with_predict(mut self, p: Arc<Mutex<super::predict::PredictShared>>) -> Self {
+        self.predict = Some(p);
+        self
+    }
+
     /// The hook over the selective copy's state and, when there is one, the
     /// cache's.
     pub fn new(
@@ -184,6 +200,8 @@ impl MoeCacheHook {
             copy: ExpertCopyPolicy::new(Arc::clone(&copy_shared)),
             copy_shared,
             cache,
+            prefetch: None,
+            predict: None,
         }
     }
 
@@ -337,6 +355,9 @@ impl MoeCacheHook {
         st.evictions += acc.evicted.len() as u64;
         st.id_reads += 1;
         st.writes += writes;
+        if let Some(p) = &self.predict {
+            p.lock().served(layer as u32, &experts);
+        }
         Ok(true)
     }
 }
@@ -447,6 +468,19 @@ impl MoeCacheHook {
 impl CopyHook for MoeCacheHook {
     fn begin_graph(&mut self) {
         self.copy.begin_graph();
+        if let Some(p) = &self.predict {
+            p.lock().begin_graph();
+        }
+    }
+
+    fn prefetch_input(&mut self, cx: &mut ggml_sched::PrefetchCtx<'_>) -> Result<bool, HookError> {
+        if let (Some(p), Some(c)) = (&self.predict, &self.cache) {
+            p.lock().offer(c, cx)?;
+        }
+        match &self.prefetch {
+            Some(p) => p.lock().offer(cx),
+            None => Ok(false),
+        }
     }
 
     fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError> {

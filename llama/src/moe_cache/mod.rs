@@ -39,6 +39,8 @@ pub mod hybrid;
 pub mod hybrid_graph;
 pub mod layout;
 pub mod policy;
+pub mod predict;
+pub mod prefetch;
 pub mod replay;
 pub mod stats;
 pub mod trace;

@@ -4,6 +4,7 @@
 //! `-fa on|off|auto` (and `enabled` / `disabled`); and llama.cpp flags this
 //! project does not have, refused by name instead of misparsed.
 
+pub mod prefetch;
 pub mod run;
 
 use std::ffi::OsString;

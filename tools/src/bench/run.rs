@@ -283,6 +283,8 @@ fn run_test(
                 )
             })?),
         },
+        prefetch_experts_slots: inst.int("prefetch_experts_slots") as i32,
+        moe_predict: inst.int("moe_predict") == 1,
         ..ContextParams::default()
     };
     let mut ctx = Context::new(Arc::clone(model), params).with_context(|| {

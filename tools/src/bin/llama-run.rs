@@ -134,6 +134,9 @@ struct Args {
     moe_cache: MoeCacheArgs,
 
     #[command(flatten)]
+    prefetch: tools::args::prefetch::PrefetchArgs,
+
+    #[command(flatten)]
     chat: ChatArgs,
 
     #[command(flatten)]
@@ -527,9 +530,27 @@ fn run(a: &Args) -> Result<()> {
     let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
     ctx_params.moe_cache = a.moe_cache.params(&a.placement)?;
     ctx_params.moe_hybrid = a.moe_cache.hybrid()?;
+    ctx_params.prefetch_experts_slots = a.prefetch.slots()?;
+    ctx_params.moe_predict = a.prefetch.predict();
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
+    if a.prefetch.predict() && ctx.predict_stats().is_none() {
+        eprintln!(
+            "{TOOL}: warning: --moe-predict on needs the expert cache (a device, experts in host memory, --moe-cache-mib not 0): no prediction"
+        );
+    }
+    if let Some((n, bytes, note)) = ctx.prefetch_slots() {
+        if let Some(note) = note {
+            eprintln!("{TOOL}: warning: {note}");
+        }
+        if a.verbose {
+            eprintln!(
+                "{TOOL}: prefetch: {n} staging slots of {}",
+                cli::fmt_bytes(bytes as f64)
+            );
+        }
+    }
     let trace_out = match &a.expert_trace_out {
         Some(p) => {
             ctx.start_expert_trace();
@@ -761,6 +782,12 @@ fn run(a: &Args) -> Result<()> {
     }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     s.set_cache(ctx.moe_cache_stats());
+    s.prefetch = tools::prefetch_report::PrefetchReport::with_predict(
+        &stats_total,
+        ctx.prefetch_stats(),
+        ctx.prefetch_slots().map_or(0, |p| p.0),
+        ctx.predict_stats(),
+    );
     if signals::stdout_closed() {
         signals::set_exit_code(signals::EXIT_STDOUT_CLOSED);
     } else {

@@ -1,0 +1,301 @@
+//! Decode prediction (`--moe-predict on`): layer `l + 1`'s experts guessed
+//! from layer `l`'s hidden state through layer `l + 1`'s router, and the
+//! guessed misses uploaded into the expert cache while layer `l`'s experts
+//! compute.
+//!
+//! - **Graph** ([`GraphBuilder::moe_predict_next`]): for a cached ubatch,
+//!   beside layer `l`'s router, `top_k(mul_mat(gate_inp[l + 1], x_l))`
+//!   (`x_l` = layer `l`'s normalized FFN input), named
+//!   `ffn_moe_pred-{l + 1}`, a graph output on the device. The logits do
+//!   not depend on it.
+//! - **Hook** ([`PredictShared::offer`]): the scheduler's look-ahead offers
+//!   layer `l + 1`'s slot map (a host weight of the next split) after layer
+//!   `l`'s split queued its copies and before it computes. The hook reads
+//!   the prediction (computed with layer `l`'s router, which the cache read
+//!   already waited for), gives the predicted misses slots in the group's
+//!   bank (never evicting layer `l`'s experts, which the split about to
+//!   compute reads) and uploads them on the copy stream, asynchronously.
+//!   It declines the offer, so the map is served as usual when its split
+//!   comes: correctly predicted experts are then hits, mispredicted ones
+//!   misses uploaded on the critical path.
+//! - **Counts** ([`PredictStats`]): experts predicted, correct, bytes
+//!   uploaded early, of those used by layer `l + 1`'s real ids and wasted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use ggml_core::{Graph, Stream, TensorId};
+use ggml_sched::{HookError, PrefetchCtx};
+
+use super::hook::CacheShared;
+use super::policy::Key;
+use crate::graph::GraphBuilder;
+use crate::model::FfnWeights;
+
+/// Counters of the decode prediction, cumulative.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PredictStats {
+    /// Layer accesses whose experts were predicted.
+    pub layers: u64,
+    /// Distinct experts the real ids of those layers named.
+    pub experts_needed: u64,
+    /// Of those, experts the prediction named.
+    pub experts_correct: u64,
+    /// Expert bytes uploaded early (predicted misses).
+    pub bytes: u64,
+    /// Of those, bytes of experts the layer's real ids named.
+    pub bytes_used: u64,
+    /// Of those, bytes of experts the layer did not use.
+    pub bytes_wasted: u64,
+}
+
+impl PredictStats {
+    /// `self - earlier`, field by field.
+    pub fn since(&self, b: &PredictStats) -> PredictStats {
+        PredictStats {
+            layers: self.layers - b.layers,
+            experts_needed: self.experts_needed - b.experts_needed,
+            experts_correct: self.experts_correct - b.experts_correct,
+            bytes: self.bytes - b.bytes,
+            bytes_used: self.bytes_used - b.bytes_used,
+            bytes_wasted: self.bytes_wasted - b.bytes_wasted,
+        }
+    }
+
+    /// Of the experts the predicted layers needed, the fraction predicted.
+    pub fn recall(&self) -> Option<f64> {
+        (self.experts_needed > 0).then(|| self.experts_correct as f64 / self.experts_needed as f64)
+    }
+}
+
+/// A layer's prediction, waiting for its real ids.
+#[derive(Clone, Debug, Default)]
+struct Predicted {
+    experts: Vec<u32>,
+    uploaded: Vec<u32>,
+    slot_bytes: u64,
+}
+
+/// The prediction's state, shared by the hook and the context.
+#[derive(Default)]
+pub struct PredictShared {
+    /// Counters.
+    pub stats: PredictStats,
+    pending: HashMap<u32, Predicted>,
+    /// The layer (and its distinct experts) the cache served last: the
+    /// split about to compute reads their slots.
+    current: Option<(u32, Vec<u32>)>,
+}
+
+/// The name of layer `il`'s prediction node.
+pub fn pred_name(il: usize) -> String {
+    format!("ffn_moe_pred-{il}")
+}
+
+impl GraphBuilder<'_> {
+    /// With the prediction on and the cache serving layer `il + 1` for this
+    /// ubatch: predict its experts from `cur` (layer `il`'s normalized FFN
+    /// input, `[n_embd, n_tokens]`) through its router.
+    pub fn moe_predict_next(&mut self, il: usize, cur: TensorId) {
+        if !self.moe_predict {
+            return;
+        }
+        let nt = self.g.tensor(cur).ne[1].max(0) as usize;
+        let Some(layout) = self.moe_cache.as_ref() else {
+            return;
+        };
+        if layout.layer_for(il + 1, nt).is_none() {
+            return;
+        }
+        let Some(FfnWeights::Moe(mw)) = self.model.layers.get(il + 1).map(|l| &l.ffn) else {
+            return;
+        };
+        let gate_inp = mw.gate_inp;
+        let n_used = self.model.hparams.n_expert_used as i32;
+        let logits = self.linear(gate_inp, cur, None);
+        self.name(logits, "ffn_moe_pred_logits", Some(il + 1));
+        let pred = self.g.top_k(logits, n_used);
+        self.g.tensor_mut(pred).name = pred_name(il + 1);
+        self.g.set_output(pred);
+        self.g.build_forward_expand(pred);
+    }
+}
+
+fn find_node(g: &Graph, name: &str) -> Option<TensorId> {
+    g.nodes()
+        .iter()
+        .copied()
+        .find(|&n| g.tensor(n).name == name)
+}
+
+impl PredictShared {
+    /// The cache served `layer` with `experts` (distinct): count the
+    /// layer's prediction, if there was one, and remember the layer as the
+    /// one being computed.
+    pub fn served(&mut self, layer: u32, experts: &[u32]) {
+        let mut need: Vec<u32> = experts.to_vec();
+        need.sort_unstable();
+        need.dedup();
+        if let Some(p) = self.pending.remove(&layer) {
+            let s = &mut self.stats;
+            s.layers += 1;
+            s.experts_needed += need.len() as u64;
+            s.experts_correct += p
+                .experts
+                .iter()
+                .filter(|e| need.binary_search(e).is_ok())
+                .count() as u64;
+            for e in &p.uploaded {
+                if need.binary_search(e).is_ok() {
+                    s.bytes_used += p.slot_bytes;
+                } else {
+                    s.bytes_wasted += p.slot_bytes;
+                }
+            }
+        }
+        self.current = Some((layer, need));
+    }
+
+    /// Forget predictions whose layer never came (a failed graph).
+    pub fn begin_graph(&mut self) {
+        for (_, p) in self.pending.drain() {
+            self.stats.bytes_wasted += p.uploaded.len() as u64 * p.slot_bytes;
+        }
+        self.current = None;
+    }
+
+    /// The look-ahead offers a host weight: when it is a cached layer's
+    /// slot map and the graph predicts that layer, upload the predicted
+    /// misses on the copy stream. Always declines (the map is served when
+    /// its split comes).
+    pub fn offer(
+        &mut self,
+        cache: &Arc<Mutex<CacheShared>>,
+        cx: &mut PrefetchCtx<'_>,
+    ) -> Result<bool, HookError> {
+        let g = cx.graph();
+        // only for the next split: the prediction is computed with the
+        // router of the layer the current split computes, which the cache's
+        // read of its ids already waited for
+        if cx.split_index() != cx.current_split() + 1 {
+            return Ok(false);
+        }
+        let Some(d) = g.data_of(cx.src()) else {
+            return Ok(false);
+        };
+        let mut cache = cache.lock();
+        if !std::ptr::addr_eq(
+            Arc::as_ptr(&d.buffer),
+            Arc::as_ptr(&cache.layout.map_buffer),
+        ) {
+            return Ok(false);
+        }
+        let Some(lc) = cache
+            .layout
+            .layers
+            .iter()
+            .flatten()
+            .find(|l| l.map.offset == d.offset)
+            .cloned()
+        else {
+            return Ok(false);
+        };
+        let layer = lc.layer;
+        if self.pending.contains_key(&layer) {
+            return Ok(false);
+        }
+        let Some(pred) = find_node(g, &pred_name(layer as usize)) else {
+            return Ok(false);
+        };
+        if cx.nodes().contains(&pred) || self.current.is_none() {
+            return Ok(false);
+        }
+        let raw = g.read_bytes(pred)?;
+        let mut experts: Vec<u32> = Vec::with_capacity(raw.len() / 4);
+        for (i, b) in raw.chunks_exact(4).enumerate() {
+            let id = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            if id < 0 || id as u32 >= lc.n_expert {
+                return Err(HookError::msg(format!(
+                    "predicted expert id {id} at position {i} of '{}' is out of range (the layer has {} experts)",
+                    pred_name(layer as usize),
+                    lc.n_expert
+                )));
+            }
+            experts.push(id as u32);
+        }
+        experts.sort_unstable();
+        experts.dedup();
+        // the split about to compute reads the current layer's slots
+        let protect: Vec<Key> = match &self.current {
+            Some((l, es)) => es.iter().map(|&e| Key::new(*l, e)).collect(),
+            None => Vec::new(),
+        };
+        let Some(bank) = cache.banks.get_mut(lc.group).and_then(|b| b.as_mut()) else {
+            return Ok(false);
+        };
+        let acc = match bank.access_protecting(layer, &experts, &protect) {
+            Ok(a) => a,
+            // not enough unprotected slots: predict nothing this time
+            Err(_) => return Ok(false),
+        };
+        let slot_bytes: u64 = lc.expert_bytes.iter().map(|&b| b as u64).sum();
+        let be = cx.backend();
+        let stream = if cx.stream() == Stream::Compute {
+            Stream::Compute
+        } else {
+            cx.stream()
+        };
+        let upload = || -> Result<(), HookError> {
+            for run in super::bank::upload_runs(&acc.misses) {
+                for r in 0..3 {
+                    let eb = lc.expert_bytes[r];
+                    let len = run.n as usize * eb;
+                    let h = &lc.host[r];
+                    let off = h.offset + run.expert as usize * eb;
+                    be.set_label(&format!("predict layer {layer} role {r}"));
+                    match h.buffer.base_ptr() {
+                        Some(p) => {
+                            ggml_core::backend::check_range(
+                                h.buffer.name(),
+                                h.buffer.size(),
+                                off,
+                                len,
+                            )?;
+                            // SAFETY: the range was checked against the host
+                            // expert buffer, which the model keeps alive
+                            // past the graph's final synchronize; host
+                            // weights are never written.
+                            let s = unsafe { std::slice::from_raw_parts(p.add(off), len) };
+                            be.write_on(stream, &lc.banks[r].0, run.slot as usize * eb, s)?;
+                        }
+                        None => {
+                            let mut tmp = vec![0u8; len];
+                            h.buffer.read(off, &mut tmp)?;
+                            // a synchronous write: `tmp` does not outlive it
+                            let b = &lc.banks[r].0;
+                            b.buffer.write(b.offset + run.slot as usize * eb, &tmp)?;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = upload() {
+            cache.reset_group(lc.group);
+            return Err(e);
+        }
+        let uploaded: Vec<u32> = acc.misses.iter().map(|&(e, _)| e).collect();
+        self.stats.bytes += uploaded.len() as u64 * slot_bytes;
+        self.pending.insert(
+            layer,
+            Predicted {
+                experts,
+                uploaded,
+                slot_bytes,
+            },
+        );
+        Ok(false)
+    }
+}

@@ -1,0 +1,327 @@
+//! The prefill prefetch (`--prefetch-experts-slots`) on the sim device:
+//! the CPU's logits bit for bit on every fixture, slots on and off, with
+//! and without the expert cache; exact byte accounting; on the recorded
+//! simulated timeline no staging slot is read before its copy completed
+//! nor overwritten while a split still reads it; bad slot counts.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Fixture, MODELS};
+use llama::device::{open_device, open_device_with_memory};
+use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::{CacheSize, MoeCacheParams};
+use llama::placement::Placement;
+use llama::{Context, ContextParams, Model, ModelParams};
+
+fn load_on(fx: &Fixture, dev: Option<Arc<dyn ggml_core::Backend>>) -> Arc<Model> {
+    let params = ModelParams {
+        placement: Placement {
+            cpu_moe: dev.is_some(),
+            ..Default::default()
+        },
+        device: dev,
+        progress: None,
+        ..Default::default()
+    };
+    Arc::new(Model::load(&fx.gguf, params).expect("load"))
+}
+
+fn load(fx: &Fixture, device: Option<&str>) -> Arc<Model> {
+    load_on(
+        fx,
+        device.and_then(|d| open_device(d, 2, 1).expect("device")),
+    )
+}
+
+/// A context prefetching every ubatch of more than one token (the cache's
+/// insert limit is 1 here, so the short fixture prompts prefetch).
+fn ctx(model: &Arc<Model>, slots: i32, cache: CacheSize) -> Context {
+    let p = ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: 512,
+        n_threads: 2,
+        moe_cache: MoeCacheParams {
+            size: cache,
+            max_batch: 1,
+            ..MoeCacheParams::default()
+        },
+        prefetch_experts_slots: slots,
+        ..Default::default()
+    };
+    Context::new(Arc::clone(model), p).expect("context")
+}
+
+/// Prompt logits (all rows), 3 decoded rows, then a batch of 7 tokens.
+fn logits(c: &mut Context, fx: &Fixture) -> Vec<f32> {
+    c.decode(&fx.tokens, true).expect("prompt");
+    let mut out = Vec::new();
+    for i in 0..fx.tokens.len() {
+        out.extend_from_slice(c.logits(i).expect("row"));
+    }
+    for &t in &fx.gen[..3] {
+        c.decode(&[t], false).expect("decode");
+        out.extend_from_slice(c.logits(0).expect("row"));
+    }
+    let more = &fx.gen[3..10];
+    c.decode(more, true).expect("batch");
+    for i in 0..more.len() {
+        out.extend_from_slice(c.logits(i).expect("row"));
+    }
+    out
+}
+
+#[test]
+fn prefetched_experts_give_cpu_logits_bit_for_bit() {
+    for name in MODELS {
+        let fx = Fixture::load(name);
+        let cpu = logits(&mut ctx(&load(&fx, None), 0, CacheSize::Off), &fx);
+        let model = load(&fx, Some("SIM0"));
+        let half = CacheSize::Bytes(bytes_for_all(&model_groups(&model)) / 2);
+        for (slots, cache) in [
+            (0, CacheSize::Off),
+            (1, CacheSize::Off),
+            (3, CacheSize::Off),
+            (-1, half),
+        ] {
+            let mut c = ctx(&model, slots, cache);
+            let got = logits(&mut c, &fx);
+            let same = got
+                .iter()
+                .zip(&cpu)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same && got.len() == cpu.len(),
+                "{name} slots {slots} cache {cache}: logits differ from CPU"
+            );
+            let Some(p) = c.prefetch_stats() else {
+                assert_eq!(slots, 0, "{name}: slots {slots} made no staging");
+                continue;
+            };
+            assert!(
+                p.bytes > 0 && p.inputs > 0,
+                "{name} slots {slots}: nothing prefetched"
+            );
+            assert_eq!(p.bytes_used + p.bytes_wasted, p.bytes, "{name}");
+            assert!(p.bytes_used > 0, "{name}: no prefetched expert was used");
+            // prefetched bytes are expert bytes uploaded
+            let t = c.stats();
+            assert!(t.h2d_bytes_experts >= p.bytes, "{name}");
+        }
+    }
+}
+
+#[test]
+fn staging_slots_are_never_read_early_nor_overwritten_while_read() {
+    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let model = load(&fx, Some("SIM0"));
+    let clock = model
+        .device
+        .as_ref()
+        .and_then(|d| d.sim_clock())
+        .expect("a sim clock");
+    for slots in [1, 2, 3] {
+        let mut c = ctx(&model, slots, CacheSize::Off);
+        clock.set_recording(true);
+        let _ = clock.take_timeline();
+        c.decode(&fx.tokens, true).expect("prompt");
+        let tl = clock.take_timeline();
+        clock.set_recording(false);
+        let staged: Vec<_> = tl
+            .spans
+            .iter()
+            .filter(|s| s.name.starts_with("prefetch "))
+            .collect();
+        let p = c.prefetch_stats().expect("staging");
+        // every expert tensor of every layer was staged, so slots were
+        // reused (the model has more host expert tensors than slots)
+        assert_eq!(staged.len() as u64, p.inputs, "slots {slots}");
+        let n_tensors: usize = model_groups(&model)
+            .iter()
+            .map(|g| 3 * g.layers.len())
+            .sum();
+        assert_eq!(p.inputs as usize, n_tensors, "slots {slots}");
+        assert!(n_tensors > slots as usize);
+        // the same slot memory is written again
+        let first = staged[0].writes[0];
+        assert!(
+            staged[1..].iter().any(|s| s.writes[0].overlaps(&first)),
+            "slots {slots}: no slot was reused"
+        );
+        // some op reads each staged range, after its copy ended
+        for s in &staged {
+            let w = s.writes[0];
+            let readers: Vec<_> = tl
+                .spans
+                .iter()
+                .filter(|o| o.seq > s.seq && o.reads.iter().any(|r| r.overlaps(&w)))
+                .collect();
+            assert!(
+                !readers.is_empty(),
+                "slots {slots}: '{}' never read",
+                s.name
+            );
+            assert!(
+                readers[0].start_ns >= s.end_ns,
+                "slots {slots}: '{}' read at {} before its copy ended at {}",
+                s.name,
+                readers[0].start_ns,
+                s.end_ns
+            );
+        }
+        tl.check_hazards()
+            .unwrap_or_else(|e| panic!("slots {slots}: {e}"));
+    }
+}
+
+#[test]
+fn bad_slot_counts_err_or_shrink_with_a_note() {
+    let fx = Fixture::load("tiny-qwen3moe-f32");
+    let model = load(&fx, Some("SIM0"));
+    let p = ContextParams {
+        n_ctx: 64,
+        prefetch_experts_slots: -7,
+        ..Default::default()
+    };
+    let e = Context::new(Arc::clone(&model), p).err().expect("an error");
+    let m = e.to_string();
+    assert!(
+        m.contains("--prefetch-experts-slots -7") && m.contains("-1 for auto"),
+        "{m}"
+    );
+    // more slots than the model has expert tensors: capped, with a note
+    let c = ctx(&model, 1000, CacheSize::Off);
+    let (n, _, note) = c.prefetch_slots().expect("staging");
+    let n_tensors: usize = model_groups(&model)
+        .iter()
+        .map(|g| 3 * g.layers.len())
+        .sum();
+    assert_eq!(n, n_tensors);
+    assert!(note.expect("a note").contains("using"), "capped");
+    // a device too small for the slots asked for: fewer, with a note
+    // naming the count used; the run still gives the CPU's logits
+    let cap = 256usize << 20;
+    let sim = open_device_with_memory("SIM0", 2, 1, Some(cap)).expect("device");
+    let probe_model = load_on(&fx, sim);
+    let probe = ctx(&probe_model, 1, CacheSize::Off);
+    let dev = probe_model.device.clone().expect("device");
+    let (free, _) = dev.memory().expect("limited");
+    let (_, slot_bytes, _) = probe.prefetch_slots().expect("staging");
+    let slot = slot_bytes + dev.read_overhang();
+    // what the model, the graph and one slot take, then room for 2.5 slots
+    let cap2 = (cap - free) - slot + slot * 5 / 2;
+    drop(probe);
+    drop(probe_model);
+    let want = 5.min(n_tensors) as i32;
+    assert!(want > 2);
+    let sim = open_device_with_memory("SIM0", 2, 1, Some(cap2)).expect("device");
+    let small = load_on(&fx, sim);
+    let mut c = ctx(&small, want, CacheSize::Off);
+    let (n, _, note) = c.prefetch_slots().expect("staging");
+    let note = note.expect("a note");
+    assert_eq!(n, 2, "{note}");
+    assert!(
+        note.contains("using 2") && note.contains("do not fit"),
+        "{note}"
+    );
+    let cpu = logits(&mut ctx(&load(&fx, None), 0, CacheSize::Off), &fx);
+    let got = logits(&mut c, &fx);
+    assert!(got
+        .iter()
+        .zip(&cpu)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(c.prefetch_stats().expect("staging").bytes > 0);
+}
+
+/// A context with the cache holding half the experts, decode ubatches
+/// cached, and the prediction on or off.
+fn predict_ctx(model: &Arc<Model>, on: bool) -> Context {
+    let p = ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: 512,
+        n_threads: 2,
+        moe_cache: MoeCacheParams {
+            size: CacheSize::Bytes(bytes_for_all(&model_groups(model)) / 2),
+            ..MoeCacheParams::default()
+        },
+        moe_predict: on,
+        ..Default::default()
+    };
+    Context::new(Arc::clone(model), p).expect("context")
+}
+
+#[test]
+fn predicted_experts_give_cpu_logits_and_exact_accounting() {
+    for name in MODELS {
+        let fx = Fixture::load(name);
+        let cpu = logits(&mut ctx(&load(&fx, None), 0, CacheSize::Off), &fx);
+        let model = load(&fx, Some("SIM0"));
+        for on in [false, true] {
+            let mut c = predict_ctx(&model, on);
+            let got = logits(&mut c, &fx);
+            assert!(
+                got.len() == cpu.len()
+                    && got
+                        .iter()
+                        .zip(&cpu)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{name} predict {on}: logits differ from CPU"
+            );
+            c.moe_cache_verify().expect("banks agree with the maps");
+            let Some(p) = c.predict_stats() else {
+                assert!(!on, "{name}: no prediction state");
+                continue;
+            };
+            let n_moe = model_groups(&model)
+                .iter()
+                .map(|g| g.layers.len())
+                .sum::<usize>();
+            // deepseek2 and gpt-oss route through their own blocks, which
+            // do not predict (yet)
+            if n_moe < 2 || name.contains("deepseek2") || name.contains("gptoss") {
+                assert_eq!(p.bytes, 0);
+                continue;
+            }
+            assert!(p.layers > 0, "{name}: nothing predicted");
+            assert!(p.experts_correct <= p.experts_needed);
+            assert_eq!(p.bytes_used + p.bytes_wasted, p.bytes, "{name}");
+            // critical path + used + wasted = uploaded
+            let cs = c.moe_cache_stats().expect("cache").total();
+            let t = c.stats();
+            assert_eq!(
+                t.h2d_bytes_experts,
+                cs.bytes_uploaded + p.bytes + c.expert_copy_stats().bytes,
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn predicted_uploads_respect_the_timeline() {
+    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let model = load(&fx, Some("SIM0"));
+    let clock = model
+        .device
+        .as_ref()
+        .and_then(|d| d.sim_clock())
+        .expect("a sim clock");
+    let mut c = predict_ctx(&model, true);
+    c.decode(&fx.tokens, true).expect("prompt");
+    clock.set_recording(true);
+    let _ = clock.take_timeline();
+    for &t in &fx.gen[..6] {
+        c.decode(&[t], false).expect("decode");
+    }
+    let tl = clock.take_timeline();
+    clock.set_recording(false);
+    assert!(
+        tl.spans.iter().any(|s| s.name.starts_with("predict layer")),
+        "no predicted upload recorded"
+    );
+    tl.check_hazards().unwrap();
+    assert!(c.predict_stats().expect("predict").bytes > 0);
+}

@@ -1,0 +1,67 @@
+//! The prefetch flags: `--prefetch-experts-slots N` (upstream's name) and
+//! `--moe-predict on|off`.
+
+use anyhow::{anyhow, Result};
+use clap::Args;
+
+/// Prefetch of host experts ahead of the split that reads them.
+#[derive(Args, Debug, Clone)]
+pub struct PrefetchArgs {
+    /// staging slots for the prefill prefetch: the next splits' host expert
+    /// tensors are copied into N rotating device slots (each as large as the
+    /// largest expert tensor) while the current split computes; -1 = auto
+    /// (3, fewer when they do not fit), 0 = off; llama-bench takes a
+    /// comma-separated list
+    #[arg(
+        long = "prefetch-experts-slots",
+        value_name = "N",
+        default_value = "0",
+        value_delimiter = ',',
+        allow_hyphen_values = true
+    )]
+    pub prefetch_experts_slots: Vec<String>,
+
+    /// decode prediction: predict the next cached layer's experts from this
+    /// layer's hidden state through the next layer's router, and upload the
+    /// predicted misses into the expert cache while this layer computes
+    /// (needs the cache, --moe-cache-mib)
+    #[arg(
+        long = "moe-predict",
+        value_name = "on|off",
+        default_value = "off",
+        value_parser = ["on", "off"]
+    )]
+    pub moe_predict: String,
+}
+
+impl PrefetchArgs {
+    /// Every `--prefetch-experts-slots` value, checked.
+    pub fn all_slots(&self) -> Result<Vec<i32>> {
+        if self.prefetch_experts_slots.is_empty() {
+            return Err(anyhow!("--prefetch-experts-slots needs a value"));
+        }
+        self.prefetch_experts_slots
+            .iter()
+            .map(|v| {
+                llama::moe_cache::prefetch::parse_slots(v)
+                    .map_err(|e| anyhow!("--prefetch-experts-slots {v}: {e}"))
+            })
+            .collect()
+    }
+
+    /// Whether `--moe-predict on`.
+    pub fn predict(&self) -> bool {
+        self.moe_predict == "on"
+    }
+
+    /// The one value (llama-run).
+    pub fn slots(&self) -> Result<i32> {
+        match self.all_slots()?.as_slice() {
+            [v] => Ok(*v),
+            _ => Err(anyhow!(
+                "--prefetch-experts-slots {}: give one count here (lists are for llama-bench)",
+                self.prefetch_experts_slots.join(",")
+            )),
+        }
+    }
+}
