@@ -414,5 +414,5 @@ fn quants_vec_dot_tile_lengths_are_checked() {
         });
         assert!(r.is_err(), "{ty}: rows shorter than n");
     }
-    assert_eq!(n_types, 3, "Q4_K, Q5_K and Q6_K have tiles");
+    assert_eq!(n_types, 4, "Q8_0, Q4_K, Q5_K and Q6_K have tiles");
 }

@@ -99,7 +99,7 @@ pub struct CpuTypeTraits {
     /// Up to [`VEC_DOT_TILE_ROWS`] weight rows against up to
     /// [`VEC_DOT_COLS_MAX`] activation rows in register tiles, bit for bit
     /// `vec_dot` per output, for the types with such a micro-kernel
-    /// (Q4_K, Q5_K, Q6_K); `None`: `vec_dot_cols` per row.
+    /// (Q8_0, Q4_K, Q5_K, Q6_K); `None`: `vec_dot_cols` per row.
     pub vec_dot_tile: Option<VecDotTile>,
 }
 
@@ -174,7 +174,7 @@ static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd, cols);
 static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1, simd);
 static Q5_0: CpuTypeTraits = traits!(Q5_0, Q8_0, q5_0, simd);
 static Q5_1: CpuTypeTraits = traits!(Q5_1, Q8_1, q5_1, simd);
-static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd, cols);
+static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd, cols, tile);
 static Q8_1: CpuTypeTraits = traits!(Q8_1, Q8_1, q8_1);
 static Q2K: CpuTypeTraits = traits!(Q2K, Q8K, k_quants::q2_k, simd);
 static Q3K: CpuTypeTraits = traits!(Q3K, Q8K, k_quants::q3_k, simd);
