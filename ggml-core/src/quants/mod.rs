@@ -14,7 +14,9 @@
 //! one weight row with up to [`VEC_DOT_COLS_MAX`] activation rows, bit for
 //! bit `vec_dot` per column (AVX2 for Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL,
 //! IQ4_XS, MXFP4), and the Q8_0 / Q8_K activation quantizers have AVX2
-//! versions equal byte for byte to the references.
+//! versions equal byte for byte to the references. `vec_dot_tile` (Q8_0,
+//! Q4_K, Q5_K, Q6_K) dots register tiles of several weight rows × columns,
+//! also bit for bit `vec_dot` (see its module for how it measures).
 //!
 //! # Lengths
 //! These are internal kernels called with checked shapes, but they check
