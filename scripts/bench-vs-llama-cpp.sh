@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Side-by-side CPU speed against llama.cpp, in one run, on the same GGUF files.
 #
-# Usage: scripts/bench-vs-llama-cpp.sh MODEL.gguf [MODEL.gguf ...]
+# Usage: scripts/bench-vs-llama-cpp.sh [MODEL.gguf ...]
+#
+# Without models it benches the bench-shaped Q4_K_M and Q8_0 files of issue 16
+# (Qwen3-30B-A3B's layer shapes, 4 layers, quantized by llama.cpp's
+# llama-quantize), which scripts/make-bench-models.sh makes in bench-models/
+# if missing (~10 minutes the first time).
 #
 # For every model and thread count, ROUNDS rounds alternate the two engines
 # (ours first in odd rounds, llama.cpp first in even ones). Each round runs
@@ -18,9 +23,26 @@
 #                       ../shared/tools/llama-cpp-ref.sh prints (it builds
 #                       llama.cpp 0.5.0-dev the first time, ~10 min on 2 cores)
 #   OUT=bench-vs-llama-cpp/<date>     where the raw JSON and the table go
+#
+# Results. $OUT/runs.jsonl holds one JSON object a line per engine, setting,
+# round and test: {"engine": "ours" | "llama.cpp", "setting": "default" (ours)
+# | "repack=0" | "repack=1" (llama.cpp), "round": 1.., "threads": N, "model":
+# path, "test": "pp512" | "tg64", "avg_ts" / "stddev_ts": tokens per second
+# over the REPS repetitions (as llama-bench's JSON), "load_before" /
+# "load_after": the 1-minute load average around the run}. $OUT/table.md (also
+# printed) has one row per model, thread count and test: llama.cpp's best
+# avg_ts over rounds and settings (with the setting), ours best over rounds,
+# ratio = ours best / llama.cpp best (>= 1.00: we are as fast or faster),
+# ours per round with the load before it, and our round spread = (max - min)
+# / max over rounds (the issue asks tg64 within 10%).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+case "${1:-}" in -h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+if [ $# -eq 0 ]; then
+  models=$(scripts/make-bench-models.sh) || exit 1
+  # shellcheck disable=SC2086 # the two paths, one a line, have no spaces
+  set -- $models
+fi
 for m in "$@"; do [ -f "$m" ] || { echo "bench-vs-llama-cpp: no model file '$m'" >&2; exit 2; }; done
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-"2 1"}

@@ -5,10 +5,12 @@
 //! Then, prompt-shaped: 64 rows of 2048 against 8 activation columns (all
 //! in L2), in GOP/s, with `vec_dot` per (row, column) and, for the types
 //! that have one, with `vec_dot_cols` (the row unpacked once for the 8
-//! columns). Best of many short runs, so a busy machine mostly shows the
-//! kernel's own speed.
+//! columns) and `vec_dot_tile` (register tiles of 2 rows × 4 columns).
+//! Best of many short runs, so a busy machine mostly shows the kernel's own
+//! speed.
 //!
-//! Run: `cargo bench -p ggml-core --bench quant_dot`
+//! Run: `cargo bench -p ggml-core --bench quant_dot [-- [--prompt-only] [TYPE...]]`
+//! (types filter the prompt-shaped table).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -47,8 +49,9 @@ fn gbps(bytes: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// GOP/s (2 per multiply-add) of 64 rows × 8 columns of length 2048, with
-/// `vec_dot` per pair and with `vec_dot_cols` where the type has one.
-fn prompt_shaped(ty: GgmlType) -> (f64, Option<f64>) {
+/// `vec_dot` per pair, and with `vec_dot_cols` and `vec_dot_tile` where the
+/// type has them.
+fn prompt_shaped(ty: GgmlType) -> (f64, Option<f64>, Option<f64>) {
     const K: usize = 2048;
     const R: usize = 64;
     const C: usize = ggml_core::quants::VEC_DOT_COLS_MAX;
@@ -92,7 +95,20 @@ fn prompt_shaped(ty: GgmlType) -> (f64, Option<f64>) {
             black_box(s);
         }) * ops
     });
-    (single, cols)
+    let rows: Vec<&[u8]> = q.chunks_exact(rb).collect();
+    let tile = tr.vec_dot_tile.map(|f| {
+        const TR: usize = ggml_core::quants::VEC_DOT_TILE_ROWS;
+        gbps(1, || {
+            let mut out = [0f32; TR * C];
+            let mut s = 0f32;
+            for xs in rows.chunks_exact(TR) {
+                f(K, xs, &refs, &mut out);
+                s += out[0];
+            }
+            black_box(s);
+        }) * ops
+    });
+    (single, cols, tile)
 }
 
 fn main() {
@@ -108,7 +124,8 @@ fn main() {
 
     let w = rand_f32(ROWS * COLS, 1);
     let a = rand_f32(COLS, 2);
-    for ty in GgmlType::ALL {
+    let decode = !std::env::args().any(|a| a == "--prompt-only");
+    for ty in GgmlType::ALL.into_iter().filter(|_| decode) {
         let Some(tr) = cpu_traits(ty) else { continue };
         let rb = ty.row_size(COLS as u64).unwrap();
         let mut q = vec![0u8; rb * ROWS];
@@ -139,17 +156,29 @@ fn main() {
     }
     println!();
     println!("prompt-shaped, 64 rows x 8 columns of 2048, 1 thread, GOP/s");
-    println!("{:8} {:>10} {:>14}", "type", "vec_dot", "vec_dot_cols");
+    println!(
+        "{:8} {:>10} {:>14} {:>14}",
+        "type", "vec_dot", "vec_dot_cols", "vec_dot_tile"
+    );
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-') && a != "bench")
+        .map(|a| a.to_lowercase())
+        .collect();
     for ty in GgmlType::ALL {
-        if cpu_traits(ty).is_none() {
+        if cpu_traits(ty).is_none()
+            || !(only.is_empty() || only.contains(&ty.name().to_lowercase()))
+        {
             continue;
         }
-        let (single, cols) = prompt_shaped(ty);
+        let (single, cols, tile) = prompt_shaped(ty);
+        let show = |x: Option<f64>| x.map_or("-".into(), |c| format!("{c:.1}"));
         println!(
-            "{:8} {:>10.1} {:>14}",
+            "{:8} {:>10.1} {:>14} {:>14}",
             ty.name(),
             single,
-            cols.map_or("-".into(), |c| format!("{c:.1}"))
+            show(cols),
+            show(tile)
         );
     }
 }

@@ -4,15 +4,17 @@
 //! figure measured right before it; and a prompt-shaped `mul_mat` (one
 //! 2048×768 weight, 512 tokens) in GFLOP/s. 1 and 2 threads.
 //!
-//! The decode columns also count the worker pool's sleeps per run (each a
-//! futex wake-up: the caller waiting for the worker, the worker for work).
+//! The decode columns give the best and the median of 200 runs (on a busy
+//! machine the median shows the stalls the best hides), and count the
+//! worker pool's sleeps per run (each a futex wake-up: the caller waiting
+//! for the worker, the worker for work).
 //!
 //! `cargo bench -p ggml-core --bench quant_matmul [-- TYPE...]`, e.g.
 //! `q4_K q6_K q8_0`. `--no-prompt` skips the prompt-shaped product.
 
 mod common;
 
-use common::{alloc, best_of, filters, load, values, MemRead};
+use common::{alloc, best_of, filters, load, sorted_times, values, MemRead};
 use ggml_core::quants::cpu_traits;
 use ggml_core::{Backend, CpuBackend, GgmlType, Graph, TensorId};
 
@@ -141,9 +143,9 @@ fn main() {
     );
     println!();
     println!(
-        "| type | threads | decode µs | weight GB/s | mem read GB/s | % of read | 8 MiB burst read GB/s | % of burst | bare vec_dot loop µs (same threads) | sleeps per pool run (caller / worker) | prompt GFLOP/s |"
+        "| type | threads | decode µs | median µs | weight GB/s | mem read GB/s | % of read | 8 MiB burst read GB/s | % of burst | bare vec_dot loop µs (same threads) | sleeps per pool run (caller / worker) | prompt GFLOP/s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut rng = 0x1234_5678_9abc_def1u64;
     for ty in types {
         let dec = decode_graph(ty, &setup);
@@ -154,10 +156,11 @@ fn main() {
             let burst = mem.burst_gbps(nth, 1);
             let nodes = dec.g.nodes().to_vec();
             let stats0 = cpu.pool_stats();
-            let secs = best_of(100, || {
+            let times = sorted_times(200, || {
                 dec.g.write_i32(dec.ids, &next_ids(&mut rng)).unwrap();
                 cpu.compute(&dec.g, &nodes).unwrap();
             });
+            let (secs, median) = (times[0], times[times.len() / 2]);
             let stats = cpu.pool_stats();
             let runs = (stats.runs - stats0.runs).max(1) as f64;
             let sleeps = format!(
@@ -187,8 +190,9 @@ fn main() {
                 2.0 * (K * M * N_PROMPT) as f64 / s / 1e9
             });
             println!(
-                "| {ty} | {nth} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {bare:.0} | {sleeps} | {} |",
+                "| {ty} | {nth} | {:.0} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {bare:.0} | {sleeps} | {} |",
                 secs * 1e6,
+                median * 1e6,
                 100.0 * gbps / read,
                 100.0 * gbps / burst,
                 gflops.map_or("-".into(), |x| format!("{x:.1}"))

@@ -297,3 +297,122 @@ fn quants_vec_dot_cols_every_type_many_seeds() {
         }
     }
 }
+
+/// `vec_dot_tile` (for the types that have one) equals `vec_dot` for every
+/// (row, column) bit for bit, for every row and column count, with rows of
+/// random bytes and columns of random magnitudes.
+fn check_tile(
+    ti: usize,
+    nb: usize,
+    n_rows: usize,
+    n_cols: usize,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let (ty, scales, _) = &types()[ti];
+    let tr = cpu_traits(*ty).unwrap();
+    let Some(tile) = tr.vec_dot_tile else {
+        return Ok(());
+    };
+    let vt = tr.vec_dot_type;
+    let mut rng = Rng(seed);
+    let n = nb * ty.blck_size().max(vt.blck_size());
+    let xs: Vec<Vec<u8>> = (0..n_rows)
+        .map(|_| weight_row(*ty, scales, n, &mut rng))
+        .collect();
+    let ys: Vec<Vec<u8>> = (0..n_cols)
+        .map(|_| {
+            let amag = [1e-3f32, 1.0, 30.0][rng.below(3) as usize];
+            let a: Vec<f32> = (0..n).map(|_| rng.signed() * amag).collect();
+            let mut y = vec![0u8; vt.row_size(n as u64).unwrap()];
+            (cpu_traits(vt).unwrap().from_float)(&a, &mut y);
+            y
+        })
+        .collect();
+    let xr: Vec<&[u8]> = xs.iter().map(|x| x.as_slice()).collect();
+    let yr: Vec<&[u8]> = ys.iter().map(|y| y.as_slice()).collect();
+    let mut out = vec![f32::NAN; n_rows * n_cols];
+    tile(n, &xr, &yr, &mut out);
+    for (r, x) in xs.iter().enumerate() {
+        for (c, y) in ys.iter().enumerate() {
+            let one = (tr.vec_dot)(n, x, y);
+            let got = out[r * n_cols + c];
+            prop_assert!(
+                one.to_bits() == got.to_bits(),
+                "{ty}: vec_dot_tile ({r}, {c}) of {n_rows}x{n_cols}: {got} vs vec_dot {one}"
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn quants_vec_dot_tile_matches_vec_dot(
+        ti in 0usize..18,
+        nb in 1usize..5,
+        n_rows in 0usize..=ggml_core::quants::VEC_DOT_TILE_ROWS,
+        n_cols in 0usize..=ggml_core::quants::VEC_DOT_COLS_MAX,
+        seed in any::<u64>(),
+    ) {
+        check_tile(ti, nb, n_rows, n_cols, seed)?;
+    }
+}
+
+#[test]
+fn quants_vec_dot_tile_every_type_many_seeds() {
+    let max_c = ggml_core::quants::VEC_DOT_COLS_MAX as u64;
+    for ti in 0..types().len() {
+        for seed in 0..100u64 {
+            let n_rows = 1 + (seed % 2) as usize;
+            let n_cols = 1 + ((seed / 2) % max_c) as usize;
+            check_tile(ti, 1 + (seed % 4) as usize, n_rows, n_cols, seed).unwrap();
+        }
+    }
+}
+
+#[test]
+fn quants_vec_dot_tile_lengths_are_checked() {
+    let (max_r, max_c) = (
+        ggml_core::quants::VEC_DOT_TILE_ROWS,
+        ggml_core::quants::VEC_DOT_COLS_MAX,
+    );
+    let mut n_types = 0;
+    for ty in GgmlType::ALL {
+        let Some(tr) = cpu_traits(ty) else { continue };
+        let Some(tile) = tr.vec_dot_tile else {
+            continue;
+        };
+        n_types += 1;
+        let n = ty.blck_size();
+        let x = vec![0u8; ty.row_size(n as u64).unwrap()];
+        let y = vec![0u8; tr.vec_dot_type.row_size(n as u64).unwrap()];
+        let xs = vec![x.as_slice(); max_r + 1];
+        let ys = vec![y.as_slice(); max_c + 1];
+        let mut out = vec![1f32; max_r * max_c];
+        tile(n, &xs[..max_r], &ys[..max_c], &mut out);
+        assert!(out.iter().all(|&v| v == 0.0), "{ty}");
+        let r = std::panic::catch_unwind(|| {
+            let mut out = vec![0f32; (max_r + 1) * 2];
+            tile(n, &xs, &ys[..2], &mut out)
+        });
+        assert!(r.is_err(), "{ty}: more than {max_r} rows");
+        let r = std::panic::catch_unwind(|| {
+            let mut out = vec![0f32; max_c + 1];
+            tile(n, &xs[..1], &ys, &mut out)
+        });
+        assert!(r.is_err(), "{ty}: more than {max_c} columns");
+        let r = std::panic::catch_unwind(|| {
+            let mut out = vec![0f32; 3];
+            tile(n, &xs[..2], &ys[..2], &mut out)
+        });
+        assert!(r.is_err(), "{ty}: outputs are not rows x columns");
+        let r = std::panic::catch_unwind(|| {
+            let mut out = vec![0f32; 4];
+            tile(2 * n, &xs[..2], &ys[..2], &mut out)
+        });
+        assert!(r.is_err(), "{ty}: rows shorter than n");
+    }
+    assert_eq!(n_types, 4, "Q8_0, Q4_K, Q5_K and Q6_K have tiles");
+}

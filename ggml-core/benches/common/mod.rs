@@ -20,6 +20,21 @@ pub fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// Seconds of each of `reps` runs of `f` (after one warm-up run), sorted:
+/// `[0]` is the best, `[reps / 2]` the median.
+pub fn sorted_times(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
+    f();
+    let mut t: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t
+}
+
 /// A 256 MiB buffer of u64 to read: the bandwidth yardstick.
 pub struct MemRead {
     buf: Vec<u64>,

@@ -5,6 +5,15 @@
 //! caller for the workers to finish (an op's last task usually ends within
 //! microseconds of the caller's), so that back-to-back ops cost no futex
 //! wake-ups. [`ThreadPool::stats`] counts the sleeps that did happen.
+//!
+//! A job's `nth` slots (`f(ith, nth)` for `ith < nth`) are claimed from a
+//! shared counter by whichever thread comes first, the caller included, and
+//! the caller runs the slots nobody claimed. A job therefore never waits for
+//! a worker that has not started it: on a machine with more runnable threads
+//! than cores, a worker that is not scheduled when an op starts (for
+//! milliseconds, at times) no longer stalls every op until it runs; the
+//! caller does its share, and the job is closed so that a worker waking
+//! later skips it. Only a slot a worker has claimed is waited for.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,9 +28,17 @@ struct Shared {
     wake: Condvar,
     done: Condvar,
     generation: AtomicUsize,
-    /// Workers still running the current job; the last one to finish
-    /// notifies `done` under the state lock.
-    pending: AtomicUsize,
+    /// The current job's next unclaimed slot.
+    next_slot: AtomicUsize,
+    /// The current job's admission word: its generation's low 32 bits,
+    /// [`CLOSED`], and the workers inside it (below [`CLOSED`]). A worker
+    /// enters only an open job of the generation it saw; the caller closes
+    /// the job once every slot is claimed and waits for the workers inside;
+    /// the last one out of a closed job notifies `done` under the state lock.
+    admission: AtomicU64,
+    /// Test hook: workers do not enter jobs (as if never scheduled).
+    #[cfg(test)]
+    hold_workers: std::sync::atomic::AtomicBool,
     runs: AtomicU64,
     caller_sleeps: AtomicU64,
     worker_sleeps: AtomicU64,
@@ -35,6 +52,27 @@ struct State {
 
 /// Spin iterations before a thread sleeps on a condition variable.
 const SPINS: usize = 20_000;
+
+/// The closed bit of [`Shared::admission`].
+const CLOSED: u64 = 1 << 31;
+/// The inside-count bits of [`Shared::admission`].
+const INSIDE: u64 = CLOSED - 1;
+
+/// The admission word of an open, empty job of generation `gen`.
+fn admission_open(gen: usize) -> u64 {
+    (gen as u64 & 0xffff_ffff) << 32
+}
+
+/// Claim and run slots of the current job until none is left.
+fn run_slots(shared: &Shared, f: &(dyn Fn(usize, usize) + Sync), nth: usize) {
+    loop {
+        let s = shared.next_slot.fetch_add(1, Ordering::AcqRel);
+        if s >= nth {
+            return;
+        }
+        f(s, nth);
+    }
+}
 
 /// What a pool did since it was made: jobs run on all threads, and how often
 /// the caller or a worker had to sleep and be woken (each a futex round
@@ -75,7 +113,10 @@ impl ThreadPool {
             wake: Condvar::new(),
             done: Condvar::new(),
             generation: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            next_slot: AtomicUsize::new(0),
+            admission: AtomicU64::new(admission_open(0) | CLOSED),
+            #[cfg(test)]
+            hold_workers: std::sync::atomic::AtomicBool::new(false),
             runs: AtomicU64::new(0),
             caller_sleeps: AtomicU64::new(0),
             worker_sleeps: AtomicU64::new(0),
@@ -85,7 +126,7 @@ impl ThreadPool {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("ggml-cpu-{ith}"))
-                    .spawn(move || worker(shared, ith, n_threads))
+                    .spawn(move || worker(shared, n_threads))
                     .expect("spawning a CPU worker thread")
             })
             .collect();
@@ -111,7 +152,10 @@ impl ThreadPool {
         }
     }
 
-    /// Run `f(ith, nth)` on every thread and wait for all of them.
+    /// Run `f(ith, nth)` once for every slot `ith < nth`, on whichever of
+    /// the pool's threads claim them (the caller runs the slots no worker
+    /// claimed), and wait for all of them. Slots may run one after another
+    /// on one thread, so a job must not make one slot wait for another.
     pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
         let nth = self.n_threads;
         if nth == 1 {
@@ -119,33 +163,40 @@ impl ThreadPool {
             return;
         }
         let _serial = self.run_lock.lock();
+        let sh = &*self.shared;
         {
-            let mut st = self.shared.state.lock();
-            // SAFETY: lifetime erased; `run` does not return before every
-            // worker has finished with the job (pending reaches 0 below).
+            let mut st = sh.state.lock();
+            // SAFETY: lifetime erased; `run` does not return before the job
+            // is closed and no worker is inside it (below), and a worker
+            // dereferences it only once admitted.
             let job: *const Job =
                 unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f) };
             st.job = Some(job);
-            self.shared.pending.store(nth - 1, Ordering::Relaxed);
             st.generation += 1;
-            self.shared
-                .generation
-                .store(st.generation, Ordering::Release);
-            self.shared.wake.notify_all();
+            sh.next_slot.store(0, Ordering::Relaxed);
+            sh.admission
+                .store(admission_open(st.generation), Ordering::Release);
+            sh.generation.store(st.generation, Ordering::Release);
+            sh.wake.notify_all();
         }
-        self.shared.runs.fetch_add(1, Ordering::Relaxed);
-        f(0, nth);
-        let mut spins = 0;
-        while self.shared.pending.load(Ordering::Acquire) > 0 && spins < SPINS {
-            std::hint::spin_loop();
-            spins += 1;
+        sh.runs.fetch_add(1, Ordering::Relaxed);
+        run_slots(sh, f, nth);
+        // every slot is claimed: close the job, then wait for the workers
+        // running the slots they claimed
+        let inside = sh.admission.fetch_or(CLOSED, Ordering::AcqRel) & INSIDE;
+        if inside > 0 {
+            let mut spins = 0;
+            while sh.admission.load(Ordering::Acquire) & INSIDE > 0 && spins < SPINS {
+                std::hint::spin_loop();
+                spins += 1;
+            }
         }
-        let mut st = self.shared.state.lock();
-        if self.shared.pending.load(Ordering::Acquire) > 0 {
-            self.shared.caller_sleeps.fetch_add(1, Ordering::Relaxed);
-            // the last worker decrements, then notifies under this lock
-            while self.shared.pending.load(Ordering::Acquire) > 0 {
-                self.shared.done.wait(&mut st);
+        let mut st = sh.state.lock();
+        if sh.admission.load(Ordering::Acquire) & INSIDE > 0 {
+            sh.caller_sleeps.fetch_add(1, Ordering::Relaxed);
+            // the last worker out decrements, then notifies under this lock
+            while sh.admission.load(Ordering::Acquire) & INSIDE > 0 {
+                sh.done.wait(&mut st);
             }
         }
         st.job = None;
@@ -179,7 +230,7 @@ impl ThreadPool {
     }
 }
 
-fn worker(shared: Arc<Shared>, ith: usize, nth: usize) {
+fn worker(shared: Arc<Shared>, nth: usize) {
     let mut seen = 0usize;
     loop {
         // spin briefly: the next op usually follows within microseconds
@@ -202,12 +253,37 @@ fn worker(shared: Arc<Shared>, ith: usize, nth: usize) {
             seen = st.generation;
             st.job
         };
-        if let Some(job) = job {
-            // SAFETY: `run` keeps the closure alive until pending hits zero.
-            let f = unsafe { &*job };
-            f(ith, nth);
+        #[cfg(test)]
+        if shared.hold_workers.load(Ordering::Acquire) {
+            continue;
         }
-        if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // enter the job of generation `seen` if it is still open
+        let tag = admission_open(seen);
+        let mut a = shared.admission.load(Ordering::Acquire);
+        let entered = loop {
+            if a & !INSIDE & !CLOSED != tag || a & CLOSED != 0 {
+                break false;
+            }
+            match shared.admission.compare_exchange_weak(
+                a,
+                a + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break true,
+                Err(now) => a = now,
+            }
+        };
+        if !entered {
+            continue;
+        }
+        if let Some(job) = job {
+            // SAFETY: admitted to the open job of this generation, so `run`
+            // keeps the closure alive until this worker leaves (below).
+            run_slots(&shared, unsafe { &*job }, nth);
+        }
+        let before = shared.admission.fetch_sub(1, Ordering::AcqRel);
+        if before & CLOSED != 0 && before & INSIDE == 1 {
             // under the lock, so a caller between its check and its wait
             // cannot miss it
             let _st = shared.state.lock();
@@ -251,5 +327,48 @@ mod tests {
             hits.fetch_add(r.len() as u64, Ordering::Relaxed);
         });
         assert_eq!(hits.load(Ordering::Relaxed), 1001);
+    }
+
+    #[test]
+    fn each_slot_runs_once_under_contention() {
+        let pool = ThreadPool::new(4);
+        for _ in 0..2000 {
+            let seen: [AtomicU64; 4] = Default::default();
+            pool.run(&|ith, nth| {
+                assert_eq!(nth, 4);
+                seen[ith].fetch_add(1, Ordering::Relaxed);
+            });
+            for s in &seen {
+                assert_eq!(s.load(Ordering::Relaxed), 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_job_does_not_wait_for_workers_that_never_start_it() {
+        let pool = ThreadPool::new(3);
+        // let the workers go idle, then keep them out of every job, as if
+        // the OS never scheduled them: the caller must run all the slots
+        pool.run(&|_, _| {});
+        pool.shared.hold_workers.store(true, Ordering::Release);
+        let caller = std::thread::current().id();
+        for _ in 0..100 {
+            let slots = AtomicU64::new(0);
+            pool.run(&|ith, nth| {
+                assert_eq!(nth, 3);
+                assert_eq!(std::thread::current().id(), caller, "slot {ith}");
+                slots.fetch_add(1 << (8 * ith), Ordering::Relaxed);
+            });
+            assert_eq!(slots.load(Ordering::Relaxed), 0x01_01_01);
+        }
+        // released, the workers take part again and skip the closed jobs
+        pool.shared.hold_workers.store(false, Ordering::Release);
+        let sum = AtomicU64::new(0);
+        for _ in 0..100 {
+            pool.run(&|ith, _| {
+                sum.fetch_add(ith as u64 + 1, Ordering::Relaxed);
+            });
+        }
+        assert_eq!(sum.load(Ordering::Relaxed), 600);
     }
 }

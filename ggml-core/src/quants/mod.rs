@@ -14,7 +14,9 @@
 //! one weight row with up to [`VEC_DOT_COLS_MAX`] activation rows, bit for
 //! bit `vec_dot` per column (AVX2 for Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL,
 //! IQ4_XS, MXFP4), and the Q8_0 / Q8_K activation quantizers have AVX2
-//! versions equal byte for byte to the references.
+//! versions equal byte for byte to the references. `vec_dot_tile` (Q8_0,
+//! Q4_K, Q5_K, Q6_K) dots register tiles of several weight rows × columns,
+//! also bit for bit `vec_dot` (see its module for how it measures).
 //!
 //! # Lengths
 //! These are internal kernels called with checked shapes, but they check
@@ -41,6 +43,7 @@ pub mod q8_0;
 pub mod q8_1;
 mod rounding;
 pub mod vec_dot_cols;
+pub mod vec_dot_tile;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -63,6 +66,7 @@ pub use q5_1::BlockQ5_1;
 pub use q8_0::BlockQ8_0;
 pub use q8_1::BlockQ8_1;
 pub use vec_dot_cols::{VecDotCols, VEC_DOT_COLS_MAX};
+pub use vec_dot_tile::{VecDotTile, VEC_DOT_TILE_ROWS};
 
 use crate::types::GgmlType;
 
@@ -94,6 +98,11 @@ pub struct CpuTypeTraits {
     /// is worth sharing (prompt processing); `None`: call `vec_dot` per
     /// column.
     pub vec_dot_cols: Option<VecDotCols>,
+    /// Up to [`VEC_DOT_TILE_ROWS`] weight rows against up to
+    /// [`VEC_DOT_COLS_MAX`] activation rows in register tiles, bit for bit
+    /// `vec_dot` per output, for the types with such a micro-kernel
+    /// (Q8_0, Q4_K, Q5_K, Q6_K); `None`: `vec_dot_cols` per row.
+    pub vec_dot_tile: Option<VecDotTile>,
 }
 
 /// The traits of a quant module `$m`; `simd` when it has a `vec_dot` of its
@@ -109,13 +118,16 @@ macro_rules! traits {
     ($ty:ident, $dot_ty:ident, $m:path, simd, cols) => {
         traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols)
     };
-    (@cols $m:ident) => {
+    ($ty:ident, $dot_ty:ident, $m:path, simd, cols, tile) => {
+        traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols, vec_dot_tile)
+    };
+    (@opt $m:ident) => {
         None
     };
-    (@cols $m:ident, $cols:ident) => {
-        Some($m::$cols)
+    (@opt $m:ident, $f:ident) => {
+        Some($m::$f)
     };
-    (@ $ty:ident, $dot_ty:ident, $m:path, $vec_dot:ident $(, $cols:ident)?) => {{
+    (@ $ty:ident, $dot_ty:ident, $m:path, $vec_dot:ident $(, $cols:ident $(, $tile:ident)?)?) => {{
         use $m as m;
         CpuTypeTraits {
             ty: GgmlType::$ty,
@@ -124,7 +136,8 @@ macro_rules! traits {
             from_float: m::from_float,
             vec_dot: m::$vec_dot,
             vec_dot_scalar: m::vec_dot_scalar,
-            vec_dot_cols: traits!(@cols m $(, $cols)?),
+            vec_dot_cols: traits!(@opt m $(, $cols)?),
+            vec_dot_tile: traits!(@opt m $($(, $tile)?)?),
         }
     }};
 }
@@ -137,6 +150,7 @@ static F32: CpuTypeTraits = CpuTypeTraits {
     vec_dot: float::f32_vec_dot,
     vec_dot_scalar: float::f32_vec_dot_scalar,
     vec_dot_cols: None,
+    vec_dot_tile: None,
 };
 static F16: CpuTypeTraits = CpuTypeTraits {
     ty: GgmlType::F16,
@@ -146,6 +160,7 @@ static F16: CpuTypeTraits = CpuTypeTraits {
     vec_dot: float::f16_vec_dot,
     vec_dot_scalar: float::f16_vec_dot_scalar,
     vec_dot_cols: None,
+    vec_dot_tile: None,
 };
 static BF16: CpuTypeTraits = CpuTypeTraits {
     ty: GgmlType::BF16,
@@ -155,18 +170,19 @@ static BF16: CpuTypeTraits = CpuTypeTraits {
     vec_dot: float::bf16_vec_dot,
     vec_dot_scalar: float::bf16_vec_dot_scalar,
     vec_dot_cols: None,
+    vec_dot_tile: None,
 };
 static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd, cols);
 static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1, simd);
 static Q5_0: CpuTypeTraits = traits!(Q5_0, Q8_0, q5_0, simd);
 static Q5_1: CpuTypeTraits = traits!(Q5_1, Q8_1, q5_1, simd);
-static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd, cols);
+static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd, cols, tile);
 static Q8_1: CpuTypeTraits = traits!(Q8_1, Q8_1, q8_1);
 static Q2K: CpuTypeTraits = traits!(Q2K, Q8K, k_quants::q2_k, simd);
 static Q3K: CpuTypeTraits = traits!(Q3K, Q8K, k_quants::q3_k, simd);
-static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd, cols);
-static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd, cols);
-static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd, cols);
+static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd, cols, tile);
+static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd, cols, tile);
+static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd, cols, tile);
 static Q8K: CpuTypeTraits = traits!(Q8K, Q8K, k_quants::q8_k);
 static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd, cols);
 static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd, cols);

@@ -9,6 +9,7 @@
 #![cfg(target_arch = "x86_64")]
 
 pub(crate) mod float;
+pub(crate) mod k_tiles;
 pub(crate) mod legacy;
 pub(crate) mod lut4;
 pub(crate) mod q2_k;
@@ -16,6 +17,7 @@ pub(crate) mod q3_k;
 pub(crate) mod q4_k;
 pub(crate) mod q5_k;
 pub(crate) mod q6_k;
+pub(crate) mod q8_0_tiles;
 pub(crate) mod quantize;
 
 use std::arch::x86_64::*;

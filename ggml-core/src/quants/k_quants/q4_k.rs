@@ -189,6 +189,18 @@ pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dispatch!(crate::quants::avx2::q4_k::dot_q4_k_q8_k, dot_scalar, (x, y))
 }
 
+/// `out[r * ys.len() + c] = vec_dot(n, xs[r], ys[c])` bit for bit, in
+/// register tiles of rows × columns (see [`crate::quants::vec_dot_tile`]).
+pub fn vec_dot_tile(n: usize, xs: &[&[u8]], ys: &[&[u8]], out: &mut [f32]) {
+    crate::quants::vec_dot_tile::tile_dispatch!(
+        BlockQ4K,
+        BlockQ8K,
+        crate::quants::avx2::k_tiles::dot_q4_k_q8_k_tile,
+        vec_dot_cols,
+        (n, xs, ys, out)
+    )
+}
+
 /// `out[c] = vec_dot(n, x, ys[c])` bit for bit, the row unpacked once per
 /// block for all columns (see [`crate::quants::vec_dot_cols`]).
 pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
