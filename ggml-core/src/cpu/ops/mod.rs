@@ -15,6 +15,7 @@ mod flash_attn;
 mod glu;
 mod matmul;
 mod norm;
+mod quant_rows;
 mod reduce;
 mod rope;
 mod set_rows;
