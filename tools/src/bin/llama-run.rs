@@ -491,9 +491,12 @@ fn run(a: &Args) -> Result<()> {
         Some(t) if t > 0 => t as usize,
         _ => cli::default_threads(),
     };
+    // -fa auto turns flash attention on where a quantized V cache needs
+    // it (llama.cpp resolves auto to on where the backend has it)
+    let fa_auto = a.batch.flash_attn == "auto";
     let (kv_type, kv_type_v) = a
         .extra
-        .kv_types(matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
+        .kv_types(fa_auto || matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
     // Open every output file before the long work, so a bad path fails fast.
     let mut logits_out = OutFile::create(&a.logits_out)?;
     let mut tokens_out = OutFile::create(&a.tokens_out)?;
@@ -527,6 +530,7 @@ fn run(a: &Args) -> Result<()> {
     ctx_params.moe_cache = a.moe_cache.params(&a.placement)?;
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
+    ctx_params.flash_attn |= fa_auto && kv_type_v.is_quantized();
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
     let trace_out = match &a.expert_trace_out {
         Some(p) => {
