@@ -234,3 +234,52 @@ fn kv_cache_types_llama_cpp_refuses_are_refused_by_name() {
     let e = err("tiny-deepseek2-f32", q8, q8, true);
     assert!(e.contains("does not divide the K row = 40"), "{e}");
 }
+
+/// A device that cannot store a quantized row (the CUDA backend has no
+/// quantizing `cpy`: `ggml-cuda/tests/no_gpu.rs`) is refused when the cache
+/// is made, naming the device, not at the first decode; the same types on
+/// the CPU layers, or F16 on the device, are fine.
+#[test]
+fn a_device_that_cannot_store_the_type_is_refused_by_name() {
+    use ggml_core::op::Op;
+    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let no_quant_cpy: ggml_core::sim::OpFilter = Arc::new(|g: &ggml_core::Graph, n| {
+        let t = g.tensor(n);
+        !(t.op == Op::Cpy && t.ty.is_quantized())
+    });
+    let dev: Arc<dyn ggml_core::Backend> =
+        Arc::new(ggml_core::SimBackend::new(0, 2).with_op_filter(no_quant_cpy));
+    let load = |ngl: usize| {
+        let params = ModelParams {
+            device: Some(Arc::clone(&dev)),
+            placement: llama::placement::Placement {
+                n_gpu_layers: Some(ngl),
+                ..Default::default()
+            },
+            progress: None,
+            ..Default::default()
+        };
+        Arc::new(Model::load(&fx.gguf, params).expect("model"))
+    };
+    let ctx = |model: &Arc<Model>, t: GgmlType| {
+        let params = ContextParams {
+            n_ctx: 64,
+            kv_type: t,
+            kv_type_v: Some(t),
+            flash_attn: true,
+            ..Default::default()
+        };
+        Context::new(Arc::clone(model), params)
+    };
+    let on_device = load(99);
+    let e = ctx(&on_device, GgmlType::Q8_0)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("K cache type q8_0 is not supported on SIM0: it cannot store rows of that type"),
+        "{e}"
+    );
+    assert!(ctx(&on_device, GgmlType::F16).is_ok());
+    assert!(ctx(&load(0), GgmlType::Q8_0).is_ok(), "layers on the CPU");
+}
