@@ -75,6 +75,11 @@ pub struct RunSummary {
     /// The cache's full counters (text summary only).
     #[serde(skip)]
     pub moe_cache: Option<CacheStats>,
+    /// CPU threads the prompt's ubatches ran on (`-tb`; as `-t` without
+    /// it), as the CPU backend reports them.
+    pub n_threads_batch: usize,
+    /// CPU threads the one-token decodes ran on (`-t`).
+    pub n_threads: usize,
 }
 
 /// `b - a`, field by field.

@@ -132,6 +132,36 @@ fn kv_cache_types() {
     }
 }
 
+/// `-tb N` reaches the CPU backend: the prompt's ubatches run on N threads,
+/// the one-token decodes on `-t` (the summary reports what the backend ran
+/// on); without `-tb` (or with -1) both use `-t`.
+#[test]
+fn threads_batch_runs_the_prompt_and_threads_the_tokens() {
+    let model = m();
+    let base = ["-m", model.as_str(), "-n", "3", "-p", "The quick brown fox"];
+    for (extra, batch, gen) in [
+        (vec!["-t", "1", "-tb", "3"], 3, 1),
+        (vec!["-t", "2", "-tb", "1"], 1, 2),
+        (vec!["-t", "2"], 2, 2),
+        (vec!["-t", "2", "-tb", "-1"], 2, 2),
+    ] {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend(extra.iter().copied());
+        let (_, s) = run_stats(&a);
+        assert_eq!(s["gen_tokens"], 3, "{extra:?}");
+        assert_eq!(s["n_threads_batch"], batch, "{extra:?}");
+        assert_eq!(s["n_threads"], gen, "{extra:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(RUN, &["-m", &model, "-tb", "0"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("-tb 0: must be -1 or at least 1"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn trailing_eog_in_the_prompt_stops_and_ignore_eos_goes_on() {
     let model = m();

@@ -5,6 +5,11 @@
 //! caller for the workers to finish (an op's last task usually ends within
 //! microseconds of the caller's), so that back-to-back ops cost no futex
 //! wake-ups. [`ThreadPool::stats`] counts the sleeps that did happen.
+//!
+//! A pool is made with the most threads it will use; each job runs on the
+//! first [`ThreadPool::n_threads`] of them (llama.cpp's `n_threads` for a
+//! token, `n_threads_batch` for a prompt batch, on one thread pool:
+//! [`ThreadPool::set_n_threads`]).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -29,6 +34,8 @@ struct Shared {
 
 struct State {
     job: Option<*const Job>,
+    /// Threads the current job runs on (the first `nth` of the pool).
+    nth: usize,
     generation: usize,
     shutdown: bool,
 }
@@ -57,6 +64,7 @@ unsafe impl Send for State {}
 /// them (the caller's thread takes part as worker 0).
 pub struct ThreadPool {
     n_threads: usize,
+    active: AtomicUsize,
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     run_lock: Mutex<()>,
@@ -69,6 +77,7 @@ impl ThreadPool {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 job: None,
+                nth: n_threads,
                 generation: 0,
                 shutdown: false,
             }),
@@ -85,21 +94,35 @@ impl ThreadPool {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("ggml-cpu-{ith}"))
-                    .spawn(move || worker(shared, ith, n_threads))
+                    .spawn(move || worker(shared, ith))
                     .expect("spawning a CPU worker thread")
             })
             .collect();
         ThreadPool {
             n_threads,
+            active: AtomicUsize::new(n_threads),
             shared,
             workers,
             run_lock: Mutex::new(()),
         }
     }
 
-    /// Number of threads.
+    /// Threads the next jobs run on.
     pub fn n_threads(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Threads the pool was made with: the most [`Self::set_n_threads`]
+    /// can ask for.
+    pub fn max_threads(&self) -> usize {
         self.n_threads
+    }
+
+    /// Run the next jobs on the first `n` threads (clamped to
+    /// `1..=max_threads`); the others stay idle.
+    pub fn set_n_threads(&self, n: usize) {
+        self.active
+            .store(n.clamp(1, self.n_threads), Ordering::Relaxed);
     }
 
     /// Jobs run and sleeps taken so far (see [`PoolStats`]).
@@ -113,7 +136,7 @@ impl ThreadPool {
 
     /// Run `f(ith, nth)` on every thread and wait for all of them.
     pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
-        let nth = self.n_threads;
+        let nth = self.n_threads();
         if nth == 1 {
             f(0, 1);
             return;
@@ -126,7 +149,11 @@ impl ThreadPool {
             let job: *const Job =
                 unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f) };
             st.job = Some(job);
-            self.shared.pending.store(nth - 1, Ordering::Relaxed);
+            st.nth = nth;
+            // every worker takes the job; those past `nth` only check in
+            self.shared
+                .pending
+                .store(self.n_threads - 1, Ordering::Relaxed);
             st.generation += 1;
             self.shared
                 .generation
@@ -159,7 +186,10 @@ impl ThreadPool {
         min_per_thread: usize,
         f: &(dyn Fn(std::ops::Range<usize>) + Sync),
     ) {
-        let nth = self.n_threads.min(n.div_ceil(min_per_thread.max(1))).max(1);
+        let nth = self
+            .n_threads()
+            .min(n.div_ceil(min_per_thread.max(1)))
+            .max(1);
         if nth <= 1 {
             f(0..n);
             return;
@@ -179,7 +209,7 @@ impl ThreadPool {
     }
 }
 
-fn worker(shared: Arc<Shared>, ith: usize, nth: usize) {
+fn worker(shared: Arc<Shared>, ith: usize) {
     let mut seen = 0usize;
     loop {
         // spin briefly: the next op usually follows within microseconds
@@ -200,9 +230,10 @@ fn worker(shared: Arc<Shared>, ith: usize, nth: usize) {
                 return;
             }
             seen = st.generation;
-            st.job
+            (st.job, st.nth)
         };
-        if let Some(job) = job {
+        let (job, nth) = job;
+        if let Some(job) = job.filter(|_| ith < nth) {
             // SAFETY: `run` keeps the closure alive until pending hits zero.
             let f = unsafe { &*job };
             f(ith, nth);
@@ -251,5 +282,29 @@ mod tests {
             hits.fetch_add(r.len() as u64, Ordering::Relaxed);
         });
         assert_eq!(hits.load(Ordering::Relaxed), 1001);
+    }
+
+    #[test]
+    fn jobs_run_on_the_threads_asked_for() {
+        let pool = ThreadPool::new(4);
+        assert_eq!((pool.n_threads(), pool.max_threads()), (4, 4));
+        for (n, want) in [(2usize, 2usize), (1, 1), (9, 4), (0, 1), (3, 3)] {
+            pool.set_n_threads(n);
+            assert_eq!(pool.n_threads(), want);
+            let seen = AtomicU64::new(0);
+            for _ in 0..200 {
+                pool.run(&|ith, nth| {
+                    assert_eq!(nth, want);
+                    assert!(ith < want, "thread {ith} of {want}");
+                    seen.fetch_or(1 << ith, Ordering::Relaxed);
+                });
+            }
+            assert_eq!(seen.load(Ordering::Relaxed), (1 << want) - 1, "n {n}");
+            let hits = AtomicU64::new(0);
+            pool.for_ranges(1001, 1, &|r| {
+                hits.fetch_add(r.len() as u64, Ordering::Relaxed);
+            });
+            assert_eq!(hits.load(Ordering::Relaxed), 1001);
+        }
     }
 }

@@ -12,8 +12,8 @@ pub const KV_TYPES: &[&str] = &["f16", "f32", "bf16", "q8_0", "q4_0"];
 /// More of llama.cpp's `llama-cli` flags.
 #[derive(Args, Debug, Clone, Default)]
 pub struct RunExtraArgs {
-    /// [-tb] threads for prompt batches (-1 = as -t; accepted for llama.cpp
-    /// compatibility: one thread pool serves both here, sized by -t)
+    /// [-tb] threads for prompt batches (-1 = as -t); one-token decodes
+    /// run on -t threads, as llama.cpp's --threads-batch
     #[arg(
         long = "threads-batch",
         value_name = "N",
