@@ -283,3 +283,36 @@ fn a_device_that_cannot_store_the_type_is_refused_by_name() {
     assert!(ctx(&on_device, GgmlType::F16).is_ok());
     assert!(ctx(&load(0), GgmlType::Q8_0).is_ok(), "layers on the CPU");
 }
+
+/// A Q8_0 cache in sim device memory (`-ngl 99 --device SIM0`) gives the
+/// logits the same cache gives on the CPU: the store, the KQ and the flash
+/// attention over the quantized rows run on the device.
+#[test]
+fn a_quantized_cache_on_the_sim_device_matches_the_cpu() {
+    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let cpu_model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
+    let dev = llama::device::open_device("SIM0", 2, 1).expect("SIM0");
+    let params = ModelParams {
+        device: dev,
+        placement: llama::placement::Placement {
+            n_gpu_layers: Some(99),
+            ..Default::default()
+        },
+        progress: None,
+        ..Default::default()
+    };
+    let sim_model = Arc::new(Model::load(&fx.gguf, params).expect("model on SIM0"));
+    let q8 = GgmlType::Q8_0;
+    for fa in [true, false] {
+        let v = if fa { q8 } else { GgmlType::F16 };
+        let (cp, cf) = run_fixture(&cpu_model, &fx, q8, v, fa);
+        let (sp, sf) = run_fixture(&sim_model, &fx, q8, v, fa);
+        let (p, f) = (nmse(&sp, &cp), nmse(&sf, &cf));
+        assert!(
+            p <= 1e-10 && f <= 1e-10,
+            "fa {fa}: SIM0 vs CPU NMSE {p:e} {f:e}"
+        );
+        let e = nmse(&sp, &fx.logits);
+        assert!(e <= fx.bound, "fa {fa}: SIM0 prompt NMSE {e:e}");
+    }
+}
