@@ -33,8 +33,11 @@ pub struct ContextParams {
     pub n_batch: usize,
     /// Largest batch computed in one graph (`-ub`).
     pub n_ubatch: usize,
-    /// CPU threads (`-t`).
+    /// CPU threads (`-t`): the threads of a ubatch of one token (decode).
     pub n_threads: usize,
+    /// CPU threads of a ubatch of more than one token (prompt batches:
+    /// llama.cpp's `-tb`, `n_threads_batch`); `None` = `n_threads`.
+    pub n_threads_batch: Option<usize>,
     /// KV cache element type (F16 default, F32 option): of K, and of V
     /// unless `kv_type_v` says otherwise.
     pub kv_type: GgmlType,
@@ -75,6 +78,7 @@ impl Default for ContextParams {
             n_batch: 2048,
             n_ubatch: 512,
             n_threads: 2,
+            n_threads_batch: None,
             kv_type: GgmlType::F16,
             kv_type_v: None,
             expert_copy: true,
@@ -116,6 +120,8 @@ pub struct Context {
     model: Arc<Model>,
     params: ContextParams,
     cpu: Arc<dyn Backend>,
+    /// The same CPU backend, typed: its thread count is set per ubatch.
+    cpu_be: Arc<CpuBackend>,
     kv: KvCache,
     sched: Scheduler,
     policy: Arc<Mutex<PolicyShared>>,
@@ -156,11 +162,14 @@ impl Context {
         }
         params.n_ubatch = params.n_ubatch.min(params.n_batch);
         // the CPU joins a sim device's clock: one simulated timeline
-        let mut cpu_be = CpuBackend::new(params.n_threads.max(1));
+        let n_threads = params.n_threads.max(1);
+        let n_threads_batch = params.n_threads_batch.unwrap_or(n_threads).max(1);
+        let mut cpu_be = CpuBackend::new(n_threads.max(n_threads_batch));
         if let Some(c) = model.device.as_ref().and_then(|d| d.sim_clock()) {
             cpu_be = cpu_be.with_clock(c);
         }
-        let cpu: Arc<dyn Backend> = Arc::new(cpu_be);
+        let cpu_be = Arc::new(cpu_be);
+        let cpu: Arc<dyn Backend> = Arc::clone(&cpu_be) as Arc<dyn Backend>;
         let kv = KvCache::with_types(
             &model,
             params.n_ctx,
@@ -197,6 +206,7 @@ impl Context {
             model,
             params,
             cpu,
+            cpu_be,
             kv,
             sched,
             policy,
@@ -356,6 +366,13 @@ impl Context {
     /// The settings.
     pub fn params(&self) -> &ContextParams {
         &self.params
+    }
+
+    /// The context's CPU backend (its thread count is that of the last
+    /// ubatch: [`ContextParams::n_threads`] for one token,
+    /// [`ContextParams::n_threads_batch`] for more).
+    pub fn cpu_backend(&self) -> &CpuBackend {
+        &self.cpu_be
     }
 
     /// Context length.
@@ -607,6 +624,13 @@ impl Context {
         }
         let mut g = b.g;
         self.bind_inputs(&mut g, &dg, batch, r, n_kv, out_rows)?;
+        // llama.cpp: n_threads for a token, n_threads_batch for a batch
+        let n_threads = self.params.n_threads.max(1);
+        self.cpu_be.set_n_threads(if n_tokens > 1 {
+            self.params.n_threads_batch.unwrap_or(n_threads)
+        } else {
+            n_threads
+        });
         self.run(&mut g)?;
         if let Some(p) = &self.prefetch {
             p.lock().settle(&g)?;

@@ -3,6 +3,14 @@
 //! reads rows: the `mul_mat` attention path) or as rows like K (flash
 //! attention), F16 by default, on the backend of the layer.
 //!
+//! As llama.cpp's `-ctk/-ctv`, K and V may be F16, F32, BF16, Q8_0 or
+//! Q4_0 ([`KV_CACHE_TYPES`]): the ubatch's F32 rows are quantized as they
+//! are stored (`cpy`), the KQ `mul_mat` and `flash_attn_ext` read the
+//! quantized rows, and a quantized V needs flash attention (the transposed
+//! layout would split blocks). Rows are only ever written and read whole,
+//! so a head (and, for MLA, the latent part of a row) must be a whole
+//! number of blocks.
+//!
 //! MLA layers (deepseek2) cache one row of `kv_lora_rank + qk_rope` per
 //! cell, the compressed latent and the roped key part, and no V: the value
 //! is the latent, read as a view of the K rows.
@@ -17,7 +25,7 @@
 
 use std::sync::Arc;
 
-use ggml_core::{Backend, BufferUsage, GgmlType, TensorData};
+use ggml_core::{Backend, BufferUsage, GgmlType, Graph, TensorData};
 
 use crate::error::{LlamaError, Result};
 use crate::model::Model;
@@ -52,7 +60,7 @@ impl LayerKv {
     pub fn nbytes(&self) -> usize {
         let k = self.ty.row_size(self.n_embd_k_gqa as u64).unwrap_or(0) * self.size;
         let v = if self.v.is_some() {
-            self.ty_v.type_size() * self.size * self.n_embd_v_gqa
+            self.ty_v.row_size(self.n_embd_v_gqa as u64).unwrap_or(0) * self.size
         } else {
             0
         };
@@ -67,6 +75,94 @@ impl LayerKv {
             [self.n_embd_v_gqa as i64, self.size as i64, 1, 1]
         }
     }
+}
+
+/// The element types a KV cache holds (llama.cpp's `-ctk/-ctv` types that
+/// exist here), F16 the default.
+pub const KV_CACHE_TYPES: [GgmlType; 5] = [
+    GgmlType::F16,
+    GgmlType::F32,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+];
+
+/// Check K and V cache types against the model and the attention path, as
+/// llama.cpp does: known types, a quantized V only with flash attention,
+/// heads a whole number of blocks (MLA: its latent and whole rows, and a
+/// quantized K only with flash attention, because its V is read from the
+/// K rows).
+pub fn check_types(
+    hp: &crate::hparams::HParams,
+    ty: GgmlType,
+    ty_v: GgmlType,
+    flash_attn: bool,
+) -> Result<()> {
+    let names = || {
+        KV_CACHE_TYPES
+            .iter()
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (what, t) in [("K", ty), ("V", ty_v)] {
+        if !KV_CACHE_TYPES.contains(&t) {
+            return Err(LlamaError::Invalid(format!(
+                "{what} cache type {t} is not supported (one of {})",
+                names()
+            )));
+        }
+    }
+    let invalid = |m: String| Err(LlamaError::Invalid(m));
+    let divides = |t: GgmlType, n: usize| n.is_multiple_of(t.blck_size());
+    if hp.is_mla() {
+        let dk = hp.n_embd_k_gqa();
+        if ty.is_quantized() && !flash_attn {
+            return invalid(format!(
+                "K cache type {ty} on an MLA model ({}) requires flash attention (-fa on): its V is read from the K rows",
+                hp.arch.name()
+            ));
+        }
+        for (what, n) in [("the K row", dk), ("kv_lora_rank", hp.n_lora_kv)] {
+            if !divides(ty, n) {
+                return invalid(format!(
+                    "K cache type {ty} with block size {} does not divide {what} = {n}",
+                    ty.blck_size()
+                ));
+            }
+        }
+        return Ok(());
+    }
+    if ty_v.is_quantized() && !flash_attn {
+        return invalid(format!(
+            "V cache quantization requires flash attention (-fa on): V cache type {ty_v}"
+        ));
+    }
+    if !divides(ty, hp.n_embd_head_k) {
+        return invalid(format!(
+            "K cache type {ty} with block size {} does not divide n_embd_head_k = {}",
+            ty.blck_size(),
+            hp.n_embd_head_k
+        ));
+    }
+    if !divides(ty_v, hp.n_embd_head_v) {
+        return invalid(format!(
+            "V cache type {ty_v} with block size {} does not divide n_embd_head_v = {}",
+            ty_v.blck_size(),
+            hp.n_embd_head_v
+        ));
+    }
+    Ok(())
+}
+
+/// Whether backend `be` can store F32 rows of `n` elements into a cache of
+/// `ty` (asks its `supports_op` about that very `cpy`).
+fn can_store(be: &dyn Backend, ty: GgmlType, n: usize) -> bool {
+    let mut g = Graph::new();
+    let src = g.new_tensor(GgmlType::F32, &[n as i64, 1]);
+    let dst = g.new_tensor(ty, &[n as i64, 1]);
+    let c = g.cpy(src, dst);
+    be.supports_op(&g, c)
 }
 
 /// A sequence id (llama.cpp's `llama_seq_id`): `0..MAX_SEQ`.
@@ -108,7 +204,7 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// Allocate a cache of `size` cells of `ty` (F16 or F32), each layer on
+    /// Allocate a cache of `size` cells of `ty` (one of [`KV_CACHE_TYPES`]), each layer on
     /// `device` when the model put that layer there, else on `host`; V laid
     /// out for flash attention when `flash_attn`.
     pub fn new(
@@ -121,7 +217,9 @@ impl KvCache {
         Self::with_types(model, size, ty, ty, flash_attn, host)
     }
 
-    /// [`KvCache::new`] with K of `ty` and V of `ty_v` (each F16 or F32).
+    /// [`KvCache::new`] with K of `ty` and V of `ty_v`, checked by
+    /// [`check_types`]; a layer's backend that cannot store rows of a type
+    /// (a quantized cache on a CUDA device) is refused by name.
     pub fn with_types(
         model: &Model,
         size: usize,
@@ -130,20 +228,14 @@ impl KvCache {
         flash_attn: bool,
         host: &Arc<dyn Backend>,
     ) -> Result<KvCache> {
-        for t in [ty, ty_v] {
-            if !matches!(t, GgmlType::F16 | GgmlType::F32) {
-                return Err(LlamaError::Invalid(format!(
-                    "KV cache type {t} is not supported (f16, f32)"
-                )));
-            }
-        }
         let hp = &model.hparams;
+        check_types(hp, ty, ty_v, flash_attn)?;
         let (ek, ev) = (hp.n_embd_k_gqa(), hp.n_embd_v_gqa());
         let k_bytes = ty.row_size(ek as u64).unwrap_or(0) * size;
         let v_bytes = if hp.is_mla() {
             0
         } else {
-            ty_v.type_size() * size * ev
+            ty_v.row_size(ev as u64).unwrap_or(0) * size
         };
         let mut layers = Vec::with_capacity(hp.n_layer);
         for lw in &model.layers {
@@ -151,6 +243,15 @@ impl KvCache {
                 (Some(d), true) => d,
                 _ => host,
             };
+            let stores = [(ty, ek, "K"), (ty_v, if v_bytes > 0 { ev } else { 0 }, "V")];
+            for (t, n, what) in stores {
+                if n > 0 && !can_store(be.as_ref(), t, n) {
+                    return Err(LlamaError::Invalid(format!(
+                        "{what} cache type {t} is not supported on {}: it cannot store rows of that type (use f16 there, or keep the layers on the CPU)",
+                        be.name()
+                    )));
+                }
+            }
             let buf = be.alloc_buffer(k_bytes + v_bytes, BufferUsage::Compute)?;
             layers.push(LayerKv {
                 k: TensorData {

@@ -321,7 +321,8 @@ pub struct BatchArgs {
 
     /// [-fa] flash attention: on, off or auto (`-fa` alone = on; auto keeps
     /// the mul_mat/soft_max attention path, the one llama.cpp's reference
-    /// logits are made with)
+    /// logits are made with, except with a quantized V cache, which needs
+    /// flash attention)
     #[arg(
         long = "flash-attn",
         value_name = "on|off|auto",

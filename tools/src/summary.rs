@@ -8,6 +8,18 @@ use serde::Serialize;
 use crate::cli::fmt_bytes;
 use crate::simtime::SimReport;
 
+/// Every value [`RunSummary::stop`] takes.
+pub const STOP_VALUES: [&str; 8] = [
+    "n_predict",
+    "eog",
+    "reverse_prompt",
+    "context_full",
+    "interrupted",
+    "stdout_closed",
+    "exit",
+    "eof",
+];
+
 /// Everything the summary reports. Field names are the JSON keys.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RunSummary {
@@ -36,7 +48,12 @@ pub struct RunSummary {
     pub gen_tps: f64,
     /// Single-token decodes during generation.
     pub gen_decodes: usize,
-    /// Why generation stopped: `eog`, `n_predict`, `context_full`.
+    /// Why generation stopped, one of [`STOP_VALUES`]: `n_predict` (`-n`
+    /// reached), `eog` (an end-of-generation token, or a prompt ending in
+    /// one), `reverse_prompt` (`-r`), `context_full`, `interrupted`
+    /// (SIGINT), `stdout_closed`; a conversation (`-cnv`) ends with `exit`
+    /// (`/exit`), `eof` (Ctrl-D), `interrupted`, `context_full` or
+    /// `stdout_closed`.
     pub stop: String,
     /// Host -> device traffic of the whole run (its fields are keys of the
     /// summary itself).
@@ -82,6 +99,11 @@ pub struct RunSummary {
     /// `moe_predict_recall` keys).
     #[serde(flatten)]
     pub prefetch: crate::prefetch_report::PrefetchReport,
+    /// CPU threads the prompt's ubatches ran on (`-tb`; as `-t` without
+    /// it), as the CPU backend reports them.
+    pub n_threads_batch: usize,
+    /// CPU threads the one-token decodes ran on (`-t`).
+    pub n_threads: usize,
 }
 
 /// `b - a`, field by field.

@@ -187,21 +187,9 @@ fn markdown_fixtures() {
         "md-ot",
         "md-ctk",
     ] {
-        let mut args = fixture_args(name);
-        if name == "md-ctk" {
-            // our KV cache holds f16 and f32 (q8_0 is refused: see
-            // bad_lists_fail_clearly); f32 keeps the column and the rows
-            for a in &mut args {
-                *a = a.replace("q8_0", "f32");
-            }
-        }
+        let args = fixture_args(name);
         let threads_given = args.iter().any(|a| a == "-t");
         let (out, _) = bench(&args);
-        let out = if name == "md-ctk" {
-            out.replace("    f32 |", "   q8_0 |")
-        } else {
-            out
-        };
         check_md(name, &out, threads_given);
     }
 }
@@ -358,7 +346,18 @@ fn bad_lists_fail_clearly() {
         &["-m", &m, "-o", "xml"],
         &["-o xml", "unknown output format 'xml'"],
     );
-    fails(&["-m", &m, "-ctk", "q8_0"], &["q8_0", "not supported"]);
+    fails(
+        &["-m", &m, "-ctk", "q5_1"],
+        &["q5_1", "not supported by this engine's KV cache"],
+    );
+    fails(
+        &["-m", &m, "-ctk", "q9"],
+        &["-ctk q9", "unknown cache type"],
+    );
+    fails(
+        &["-m", &m, "-ctv", "q8_0", "-fa", "0"],
+        &["-ctv q8_0", "requires flash attention"],
+    );
     fails(
         &["-m", &m, "-fa", "sometimes"],
         &["-fa sometimes", "'sometimes'"],

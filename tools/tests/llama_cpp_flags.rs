@@ -88,13 +88,40 @@ fn kv_cache_types() {
         let (_, s) = run_stats(&["-m", &model, "-ctk", k, "-ctv", v, "-n", "2"]);
         assert_eq!(s["gen_tokens"], 2);
     }
+    // quantized types on a model whose heads (64) split into blocks of 32;
+    // -fa auto turns flash attention on for a quantized V, as llama.cpp
+    let q4k = common::model("tiny-qwen3moe-q4_k.gguf")
+        .to_string_lossy()
+        .into_owned();
+    for args in [
+        vec!["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"],
+        vec!["-ctk", "q4_0", "-ctv", "q4_0", "-fa", "on"],
+        vec!["-ctk", "bf16", "-ctv", "bf16", "-fa", "on"],
+        vec!["-ctk", "q8_0"],
+        vec!["-ctk", "q4_0", "-ctv", "q4_0", "-fa", "auto"],
+    ] {
+        let mut a = vec!["-m", q4k.as_str(), "-n", "2"];
+        a.extend(args.iter().copied());
+        let (_, s) = run_stats(&a);
+        assert_eq!(s["gen_tokens"], 2, "{args:?}");
+    }
     let dir = tempfile::tempdir().unwrap();
     for (args, msg) in [
-        (vec!["-ctv", "q8_0"], "needs flash attention"),
+        (
+            vec!["-ctv", "q8_0"],
+            "-ctv q8_0: a quantized V cache needs flash attention (-fa on)",
+        ),
+        (
+            vec!["-ctv", "q8_0", "-fa", "off"],
+            "needs flash attention (-fa on)",
+        ),
+        (vec!["-ctk", "q9"], "-ctk q9: unknown KV cache type"),
         (vec!["-ctk", "q9_9"], "unknown KV cache type"),
         (
+            // heads of 16 do not split into Q8_0's blocks of 32 (llama.cpp
+            // refuses this model's K cache type the same way)
             vec!["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"],
-            "not supported yet",
+            "K cache type q8_0 with block size 32 does not divide n_embd_head_k = 16",
         ),
     ] {
         let mut a = vec!["-m", model.as_str(), "-n", "1"];
@@ -103,6 +130,36 @@ fn kv_cache_types() {
         assert_eq!(o.status.code(), Some(1), "{a:?}");
         assert!(stderr(&o).contains(msg), "{a:?}: {}", stderr(&o));
     }
+}
+
+/// `-tb N` reaches the CPU backend: the prompt's ubatches run on N threads,
+/// the one-token decodes on `-t` (the summary reports what the backend ran
+/// on); without `-tb` (or with -1) both use `-t`.
+#[test]
+fn threads_batch_runs_the_prompt_and_threads_the_tokens() {
+    let model = m();
+    let base = ["-m", model.as_str(), "-n", "3", "-p", "The quick brown fox"];
+    for (extra, batch, gen) in [
+        (vec!["-t", "1", "-tb", "3"], 3, 1),
+        (vec!["-t", "2", "-tb", "1"], 1, 2),
+        (vec!["-t", "2"], 2, 2),
+        (vec!["-t", "2", "-tb", "-1"], 2, 2),
+    ] {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend(extra.iter().copied());
+        let (_, s) = run_stats(&a);
+        assert_eq!(s["gen_tokens"], 3, "{extra:?}");
+        assert_eq!(s["n_threads_batch"], batch, "{extra:?}");
+        assert_eq!(s["n_threads"], gen, "{extra:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(RUN, &["-m", &model, "-tb", "0"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("-tb 0: must be -1 or at least 1"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -115,6 +115,20 @@ fn flash_attention_matches_llama_cpp() {
 }
 
 #[test]
+fn bf16_and_q8_0_kv_caches_match_llama_cpp() {
+    // -ctk T -ctv T -fa on within the quantized bound; a Q4_0 cache is not
+    // held to it (4-bit K/V cost ~7e-2 NMSE on these random-weight models:
+    // see llama/tests/kv_types.rs)
+    for t in ["bf16", "q8_0"] {
+        check_model_with(
+            "tiny-qwen3moe-q4_k",
+            5e-3,
+            &["-ctk", t, "-ctv", t, "-fa", "on"],
+        );
+    }
+}
+
+#[test]
 fn other_fixture_models_match_llama_cpp() {
     for (name, bound) in [
         ("tiny-qwen2moe-f32", 5e-5),

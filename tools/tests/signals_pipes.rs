@@ -1,11 +1,13 @@
 //! Signals and pipes: Ctrl-C stops at the next token with the summary and
-//! complete output files (exit 130); a closed stdout ends quietly (141); a
-//! closed stderr never panics; a failed run leaves no output files.
+//! complete output files (exit 130); a second Ctrl-C exits at once (130, no
+//! summary, nothing under the final output names); a closed stdout ends
+//! quietly (141); a closed stderr never panics; a failed run leaves no
+//! output files.
 
 mod common;
 use common::*;
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::process::{Command, Stdio};
 
 const RUN: &str = env!("CARGO_BIN_EXE_llama-run");
@@ -87,6 +89,56 @@ fn sigint_stops_with_summary_and_complete_files() {
     assert_eq!(s["stop"], "interrupted");
     assert!(s["gen_tokens"].as_u64().unwrap() < 4000);
     check_files_complete(dir.path(), &s);
+}
+
+/// The first SIGINT lands while a long prompt is being decoded (llama-run
+/// only looks at it before the next sampled token, so the prompt goes on);
+/// the second one, while the prompt still runs, ends the process at once:
+/// exit 130, no summary, and neither `--stats-out` nor `--tokens-out`
+/// appears under its final name. (With one SIGINT the same run would finish
+/// the prompt, print the summary and write both: the test above.)
+#[test]
+fn second_sigint_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // ~3300 prompt tokens decoded one per ubatch on one thread: seconds
+    let prompt = dir.path().join("p.txt");
+    std::fs::write(
+        &prompt,
+        "The quick brown fox jumps over the lazy dog. ".repeat(200),
+    )
+    .unwrap();
+    let mut child = long_run(dir.path())
+        .args(["-b", "1", "-ub", "1", "-t", "1"])
+        .arg("-f")
+        .arg(&prompt)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the placement line comes after the handler is installed and before
+    // the prompt
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut head = String::new();
+    while !head.contains("placement:") {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "llama-run ended early: {head}"
+        );
+        head.push_str(&line);
+    }
+    // SAFETY (both): sending SIGINT to the child we spawned.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{head}{rest}");
+    assert!(!rest.contains("prompt eval"), "no summary: {rest}");
+    assert!(!rest.contains("panicked"), "{rest}");
+    assert!(!dir.path().join("s.json").exists(), "no --stats-out");
+    assert!(!dir.path().join("t.bin").exists(), "no --tokens-out");
 }
 
 #[test]

@@ -39,9 +39,21 @@ impl CpuBackend {
         self
     }
 
-    /// Number of threads.
+    /// Threads the next ops run on.
     pub fn n_threads(&self) -> usize {
         self.pool.n_threads()
+    }
+
+    /// Run the next ops on `n` threads, at most the number the backend was
+    /// made with (llama.cpp's `ggml_backend_cpu_set_n_threads`: `-t` for a
+    /// token, `-tb` for a prompt batch).
+    pub fn set_n_threads(&self, n: usize) {
+        self.pool.set_n_threads(n)
+    }
+
+    /// Threads the backend was made with.
+    pub fn max_threads(&self) -> usize {
+        self.pool.max_threads()
     }
 
     /// What the worker pool did so far: jobs and sleeps (wake-up costs).

@@ -14,6 +14,11 @@
 //! milliseconds, at times) no longer stalls every op until it runs; the
 //! caller does its share, and the job is closed so that a worker waking
 //! later skips it. Only a slot a worker has claimed is waited for.
+//!
+//! A pool is made with the most threads it will use; each job has
+//! [`ThreadPool::n_threads`] slots (llama.cpp's `n_threads` for a token,
+//! `n_threads_batch` for a prompt batch, on one thread pool:
+//! [`ThreadPool::set_n_threads`]), so at most that many threads work on it.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -46,6 +51,8 @@ struct Shared {
 
 struct State {
     job: Option<*const Job>,
+    /// Slots of the current job.
+    nth: usize,
     generation: usize,
     shutdown: bool,
 }
@@ -95,6 +102,7 @@ unsafe impl Send for State {}
 /// them (the caller's thread takes part as worker 0).
 pub struct ThreadPool {
     n_threads: usize,
+    active: AtomicUsize,
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     run_lock: Mutex<()>,
@@ -107,6 +115,7 @@ impl ThreadPool {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 job: None,
+                nth: n_threads,
                 generation: 0,
                 shutdown: false,
             }),
@@ -126,21 +135,35 @@ impl ThreadPool {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("ggml-cpu-{ith}"))
-                    .spawn(move || worker(shared, n_threads))
+                    .spawn(move || worker(shared))
                     .expect("spawning a CPU worker thread")
             })
             .collect();
         ThreadPool {
             n_threads,
+            active: AtomicUsize::new(n_threads),
             shared,
             workers,
             run_lock: Mutex::new(()),
         }
     }
 
-    /// Number of threads.
+    /// Threads (slots) the next jobs run on.
     pub fn n_threads(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Threads the pool was made with: the most [`Self::set_n_threads`]
+    /// can ask for.
+    pub fn max_threads(&self) -> usize {
         self.n_threads
+    }
+
+    /// Run the next jobs with `n` slots (clamped to `1..=max_threads`); the
+    /// other threads stay idle.
+    pub fn set_n_threads(&self, n: usize) {
+        self.active
+            .store(n.clamp(1, self.n_threads), Ordering::Relaxed);
     }
 
     /// Jobs run and sleeps taken so far (see [`PoolStats`]).
@@ -157,7 +180,7 @@ impl ThreadPool {
     /// claimed), and wait for all of them. Slots may run one after another
     /// on one thread, so a job must not make one slot wait for another.
     pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
-        let nth = self.n_threads;
+        let nth = self.n_threads();
         if nth == 1 {
             f(0, 1);
             return;
@@ -172,6 +195,7 @@ impl ThreadPool {
             let job: *const Job =
                 unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f) };
             st.job = Some(job);
+            st.nth = nth;
             st.generation += 1;
             sh.next_slot.store(0, Ordering::Relaxed);
             sh.admission
@@ -210,7 +234,10 @@ impl ThreadPool {
         min_per_thread: usize,
         f: &(dyn Fn(std::ops::Range<usize>) + Sync),
     ) {
-        let nth = self.n_threads.min(n.div_ceil(min_per_thread.max(1))).max(1);
+        let nth = self
+            .n_threads()
+            .min(n.div_ceil(min_per_thread.max(1)))
+            .max(1);
         if nth <= 1 {
             f(0..n);
             return;
@@ -230,7 +257,7 @@ impl ThreadPool {
     }
 }
 
-fn worker(shared: Arc<Shared>, nth: usize) {
+fn worker(shared: Arc<Shared>) {
     let mut seen = 0usize;
     loop {
         // spin briefly: the next op usually follows within microseconds
@@ -251,8 +278,9 @@ fn worker(shared: Arc<Shared>, nth: usize) {
                 return;
             }
             seen = st.generation;
-            st.job
+            (st.job, st.nth)
         };
+        let (job, nth) = job;
         #[cfg(test)]
         if shared.hold_workers.load(Ordering::Acquire) {
             continue;
@@ -370,5 +398,29 @@ mod tests {
             });
         }
         assert_eq!(sum.load(Ordering::Relaxed), 600);
+    }
+
+    #[test]
+    fn jobs_run_on_the_threads_asked_for() {
+        let pool = ThreadPool::new(4);
+        assert_eq!((pool.n_threads(), pool.max_threads()), (4, 4));
+        for (n, want) in [(2usize, 2usize), (1, 1), (9, 4), (0, 1), (3, 3)] {
+            pool.set_n_threads(n);
+            assert_eq!(pool.n_threads(), want);
+            let seen = AtomicU64::new(0);
+            for _ in 0..200 {
+                pool.run(&|ith, nth| {
+                    assert_eq!(nth, want);
+                    assert!(ith < want, "thread {ith} of {want}");
+                    seen.fetch_or(1 << ith, Ordering::Relaxed);
+                });
+            }
+            assert_eq!(seen.load(Ordering::Relaxed), (1 << want) - 1, "n {n}");
+            let hits = AtomicU64::new(0);
+            pool.for_ranges(1001, 1, &|r| {
+                hits.fetch_add(r.len() as u64, Ordering::Relaxed);
+            });
+            assert_eq!(hits.load(Ordering::Relaxed), 1001);
+        }
     }
 }

@@ -12,8 +12,8 @@ pub const KV_TYPES: &[&str] = &["f16", "f32", "bf16", "q8_0", "q4_0"];
 /// More of llama.cpp's `llama-cli` flags.
 #[derive(Args, Debug, Clone, Default)]
 pub struct RunExtraArgs {
-    /// [-tb] threads for prompt batches (-1 = as -t; accepted for llama.cpp
-    /// compatibility: one thread pool serves both here, sized by -t)
+    /// [-tb] threads for prompt batches (-1 = as -t); one-token decodes
+    /// run on -t threads, as llama.cpp's --threads-batch
     #[arg(
         long = "threads-batch",
         value_name = "N",
@@ -63,8 +63,8 @@ pub struct RunExtraArgs {
 
 impl RunExtraArgs {
     /// The K and V cache element types, checked as llama.cpp checks them:
-    /// known names, a quantized V only with flash attention; types the
-    /// cache cannot hold yet are refused by name.
+    /// known names, a quantized V only with flash attention (what the model
+    /// allows, heads in whole blocks, is checked when the cache is made).
     pub fn kv_types(&self, flash_attn: bool) -> Result<(GgmlType, GgmlType)> {
         let parse = |flag: &str, s: &str| -> Result<GgmlType> {
             let lower = s.to_ascii_lowercase();
@@ -85,11 +85,6 @@ impl RunExtraArgs {
                 "-ctv {}: a quantized V cache needs flash attention (-fa on)",
                 self.cache_type_v
             );
-        }
-        for (flag, t) in [("-ctk", k), ("-ctv", v)] {
-            if !matches!(t, GgmlType::F16 | GgmlType::F32) {
-                bail!("{flag} {t}: not supported yet: the KV cache holds f16 or f32");
-            }
         }
         Ok((k, v))
     }
@@ -137,8 +132,17 @@ mod tests {
         a.cache_type_k = "F32".into();
         assert_eq!(a.kv_types(false).unwrap(), (GgmlType::F32, GgmlType::F16));
         a.cache_type_v = "q8_0".into();
-        assert!(err(&a, false).contains("needs flash attention"));
-        assert!(err(&a, true).contains("not supported yet"));
+        assert!(err(&a, false).contains("needs flash attention (-fa on)"));
+        assert_eq!(a.kv_types(true).unwrap(), (GgmlType::F32, GgmlType::Q8_0));
+        for (name, t) in [
+            ("bf16", GgmlType::BF16),
+            ("Q4_0", GgmlType::Q4_0),
+            ("q8_0", GgmlType::Q8_0),
+        ] {
+            a.cache_type_k = name.into();
+            a.cache_type_v = name.into();
+            assert_eq!(a.kv_types(true).unwrap(), (t, t));
+        }
         a.cache_type_k = "q9".into();
         assert!(err(&a, true).contains("unknown KV cache type"));
     }

@@ -169,12 +169,16 @@ fn cache_type(s: &str) -> Result<String, String> {
 }
 
 fn cache_type_ok(v: &Value) -> Result<(), String> {
-    match v.str() {
-        "f16" | "f32" => Ok(()),
-        t => Err(format!(
-            "cache type {t} is not supported by this engine's KV cache (f16, f32)"
-        )),
+    let held = llama::kv_cache::KV_CACHE_TYPES;
+    if held.iter().any(|t| t.name() == v.str()) {
+        return Ok(());
     }
+    let names: Vec<&str> = held.iter().map(|t| t.name()).collect();
+    Err(format!(
+        "cache type {} is not supported by this engine's KV cache ({})",
+        v.str(),
+        names.join(", ")
+    ))
 }
 
 fn split_mode(s: &str) -> Result<String, String> {
@@ -706,7 +710,7 @@ pub static PARAMS: &[ParamSpec] = &[
         field: "type_k",
         flags: &["-ctk", "--cache-type-k"],
         metavar: "T",
-        help: "K cache type (f16, f32)",
+        help: "K cache type (f16, f32, bf16, q8_0, q4_0)",
         syntax: Syntax::Text(cache_type),
         default: default!(s("f16")),
         accept: cache_type_ok,
@@ -718,7 +722,7 @@ pub static PARAMS: &[ParamSpec] = &[
         field: "type_v",
         flags: &["-ctv", "--cache-type-v"],
         metavar: "T",
-        help: "V cache type (f16, f32)",
+        help: "V cache type (f16, f32, bf16, q8_0, q4_0; a quantized V needs -fa 1 or auto)",
         syntax: Syntax::Text(cache_type),
         default: default!(s("f16")),
         accept: cache_type_ok,
@@ -926,7 +930,13 @@ mod tests {
         assert!(p("-dev", "GPU0").unwrap_err().contains("GPU0"));
         assert!(p("-dev", "SIM0/SIM1").unwrap_err().contains("one device"));
         assert_eq!(p("-ctk", "F16,f32").unwrap(), [s("f16"), s("f32")]);
-        assert!(p("-ctk", "q8_0").unwrap_err().contains("q8_0"));
+        assert_eq!(
+            p("-ctk", "f16,q8_0,Q4_0,bf16").unwrap(),
+            [s("f16"), s("q8_0"), s("q4_0"), s("bf16")]
+        );
+        assert!(p("-ctv", "q5_1")
+            .unwrap_err()
+            .contains("q5_1 is not supported"));
         assert!(p("-ctk", "q9").unwrap_err().contains("unknown cache type"));
         assert_eq!(p("-ts", "0").unwrap(), [s("0.00")]);
         assert!(p("-ts", "3/1").is_err());

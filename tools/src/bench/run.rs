@@ -55,11 +55,24 @@ pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
 }
 
 fn kv_type(name: &str) -> Result<GgmlType> {
-    match name {
-        "f16" => Ok(GgmlType::F16),
-        "f32" => Ok(GgmlType::F32),
-        t => bail!("cache type {t} is not supported (f16, f32)"),
+    match llama::kv_cache::KV_CACHE_TYPES
+        .iter()
+        .find(|t| t.name() == name)
+    {
+        Some(&t) => Ok(t),
+        None => bail!("cache type {name} is not supported (f16, f32, bf16, q8_0, q4_0)"),
     }
+}
+
+/// Flash attention of a test: `-fa 1`, or `-fa auto` (-1) where a
+/// quantized V cache needs it (llama.cpp resolves auto to on there).
+fn flash_attn_of(inst: &Instance) -> Result<bool> {
+    let v = kv_type(inst.str("type_v"))?;
+    Ok(match inst.int("flash_attn") {
+        1 => true,
+        -1 => v.is_quantized(),
+        _ => false,
+    })
 }
 
 /// Errs on the first test that cannot run, before anything runs: missing
@@ -81,7 +94,10 @@ pub fn check(p: &Params, insts: &[Instance]) -> Result<()> {
             .placement(inst.device())
             .with_context(|| format!("devices {}", inst.str("devices")))?;
         kv_type(inst.str("type_k"))?;
-        kv_type(inst.str("type_v"))?;
+        let v = kv_type(inst.str("type_v"))?;
+        if v.is_quantized() && !flash_attn_of(inst)? {
+            bail!("-ctv {v}: V cache quantization requires flash attention (-fa 1 or auto)");
+        }
     }
     Ok(())
 }
@@ -259,7 +275,7 @@ fn run_test(
         kv_type: kv_type(inst.str("type_k"))?,
         kv_type_v: Some(kv_type(inst.str("type_v"))?),
         expert_copy: !p.no_expert_copy,
-        flash_attn: inst.int("flash_attn") == 1,
+        flash_attn: flash_attn_of(inst)?,
         moe_cache: MoeCacheParams {
             // -nopo keeps every op on host weights on the CPU: no cache
             size: if p.no_expert_copy || inst.bool("no_op_offload") {

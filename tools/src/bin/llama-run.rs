@@ -461,6 +461,11 @@ fn conversation(
         gen_tps: gen_tokens as f64 / st.gen_s.max(1e-9),
         gen_decodes: st.gen_decodes,
         stop: st.stop.clone(),
+        n_threads: ctx.params().n_threads,
+        n_threads_batch: ctx
+            .params()
+            .n_threads_batch
+            .unwrap_or(ctx.params().n_threads),
         ..Default::default()
     };
     eprintln!();
@@ -495,9 +500,12 @@ fn run(a: &Args) -> Result<()> {
         Some(t) if t > 0 => t as usize,
         _ => cli::default_threads(),
     };
+    // -fa auto turns flash attention on where a quantized V cache needs
+    // it (llama.cpp resolves auto to on where the backend has it)
+    let fa_auto = a.batch.flash_attn == "auto";
     let (kv_type, kv_type_v) = a
         .extra
-        .kv_types(matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
+        .kv_types(fa_auto || matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
     // Open every output file before the long work, so a bad path fails fast.
     let mut logits_out = OutFile::create(&a.logits_out)?;
     let mut tokens_out = OutFile::create(&a.tokens_out)?;
@@ -534,6 +542,9 @@ fn run(a: &Args) -> Result<()> {
     ctx_params.moe_predict = a.prefetch.predict();
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
+    ctx_params.flash_attn |= fa_auto && kv_type_v.is_quantized();
+    // -tb N: the threads of prompt ubatches (-1 or absent: as -t)
+    ctx_params.n_threads_batch = a.extra.threads_batch.filter(|&n| n > 0).map(|n| n as usize);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
     if a.prefetch.predict() && ctx.predict_stats().is_none() {
         eprintln!(
@@ -646,6 +657,8 @@ fn run(a: &Args) -> Result<()> {
         }
     }
     let prompt_s = t_prompt.elapsed().as_secs_f64();
+    // what the CPU backend ran the prompt on (-tb)
+    let prompt_threads = ctx.cpu_backend().n_threads();
     if let Some(sim) = &mut sim {
         sim.prompt_done();
     }
@@ -772,6 +785,12 @@ fn run(a: &Args) -> Result<()> {
         sim: sim
             .as_ref()
             .map(|r| r.report(prompt_ids.len(), gen_decodes)),
+        n_threads_batch: prompt_threads,
+        n_threads: if gen_decodes > 0 {
+            ctx.cpu_backend().n_threads()
+        } else {
+            ctx.params().n_threads
+        },
         ..Default::default()
     };
     if let (Some(d), Some(p)) = (&event_timeline, &a.timeline_out) {

@@ -52,7 +52,8 @@ pub struct ConversationStats {
     pub gen_s: f64,
     /// Single-token decodes while generating.
     pub gen_decodes: usize,
-    /// Why it ended: `exit`, `eof`, `interrupted`, `context_full`.
+    /// Why it ended: `exit`, `eof`, `interrupted`, `context_full`,
+    /// `stdout_closed`.
     pub stop: String,
 }
 

@@ -1,7 +1,13 @@
 //! Copies and type conversion: `dup`, `cont`, `cpy`, plus the row
-//! load/store helpers (any strides, F32/F16/BF16 to and from f32 scratch)
-//! that the row-wise kernels of the other families share.
+//! load/store helpers (any strides, F32/F16/BF16 to and from f32 scratch;
+//! whole rows of block types through `quant_rows`) that the row-wise
+//! kernels of the other families share.
+//!
+//! Copies into or out of a block type (a quantized KV cache) go row by
+//! row, each row quantized or dequantized whole; a copy between two
+//! tensors of one block type moves whole blocks.
 
+use super::quant_rows::{block_rows, load_qrow, store_qrow, tensor_block_rows};
 use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::view::TView;
@@ -80,22 +86,37 @@ pub(super) unsafe fn load_row_at(
     }
 }
 
-/// Read a whole row as f32 (see [`load_row_at`]).
+/// Read a whole row as f32 (see [`load_row_at`]); a block type is
+/// dequantized (`out` a whole number of blocks, else it reads as NaN).
 ///
 /// # Safety
-/// `(i1, i2, i3)` within `v.ne`, `out.len() <= v.ne[0]`.
+/// `(i1, i2, i3)` within `v.ne`, `out.len() <= v.ne[0]`; for a block type,
+/// blocks dense in the row.
 pub(super) unsafe fn load_row(v: &TView, i1: usize, i2: usize, i3: usize, out: &mut [f32]) {
+    if v.ty.is_quantized() {
+        if !load_qrow(v, i1, i2, i3, out) {
+            out.fill(f32::NAN);
+        }
+        return;
+    }
     load_row_at(v, 0, i1, i2, i3, out)
 }
 
 /// Write `src` into row `(i1, i2, i3)` of a float view from element 0,
-/// converting to its type (round to nearest even for F16/BF16).
+/// converting to its type (round to nearest even for F16/BF16); a block
+/// type is quantized with its reference quantizer (`src` a whole number of
+/// blocks, else nothing is written).
 ///
 /// # Safety
 /// `(i1, i2, i3)` within `v.ne`, `src.len() <= v.ne[0]`, memory writable,
-/// and `src` not overlapping the row.
+/// and `src` not overlapping the row; for a block type, blocks dense in
+/// the row.
 pub(super) unsafe fn store_row(v: &TView, i1: usize, i2: usize, i3: usize, src: &[f32]) {
     debug_assert!(src.len() <= v.ne[0]);
+    if v.ty.is_quantized() {
+        store_qrow(v, i1, i2, i3, src);
+        return;
+    }
     let base = v.row_ptr(i1, i2, i3);
     let s = v.nb[0];
     match v.ty {
@@ -128,12 +149,23 @@ pub(super) unsafe fn store_row(v: &TView, i1: usize, i2: usize, i3: usize, src: 
 }
 
 /// `dup`/`cont`: same type (any non-quantized type) or F32/F16/BF16
-/// conversions; `cpy` the same into `src[1]`'s type and layout.
+/// conversions; `cpy` the same into `src[1]`'s type and layout. With a
+/// block type on either side (ggml's `cpy` into a quantized KV cache, or
+/// out of it): blocks dense in each row, whole blocks per row, the other
+/// side a float or the same block type, and equal shapes (or a dense float
+/// source of another shape, read in the destination's shape). The float
+/// side may have any strides.
 pub(super) fn supports_copy(g: &Graph, node: TensorId) -> bool {
     let t = g.tensor(node);
     let s = g.tensor(t.src[0]);
     if t.nelements() != s.nelements() {
         return false;
+    }
+    if t.ty.is_quantized() || s.ty.is_quantized() {
+        let side_ok = |x: &crate::tensor::Tensor| tensor_block_rows(x) || is_float(x.ty);
+        let types_ok = s.ty == t.ty || is_float(s.ty) || is_float(t.ty);
+        let shape_ok = s.ne == t.ne || (is_float(s.ty) && s.is_contiguous());
+        return side_ok(t) && side_ok(s) && types_ok && shape_ok;
     }
     if s.ty == t.ty {
         !t.ty.is_quantized()
@@ -167,6 +199,9 @@ pub(super) fn copy(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
     }
     if n == 0 {
         return Ok(());
+    }
+    if dst.ty.is_quantized() || s.ty.is_quantized() {
+        return copy_blocks(ctx, node, dst, s);
     }
     // Dense on both sides: copy as one flat row of `n` elements.
     let (dst, s) = if dst.ne != s.ne && dst.is_contiguous() && s.is_contiguous() {
@@ -233,6 +268,74 @@ pub(super) fn copy(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
                         let x = s.get_f32(c[0], c[1], c[2], c[3]);
                         dst.set_f32(i0, i1, i2, i3, x);
                     }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// A copy with a block type on one or both sides, row by row: the same
+/// block type moves whole rows of blocks; otherwise each row is read as f32
+/// (dequantized or converted) and written (quantized or converted). A dense
+/// float source of another shape is read in the destination's shape.
+fn copy_blocks(
+    ctx: &ComputeCtx<'_>,
+    node: TensorId,
+    dst: TView,
+    s: TView,
+) -> Result<(), BackendError> {
+    let name = || ctx.g.tensor(node).name.clone();
+    let s = if s.ne == dst.ne {
+        s
+    } else if is_float(s.ty) && s.is_contiguous() {
+        let e = s.ty.type_size();
+        TView {
+            ne: dst.ne,
+            nb: [
+                e,
+                e * dst.ne[0],
+                e * dst.ne[0] * dst.ne[1],
+                e * dst.ne[0] * dst.ne[1] * dst.ne[2],
+            ],
+            ..s
+        }
+    } else {
+        return Err(BackendError::InvalidInput(format!(
+            "copy into '{}': a block-type copy needs equal shapes",
+            name()
+        )));
+    };
+    let ne0 = dst.ne[0];
+    for v in [&dst, &s] {
+        let ok = if v.ty.is_quantized() {
+            block_rows(v.ty, v.nb[0], ne0 as i64)
+        } else {
+            is_float(v.ty)
+        };
+        if !ok {
+            return Err(BackendError::Unsupported(format!(
+                "copy into '{}': {} rows of {ne0} (whole blocks, dense in the row, needed)",
+                name(),
+                v.ty
+            )));
+        }
+    }
+    let same = dst.ty == s.ty;
+    let bytes = dst.ty.row_size(ne0 as u64).unwrap_or(0);
+    ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
+        let mut tmp = vec![0f32; if same { 0 } else { ne0 }];
+        for r in rows {
+            let (i1, i2, i3) = dst.row_coords(r);
+            // SAFETY: coordinates within both (equal) shapes; rows are
+            // whole blocks, dense (checked above), and within the ranges
+            // checked with the views.
+            unsafe {
+                if same {
+                    std::ptr::copy(s.row_ptr(i1, i2, i3), dst.row_ptr(i1, i2, i3), bytes);
+                } else {
+                    load_row(&s, i1, i2, i3, &mut tmp);
+                    store_row(&dst, i1, i2, i3, &tmp);
                 }
             }
         }

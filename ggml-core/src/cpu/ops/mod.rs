@@ -16,6 +16,7 @@ mod flash_attn_vec;
 mod glu;
 mod matmul;
 mod norm;
+mod quant_rows;
 mod reduce;
 mod rope;
 mod set_rows;

@@ -1,5 +1,6 @@
 //! `set_rows(a, b, idx)`: write the F32 rows of `b` into `a` (F32, F16 or
-//! BF16, any strides) at the I32/I64 row indices `idx`, broadcast over dims 2
+//! BF16, any strides; or a block type such as Q8_0/Q4_0, each row
+//! quantized whole with the reference quantizer, as ggml) at the I32/I64 row indices `idx`, broadcast over dims 2
 //! and 3 as ggml: row `i` of plane `(i2, i3)` of `b` goes to row
 //! `idx[i, i2 % idx.ne1, i3 % idx.ne2]` of plane `(i2, i3)` of `a`.
 //!
@@ -8,6 +9,7 @@
 //! are written in order on one thread, so the last row wins.
 
 use super::copy::{is_float, load_row, min_rows, store_row};
+use super::quant_rows::tensor_block_rows;
 use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::view::TView;
@@ -15,11 +17,12 @@ use crate::graph::Graph;
 use crate::tensor::TensorId;
 use crate::types::GgmlType;
 
-/// Float (non-quantized) dst, F32 rows, I32/I64 indices with ggml's shapes.
+/// Float dst (or a block type with whole blocks per row, dense in the row),
+/// F32 rows, I32/I64 indices with ggml's shapes.
 pub(super) fn supports(g: &Graph, node: TensorId) -> bool {
     let t = g.tensor(node);
     let (b, c) = (g.tensor(t.src[1]), g.tensor(t.src[2]));
-    is_float(t.ty)
+    (is_float(t.ty) || tensor_block_rows(t))
         && b.ty == GgmlType::F32
         && matches!(c.ty, GgmlType::I32 | GgmlType::I64)
         && shapes_ok(&t.ne, &b.ne, &c.ne)
