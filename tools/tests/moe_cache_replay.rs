@@ -21,6 +21,9 @@ fn run_live(dir: &std::path::Path, mib: &str, policy: &str) -> (u64, u64, std::p
             "0",
         ])
         .args(["--moe-cache-mib", mib, "--moe-cache-policy", policy])
+        // the replay models the upload cache: every miss inserted, none
+        // computed on the CPU by hybrid placement
+        .args(["--moe-hybrid", "off"])
         .arg("--expert-trace-out")
         .arg(&trace)
         .arg("--stats-out")
