@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Parser;
 use ggml_core::GgmlType;
+use tools::args::prefetch::PrefetchArgs;
 use tools::cli::{BatchArgs, MoeCacheArgs, PlacementArgs};
 
 /// The server's multi-letter short flags (beside the shared ones of
@@ -88,6 +89,9 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub moe_cache: MoeCacheArgs,
 
+    #[command(flatten)]
+    pub prefetch: PrefetchArgs,
+
     /// API key clients must send as `Authorization: Bearer KEY`
     #[arg(long = "api-key", value_name = "KEY")]
     pub api_key: Option<String>,
@@ -169,6 +173,8 @@ impl ServerArgs {
         }
         self.cache_types()?;
         self.moe_cache.params(&self.placement)?;
+        self.moe_cache.hybrid()?;
+        self.prefetch.slots()?;
         Ok(())
     }
 

@@ -79,18 +79,20 @@ pub struct PrefetchCounters {
     pub bytes_used: u64,
 }
 
-/// The context's prefetch counters, or `None` while the context has none.
-///
-/// INTEGRATION POINT: the expert prefetcher (issue 14) is built on another
-/// branch and adds `prefetch_bytes` / `prefetch_bytes_used` to the
-/// context's stats. When it lands, return
-/// `Some(PrefetchCounters { bytes: .., bytes_used: .. })` from those here;
-/// `/metrics` then prints `llamacpp:prefetch_bytes_total`,
-/// `llamacpp:prefetch_bytes_used_total` and `llamacpp:prefetch_hit_ratio`
-/// (already rendered and tested, see `Metrics::render`).
+/// The context's prefetch counters (the prefill staging slots'
+/// `--prefetch-experts-slots` and the decode prediction's `--moe-predict`
+/// uploads together, as `--stats-out`'s `prefetch_bytes` /
+/// `prefetch_bytes_used`), or `None` while both are off.
 pub fn prefetch_counters(ctx: &Context) -> Option<PrefetchCounters> {
-    let _ = ctx;
-    None
+    let (p, q) = (ctx.prefetch_stats(), ctx.predict_stats());
+    if p.is_none() && q.is_none() {
+        return None;
+    }
+    let (p, q) = (p.unwrap_or_default(), q.unwrap_or_default());
+    Some(PrefetchCounters {
+        bytes: p.bytes + q.bytes,
+        bytes_used: p.bytes_used + q.bytes_used,
+    })
 }
 
 impl Metrics {

@@ -775,6 +775,10 @@ fn metrics_expert_cache_on_sim_device() {
         "1",
         "--moe-cache-mib",
         "auto",
+        // the upload cache: every miss uploaded (hybrid placement would
+        // compute the tiny model's latency-bound misses on the CPU)
+        "--moe-hybrid",
+        "off",
     ]);
     assert_eq!(metric(&s, "moe_cache_enabled"), 1.0);
     assert_eq!(metric(&s, "moe_cache_hits_total"), 0.0);
@@ -805,6 +809,38 @@ fn metrics_expert_cache_on_sim_device() {
     );
     assert!(metric(&s, "moe_cache_hit_ratio") > r1);
     assert!(metric(&s, "moe_cache_bytes_uploaded_total") >= up1);
+    drop(s);
+
+    // decode prediction on: the prefetch metrics appear and add up
+    let s = start(&[
+        "-np",
+        "1",
+        "-c",
+        "512",
+        "--api-key",
+        KEY,
+        "--device",
+        "SIM0",
+        "--cpu-moe",
+        "-nomb",
+        "1",
+        "--moe-cache-mib",
+        "auto",
+        "--moe-hybrid",
+        "off",
+        "--moe-predict",
+        "on",
+    ]);
+    assert_eq!(metric(&s, "prefetch_bytes_total"), 0.0);
+    ok_completion(&s);
+    let (pb, pu) = (
+        metric(&s, "prefetch_bytes_total"),
+        metric(&s, "prefetch_bytes_used_total"),
+    );
+    assert!(pb > 0.0, "the prediction uploaded nothing");
+    assert!(pu <= pb, "used {pu} > prefetched {pb}");
+    let ratio = metric(&s, "prefetch_hit_ratio");
+    assert!((ratio - pu / pb).abs() < 1e-9, "{ratio} vs {pu}/{pb}");
     drop(s);
 
     // no device: the cache is off and says so

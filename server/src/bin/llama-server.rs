@@ -38,6 +38,9 @@ fn serve(a: &ServerArgs) -> Result<()> {
     params.kv_type = tk;
     params.kv_type_v = Some(tv);
     params.moe_cache = a.moe_cache.params(&a.placement)?;
+    params.moe_hybrid = a.moe_cache.hybrid()?;
+    params.prefetch_experts_slots = a.prefetch.slots()?;
+    params.moe_predict = a.prefetch.predict();
     // one decode holds every slot's pending token plus up to a ubatch of prompt
     params.n_batch = params.n_batch.max(params.n_ubatch + a.parallel);
     let ctx = Context::new(Arc::clone(&model), params).context("cannot create the context")?;
