@@ -9,13 +9,14 @@
 #   MODEL_PREFIX: path without extension of a fixture model (NAME.gguf and
 #                 NAME.tokens are read)
 #   OUT_PREFIX:   writes OUT_PREFIX.logits, OUT_PREFIX.gen, OUT_PREFIX.genlogits
-# Environment: FLASH_ATTN=1  UBATCH=512
+# Environment: FLASH_ATTN=1  UBATCH=512  KV_TYPE=f16|q8_0|q4_0 (K and V cache;
+#   llama.cpp rotates a quantized cache unless LLAMA_ATTN_ROT_DISABLE=1)
 #   LLAMA_CPP_DIR=...  llama.cpp's build/bin; default: what
 #                      ../shared/tools/llama-cpp-ref.sh prints (it builds
 #                      llama.cpp 0.5.0-dev the first time, ~10 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -eq 2 ] || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 bin=${LLAMA_CPP_DIR:-$(../shared/tools/llama-cpp-ref.sh)}
 src=$(cd "$bin/../.." && pwd)
 exe=${TMPDIR:-/tmp}/llama-cpp-fixture

@@ -109,17 +109,17 @@ fn bf16_and_q8_0_kv_caches_stay_within_the_quantized_bound() {
     }
 }
 
-/// A Q4_0 cache costs more than the fixtures' quantized bound on every
-/// fixture model (prompt NMSE ~7e-2 against llama.cpp's F16-cache logits
-/// here, with the F16 cache at 7.5e-4): 4-bit keys and values are that
-/// coarse on these random-weight models, whatever computes them, so the
-/// reference bound is not asserted for it. What is asserted: the two
-/// independent kernels that read a Q4_0 K (the KQ `mul_mat` with Q8_0
-/// activations, and `flash_attn_ext`) agree with each other within that
-/// bound, and a Q4_0 K and V cache keeps the reference's first greedy token
-/// (its margin is wide). The kernels themselves are checked exactly against
-/// f64 references over the dequantized cache in ggml-core's
-/// `ops_kv_quant` tests.
+/// A Q4_0 cache costs more than the fixtures' quantized bound against
+/// llama.cpp's F16-cache logits (prompt NMSE ~7e-2 here, the F16 cache at
+/// 7.5e-4). llama.cpp's own Q4_0 run is as far from them, but by another
+/// route: for a quantized cache and heads that are a multiple of 64 it
+/// rotates Q, K and V by a Hadamard matrix before the store (`attn_rot_k`,
+/// `attn_rot_v` in its `llama-kv-cache.cpp`), which this engine does not
+/// do yet. Against llama.cpp with that rotation off (the test below) a Q4_0
+/// cache matches. What this test asserts: the two independent kernels that
+/// read a Q4_0 K (the KQ `mul_mat` with Q8_0 activations, and
+/// `flash_attn_ext`) agree with each other within the bound, and a Q4_0 K
+/// and V cache keeps the reference's first greedy token.
 #[test]
 fn q4_0_kv_cache_paths_agree() {
     let fx = Fixture::load("tiny-qwen3moe-q4_k");
@@ -314,5 +314,28 @@ fn a_quantized_cache_on_the_sim_device_matches_the_cpu() {
         );
         let e = nmse(&sp, &fx.logits);
         assert!(e <= fx.bound, "fa {fa}: SIM0 prompt NMSE {e:e}");
+    }
+}
+
+/// A quantized K and V cache against llama.cpp's own run with the same
+/// cache types, flash attention on and its Hadamard attention rotation off
+/// (`LLAMA_ATTN_ROT_DISABLE=1`), prompt logits written by
+/// `scripts/llama-cpp-logits.sh` (KV_TYPE=q4_0|q8_0): the same quantized
+/// rows, dotted and accumulated as ggml does.
+#[test]
+fn quantized_kv_caches_match_llama_cpp_with_the_same_cache_type() {
+    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/models");
+    for (t, name) in [(GgmlType::Q4_0, "q4_0"), (GgmlType::Q8_0, "q8_0")] {
+        let bytes = std::fs::read(dir.join(format!("tiny-qwen3moe-q4_k.kv-{name}-norot.logits")))
+            .expect("llama.cpp's logits with the quantized cache");
+        let want: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+        let (p, _) = run_fixture(&model, &fx, t, t, true);
+        let e = nmse(&p, &want);
+        eprintln!(
+            "k/v {name} -fa on vs llama.cpp's {name} cache (rotation off): prompt NMSE {e:e}"
+        );
+        assert!(e <= fx.bound, "{name}: prompt NMSE {e:e}");
     }
 }

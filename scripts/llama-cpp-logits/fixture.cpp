@@ -71,6 +71,14 @@ int main(int argc, char ** argv) {
     cp.n_threads = 2;
     cp.n_threads_batch = 2;
     cp.flash_attn_type = fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    // KV_TYPE=q8_0|q4_0: the K and V cache type (default f16); llama.cpp
+    // then rotates K/V (Hadamard) unless LLAMA_ATTN_ROT_DISABLE=1
+    if (const char * kv = getenv("KV_TYPE")) {
+        const std::string t = kv;
+        const ggml_type ty = t == "q8_0" ? GGML_TYPE_Q8_0 : t == "q4_0" ? GGML_TYPE_Q4_0 : GGML_TYPE_F16;
+        cp.type_k = ty;
+        cp.type_v = ty;
+    }
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) {
         return 1;
