@@ -701,6 +701,11 @@ impl Context {
         if let (Some(t), Some(m)) = (dg.mask_swa, &mask_swa) {
             parts.push((t, bytemuck::cast_slice(m).to_vec()));
         }
+        for t in [dg.k_rot, dg.v_rot].into_iter().flatten() {
+            let n = g.tensor(t).ne[0] as usize;
+            let h = crate::graph::hadamard::hadamard(n);
+            parts.push((t, bytemuck::cast_slice(&h).to_vec()));
+        }
         let total: usize = parts.iter().map(|p| p.1.len().next_multiple_of(64)).sum();
         let buf = match &self.input_buf {
             Some(b) if b.size() >= total => Arc::clone(b),

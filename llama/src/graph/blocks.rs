@@ -26,6 +26,12 @@ pub struct UbatchInputs {
     pub pos0: usize,
     /// Cache cells attended to (at least `pos0 + n_tokens`; the mask hides the rest).
     pub n_kv: usize,
+    /// The Hadamard rotation of Q and K, F32 `[n, n]` (input), for a
+    /// quantized K cache ([`crate::graph::hadamard`]).
+    pub k_rot: Option<TensorId>,
+    /// The Hadamard rotation of V and of the attention output, F32
+    /// `[64, 64]` (input), for a quantized V cache.
+    pub v_rot: Option<TensorId>,
 }
 
 /// What some architectures add to [`GraphBuilder::attention`].
@@ -131,6 +137,16 @@ impl GraphBuilder<'_> {
         let vc = self.bound(&format!("cache_v_l{il}"), kv.ty_v, kv.v_ne(), v_data);
         let esz = kv.ty_v.type_size();
         let k_row = kv.ty.row_size(hp.n_embd_k_gqa() as u64).unwrap_or(0);
+        // llama.cpp's rotation for a quantized cache: Q and K (V) times the
+        // Hadamard matrix before the store, the output after attention
+        let (q, k) = match inp.k_rot {
+            Some(r) => (self.hadamard_rotate(q, r), self.hadamard_rotate(k, r)),
+            None => (q, k),
+        };
+        let v = match inp.v_rot {
+            Some(r) => self.hadamard_rotate(v, r),
+            None => v,
+        };
 
         // store: K rows at the ubatch's cells; V transposed (one row per
         // channel) for the mul_mat path, rows like K for flash attention
@@ -198,8 +214,23 @@ impl GraphBuilder<'_> {
             self.name(fa, "fattn", Some(il));
             self.g.reshape_2d(fa, (hv * nh) as i64, nt)
         };
+        let cur = match inp.v_rot {
+            Some(r) => self.hadamard_rotate(cur, r),
+            None => cur,
+        };
         let out = self.linear(wo, cur, x.wo_b);
         self.name(out, "attn_out", Some(il))
+    }
+
+    /// `x` times the `[n, n]` rotation `rot` in consecutive blocks of `n`
+    /// values (llama.cpp's `llama_mul_mat_hadamard`), in `x`'s shape.
+    fn hadamard_rotate(&mut self, x: TensorId, rot: TensorId) -> TensorId {
+        let n = self.g.tensor(rot).ne[0];
+        let ne = self.g.tensor(x).ne;
+        let nel: i64 = ne.iter().product();
+        let flat = self.g.cont_reshape(x, &[n, nel / n]);
+        let r = self.g.mul_mat(rot, flat);
+        self.g.reshape(r, &ne)
     }
 
     /// The MoE FFN: softmax router, top-k experts, SwiGLU experts through

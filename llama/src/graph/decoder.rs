@@ -21,6 +21,11 @@ pub struct DecoderGraph {
     /// Sliding-window causal mask, F32 `[n_kv, n_tokens]` (input), when
     /// some layer attends through a window.
     pub mask_swa: Option<TensorId>,
+    /// The Hadamard rotations of a quantized K / V cache, F32 `[n, n]`
+    /// (inputs; [`crate::graph::hadamard`]).
+    pub k_rot: Option<TensorId>,
+    /// See [`Self::k_rot`].
+    pub v_rot: Option<TensorId>,
     /// Rows whose logits are wanted, I32 `[n_outputs]` (input), when not all.
     pub out_ids: Option<TensorId>,
     /// Logits, F32 `[n_vocab, n_outputs]` (output).
@@ -68,6 +73,25 @@ impl GraphBuilder<'_> {
             self.g.set_name(t, "kq_mask_swa");
             self.g.set_input(t)
         });
+        // MHA caches only (an MLA cache holds no V and is not rotated)
+        let (rk, rv) = match kv.layers.first() {
+            Some(l) if l.v.is_some() => crate::graph::hadamard::rotation_sizes(
+                l.ty,
+                Some(l.ty_v),
+                hp.n_embd_head_k,
+                hp.n_embd_head_v,
+            ),
+            _ => (None, None),
+        };
+        let mut rot = |n: Option<usize>, name: &str| {
+            n.map(|n| {
+                let t = self.g.new_tensor_2d(GgmlType::F32, n as i64, n as i64);
+                self.g.set_name(t, name);
+                self.g.set_input(t)
+            })
+        };
+        let k_rot = rot(rk, "attn_inp_k_rot");
+        let v_rot = rot(rv, "attn_inp_v_rot");
         let inp = UbatchInputs {
             pos,
             mask,
@@ -75,6 +99,8 @@ impl GraphBuilder<'_> {
             n_tokens,
             pos0,
             n_kv,
+            k_rot,
+            v_rot,
         };
 
         let embd = self.w(m.tok_embd);
@@ -145,6 +171,8 @@ impl GraphBuilder<'_> {
             pos,
             mask,
             mask_swa,
+            k_rot,
+            v_rot,
             out_ids,
             logits,
             expert_ids,

@@ -7,6 +7,7 @@
 
 pub mod blocks;
 pub mod decoder;
+pub mod hadamard;
 pub mod mla;
 pub mod routing;
 
