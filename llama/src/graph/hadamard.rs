@@ -25,15 +25,15 @@ pub fn rotation_sizes(
     if off {
         return (None, None);
     }
-    let k = (ty_k.is_quantized() && head_k > 0 && head_k % 64 == 0).then(|| {
+    let k = (ty_k.is_quantized() && head_k > 0 && head_k.is_multiple_of(64)).then(|| {
         let mut n = 64;
-        while head_k % (n * 2) == 0 {
+        while head_k.is_multiple_of(n * 2) {
             n *= 2;
         }
         n
     });
     let v = ty_v
-        .filter(|t| t.is_quantized() && head_v > 0 && head_v % 64 == 0)
+        .filter(|t| t.is_quantized() && head_v > 0 && head_v.is_multiple_of(64))
         .map(|_| 64);
     (k, v)
 }
