@@ -703,8 +703,10 @@ impl Context {
         }
         for t in [dg.k_rot, dg.v_rot].into_iter().flatten() {
             let n = g.tensor(t).ne[0] as usize;
-            let h = crate::graph::hadamard::hadamard(n);
-            parts.push((t, bytemuck::cast_slice(&h).to_vec()));
+            let h = self.kv.rotation.matrix(n).ok_or_else(|| {
+                LlamaError::Invalid(format!("no {n}x{n} rotation for this KV cache"))
+            })?;
+            parts.push((t, bytemuck::cast_slice(h).to_vec()));
         }
         let total: usize = parts.iter().map(|p| p.1.len().next_multiple_of(64)).sum();
         let buf = match &self.input_buf {

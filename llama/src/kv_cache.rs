@@ -200,6 +200,9 @@ pub struct KvCache {
     /// The next position of sequence 0 (the single-sequence API's count of
     /// tokens decoded).
     pub n_past: usize,
+    /// llama.cpp's Hadamard rotation of a quantized cache, decided once
+    /// when the cache is made ([`crate::graph::hadamard`]).
+    pub rotation: crate::graph::hadamard::Rotation,
     cells: Vec<KvCell>,
 }
 
@@ -270,10 +273,17 @@ impl KvCache {
                 n_embd_v_gqa: ev,
             });
         }
+        // MHA caches only (an MLA cache holds no V and is not rotated)
+        let rotation = if hp.is_mla() {
+            crate::graph::hadamard::Rotation::default()
+        } else {
+            crate::graph::hadamard::Rotation::new(ty, ty_v, hp.n_embd_head_k, hp.n_embd_head_v)
+        };
         Ok(KvCache {
             layers,
             size,
             n_past: 0,
+            rotation,
             cells: vec![KvCell::default(); size],
         })
     }

@@ -73,16 +73,7 @@ impl GraphBuilder<'_> {
             self.g.set_name(t, "kq_mask_swa");
             self.g.set_input(t)
         });
-        // MHA caches only (an MLA cache holds no V and is not rotated)
-        let (rk, rv) = match kv.layers.first() {
-            Some(l) if l.v.is_some() => crate::graph::hadamard::rotation_sizes(
-                l.ty,
-                Some(l.ty_v),
-                hp.n_embd_head_k,
-                hp.n_embd_head_v,
-            ),
-            _ => (None, None),
-        };
+        let (rk, rv) = (kv.rotation.k, kv.rotation.v);
         let mut rot = |n: Option<usize>, name: &str| {
             n.map(|n| {
                 let t = self.g.new_tensor_2d(GgmlType::F32, n as i64, n as i64);

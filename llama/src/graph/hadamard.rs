@@ -38,6 +38,39 @@ pub fn rotation_sizes(
     (k, v)
 }
 
+/// The rotations of one cache: sizes and matrices, made once.
+#[derive(Clone, Debug, Default)]
+pub struct Rotation {
+    /// Block size of the Q/K rotation (`None`: K not rotated).
+    pub k: Option<usize>,
+    /// Block size of the V / output rotation (`None`: V not rotated).
+    pub v: Option<usize>,
+    matrices: Vec<(usize, Vec<f32>)>,
+}
+
+impl Rotation {
+    /// The rotations of a K cache of `ty_k` and V of `ty_v` with heads of
+    /// `head_k` / `head_v` values ([`rotation_sizes`]).
+    pub fn new(ty_k: GgmlType, ty_v: GgmlType, head_k: usize, head_v: usize) -> Rotation {
+        let (k, v) = rotation_sizes(ty_k, Some(ty_v), head_k, head_v);
+        let mut matrices: Vec<(usize, Vec<f32>)> = Vec::new();
+        for n in [k, v].into_iter().flatten() {
+            if !matrices.iter().any(|(m, _)| *m == n) {
+                matrices.push((n, hadamard(n)));
+            }
+        }
+        Rotation { k, v, matrices }
+    }
+
+    /// The `n x n` matrix (row major), when this cache rotates by `n`.
+    pub fn matrix(&self, n: usize) -> Option<&[f32]> {
+        self.matrices
+            .iter()
+            .find(|(m, _)| *m == n)
+            .map(|(_, h)| h.as_slice())
+    }
+}
+
 /// The `n x n` orthonormal Walsh-Hadamard matrix (`n` a power of two), row
 /// major, built as ggml's `ggml_gen_hadamard`: `1/sqrt(n)` in the corner,
 /// then `[[H, H], [H, -H]]` doubling.
