@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
-use cudarc::driver::{result, CudaContext, CudaEvent, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, CudaEvent, DeviceRepr, LaunchConfig, PushKernelArg};
 use ggml_core::backend::{check_range, Event, Stream};
 use ggml_core::offload::offload_host_weight_op;
 use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
@@ -139,27 +139,8 @@ impl CudaBackend {
     /// Compiles the kernels (once per process) and loads them.
     pub fn new(device: usize) -> Result<CudaBackend, BackendError> {
         probe_libraries()?;
-        let count = crate::cuda_device_count()?;
-        if device >= count {
-            return Err(BackendError::NoDevice(format!(
-                "no CUDA device {device}: {count} device(s) present"
-            )));
-        }
-        let ctx = CudaContext::new(device)
-            .map_err(|e| BackendError::NoDevice(format!("CUDA device {device}: {e}")))?;
-        let stream = ctx
-            .new_stream()
-            .map_err(|e| dev_err("creating a stream", e))?;
-        let copy_stream = ctx
-            .new_stream()
-            .map_err(|e| dev_err("creating the copy stream", e))?;
-        let dev = Arc::new(Dev {
-            ordinal: device,
-            name: format!("CUDA{device}"),
-            ctx: Arc::clone(&ctx),
-            stream,
-            copy_stream,
-        });
+        let dev = Dev::open(device)?;
+        let ctx = Arc::clone(&dev.ctx);
         let kernels = Kernels::load(&ctx)?;
         let err_flag = DevMem::alloc(&dev, 4)?;
         // SAFETY: err_flag spans 4 bytes; queued on the stream.

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::result;
 use cudarc::driver::sys;
-use cudarc::driver::{result, CudaContext};
 use ggml_core::{BackendError, BufferUsage};
 
 use crate::buffer::{Dev, DevMem, PinnedBuffer};
@@ -67,27 +67,8 @@ pub fn measure_h2d_bandwidth(
             "h2d bandwidth: bytes ({bytes}) and repetitions ({reps}) must both be at least 1"
         )));
     }
-    let count = crate::cuda_device_count()?;
-    if device >= count {
-        return Err(BackendError::NoDevice(format!(
-            "no CUDA device {device}: {count} device(s) present"
-        )));
-    }
-    let ctx = CudaContext::new(device)
-        .map_err(|e| BackendError::NoDevice(format!("no CUDA device: device {device}: {e}")))?;
-    let stream = ctx
-        .new_stream()
-        .map_err(|e| dev_err("creating a stream", e))?;
-    let copy_stream = ctx
-        .new_stream()
-        .map_err(|e| dev_err("creating a stream", e))?;
-    let dev = Arc::new(Dev {
-        ordinal: device,
-        name: format!("CUDA{device}"),
-        ctx: Arc::clone(&ctx),
-        stream,
-        copy_stream,
-    });
+    let dev = Dev::open(device)?;
+    let ctx = Arc::clone(&dev.ctx);
     let device_name = ctx.name().map_err(|e| dev_err("device name", e))?;
     let dst = DevMem::alloc(&dev, bytes)?;
     let pattern = |i: usize| (i.wrapping_mul(131) >> 3) as u8;

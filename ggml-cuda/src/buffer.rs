@@ -24,6 +24,32 @@ pub(crate) struct Dev {
 }
 
 impl Dev {
+    /// Open CUDA device `device` (checked against the driver's count) with
+    /// its compute and copy streams.
+    pub fn open(device: usize) -> Result<Arc<Dev>, BackendError> {
+        let count = crate::cuda_device_count()?;
+        if device >= count {
+            return Err(BackendError::NoDevice(format!(
+                "no CUDA device {device}: {count} device(s) present"
+            )));
+        }
+        let ctx = CudaContext::new(device)
+            .map_err(|e| BackendError::NoDevice(format!("CUDA device {device}: {e}")))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| dev_err("creating a stream", e))?;
+        let copy_stream = ctx
+            .new_stream()
+            .map_err(|e| dev_err("creating the copy stream", e))?;
+        Ok(Arc::new(Dev {
+            ordinal: device,
+            name: format!("CUDA{device}"),
+            ctx,
+            stream,
+            copy_stream,
+        }))
+    }
+
     pub fn bind(&self) -> Result<(), BackendError> {
         self.ctx
             .bind_to_thread()
