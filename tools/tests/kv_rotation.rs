@@ -4,34 +4,18 @@
 //! `LLAMA_ATTN_ROT_DISABLE=1` (llama.cpp 0.5.0-dev's logits for both, in
 //! `tests/data/models/tiny-qwen3moe-q4_k.kv-q4_0{,-norot}.logits`).
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn models() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/models")
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    num / den
-}
+mod common;
+use common::{model, nmse, read_f32};
 
 fn run(disable: bool) -> Vec<f32> {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("logits.bin");
-    let m = models().join("tiny-qwen3moe-q4_k");
+    let m = model("tiny-qwen3moe-q4_k.gguf");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_llama-run"));
     cmd.arg("-m")
-        .arg(m.with_extension("gguf"))
+        .arg(&m)
         .arg("-f")
         .arg(m.with_extension("prompt.txt"))
         .args([
@@ -53,7 +37,7 @@ fn run(disable: bool) -> Vec<f32> {
     }
     let o = cmd.output().expect("llama-run runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    f32s(&std::fs::read(&out).expect("logits"))
+    read_f32(&out)
 }
 
 #[test]
@@ -62,7 +46,7 @@ fn q4_0_cache_matches_llama_cpp_with_and_without_the_rotation() {
         (false, "tiny-qwen3moe-q4_k.kv-q4_0.logits"),
         (true, "tiny-qwen3moe-q4_k.kv-q4_0-norot.logits"),
     ] {
-        let want = f32s(&std::fs::read(models().join(file)).expect("reference"));
+        let want = read_f32(&model(file));
         let got = run(disable);
         let e = nmse(&got, &want);
         eprintln!("rotation disabled {disable}: NMSE {e:e} against {file}");
@@ -70,8 +54,7 @@ fn q4_0_cache_matches_llama_cpp_with_and_without_the_rotation() {
     }
     // the two references differ by far more than the bound: the rotation
     // is what each run reproduces
-    let a = f32s(&std::fs::read(models().join("tiny-qwen3moe-q4_k.kv-q4_0.logits")).expect("a"));
-    let b =
-        f32s(&std::fs::read(models().join("tiny-qwen3moe-q4_k.kv-q4_0-norot.logits")).expect("b"));
+    let a = read_f32(&model("tiny-qwen3moe-q4_k.kv-q4_0.logits"));
+    let b = read_f32(&model("tiny-qwen3moe-q4_k.kv-q4_0-norot.logits"));
     assert!(nmse(&a, &b) > 1e-2);
 }

@@ -9,26 +9,6 @@ use common::*;
 const RUN: &str = env!("CARGO_BIN_EXE_llama-run");
 const BENCH: &str = env!("CARGO_BIN_EXE_llama-bench");
 
-fn f32_model() -> String {
-    model("tiny-qwen3moe-f32.gguf")
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn fails_with(bin: &str, args: &[&str], needles: &[&str]) {
-    let dir = tempfile::tempdir().unwrap();
-    let o = run(bin, args, dir.path());
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{bin} {args:?}:\n{err}");
-    assert!(!err.contains("panicked"), "{bin} {args:?}:\n{err}");
-    for n in needles {
-        assert!(
-            err.contains(n),
-            "{bin} {args:?}: stderr lacks {n:?}:\n{err}"
-        );
-    }
-}
-
 #[test]
 fn bad_cache_flags_are_errors_naming_the_flag() {
     let m = f32_model();
@@ -53,17 +33,17 @@ fn bad_cache_flags_are_errors_naming_the_flag() {
             v.extend_from_slice(extra);
             v
         };
-        fails_with(
+        fails_with_exit_1(
             bin,
             &with(&["--moe-cache-mib", "-3"]),
             &["--moe-cache-mib -3", ">= 0"],
         );
-        fails_with(
+        fails_with_exit_1(
             bin,
             &with(&["--moe-cache-mib", "abc"]),
             &["--moe-cache-mib abc", "not a number"],
         );
-        fails_with(
+        fails_with_exit_1(
             bin,
             &with(&["--moe-cache-policy", "mru"]),
             &[
@@ -72,24 +52,24 @@ fn bad_cache_flags_are_errors_naming_the_flag() {
                 "lru|slru|lrfu|hlfu",
             ],
         );
-        fails_with(
+        fails_with_exit_1(
             bin,
             &with(&["--sim-mem-mib", "16", "--moe-cache-mib", "64"]),
             &["--moe-cache-mib 64", "does not fit", "SIM0"],
         );
-        fails_with(bin, &with(&["--sim-mem-mib", "-1"]), &["--sim-mem-mib -1"]);
-        fails_with(
+        fails_with_exit_1(bin, &with(&["--sim-mem-mib", "-1"]), &["--sim-mem-mib -1"]);
+        fails_with_exit_1(
             bin,
             &with(&["--moe-cache-max-batch", "0"]),
             &["--moe-cache-max-batch"],
         );
     }
-    fails_with(
+    fails_with_exit_1(
         RUN,
         &["-m", &m, "--sim-mem-mib", "8"],
         &["--sim-mem-mib", "SIM0"],
     );
-    fails_with(
+    fails_with_exit_1(
         RUN,
         &["-m", &m, "--device", "SIM0", "--moe-cache-mib", "1,2"],
         &["--moe-cache-mib 1,2", "llama-bench"],

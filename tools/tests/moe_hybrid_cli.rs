@@ -10,26 +10,6 @@ use common::*;
 const RUN: &str = env!("CARGO_BIN_EXE_llama-run");
 const BENCH: &str = env!("CARGO_BIN_EXE_llama-bench");
 
-fn f32_model() -> String {
-    model("tiny-qwen3moe-f32.gguf")
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn fails_with(bin: &str, args: &[&str], needles: &[&str]) {
-    let dir = tempfile::tempdir().unwrap();
-    let o = run(bin, args, dir.path());
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{bin} {args:?}:\n{err}");
-    assert!(!err.contains("panicked"), "{bin} {args:?}:\n{err}");
-    for n in needles {
-        assert!(
-            err.contains(n),
-            "{bin} {args:?}: stderr lacks {n:?}:\n{err}"
-        );
-    }
-}
-
 #[test]
 fn bad_cpu_shares_are_errors_naming_the_flag_and_the_value() {
     let m = f32_model();
@@ -45,22 +25,22 @@ fn bad_cpu_shares_are_errors_naming_the_flag_and_the_value() {
             v.extend_from_slice(extra);
             v
         };
-        fails_with(
+        fails_with_exit_1(
             bin,
             &with(&["--moe-cache-cpu-share", "1.5"]),
             &["--moe-cache-cpu-share", "'1.5'", "outside 0..1"],
         );
-        fails_with(
+        fails_with_exit_1(
             bin,
             &with(&["--moe-cache-cpu-share", "-0.1"]),
             &["--moe-cache-cpu-share", "'-0.1'", "outside 0..1"],
         );
-        fails_with(
+        fails_with_exit_1(
             bin,
             &with(&["--moe-cache-cpu-share", "abc"]),
             &["--moe-cache-cpu-share", "'abc'", "not a number"],
         );
-        fails_with(
+        fails_with_exit_1(
             bin,
             &with(&["--moe-hybrid", "maybe"]),
             &["--moe-hybrid", "'maybe'", "neither on nor off"],

@@ -77,3 +77,25 @@ pub fn nmse(a: &[f32], b: &[f32]) -> f64 {
     let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
     num / den.max(1e-30)
 }
+
+/// The tiny qwen3moe F32 fixture's path, as a string argument.
+pub fn f32_model() -> String {
+    model("tiny-qwen3moe-f32.gguf")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `bin args` exits 1 without a panic, and stderr holds every needle.
+pub fn fails_with_exit_1(bin: &str, args: &[&str], needles: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(bin, args, dir.path());
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{bin} {args:?}:\n{err}");
+    assert!(!err.contains("panicked"), "{bin} {args:?}:\n{err}");
+    for n in needles {
+        assert!(
+            err.contains(n),
+            "{bin} {args:?}: stderr lacks {n:?}:\n{err}"
+        );
+    }
+}
