@@ -5,7 +5,8 @@
 //! Then, prompt-shaped: 64 rows of 2048 against 8 activation columns (all
 //! in L2), in GOP/s, with `vec_dot` per (row, column) and, for the types
 //! that have one, with `vec_dot_cols` (the row unpacked once for the 8
-//! columns) and `vec_dot_tile` (register tiles of 2 rows × 4 columns).
+//! columns), `vec_dot_tile` (register tiles of 2 rows × 4 columns) and
+//! `gemm` (the 8 columns packed into a panel, packing included).
 //! Best of many short runs, so a busy machine mostly shows the kernel's own
 //! speed.
 //!
@@ -51,7 +52,7 @@ fn gbps(bytes: usize, mut f: impl FnMut()) -> f64 {
 /// GOP/s (2 per multiply-add) of 64 rows × 8 columns of length 2048, with
 /// `vec_dot` per pair, and with `vec_dot_cols` and `vec_dot_tile` where the
 /// type has them.
-fn prompt_shaped(ty: GgmlType) -> (f64, Option<f64>, Option<f64>) {
+fn prompt_shaped(ty: GgmlType) -> (f64, Option<f64>, Option<f64>, Option<f64>) {
     const K: usize = 2048;
     const R: usize = 64;
     const C: usize = ggml_core::quants::VEC_DOT_COLS_MAX;
@@ -108,7 +109,20 @@ fn prompt_shaped(ty: GgmlType) -> (f64, Option<f64>, Option<f64>) {
             black_box(s);
         }) * ops
     });
-    (single, cols, tile)
+    let gemm = tr.gemm.map(|g| {
+        let mut panel = vec![0u8; (g.panel_bytes)(K)];
+        gbps(1, || {
+            (g.pack)(K, &refs, &mut panel);
+            let mut out = [0f32; ggml_core::quants::GEMM_COLS];
+            let mut s = 0f32;
+            for row in q.chunks_exact(rb) {
+                (g.run)(K, row, &panel, &mut out);
+                s += out[0];
+            }
+            black_box(s);
+        }) * ops
+    });
+    (single, cols, tile, gemm)
 }
 
 fn main() {
@@ -157,8 +171,8 @@ fn main() {
     println!();
     println!("prompt-shaped, 64 rows x 8 columns of 2048, 1 thread, GOP/s");
     println!(
-        "{:8} {:>10} {:>14} {:>14}",
-        "type", "vec_dot", "vec_dot_cols", "vec_dot_tile"
+        "{:8} {:>10} {:>14} {:>14} {:>10}",
+        "type", "vec_dot", "vec_dot_cols", "vec_dot_tile", "gemm"
     );
     let only: Vec<String> = std::env::args()
         .skip(1)
@@ -171,14 +185,15 @@ fn main() {
         {
             continue;
         }
-        let (single, cols, tile) = prompt_shaped(ty);
+        let (single, cols, tile, gemm) = prompt_shaped(ty);
         let show = |x: Option<f64>| x.map_or("-".into(), |c| format!("{c:.1}"));
         println!(
-            "{:8} {:>10.1} {:>14} {:>14}",
+            "{:8} {:>10.1} {:>14} {:>14} {:>10}",
             ty.name(),
             single,
             show(cols),
-            show(tile)
+            show(tile),
+            show(gemm)
         );
     }
 }

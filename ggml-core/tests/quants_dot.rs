@@ -414,5 +414,121 @@ fn quants_vec_dot_tile_lengths_are_checked() {
         });
         assert!(r.is_err(), "{ty}: rows shorter than n");
     }
-    assert_eq!(n_types, 4, "Q8_0, Q4_K, Q5_K and Q6_K have tiles");
+    assert_eq!(n_types, 1, "Q8_0 has tiles (the K-quants have `gemm`)");
+}
+
+/// The random activation rows of a case, quantized to the type's
+/// `vec_dot_type`.
+fn act_rows(vt: GgmlType, n: usize, n_cols: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
+    (0..n_cols)
+        .map(|_| {
+            let amag = [1e-3f32, 1.0, 30.0][rng.below(3) as usize];
+            let a: Vec<f32> = (0..n).map(|_| rng.signed() * amag).collect();
+            let mut y = vec![0u8; vt.row_size(n as u64).unwrap()];
+            (cpu_traits(vt).unwrap().from_float)(&a, &mut y);
+            y
+        })
+        .collect()
+}
+
+/// `gemm` (for the types that have one) equals `vec_dot` per column bit
+/// for bit, for every column count (the missing ones give 0), and for these
+/// types `vec_dot` equals `vec_dot_scalar` bit for bit too.
+fn check_gemm(ti: usize, nb: usize, n_cols: usize, seed: u64) -> Result<(), TestCaseError> {
+    let (ty, scales, _) = &types()[ti];
+    let tr = cpu_traits(*ty).unwrap();
+    let Some(g) = tr.gemm else {
+        return Ok(());
+    };
+    let vt = tr.vec_dot_type;
+    let mut rng = Rng(seed);
+    let n = nb * ty.blck_size().max(vt.blck_size());
+    let x = weight_row(*ty, scales, n, &mut rng);
+    let ys = act_rows(vt, n, n_cols, &mut rng);
+    let refs: Vec<&[u8]> = ys.iter().map(|y| y.as_slice()).collect();
+    let mut panel = vec![0xa5u8; (g.panel_bytes)(n)];
+    (g.pack)(n, &refs, &mut panel);
+    let mut out = [f32::NAN; ggml_core::quants::GEMM_COLS];
+    (g.run)(n, &x, &panel, &mut out);
+    for (c, &got) in out.iter().enumerate() {
+        let Some(y) = ys.get(c) else {
+            prop_assert!(got == 0.0, "{ty}: zero column {c} gave {got}");
+            continue;
+        };
+        let one = (tr.vec_dot)(n, &x, y);
+        let scalar = (tr.vec_dot_scalar)(n, &x, y);
+        prop_assert!(
+            one.to_bits() == got.to_bits(),
+            "{ty}: gemm column {c} of {n_cols}: {got} vs vec_dot {one}"
+        );
+        prop_assert!(
+            one.to_bits() == scalar.to_bits(),
+            "{ty}: vec_dot {one} vs vec_dot_scalar {scalar}"
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn quants_gemm_matches_vec_dot(
+        ti in 0usize..18,
+        nb in 1usize..5,
+        n_cols in 0usize..=ggml_core::quants::GEMM_COLS,
+        seed in any::<u64>(),
+    ) {
+        check_gemm(ti, nb, n_cols, seed)?;
+    }
+}
+
+#[test]
+fn quants_gemm_every_type_many_seeds() {
+    let mut n_types = 0;
+    for (ti, (ty, _, _)) in types().iter().enumerate() {
+        n_types += cpu_traits(*ty).unwrap().gemm.is_some() as usize;
+        for seed in 0..200u64 {
+            let n_cols = (seed % (ggml_core::quants::GEMM_COLS as u64 + 1)) as usize;
+            check_gemm(ti, 1 + (seed % 4) as usize, n_cols, seed).unwrap();
+        }
+    }
+    assert_eq!(n_types, 3, "Q4_K, Q5_K and Q6_K have gemm");
+}
+
+#[test]
+fn quants_gemm_lengths_are_checked() {
+    for ty in GgmlType::ALL {
+        let Some(tr) = cpu_traits(ty) else { continue };
+        let Some(g) = tr.gemm else { continue };
+        let n = ty.blck_size();
+        let x = vec![0u8; ty.row_size(n as u64).unwrap()];
+        let y = vec![0u8; tr.vec_dot_type.row_size(n as u64).unwrap()];
+        let cols = ggml_core::quants::GEMM_COLS;
+        let ys = vec![y.as_slice(); cols + 1];
+        let mut panel = vec![0u8; (g.panel_bytes)(n)];
+        let r = std::panic::catch_unwind(|| {
+            let mut p = vec![0u8; (g.panel_bytes)(n)];
+            (g.pack)(n, &ys, &mut p)
+        });
+        assert!(r.is_err(), "{ty}: more than {cols} columns");
+        let r = std::panic::catch_unwind(|| {
+            let mut p = vec![0u8; (g.panel_bytes)(n) - 1];
+            (g.pack)(n, &ys[..1], &mut p)
+        });
+        assert!(r.is_err(), "{ty}: a short panel");
+        let r = std::panic::catch_unwind(|| (g.pack)(2 * n, &ys[..1], &mut panel.clone()));
+        assert!(r.is_err(), "{ty}: columns shorter than n");
+        (g.pack)(n, &ys[..2], &mut panel);
+        let r = std::panic::catch_unwind(|| {
+            let mut out = [0f32; ggml_core::quants::GEMM_COLS];
+            (g.run)(2 * n, &x, &panel, &mut out)
+        });
+        assert!(r.is_err(), "{ty}: a row shorter than n");
+        let r = std::panic::catch_unwind(|| {
+            let mut out = [0f32; ggml_core::quants::GEMM_COLS];
+            (g.run)(n, &x, &panel[..panel.len() - 1], &mut out)
+        });
+        assert!(r.is_err(), "{ty}: a panel of the wrong size");
+    }
 }

@@ -12,12 +12,29 @@ const ALIGN: usize = 64;
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static TILE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Run `f` with at least `bytes` of 64-byte aligned scratch memory (contents
 /// unspecified). Re-entrant calls get a fresh allocation.
 pub fn with_scratch<R>(bytes: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+    with_block(&SCRATCH, bytes, f)
+}
+
+/// As [`with_scratch`], from a second per-thread block: for what one task
+/// packs inside an op that holds the first (the GEMM's activation panels),
+/// so that the compute thread, which holds its scratch for the op's
+/// converted activations, does not allocate per task.
+pub fn with_tile_scratch<R>(bytes: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    with_block(&TILE, bytes, f)
+}
+
+fn with_block<R>(
+    key: &'static std::thread::LocalKey<RefCell<Vec<u8>>>,
+    bytes: usize,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
         Ok(mut v) => {
             if v.len() < bytes + ALIGN {
                 *v = vec![0u8; (bytes + ALIGN).next_power_of_two()];

@@ -7,16 +7,19 @@
 //! `dequantize_row_*`; weight quantization is the reference quantizers
 //! (`quantize_row_*_ref`); activation quantization (Q8_0, Q8_1, Q8_K) is
 //! ggml's reference rounding; the dots accumulate integers per block and
-//! scale once per block, as ggml's scalar `ggml_vec_dot_*`. AVX2/FMA/F16C
-//! kernels (chosen at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q4_1,
-//! Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; Q8_1
-//! and Q8_K use the scalar dot. For prompt processing, `vec_dot_cols` dots
-//! one weight row with up to [`VEC_DOT_COLS_MAX`] activation rows, bit for
-//! bit `vec_dot` per column (AVX2 for Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL,
-//! IQ4_XS, MXFP4), and the Q8_0 / Q8_K activation quantizers have AVX2
-//! versions equal byte for byte to the references. `vec_dot_tile` (Q8_0,
-//! Q4_K, Q5_K, Q6_K) dots register tiles of several weight rows × columns,
-//! also bit for bit `vec_dot` (see its module for how it measures).
+//! scale once per block, as ggml's scalar `ggml_vec_dot_*` (the K-quants
+//! Q4_K, Q5_K and Q6_K keep one f32 accumulator and one fused step per
+//! block, so that their scalar, AVX2 and GEMM kernels agree bit for bit).
+//! AVX2/FMA/F16C kernels (chosen at run time) exist for F32, F16, BF16,
+//! Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+//! IQ4_XS and MXFP4; Q8_1 and Q8_K use the scalar dot. For prompt
+//! processing, `gemm` (Q4_K, Q5_K, Q6_K) multiplies a weight row with a
+//! packed panel of [`GEMM_COLS`] activation columns; `vec_dot_cols` dots one
+//! weight row with up to [`VEC_DOT_COLS_MAX`] activation rows (AVX2 for
+//! Q4_0, Q8_0, IQ4_NL, IQ4_XS, MXFP4) and `vec_dot_tile` (Q8_0) register
+//! tiles of several weight rows × columns; all three are bit for bit
+//! `vec_dot` per output. The Q8_0 / Q8_K activation quantizers have AVX2
+//! versions equal byte for byte to the references.
 //!
 //! # Lengths
 //! These are internal kernels called with checked shapes, but they check
@@ -30,6 +33,7 @@ mod amax;
 pub mod block;
 mod cpu_features;
 pub mod float;
+pub mod gemm;
 mod int8;
 pub mod iq4_nl;
 pub mod iq4_xs;
@@ -49,6 +53,7 @@ pub mod vec_dot_tile;
 mod avx2;
 
 pub use block::Block;
+pub use gemm::{QGemm, GEMM_COLS};
 pub use iq4_nl::BlockIq4Nl;
 pub use iq4_xs::BlockIq4Xs;
 pub use k_quants::q2_k::BlockQ2K;
@@ -101,8 +106,13 @@ pub struct CpuTypeTraits {
     /// Up to [`VEC_DOT_TILE_ROWS`] weight rows against up to
     /// [`VEC_DOT_COLS_MAX`] activation rows in register tiles, bit for bit
     /// `vec_dot` per output, for the types with such a micro-kernel
-    /// (Q8_0, Q4_K, Q5_K, Q6_K); `None`: `vec_dot_cols` per row.
+    /// (Q8_0); `None`: `vec_dot_cols` per row.
     pub vec_dot_tile: Option<VecDotTile>,
+    /// The prompt kernels (a weight row against a packed panel of
+    /// [`GEMM_COLS`] columns, bit for bit `vec_dot` per column) for the
+    /// types that have them (Q4_K, Q5_K, Q6_K); `None`: `vec_dot_cols` or
+    /// `vec_dot` per column.
+    pub gemm: Option<&'static QGemm>,
 }
 
 /// The traits of a quant module `$m`; `simd` when it has a `vec_dot` of its
@@ -121,6 +131,13 @@ macro_rules! traits {
     ($ty:ident, $dot_ty:ident, $m:path, simd, cols, tile) => {
         traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols, vec_dot_tile)
     };
+    ($ty:ident, $dot_ty:ident, $m:path, simd, gemm) => {{
+        use $m as m;
+        CpuTypeTraits {
+            gemm: Some(&m::GEMM),
+            ..traits!(@ $ty, $dot_ty, $m, vec_dot)
+        }
+    }};
     (@opt $m:ident) => {
         None
     };
@@ -138,6 +155,7 @@ macro_rules! traits {
             vec_dot_scalar: m::vec_dot_scalar,
             vec_dot_cols: traits!(@opt m $(, $cols)?),
             vec_dot_tile: traits!(@opt m $($(, $tile)?)?),
+            gemm: None,
         }
     }};
 }
@@ -151,6 +169,7 @@ static F32: CpuTypeTraits = CpuTypeTraits {
     vec_dot_scalar: float::f32_vec_dot_scalar,
     vec_dot_cols: None,
     vec_dot_tile: None,
+    gemm: None,
 };
 static F16: CpuTypeTraits = CpuTypeTraits {
     ty: GgmlType::F16,
@@ -161,6 +180,7 @@ static F16: CpuTypeTraits = CpuTypeTraits {
     vec_dot_scalar: float::f16_vec_dot_scalar,
     vec_dot_cols: None,
     vec_dot_tile: None,
+    gemm: None,
 };
 static BF16: CpuTypeTraits = CpuTypeTraits {
     ty: GgmlType::BF16,
@@ -171,6 +191,7 @@ static BF16: CpuTypeTraits = CpuTypeTraits {
     vec_dot_scalar: float::bf16_vec_dot_scalar,
     vec_dot_cols: None,
     vec_dot_tile: None,
+    gemm: None,
 };
 static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd, cols);
 static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1, simd);
@@ -180,9 +201,9 @@ static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd, cols, tile);
 static Q8_1: CpuTypeTraits = traits!(Q8_1, Q8_1, q8_1);
 static Q2K: CpuTypeTraits = traits!(Q2K, Q8K, k_quants::q2_k, simd);
 static Q3K: CpuTypeTraits = traits!(Q3K, Q8K, k_quants::q3_k, simd);
-static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd, cols, tile);
-static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd, cols, tile);
-static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd, cols, tile);
+static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd, gemm);
+static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd, gemm);
+static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd, gemm);
 static Q8K: CpuTypeTraits = traits!(Q8K, Q8K, k_quants::q8_k);
 static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd, cols);
 static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd, cols);

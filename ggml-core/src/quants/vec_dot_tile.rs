@@ -9,14 +9,11 @@
 //! output keeps the single dot's f32 accumulators and their order, so the
 //! result does not depend on the tiling.
 //!
-//! Measured on this project's AVX2 machine (`cargo bench -p ggml-core
-//! --bench quant_dot -- --prompt-only q4_k q5_k q6_k`, 1 thread), the AVX2
-//! tiles are no faster than `vec_dot_cols` (Q4_K about equal, Q5_K and Q6_K
-//! 5-15% slower): the K-quant dots are bound by their multiplies
-//! (`maddubs` + `madd` per 32 values per output), which no tiling shares, and
-//! with 16 vector registers a 2 × 4 tile has no room to spare. So `mul_mat`
-//! keeps `vec_dot_cols`; the tiles stay as the tested base for wider
-//! register files (AVX-512's 32), where 4 × 4 tiles fit.
+//! Only Q8_0 has one (AVX2, 2 rows × 4 columns). The K-quants went further:
+//! their prompt kernels are [`crate::quants::gemm`]'s, a weight row
+//! against a packed panel of 8 columns with one integer accumulator per
+//! column in a register, which measured about twice as fast as these tiles
+//! (`cargo bench -p ggml-core --bench quant_dot -- --prompt-only`).
 
 use crate::quants::VEC_DOT_COLS_MAX;
 

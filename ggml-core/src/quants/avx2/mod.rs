@@ -9,7 +9,7 @@
 #![cfg(target_arch = "x86_64")]
 
 pub(crate) mod float;
-pub(crate) mod k_tiles;
+pub(crate) mod k_gemm;
 pub(crate) mod legacy;
 pub(crate) mod lut4;
 pub(crate) mod q2_k;

@@ -7,8 +7,10 @@ use half::f16;
 use super::q8_k::BlockQ8K;
 use super::scale_search::make_qkx2_quants;
 use super::QK_K;
+use super::{acc_min, panel};
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::quants::cpu_features::dispatch;
+use crate::quants::gemm::{QGemm, GEMM_COLS};
 use crate::quants::rounding::{clamp_i32, nearest_int};
 use crate::types::GgmlType;
 
@@ -178,64 +180,71 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// Scalar `ggml_vec_dot_q4_K_q8_K`. Panics when a row is shorter than `n` elements.
+/// Scalar Q4_K dot (the reference of [`vec_dot`]). Per block the
+/// integer sums `isum = Σ_s sc[s]·Σ q·qy` and `msum = Σ_s m[s]·(bsums of s)`
+/// are exact; the f32 step is `acc_min` (`acc + (dy·d)·isum − (dy·dmin)·msum`, two fused multiply-adds), as in every Q4_K kernel.
+/// ggml keeps eight f32 lanes instead; the difference is rounding only.
+/// Panics when a row is shorter than `n` elements.
 pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_scalar(row::<BlockQ4K>(x, n), row::<BlockQ8K>(y, n))
 }
 
-/// `ggml_vec_dot_q4_K_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
+/// The Q4_K dot, AVX2 when available, bit for bit [`vec_dot_scalar`].
+/// Panics as [`vec_dot_scalar`].
 pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ4K>(x, n), row::<BlockQ8K>(y, n));
     dispatch!(crate::quants::avx2::q4_k::dot_q4_k_q8_k, dot_scalar, (x, y))
 }
 
-/// `out[r * ys.len() + c] = vec_dot(n, xs[r], ys[c])` bit for bit, in
-/// register tiles of rows × columns (see [`crate::quants::vec_dot_tile`]).
-pub fn vec_dot_tile(n: usize, xs: &[&[u8]], ys: &[&[u8]], out: &mut [f32]) {
-    crate::quants::vec_dot_tile::tile_dispatch!(
-        BlockQ4K,
-        BlockQ8K,
-        crate::quants::avx2::k_tiles::dot_q4_k_q8_k_tile,
-        vec_dot_cols,
-        (n, xs, ys, out)
+/// The prompt kernels of Q4_K (see [`crate::quants::gemm`]).
+pub static GEMM: QGemm = QGemm {
+    panel_bytes: panel::panel_bytes,
+    pack: panel::pack,
+    run: gemm_run,
+};
+
+/// `out[t] = vec_dot(n, x, column t of panel)`, AVX2 when available.
+fn gemm_run(n: usize, x: &[u8], p: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let x = row::<BlockQ4K>(x, n);
+    dispatch!(
+        crate::quants::avx2::q4_k::gemm_q4_k_q8_k,
+        gemm_scalar,
+        (x, p, out)
     )
 }
 
-/// `out[c] = vec_dot(n, x, ys[c])` bit for bit, the row unpacked once per
-/// block for all columns (see [`crate::quants::vec_dot_cols`]).
-pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
-    crate::quants::vec_dot_cols::cols_dispatch!(
-        BlockQ4K,
-        BlockQ8K,
-        crate::quants::avx2::q4_k::dot_q4_k_q8_k_cols,
-        vec_dot,
-        (n, x, ys, out)
-    )
+fn gemm_scalar(x: &[BlockQ4K], p: &[u8], out: &mut [f32; GEMM_COLS]) {
+    panel::run_scalar(x.len() * QK_K, x, p, out, dot_scalar)
+}
+
+/// The scalar `run`, for the panel's tests.
+#[cfg(test)]
+pub(crate) fn gemm_scalar_for_tests(n: usize, x: &[u8], p: &[u8], out: &mut [f32; GEMM_COLS]) {
+    gemm_scalar(row::<BlockQ4K>(x, n), p, out)
 }
 
 fn dot_scalar(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let mut sumf = 0f32;
+    let mut acc = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        sumf += dot_block_scales_mins(bx.d, bx.dmin, &bx.scales, by, |s, l| {
+        let (isum, msum) = block_sums_scales_mins(&bx.scales, by, |s, l| {
             let (c, shift) = (s / 2, 4 * (s % 2));
             ((bx.qs[32 * c + l] >> shift) & 0x0f) as i32
         });
+        acc = acc_min(acc, by.d, bx.d.to_f32(), bx.dmin.to_f32(), isum, msum);
     }
-    sumf
+    acc
 }
 
-/// One super-block of the scalar Q4_K and Q5_K dots with Q8_K: with
-/// `q(s, l)` the level of value `l` of sub-block `s`, and `sc`, `m` the
-/// 6-bit scales and minima in `scales`,
-/// `d·dy·Σ_s sc[s]·Σ_l q·qy − dmin·dy·Σ_s m[s]·(bsums of s)`.
+/// The integer sums of one super-block of the scalar Q4_K and Q5_K dots
+/// with Q8_K: with `q(s, l)` the level of value `l` of sub-block `s`, and
+/// `sc`, `m` the 6-bit scales and minima in `scales`,
+/// `(Σ_s sc[s]·Σ_l q·qy, Σ_s m[s]·(bsums of s))`.
 #[inline]
-pub(crate) fn dot_block_scales_mins(
-    d: f16,
-    dmin: f16,
+pub(crate) fn block_sums_scales_mins(
     scales: &[u8; 12],
     by: &BlockQ8K,
     q: impl Fn(usize, usize) -> i32,
-) -> f32 {
+) -> (i32, i32) {
     let sm = unpack_scales_mins(scales);
     let bsums = by.bsums;
     let mut summs = 0i32;
@@ -245,9 +254,7 @@ pub(crate) fn dot_block_scales_mins(
         let isuml: i32 = (0..32).map(|l| q(s, l) * by.qs[32 * s + l] as i32).sum();
         isum += sm[s] as i32 * isuml;
     }
-    let d = d.to_f32() * by.d;
-    let dmin = dmin.to_f32() * by.d;
-    d * isum as f32 - dmin * summs as f32
+    (isum, summs)
 }
 
 #[cfg(test)]

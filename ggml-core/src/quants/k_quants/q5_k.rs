@@ -3,11 +3,13 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q4_k::{dot_block_scales_mins, quantize_super_block_qkx, unpack_scales_mins};
+use super::q4_k::{block_sums_scales_mins, quantize_super_block_qkx, unpack_scales_mins};
 use super::q8_k::BlockQ8K;
 use super::QK_K;
+use super::{acc_min, panel};
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::quants::cpu_features::dispatch;
+use crate::quants::gemm::{QGemm, GEMM_COLS};
 use crate::types::GgmlType;
 
 /// ggml's `block_q5_K`. As [`super::q4_k::BlockQ4K`], with element
@@ -78,47 +80,52 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// Scalar `ggml_vec_dot_q5_K_q8_K`. Panics when a row is shorter than `n` elements.
+/// Scalar Q5_K dot (the reference of [`vec_dot`]): exact integer sums per
+/// block and `acc_min` (`acc + (dy·d)·isum − (dy·dmin)·msum`, two fused multiply-adds), as Q4_K. Panics when a row is shorter than
+/// `n` elements.
 pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_scalar(row::<BlockQ5K>(x, n), row::<BlockQ8K>(y, n))
 }
 
-/// `ggml_vec_dot_q5_K_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
+/// The Q5_K dot, AVX2 when available, bit for bit [`vec_dot_scalar`].
+/// Panics as [`vec_dot_scalar`].
 pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ5K>(x, n), row::<BlockQ8K>(y, n));
     dispatch!(crate::quants::avx2::q5_k::dot_q5_k_q8_k, dot_scalar, (x, y))
 }
 
-/// `out[r * ys.len() + c] = vec_dot(n, xs[r], ys[c])` bit for bit, in
-/// register tiles of rows × columns (see [`crate::quants::vec_dot_tile`]).
-pub fn vec_dot_tile(n: usize, xs: &[&[u8]], ys: &[&[u8]], out: &mut [f32]) {
-    crate::quants::vec_dot_tile::tile_dispatch!(
-        BlockQ5K,
-        BlockQ8K,
-        crate::quants::avx2::k_tiles::dot_q5_k_q8_k_tile,
-        vec_dot_cols,
-        (n, xs, ys, out)
+/// The prompt kernels of Q5_K (see [`crate::quants::gemm`]).
+pub static GEMM: QGemm = QGemm {
+    panel_bytes: panel::panel_bytes,
+    pack: panel::pack,
+    run: gemm_run,
+};
+
+/// `out[t] = vec_dot(n, x, column t of panel)`, AVX2 when available.
+fn gemm_run(n: usize, x: &[u8], p: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let x = row::<BlockQ5K>(x, n);
+    dispatch!(
+        crate::quants::avx2::q5_k::gemm_q5_k_q8_k,
+        gemm_scalar,
+        (x, p, out)
     )
 }
 
-/// `out[c] = vec_dot(n, x, ys[c])` bit for bit, the row unpacked once per
-/// block for all columns (see [`crate::quants::vec_dot_cols`]).
-pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
-    crate::quants::vec_dot_cols::cols_dispatch!(
-        BlockQ5K,
-        BlockQ8K,
-        crate::quants::avx2::q5_k::dot_q5_k_q8_k_cols,
-        vec_dot,
-        (n, x, ys, out)
-    )
+fn gemm_scalar(x: &[BlockQ5K], p: &[u8], out: &mut [f32; GEMM_COLS]) {
+    panel::run_scalar(x.len() * QK_K, x, p, out, dot_scalar)
+}
+
+/// The scalar `run`, for the panel's tests.
+#[cfg(test)]
+pub(crate) fn gemm_scalar_for_tests(n: usize, x: &[u8], p: &[u8], out: &mut [f32; GEMM_COLS]) {
+    gemm_scalar(row::<BlockQ5K>(x, n), p, out)
 }
 
 fn dot_scalar(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
-    let mut sumf = 0f32;
+    let mut acc = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        sumf += dot_block_scales_mins(bx.d, bx.dmin, &bx.scales, by, |s, l| {
-            q5(bx, 32 * s + l) as i32
-        });
+        let (isum, msum) = block_sums_scales_mins(&bx.scales, by, |s, l| q5(bx, 32 * s + l) as i32);
+        acc = acc_min(acc, by.d, bx.d.to_f32(), bx.dmin.to_f32(), isum, msum);
     }
-    sumf
+    acc
 }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::pool::ThreadPool;
-use crate::cpu::scratch::with_scratch;
+use crate::cpu::scratch::{with_scratch, with_tile_scratch};
 use crate::cpu::view::TView;
 use crate::graph::Graph;
 use crate::tensor::TensorId;
@@ -40,6 +40,10 @@ pub(super) use mul_mat_id::{mul_mat_id, supports_mul_mat_id};
 /// Activation columns per tile: each weight row is dotted with this many
 /// columns back to back (in one `vec_dot_cols` call where the type has one).
 const TILE_COLS: usize = quants::VEC_DOT_COLS_MAX;
+
+/// Fewest columns of a task that go through the type's GEMM (packed
+/// panels); fewer are dotted one by one. The bits are the same either way.
+const GEMM_MIN_COLS: usize = 3;
 
 /// A raw pointer that may cross to the pool's threads; kernels write
 /// disjoint parts of what it points to.
@@ -338,6 +342,7 @@ unsafe fn dot_block(
     gemm: Option<GemmType>,
     vec_dot: fn(usize, &[u8], &[u8]) -> f32,
     vec_dot_cols: Option<quants::VecDotCols>,
+    qgemm: Option<&quants::QGemm>,
     k: usize,
     w_row: impl Fn(usize) -> *const u8,
     w_bytes: usize,
@@ -378,6 +383,36 @@ unsafe fn dot_block(
             }
             c0 += n;
         }
+        return;
+    }
+    if let Some(qg) = qgemm.filter(|_| cols.len() >= GEMM_MIN_COLS) {
+        let bytes = (qg.panel_bytes)(k);
+        with_tile_scratch(bytes, |panel| {
+            let mut c0 = cols.start;
+            while c0 < cols.end {
+                let n = (cols.end - c0).min(quants::GEMM_COLS);
+                let mut ys: [&[u8]; quants::GEMM_COLS] = [&[]; quants::GEMM_COLS];
+                let mut ds = [std::ptr::null_mut::<f32>(); quants::GEMM_COLS];
+                for j in 0..n {
+                    let (y, d) = col(c0 + j);
+                    ys[j] = std::slice::from_raw_parts(y, act_bytes);
+                    ds[j] = d as *mut f32;
+                }
+                (qg.pack)(k, &ys[..n], panel);
+                for r in rows.clone() {
+                    if r + PREFETCH_ROWS < rows.end {
+                        prefetch(w_row(r + PREFETCH_ROWS), w_bytes);
+                    }
+                    let x = std::slice::from_raw_parts(w_row(r), w_bytes);
+                    let mut out = [0f32; quants::GEMM_COLS];
+                    (qg.run)(k, x, panel, &mut out);
+                    for j in 0..n {
+                        ds[j].add(r).write_unaligned(out[j]);
+                    }
+                }
+                c0 += n;
+            }
+        });
         return;
     }
     let mut c0 = cols.start;
@@ -487,6 +522,7 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
                         gemm,
                         vec_dot,
                         kr.w.vec_dot_cols,
+                        kr.w.gemm,
                         k,
                         |r| a.row_ptr(r, i02, i03),
                         w_bytes,

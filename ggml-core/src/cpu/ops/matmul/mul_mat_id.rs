@@ -143,6 +143,7 @@ pub(crate) fn mul_mat_id(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Bac
                         gemm,
                         vec_dot,
                         kr.w.vec_dot_cols,
+                        kr.w.gemm,
                         k,
                         |r| a.row_ptr(r, x, 0),
                         w_bytes,

@@ -1,0 +1,189 @@
+//! Q8_K activation panels, the input of the K-quant GEMM kernels
+//! ([`crate::quants::gemm`]): [`GEMM_COLS`] Q8_K rows interleaved block by
+//! block. Per 256-element block, [`BLOCK_BYTES`] bytes:
+//!
+//! | bytes | what |
+//! | --- | --- |
+//! | `0..2048` | `qs`: for sub-block `s < 8`, column `t < 8`: the column's 32 values `32s..32s+32` at `(8s + t)·32` |
+//! | `2048..2080` | `d`: the 8 columns' f32 scales |
+//! | `2080..2336` | `bsums`: for pair `k < 8`, column `t`: the column's `bsums[2k]`, `bsums[2k+1]` (i16) at `2080 + (8k + t)·4` |
+//!
+//! so one 32-byte load gives a column's sub-block, one gives the 8 columns'
+//! scales, and one `madd` with a broadcast pair of weights gives the 8
+//! columns' weighted sums of two 16-value groups.
+
+use super::q8_k::BlockQ8K;
+use super::QK_K;
+use crate::quants::block::row;
+use crate::quants::gemm::GEMM_COLS;
+
+/// Offset of the scales in a panel block.
+pub(crate) const D_OFF: usize = 8 * GEMM_COLS * 32;
+/// Offset of the 16-value sums in a panel block.
+pub(crate) const BSUMS_OFF: usize = D_OFF + 4 * GEMM_COLS;
+/// Bytes of one block of a panel.
+pub const BLOCK_BYTES: usize = BSUMS_OFF + 8 * GEMM_COLS * 4;
+
+/// Bytes of a panel of columns of `n` elements (`n` a multiple of 256).
+pub fn panel_bytes(n: usize) -> usize {
+    n / QK_K * BLOCK_BYTES
+}
+
+/// Pack up to [`GEMM_COLS`] Q8_K rows of `n` elements into `panel`
+/// (exactly [`panel_bytes`]`(n)` bytes); missing columns are zeros.
+/// Panics on other lengths or more columns.
+pub fn pack(n: usize, ys: &[&[u8]], panel: &mut [u8]) {
+    assert!(
+        ys.len() <= GEMM_COLS,
+        "panel: {} columns, at most {GEMM_COLS}",
+        ys.len()
+    );
+    assert!(
+        n.is_multiple_of(QK_K),
+        "panel: {n} is not a multiple of {QK_K}"
+    );
+    assert_eq!(panel.len(), panel_bytes(n), "panel: bytes for {n} elements");
+    panel.fill(0);
+    for (t, y) in ys.iter().enumerate() {
+        let yb = row::<BlockQ8K>(y, n);
+        for (by, p) in yb.iter().zip(panel.chunks_exact_mut(BLOCK_BYTES)) {
+            for s in 0..8 {
+                let at = (8 * s + t) * 32;
+                p[at..at + 32].copy_from_slice(bytemuck::cast_slice(&by.qs[32 * s..32 * s + 32]));
+            }
+            let d = by.d;
+            p[D_OFF + 4 * t..D_OFF + 4 * t + 4].copy_from_slice(&d.to_le_bytes());
+            let bsums = by.bsums;
+            for k in 0..8 {
+                let at = BSUMS_OFF + (8 * k + t) * 4;
+                p[at..at + 2].copy_from_slice(&bsums[2 * k].to_le_bytes());
+                p[at + 2..at + 4].copy_from_slice(&bsums[2 * k + 1].to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Column `t` of a panel of `n` elements as Q8_K blocks again (the scalar
+/// kernels run the scalar dot on it).
+pub(crate) fn column(n: usize, panel: &[u8], t: usize) -> Vec<BlockQ8K> {
+    assert_eq!(panel.len(), panel_bytes(n), "panel: bytes for {n} elements");
+    panel
+        .chunks_exact(BLOCK_BYTES)
+        .map(|p| {
+            let mut b = BlockQ8K {
+                d: f32::from_le_bytes([
+                    p[D_OFF + 4 * t],
+                    p[D_OFF + 4 * t + 1],
+                    p[D_OFF + 4 * t + 2],
+                    p[D_OFF + 4 * t + 3],
+                ]),
+                qs: [0; QK_K],
+                bsums: [0; QK_K / 16],
+            };
+            for s in 0..8 {
+                let at = (8 * s + t) * 32;
+                for l in 0..32 {
+                    b.qs[32 * s + l] = p[at + l] as i8;
+                }
+            }
+            let mut bsums = [0i16; QK_K / 16];
+            for k in 0..8 {
+                let at = BSUMS_OFF + (8 * k + t) * 4;
+                bsums[2 * k] = i16::from_le_bytes([p[at], p[at + 1]]);
+                bsums[2 * k + 1] = i16::from_le_bytes([p[at + 2], p[at + 3]]);
+            }
+            b.bsums = bsums;
+            b
+        })
+        .collect()
+}
+
+/// The scalar `run` of a K-quant: `out[c]` = the scalar dot `dot` of the
+/// weight blocks with column `c`.
+pub(crate) fn run_scalar<B>(
+    n: usize,
+    x: &[B],
+    panel: &[u8],
+    out: &mut [f32; GEMM_COLS],
+    dot: impl Fn(&[B], &[BlockQ8K]) -> f32,
+) {
+    for (t, o) in out.iter_mut().enumerate() {
+        *o = dot(x, &column(n, panel, t));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quants::cpu_traits;
+    use crate::types::GgmlType;
+
+    fn q8k_rows(n: usize, cols: usize) -> Vec<Vec<u8>> {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        (0..cols)
+            .map(|c| {
+                let a: Vec<f32> = (0..n)
+                    .map(|_| {
+                        s ^= s << 13;
+                        s ^= s >> 7;
+                        s ^= s << 17;
+                        ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 + c) as f32
+                    })
+                    .collect();
+                let mut y = vec![0u8; GgmlType::Q8K.row_size(n as u64).unwrap()];
+                (cpu_traits(GgmlType::Q8K).unwrap().from_float)(&a, &mut y);
+                y
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pack_then_column_gives_the_rows_back() {
+        let n = 3 * QK_K;
+        let rows = q8k_rows(n, 5);
+        let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
+        let mut p = vec![0xffu8; panel_bytes(n)];
+        pack(n, &refs, &mut p);
+        for t in 0..GEMM_COLS {
+            let col = column(n, &p, t);
+            let bytes: &[u8] = bytemuck::cast_slice(&col);
+            match rows.get(t) {
+                Some(r) => assert_eq!(bytes, r.as_slice(), "column {t}"),
+                None => assert!(bytes.iter().all(|&b| b == 0), "zero column {t}"),
+            }
+        }
+    }
+
+    /// The scalar `run`s (what a CPU without AVX2 uses) give the same bits
+    /// as the dispatched ones.
+    #[test]
+    fn scalar_runs_match_the_dispatched_ones() {
+        use crate::quants::k_quants::{q4_k, q5_k, q6_k};
+        let n = 2 * QK_K;
+        let rows = q8k_rows(n, 6);
+        let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
+        let mut p = vec![0u8; panel_bytes(n)];
+        pack(n, &refs, &mut p);
+        let w = q8k_rows(n, 1).remove(0);
+        let wf: Vec<f32> = {
+            let mut f = vec![0f32; n];
+            (cpu_traits(GgmlType::Q8K).unwrap().to_float)(&w, &mut f);
+            f
+        };
+        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+            let tr = cpu_traits(ty).unwrap();
+            let mut x = vec![0u8; ty.row_size(n as u64).unwrap()];
+            (tr.from_float)(&wf, &mut x);
+            let mut fast = [0f32; GEMM_COLS];
+            (tr.gemm.unwrap().run)(n, &x, &p, &mut fast);
+            let mut slow = [0f32; GEMM_COLS];
+            match ty {
+                GgmlType::Q4K => q4_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+                GgmlType::Q5K => q5_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+                _ => q6_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+            }
+            assert_eq!(fast.map(f32::to_bits), slow.map(f32::to_bits), "{ty}");
+            assert!(fast[..6].iter().all(|v| *v != 0.0), "{ty}: {fast:?}");
+        }
+    }
+}
