@@ -1,14 +1,15 @@
 //! The parts the AVX2 K-quant GEMM kernels share (see
 //! [`crate::quants::gemm`] and the panel layout in
 //! [`crate::quants::k_quants::panel`]): the per-column integer sums of a
-//! sub-block, their reduction to one lane per column, the weighted sums of
-//! the panel's 16-value sums, and the f32 step per block.
+//! sub-block, and the f32 steps per block and final sums, which are those
+//! of ggml's AVX2 dots (8 lanes per column, 4 more for the minima), so a
+//! GEMM output is bit for bit the dot's.
 
 use std::arch::x86_64::*;
 
-use super::load256;
+use super::{hsum_ps, load256};
 use crate::quants::gemm::GEMM_COLS;
-use crate::quants::k_quants::panel::{BLOCK_BYTES, BSUMS_OFF, D_OFF};
+use crate::quants::k_quants::panel::{BLOCK_BYTES, BSUMS_OFF, D_OFF, NEG_D4_OFF, PAIRS_OFF};
 
 /// A panel checked against the weight row's block count.
 #[inline]
@@ -43,97 +44,95 @@ pub(crate) unsafe fn sub_block(
     }
 }
 
-/// Lane `t` = the sum of `v[t]`'s 8 lanes (exact: integers).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn reduce(v: &[__m256i; GEMM_COLS]) -> __m256i {
-    let h01 = _mm256_hadd_epi32(v[0], v[1]);
-    let h23 = _mm256_hadd_epi32(v[2], v[3]);
-    let h45 = _mm256_hadd_epi32(v[4], v[5]);
-    let h67 = _mm256_hadd_epi32(v[6], v[7]);
-    // per 128-bit half: the half sums of columns 0..4 and 4..8
-    let q0 = _mm256_hadd_epi32(h01, h23);
-    let q1 = _mm256_hadd_epi32(h45, h67);
-    let lo = _mm256_permute2x128_si256(q0, q1, 0x20);
-    let hi = _mm256_permute2x128_si256(q0, q1, 0x31);
-    _mm256_add_epi32(lo, hi)
-}
-
-/// Per column: `Σ_k w[2k]·bsums[2k] + w[2k+1]·bsums[2k+1]` over the panel
-/// block at `p`, with `pairs[k]` the i16 pair `(w[2k], w[2k+1])` broadcast.
+/// The f32 step of a block, as ggml's K-quant dots take it: each column
+/// keeps 8 f32 lanes and adds `(dy·d)·f32(isum lanes)` (fused) per block.
 ///
 /// # Safety
 /// AVX2; `p` points at a whole panel block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn weighted_bsums(p: *const u8, pairs: &[__m256i; 8]) -> __m256i {
-    let b = p.add(BSUMS_OFF);
-    let mut s = _mm256_setzero_si256();
-    for (k, w) in pairs.iter().enumerate() {
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(*w, load256(b.add(32 * k))));
-    }
-    s
-}
-
-/// The 8 columns' scales of the panel block at `p`.
-///
-/// # Safety
-/// AVX2; `p` points at a whole panel block.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn col_scales(p: *const u8) -> __m256 {
-    _mm256_loadu_ps(p.add(D_OFF) as *const f32)
-}
-
-/// The f32 step of a block with minima, per column, as
-/// [`crate::quants::k_quants::acc_min`]: `acc + (dy·d)·isum − (dy·dmin)·msum`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn step_min(
-    acc: __m256,
-    dy: __m256,
+pub(crate) unsafe fn step(
+    acc: &mut [__m256; GEMM_COLS],
+    p: *const u8,
     d: f32,
-    dmin: f32,
-    isum: __m256i,
-    msum: __m256i,
-) -> __m256 {
-    let acc = _mm256_fmadd_ps(
-        _mm256_mul_ps(dy, _mm256_set1_ps(d)),
-        _mm256_cvtepi32_ps(isum),
-        acc,
+    isum: &[__m256i; GEMM_COLS],
+) {
+    let dd = _mm256_mul_ps(
+        _mm256_loadu_ps(p.add(D_OFF) as *const f32),
+        _mm256_set1_ps(d),
     );
-    _mm256_fnmadd_ps(
-        _mm256_mul_ps(dy, _mm256_set1_ps(dmin)),
-        _mm256_cvtepi32_ps(msum),
-        acc,
-    )
+    let mut ds = [0f32; GEMM_COLS];
+    _mm256_storeu_ps(ds.as_mut_ptr(), dd);
+    for t in 0..GEMM_COLS {
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ds[t]), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+    }
 }
 
-/// The f32 step of a block without minima, per column, as
-/// [`crate::quants::k_quants::acc_offset`]: `acc + (dy·d)·isum`.
+/// The minima step of Q4_K / Q5_K, as ggml's dots take it: each column
+/// keeps 4 f32 lanes and adds `(-dy·dmin)·f32(madd(mins, pair sums))`;
+/// `acc_m[v]` holds columns `2v` (low half) and `2v + 1`.
+///
+/// # Safety
+/// AVX2; `p` points at a whole panel block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn step(acc: __m256, dy: __m256, d: f32, isum: __m256i) -> __m256 {
-    _mm256_fmadd_ps(
-        _mm256_mul_ps(dy, _mm256_set1_ps(d)),
-        _mm256_cvtepi32_ps(isum),
-        acc,
-    )
+pub(crate) unsafe fn step_mins(acc_m: &mut [__m256; 4], p: *const u8, dmin: f32, mins16: __m128i) {
+    let w = _mm256_set_m128i(mins16, mins16);
+    let dmin = _mm256_set1_ps(dmin);
+    for (v, a) in acc_m.iter_mut().enumerate() {
+        let prod = _mm256_madd_epi16(w, load256(p.add(PAIRS_OFF + 32 * v)));
+        let f = _mm256_mul_ps(
+            _mm256_loadu_ps(p.add(NEG_D4_OFF + 32 * v) as *const f32),
+            dmin,
+        );
+        *a = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(prod), *a);
+    }
 }
 
-/// Sum of the 8 i32 lanes.
+/// Column `t`'s 16-value sums of the panel block at `p`.
+///
+/// # Safety
+/// AVX2; `p` points at a whole panel block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    hsum_epi32_128(s)
+pub(crate) unsafe fn col_bsums(p: *const u8, t: usize) -> __m256i {
+    load256(p.add(BSUMS_OFF + 32 * t))
 }
 
-/// Sum of the 4 i32 lanes.
+/// The results of the dots without minima: ggml's 8-lane sum per column.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn hsum_epi32_128(s: __m128i) -> i32 {
-    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
-    _mm_cvtsi128_si32(s)
+pub(crate) unsafe fn finish(acc: &[__m256; GEMM_COLS], out: &mut [f32; GEMM_COLS]) {
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = hsum_ps(*a);
+    }
+}
+
+/// The results of the dots with minima: ggml's 8-lane sum of `acc` plus
+/// its 4-lane sum of the minima, per column.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn finish_min(
+    acc: &[__m256; GEMM_COLS],
+    acc_m: &[__m256; 4],
+    out: &mut [f32; GEMM_COLS],
+) {
+    for (t, o) in out.iter_mut().enumerate() {
+        let v = acc_m[t / 2];
+        let m = if t % 2 == 0 {
+            _mm256_castps256_ps128(v)
+        } else {
+            _mm256_extractf128_ps(v, 1)
+        };
+        *o = hsum_ps(acc[t]) + hsum_ps_128(m);
+    }
+}
+
+/// ggml's 4-lane sum of the minima accumulator.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn hsum_ps_128(m: __m128) -> f32 {
+    let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    _mm_cvtss_f32(m)
 }

@@ -6,11 +6,12 @@
 //! | --- | --- |
 //! | `0..2048` | `qs`: for sub-block `s < 8`, column `t < 8`: the column's 32 values `32s..32s+32` at `(8s + t)·32` |
 //! | `2048..2080` | `d`: the 8 columns' f32 scales |
-//! | `2080..2336` | `bsums`: for pair `k < 8`, column `t`: the column's `bsums[2k]`, `bsums[2k+1]` (i16) at `2080 + (8k + t)·4` |
+//! | `2080..2208` | `-d` of column `t` four times at `2080 + 16t` (the minima's 4-lane factors) |
+//! | `2208..2336` | the pair sums `bsums[2s] + bsums[2s+1]` (i16), `s < 8`, of column `t` at `2208 + 16t` |
+//! | `2336..2592` | the 16 `bsums` (i16) of column `t` at `2336 + 32t` |
 //!
-//! so one 32-byte load gives a column's sub-block, one gives the 8 columns'
-//! scales, and one `madd` with a broadcast pair of weights gives the 8
-//! columns' weighted sums of two 16-value groups.
+//! so one 32-byte load gives a column's sub-block, one the 8 columns'
+//! scales, one the 16-value sums of a column or the pair sums of two.
 
 use super::q8_k::BlockQ8K;
 use super::QK_K;
@@ -19,10 +20,14 @@ use crate::quants::gemm::GEMM_COLS;
 
 /// Offset of the scales in a panel block.
 pub(crate) const D_OFF: usize = 8 * GEMM_COLS * 32;
-/// Offset of the 16-value sums in a panel block.
-pub(crate) const BSUMS_OFF: usize = D_OFF + 4 * GEMM_COLS;
+/// Offset of the negated scales, four per column.
+pub(crate) const NEG_D4_OFF: usize = D_OFF + 4 * GEMM_COLS;
+/// Offset of the pair sums, eight i16 per column.
+pub(crate) const PAIRS_OFF: usize = NEG_D4_OFF + 16 * GEMM_COLS;
+/// Offset of the 16-value sums, sixteen i16 per column.
+pub(crate) const BSUMS_OFF: usize = PAIRS_OFF + 16 * GEMM_COLS;
 /// Bytes of one block of a panel.
-pub const BLOCK_BYTES: usize = BSUMS_OFF + 8 * GEMM_COLS * 4;
+pub const BLOCK_BYTES: usize = BSUMS_OFF + 32 * GEMM_COLS;
 
 /// Bytes of a panel of columns of `n` elements (`n` a multiple of 256).
 pub fn panel_bytes(n: usize) -> usize {
@@ -53,11 +58,20 @@ pub fn pack(n: usize, ys: &[&[u8]], panel: &mut [u8]) {
             }
             let d = by.d;
             p[D_OFF + 4 * t..D_OFF + 4 * t + 4].copy_from_slice(&d.to_le_bytes());
+            for l in 0..4 {
+                let at = NEG_D4_OFF + 16 * t + 4 * l;
+                p[at..at + 4].copy_from_slice(&(-d).to_le_bytes());
+            }
             let bsums = by.bsums;
-            for k in 0..8 {
-                let at = BSUMS_OFF + (8 * k + t) * 4;
-                p[at..at + 2].copy_from_slice(&bsums[2 * k].to_le_bytes());
-                p[at + 2..at + 4].copy_from_slice(&bsums[2 * k + 1].to_le_bytes());
+            for (j, b) in bsums.iter().enumerate() {
+                let at = BSUMS_OFF + 32 * t + 2 * j;
+                p[at..at + 2].copy_from_slice(&b.to_le_bytes());
+            }
+            for s in 0..8 {
+                // as ggml's `_mm_hadd_epi16` of the sums: wrapping i16
+                let pair = bsums[2 * s].wrapping_add(bsums[2 * s + 1]);
+                let at = PAIRS_OFF + 16 * t + 2 * s;
+                p[at..at + 2].copy_from_slice(&pair.to_le_bytes());
             }
         }
     }
@@ -87,10 +101,9 @@ pub(crate) fn column(n: usize, panel: &[u8], t: usize) -> Vec<BlockQ8K> {
                 }
             }
             let mut bsums = [0i16; QK_K / 16];
-            for k in 0..8 {
-                let at = BSUMS_OFF + (8 * k + t) * 4;
-                bsums[2 * k] = i16::from_le_bytes([p[at], p[at + 1]]);
-                bsums[2 * k + 1] = i16::from_le_bytes([p[at + 2], p[at + 3]]);
+            for (j, b) in bsums.iter_mut().enumerate() {
+                let at = BSUMS_OFF + 32 * t + 2 * j;
+                *b = i16::from_le_bytes([p[at], p[at + 1]]);
             }
             b.bsums = bsums;
             b
@@ -154,8 +167,8 @@ mod tests {
         }
     }
 
-    /// The scalar `run`s (what a CPU without AVX2 uses) give the same bits
-    /// as the dispatched ones.
+    /// The scalar `run`s (what a CPU without AVX2 uses) give the scalar dot
+    /// of each column bit for bit, and the dispatched runs' values.
     #[test]
     fn scalar_runs_match_the_dispatched_ones() {
         use crate::quants::k_quants::{q4_k, q5_k, q6_k};
@@ -182,7 +195,19 @@ mod tests {
                 GgmlType::Q5K => q5_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
                 _ => q6_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
             }
-            assert_eq!(fast.map(f32::to_bits), slow.map(f32::to_bits), "{ty}");
+            for t in 0..GEMM_COLS {
+                let y = rows
+                    .get(t)
+                    .cloned()
+                    .unwrap_or_else(|| vec![0u8; rows[0].len()]);
+                let want = (tr.vec_dot_scalar)(n, &x, &y);
+                assert_eq!(slow[t].to_bits(), want.to_bits(), "{ty} column {t}");
+                let tol = 1e-5 * want.abs().max(1.0);
+                assert!(
+                    (fast[t] - slow[t]).abs() <= tol,
+                    "{ty}: {fast:?} vs {slow:?}"
+                );
+            }
             assert!(fast[..6].iter().all(|v| *v != 0.0), "{ty}: {fast:?}");
         }
     }

@@ -4,10 +4,10 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::panel;
 use super::q8_k::BlockQ8K;
 use super::scale_search::make_qkx2_quants;
 use super::QK_K;
-use super::{acc_min, panel};
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::quants::cpu_features::dispatch;
 use crate::quants::gemm::{QGemm, GEMM_COLS};
@@ -180,17 +180,12 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// Scalar Q4_K dot (the reference of [`vec_dot`]). Per block the
-/// integer sums `isum = Σ_s sc[s]·Σ q·qy` and `msum = Σ_s m[s]·(bsums of s)`
-/// are exact; the f32 step is `acc_min` (`acc + (dy·d)·isum − (dy·dmin)·msum`, two fused multiply-adds), as in every Q4_K kernel.
-/// ggml keeps eight f32 lanes instead; the difference is rounding only.
-/// Panics when a row is shorter than `n` elements.
+/// Scalar `ggml_vec_dot_q4_K_q8_K`. Panics when a row is shorter than `n` elements.
 pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_scalar(row::<BlockQ4K>(x, n), row::<BlockQ8K>(y, n))
 }
 
-/// The Q4_K dot, AVX2 when available, bit for bit [`vec_dot_scalar`].
-/// Panics as [`vec_dot_scalar`].
+/// `ggml_vec_dot_q4_K_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
 pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ4K>(x, n), row::<BlockQ8K>(y, n));
     dispatch!(crate::quants::avx2::q4_k::dot_q4_k_q8_k, dot_scalar, (x, y))
@@ -224,27 +219,28 @@ pub(crate) fn gemm_scalar_for_tests(n: usize, x: &[u8], p: &[u8], out: &mut [f32
 }
 
 fn dot_scalar(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let mut acc = 0f32;
+    let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        let (isum, msum) = block_sums_scales_mins(&bx.scales, by, |s, l| {
+        sumf += dot_block_scales_mins(bx.d, bx.dmin, &bx.scales, by, |s, l| {
             let (c, shift) = (s / 2, 4 * (s % 2));
             ((bx.qs[32 * c + l] >> shift) & 0x0f) as i32
         });
-        acc = acc_min(acc, by.d, bx.d.to_f32(), bx.dmin.to_f32(), isum, msum);
     }
-    acc
+    sumf
 }
 
-/// The integer sums of one super-block of the scalar Q4_K and Q5_K dots
-/// with Q8_K: with `q(s, l)` the level of value `l` of sub-block `s`, and
-/// `sc`, `m` the 6-bit scales and minima in `scales`,
-/// `(Σ_s sc[s]·Σ_l q·qy, Σ_s m[s]·(bsums of s))`.
+/// One super-block of the scalar Q4_K and Q5_K dots with Q8_K: with
+/// `q(s, l)` the level of value `l` of sub-block `s`, and `sc`, `m` the
+/// 6-bit scales and minima in `scales`,
+/// `d·dy·Σ_s sc[s]·Σ_l q·qy − dmin·dy·Σ_s m[s]·(bsums of s)`.
 #[inline]
-pub(crate) fn block_sums_scales_mins(
+pub(crate) fn dot_block_scales_mins(
+    d: f16,
+    dmin: f16,
     scales: &[u8; 12],
     by: &BlockQ8K,
     q: impl Fn(usize, usize) -> i32,
-) -> (i32, i32) {
+) -> f32 {
     let sm = unpack_scales_mins(scales);
     let bsums = by.bsums;
     let mut summs = 0i32;
@@ -254,7 +250,9 @@ pub(crate) fn block_sums_scales_mins(
         let isuml: i32 = (0..32).map(|l| q(s, l) * by.qs[32 * s + l] as i32).sum();
         isum += sm[s] as i32 * isuml;
     }
-    (isum, summs)
+    let d = d.to_f32() * by.d;
+    let dmin = dmin.to_f32() * by.d;
+    d * isum as f32 - dmin * summs as f32
 }
 
 #[cfg(test)]

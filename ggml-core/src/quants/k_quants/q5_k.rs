@@ -3,10 +3,10 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q4_k::{block_sums_scales_mins, quantize_super_block_qkx, unpack_scales_mins};
+use super::panel;
+use super::q4_k::{dot_block_scales_mins, quantize_super_block_qkx, unpack_scales_mins};
 use super::q8_k::BlockQ8K;
 use super::QK_K;
-use super::{acc_min, panel};
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::quants::cpu_features::dispatch;
 use crate::quants::gemm::{QGemm, GEMM_COLS};
@@ -80,15 +80,12 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// Scalar Q5_K dot (the reference of [`vec_dot`]): exact integer sums per
-/// block and `acc_min` (`acc + (dy·d)·isum − (dy·dmin)·msum`, two fused multiply-adds), as Q4_K. Panics when a row is shorter than
-/// `n` elements.
+/// Scalar `ggml_vec_dot_q5_K_q8_K`. Panics when a row is shorter than `n` elements.
 pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_scalar(row::<BlockQ5K>(x, n), row::<BlockQ8K>(y, n))
 }
 
-/// The Q5_K dot, AVX2 when available, bit for bit [`vec_dot_scalar`].
-/// Panics as [`vec_dot_scalar`].
+/// `ggml_vec_dot_q5_K_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
 pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ5K>(x, n), row::<BlockQ8K>(y, n));
     dispatch!(crate::quants::avx2::q5_k::dot_q5_k_q8_k, dot_scalar, (x, y))
@@ -122,10 +119,11 @@ pub(crate) fn gemm_scalar_for_tests(n: usize, x: &[u8], p: &[u8], out: &mut [f32
 }
 
 fn dot_scalar(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
-    let mut acc = 0f32;
+    let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
-        let (isum, msum) = block_sums_scales_mins(&bx.scales, by, |s, l| q5(bx, 32 * s + l) as i32);
-        acc = acc_min(acc, by.d, bx.d.to_f32(), bx.dmin.to_f32(), isum, msum);
+        sumf += dot_block_scales_mins(bx.d, bx.dmin, &bx.scales, by, |s, l| {
+            q5(bx, 32 * s + l) as i32
+        });
     }
-    acc
+    sumf
 }

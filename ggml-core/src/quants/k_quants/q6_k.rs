@@ -4,10 +4,10 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::panel;
 use super::q8_k::BlockQ8K;
 use super::scale_search::{make_qx_quants, GROUP_MAX_EPS};
 use super::QK_K;
-use super::{acc_offset, panel};
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::quants::cpu_features::dispatch;
 use crate::quants::gemm::{QGemm, GEMM_COLS};
@@ -116,16 +116,12 @@ pub fn from_float(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// Scalar Q6_K dot (the reference of [`vec_dot`]): the exact integer sum
-/// of a block, then `acc_offset` (`acc + (dy·d)·isum`, one fused multiply-add) (ggml keeps eight f32 lanes
-/// instead; the difference is rounding only). Panics when a row is shorter
-/// than `n` elements.
+/// Scalar `ggml_vec_dot_q6_K_q8_K`. Panics when a row is shorter than `n` elements.
 pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_scalar(row::<BlockQ6K>(x, n), row::<BlockQ8K>(y, n))
 }
 
-/// The Q6_K dot, AVX2 when available, bit for bit [`vec_dot_scalar`].
-/// Panics as [`vec_dot_scalar`].
+/// `ggml_vec_dot_q6_K_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
 pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (x, y) = (row::<BlockQ6K>(x, n), row::<BlockQ8K>(y, n));
     dispatch!(crate::quants::avx2::q6_k::dot_q6_k_q8_k, dot_scalar, (x, y))
@@ -159,7 +155,7 @@ pub(crate) fn gemm_scalar_for_tests(n: usize, x: &[u8], p: &[u8], out: &mut [f32
 }
 
 fn dot_scalar(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
-    let mut acc = 0f32;
+    let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
         let mut isum = 0i32;
         for s in 0..QK_K / 16 {
@@ -168,7 +164,7 @@ fn dot_scalar(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
                 .sum();
             isum += bx.scales[s] as i32 * isuml;
         }
-        acc = acc_offset(acc, by.d, bx.d.to_f32(), isum);
+        sumf += bx.d.to_f32() * by.d * isum as f32;
     }
-    acc
+    sumf
 }
