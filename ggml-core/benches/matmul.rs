@@ -1,6 +1,7 @@
 //! F32/F16 `mul_mat` on the CPU backend: a decode-shaped matvec in GB/s of
 //! weight bytes (beside a plain memory-read figure measured in the same run)
-//! and a prompt-shaped matmul in GFLOP/s, for 1 and 2 threads.
+//! and prompt-shaped matmuls (a projection, and the attention products of a
+//! 512-token prompt with 128-wide heads) in GFLOP/s, for 1 and 2 threads.
 //!
 //! `cargo bench -p ggml-core --bench matmul [-- FILTER...]`, e.g. `f16`,
 //! `matvec`.
@@ -54,7 +55,14 @@ fn main() {
     let f = filters();
     let mut cases = Vec::new();
     for ty in [GgmlType::F32, GgmlType::F16] {
-        for (k, m, n) in [(4096, 8192, 1), (4096, 4096, 512)] {
+        // decode matvec, prompt matmul, and the attention products of a
+        // 512-token prompt with 128-wide heads (KQ, then KQV)
+        for (k, m, n) in [
+            (4096, 8192, 1),
+            (4096, 4096, 512),
+            (128, 512, 512),
+            (512, 128, 512),
+        ] {
             let name = format!("{ty} {}", if n == 1 { "matvec" } else { "matmul" });
             if wanted(&f, &name) {
                 cases.push(build(ty, k, m, n));

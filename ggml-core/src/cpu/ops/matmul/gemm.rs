@@ -104,6 +104,25 @@ pub(super) unsafe fn tile(
     }
 }
 
+/// Widen `k` F16 values at `src` to f32 at `dst` (exact), so that the F16
+/// product can run the F32 kernel on them: the same fused multiply-adds on
+/// the same values, so the same bits as the F16 kernel, without converting
+/// each operand again for every tile it enters.
+///
+/// # Safety
+/// [`GemmType::select`] returned a type on this CPU (so `k` is a multiple of
+/// 8 and F16C is present); `src` holds `k` F16 values, `dst` room for `k` f32.
+#[inline]
+pub(super) unsafe fn widen_f16(k: usize, src: *const u8, dst: *mut f32) {
+    #[cfg(target_arch = "x86_64")]
+    x86::widen_f16(k, src, dst);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (k, src, dst);
+        unreachable!("GemmType::select is None off x86_64");
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{RM, RN};
@@ -166,4 +185,13 @@ mod x86 {
 
     tile_fn!(tile_f32, 4, load_f32);
     tile_fn!(tile_f16, 2, load_f16);
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn widen_f16(k: usize, src: *const u8, dst: *mut f32) {
+        let mut l = 0;
+        while l < k {
+            _mm256_storeu_ps(dst.add(l), load_f16!(src.add(2 * l)));
+            l += 8;
+        }
+    }
 }

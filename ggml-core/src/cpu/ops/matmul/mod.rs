@@ -351,6 +351,53 @@ unsafe fn dot_block(
     act_bytes: usize,
     cols: Range<usize>,
 ) {
+    if gemm == Some(GemmType::F16) {
+        // widen the task's columns once and each block of rows once, then
+        // run the F32 tiles on them (the same bits as F16 tiles)
+        let n_cols = cols.len();
+        let col_f32 = k * 4;
+        let ptr_bytes = n_cols * size_of::<usize>();
+        with_tile_scratch(ptr_bytes + n_cols * col_f32 + gemm::RM * col_f32, |buf| {
+            let (dsts, rest) = buf.split_at_mut(ptr_bytes);
+            let dsts = dsts.as_mut_ptr() as *mut *mut f32;
+            let (cb, rb) = rest.split_at_mut(n_cols * col_f32);
+            let (cb, rb) = (cb.as_mut_ptr(), rb.as_mut_ptr());
+            for j in 0..n_cols {
+                let (y, d) = col(cols.start + j);
+                gemm::widen_f16(k, y, cb.add(j * col_f32) as *mut f32);
+                // the scratch is 64-byte aligned and `ptr_bytes` pointers long
+                dsts.add(j).write(d as *mut f32);
+            }
+            let mut r0 = rows.start;
+            while r0 < rows.end {
+                let m = (rows.end - r0).min(gemm::RM);
+                let mut xs = [std::ptr::null::<u8>(); gemm::RM];
+                for (i, x) in xs.iter_mut().enumerate().take(m) {
+                    let dst = rb.add(i * col_f32);
+                    gemm::widen_f16(k, w_row(r0 + i), dst as *mut f32);
+                    *x = dst;
+                }
+                let mut c0 = 0;
+                while c0 < n_cols {
+                    let n = (n_cols - c0).min(gemm::RN);
+                    let mut ys = [std::ptr::null::<u8>(); gemm::RN];
+                    for (j, y) in ys.iter_mut().enumerate().take(n) {
+                        *y = cb.add((c0 + j) * col_f32);
+                    }
+                    let mut out = [[0f32; gemm::RN]; gemm::RM];
+                    gemm::tile(GemmType::F32, k, &xs, m, &ys, n, &mut out);
+                    for (i, o) in out.iter().enumerate().take(m) {
+                        for (j, v) in o.iter().enumerate().take(n) {
+                            dsts.add(c0 + j).read().add(r0 + i).write_unaligned(*v);
+                        }
+                    }
+                    c0 += n;
+                }
+                r0 += m;
+            }
+        });
+        return;
+    }
     if let Some(ty) = gemm {
         let mut c0 = cols.start;
         while c0 < cols.end {
