@@ -23,6 +23,7 @@ mod set_rows;
 mod softmax;
 mod sort;
 mod unary;
+mod vexp;
 
 /// What a kernel needs: the pool, the graph, and which buffers the running
 /// backend may touch.

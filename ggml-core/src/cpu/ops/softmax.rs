@@ -56,7 +56,8 @@ pub(super) fn alibi_slope(max_bias: f32, n_head: u32, h: u32) -> f32 {
 }
 
 /// Softmax of `w` into itself, with an optional extra sink logit in the
-/// normaliser (ggml's arithmetic: f32 exps, f64 sum, f32 reciprocal).
+/// normaliser (ggml's arithmetic: its vectorised exps summed per 8 in f32
+/// into an f64 total, see [`super::vexp`], then an f32 reciprocal).
 pub(super) fn softmax_row(w: &mut [f32], sink: Option<f32>) {
     let mut max = f32::NEG_INFINITY;
     for &v in w.iter() {
@@ -65,12 +66,7 @@ pub(super) fn softmax_row(w: &mut [f32], sink: Option<f32>) {
     if let Some(s) = sink {
         max = if max > s { max } else { s };
     }
-    let mut sum = 0f64;
-    for v in w.iter_mut() {
-        let e = (*v - max).exp();
-        sum += e as f64;
-        *v = e;
-    }
+    let mut sum = super::vexp::soft_max_exp(w, max);
     if let Some(s) = sink {
         sum += (s - max).exp() as f64;
     }
