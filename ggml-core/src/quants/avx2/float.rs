@@ -87,3 +87,42 @@ pub(crate) unsafe fn dot_bf16(n: usize, x: &[u8], y: &[u8]) -> f32 {
     assert!(x.len() == 2 * n && y.len() == 2 * n);
     dot_kernel!(n, x, y, load_bf16, tail_bf16)
 }
+
+/// F16 → f32 for a row (`src.len() == 2 * dst.len()`, checked by the
+/// caller): 8 at a time with F16C, the tail one by one (both exact).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn f16_to_f32_row(src: &[u8], dst: &mut [f32]) {
+    let n = dst.len().min(src.len() / 2);
+    let mut i = 0;
+    while i + 8 <= n {
+        let h = load128(src.as_ptr().add(2 * i));
+        _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        i += 8;
+    }
+    while i < n {
+        let h = u16::from_le_bytes([src[2 * i], src[2 * i + 1]]);
+        dst[i] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)));
+        i += 1;
+    }
+}
+
+/// f32 → F16 for a row (`dst.len() == 2 * src.len()`, checked by the
+/// caller), rounding to nearest even: 8 at a time with F16C, the tail one
+/// by one.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn f32_to_f16_row(src: &[f32], dst: &mut [u8]) {
+    let n = src.len().min(dst.len() / 2);
+    let mut i = 0;
+    while i + 8 <= n {
+        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(src.as_ptr().add(i)));
+        _mm_storeu_si128(dst.as_mut_ptr().add(2 * i) as *mut __m128i, h);
+        i += 8;
+    }
+    while i < n {
+        let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(src[i]));
+        let b = (_mm_cvtsi128_si32(h) as u16).to_le_bytes();
+        dst[2 * i] = b[0];
+        dst[2 * i + 1] = b[1];
+        i += 1;
+    }
+}
