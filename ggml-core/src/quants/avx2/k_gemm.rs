@@ -57,14 +57,12 @@ pub(crate) unsafe fn step(
     d: f32,
     isum: &[__m256i; GEMM_COLS],
 ) {
-    let dd = _mm256_mul_ps(
-        _mm256_loadu_ps(p.add(D_OFF) as *const f32),
-        _mm256_set1_ps(d),
-    );
-    let mut ds = [0f32; GEMM_COLS];
-    _mm256_storeu_ps(ds.as_mut_ptr(), dd);
+    let dy = p.add(D_OFF) as *const f32;
+    let dx = _mm256_set1_ps(d);
     for t in 0..GEMM_COLS {
-        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ds[t]), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        // dy·dx, the dot's scalar product, in every lane
+        let dd = _mm256_mul_ps(_mm256_broadcast_ss(&*dy.add(t)), dx);
+        acc[t] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[t]), acc[t]);
     }
 }
 

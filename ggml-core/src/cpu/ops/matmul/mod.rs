@@ -409,13 +409,14 @@ unsafe fn dot_block(
                 ys[j] = y;
                 ds[j] = d as *mut f32;
             }
+            let first = c0 == cols.start;
             let mut r0 = rows.start;
             while r0 < rows.end {
                 let m = (rows.end - r0).min(gemm::RM);
                 let mut xs = [std::ptr::null::<u8>(); gemm::RM];
                 for (i, x) in xs.iter_mut().enumerate().take(m) {
                     *x = w_row(r0 + i);
-                    if r0 + i + gemm::RM < rows.end {
+                    if first && r0 + i + gemm::RM < rows.end {
                         prefetch(w_row(r0 + i + gemm::RM), w_bytes);
                     }
                 }
@@ -446,8 +447,11 @@ unsafe fn dot_block(
                     ds[j] = d as *mut f32;
                 }
                 (qg.pack)(k, &ys[..n], panel);
+                // the rows come from memory for the first panel only; later
+                // panels find them in L2
+                let first = c0 == cols.start;
                 for r in rows.clone() {
-                    if r + PREFETCH_ROWS < rows.end {
+                    if first && r + PREFETCH_ROWS < rows.end {
                         prefetch(w_row(r + PREFETCH_ROWS), w_bytes);
                     }
                     let x = std::slice::from_raw_parts(w_row(r), w_bytes);
@@ -472,8 +476,10 @@ unsafe fn dot_block(
             ys[j] = std::slice::from_raw_parts(y, act_bytes);
             ds[j] = d as *mut f32;
         }
+        // as in the GEMM path: only the first tile's rows come from memory
+        let first = c0 == cols.start;
         for r in rows.clone() {
-            if r + PREFETCH_ROWS < rows.end {
+            if first && r + PREFETCH_ROWS < rows.end {
                 prefetch(w_row(r + PREFETCH_ROWS), w_bytes);
             }
             let x = std::slice::from_raw_parts(w_row(r), w_bytes);
