@@ -486,7 +486,14 @@ unsafe fn dot_block(
             match vec_dot_cols {
                 Some(f) if n > 1 => {
                     let mut out = [0f32; TILE_COLS];
-                    f(k, x, &ys[..n], &mut out[..n]);
+                    // at most 4 columns a call: their accumulators then fit
+                    // the 16 vector registers
+                    let mut j0 = 0;
+                    while j0 < n {
+                        let j1 = (j0 + 4).min(n);
+                        f(k, x, &ys[j0..j1], &mut out[j0..j1]);
+                        j0 = j1;
+                    }
                     for j in 0..n {
                         ds[j].add(r).write_unaligned(out[j]);
                     }
