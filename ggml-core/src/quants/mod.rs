@@ -44,6 +44,7 @@ pub mod q4_1;
 pub mod q5_0;
 pub mod q5_1;
 pub mod q8_0;
+pub mod q8_0_panel;
 pub mod q8_1;
 mod rounding;
 pub mod vec_dot_cols;
@@ -131,6 +132,20 @@ macro_rules! traits {
     ($ty:ident, $dot_ty:ident, $m:path, simd, cols, tile) => {
         traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols, vec_dot_tile)
     };
+    ($ty:ident, $dot_ty:ident, $m:path, simd, cols, tile, gemm) => {{
+        use $m as m;
+        CpuTypeTraits {
+            gemm: Some(&m::GEMM),
+            ..traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols, vec_dot_tile)
+        }
+    }};
+    ($ty:ident, $dot_ty:ident, $m:path, simd, cols, gemm) => {{
+        use $m as m;
+        CpuTypeTraits {
+            gemm: Some(&m::GEMM),
+            ..traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols)
+        }
+    }};
     ($ty:ident, $dot_ty:ident, $m:path, simd, gemm) => {{
         use $m as m;
         CpuTypeTraits {
@@ -193,11 +208,11 @@ static BF16: CpuTypeTraits = CpuTypeTraits {
     vec_dot_tile: None,
     gemm: None,
 };
-static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd, cols);
+static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd, cols, gemm);
 static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1, simd);
 static Q5_0: CpuTypeTraits = traits!(Q5_0, Q8_0, q5_0, simd);
 static Q5_1: CpuTypeTraits = traits!(Q5_1, Q8_1, q5_1, simd);
-static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd, cols, tile);
+static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd, cols, tile, gemm);
 static Q8_1: CpuTypeTraits = traits!(Q8_1, Q8_1, q8_1);
 static Q2K: CpuTypeTraits = traits!(Q2K, Q8K, k_quants::q2_k, simd);
 static Q3K: CpuTypeTraits = traits!(Q3K, Q8K, k_quants::q3_k, simd);

@@ -17,6 +17,7 @@ pub(crate) mod q3_k;
 pub(crate) mod q4_k;
 pub(crate) mod q5_k;
 pub(crate) mod q6_k;
+pub(crate) mod q8_0_gemm;
 pub(crate) mod q8_0_tiles;
 pub(crate) mod quantize;
 

@@ -1,0 +1,82 @@
+//! The AVX2 GEMM of Q8_0 and Q4_0 weights against Q8_0 activations: a
+//! weight row against a Q8_0 panel of 8 columns
+//! ([`crate::quants::q8_0_panel`]), `out[t]` bit for bit the single dot
+//! with column `t`. The columns go in two passes of 4 so that each
+//! column's two alternating f32 accumulators (the single dot's) stay in
+//! registers; the row's block is unpacked once per pass.
+
+use std::arch::x86_64::*;
+
+use super::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::gemm::GEMM_COLS;
+use crate::quants::q4_0::BlockQ4_0;
+use crate::quants::q8_0::BlockQ8_0;
+use crate::quants::q8_0_panel::{BLOCK_BYTES, D_OFF};
+
+/// Columns per pass over the row.
+const PASS: usize = 4;
+
+/// `out[t] = Σ_b dx_b·dy_bt·Σ qx·qy` with the single dots' two alternating
+/// accumulators, `unpack` giving a block's `dx` and 32 signed values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemm_with<B>(
+    x: &[B],
+    panel: &[u8],
+    out: &mut [f32; GEMM_COLS],
+    unpack: impl Fn(&B) -> (f32, __m256i),
+) {
+    assert_eq!(
+        panel.len(),
+        x.len() * BLOCK_BYTES,
+        "gemm: a panel of {} bytes for {} blocks",
+        panel.len(),
+        x.len()
+    );
+    let ones = _mm256_set1_epi16(1);
+    for g in 0..GEMM_COLS / PASS {
+        let mut acc = [[_mm256_setzero_ps(); 2]; PASS];
+        for (b, bx) in x.iter().enumerate() {
+            let p = panel.as_ptr().add(b * BLOCK_BYTES);
+            let dy = p.add(D_OFF) as *const f32;
+            let (dx, xq) = unpack(bx);
+            let dx = _mm256_set1_ps(dx);
+            let ax = _mm256_sign_epi8(xq, xq);
+            for (t, a) in acc.iter_mut().enumerate() {
+                let c = PASS * g + t;
+                // dx·dy, the single dot's scalar product, in every lane
+                let d = _mm256_mul_ps(_mm256_broadcast_ss(&*dy.add(c)), dx);
+                // as `mul_sum_i8`
+                let sy = _mm256_sign_epi8(load256(p.add(32 * c)), xq);
+                let p16 = _mm256_maddubs_epi16(ax, sy);
+                let q = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                a[b & 1] = _mm256_fmadd_ps(d, q, a[b & 1]);
+            }
+        }
+        for (t, a) in acc.iter().enumerate() {
+            out[PASS * g + t] = hsum_ps(_mm256_add_ps(a[0], a[1]));
+        }
+    }
+}
+
+/// One Q8_0 weight row against a Q8_0 panel: `out[t]` =
+/// `dot_q8_0_q8_0(x, column t)`, bit for bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q8_0_q8_0(x: &[BlockQ8_0], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    gemm_with(x, panel, out, |bx: &BlockQ8_0| {
+        (f16_to_f32(bx.d), load256(bx.qs.as_ptr()))
+    })
+}
+
+/// One Q4_0 weight row against a Q8_0 panel: `out[t]` =
+/// `dot_q4_0_q8_0(x, column t)`, bit for bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q4_0_q8_0(x: &[BlockQ4_0], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let eight = _mm256_set1_epi8(8);
+    gemm_with(x, panel, out, |bx: &BlockQ4_0| {
+        let raw = load128(bx.qs.as_ptr());
+        let nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        (f16_to_f32(bx.d), _mm256_sub_epi8(nib, eight))
+    })
+}
