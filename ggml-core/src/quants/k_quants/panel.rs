@@ -48,7 +48,10 @@ pub fn pack(n: usize, ys: &[&[u8]], panel: &mut [u8]) {
         "panel: {n} is not a multiple of {QK_K}"
     );
     assert_eq!(panel.len(), panel_bytes(n), "panel: bytes for {n} elements");
-    panel.fill(0);
+    if ys.len() < GEMM_COLS {
+        // every byte of a present column is written below
+        panel.fill(0);
+    }
     for (t, y) in ys.iter().enumerate() {
         let yb = row::<BlockQ8K>(y, n);
         for (by, p) in yb.iter().zip(panel.chunks_exact_mut(BLOCK_BYTES)) {
