@@ -6,9 +6,7 @@ use half::f16;
 
 use super::block::{impl_block, row, row_exact, row_exact_mut};
 use super::cpu_features::dispatch;
-use super::gemm::{QGemm, GEMM_COLS};
 use super::int8::{dequantize_i8, dot_i8, quantize_amax_127};
-use super::q8_0_panel;
 use crate::types::GgmlType;
 
 /// Elements per Q8_0 block.
@@ -95,26 +93,13 @@ pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
     )
 }
 
-/// The prompt kernels of Q8_0 (see [`crate::quants::gemm`]).
-pub static GEMM: QGemm = QGemm {
-    panel_bytes: q8_0_panel::panel_bytes,
-    pack: q8_0_panel::pack,
-    run: gemm_run,
-};
-
-/// `out[t] = vec_dot(n, x, column t of panel)`, AVX2 when available.
-fn gemm_run(n: usize, x: &[u8], p: &[u8], out: &mut [f32; GEMM_COLS]) {
-    let x = row::<BlockQ8_0>(x, n);
-    dispatch!(
-        super::avx2::q8_0_gemm::gemm_q8_0_q8_0,
-        gemm_scalar,
-        (x, p, out)
-    )
-}
-
-fn gemm_scalar(x: &[BlockQ8_0], p: &[u8], out: &mut [f32; GEMM_COLS]) {
-    q8_0_panel::run_scalar(x.len() * 32, x, p, out, dot_scalar)
-}
+crate::quants::gemm::gemm_entry!(
+    "Q8_0",
+    BlockQ8_0,
+    32,
+    super::avx2::q8_0_gemm::gemm_q8_0_q8_0,
+    super::q8_0_panel
+);
 
 fn dot_scalar(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;

@@ -65,16 +65,77 @@ pub(crate) fn column(n: usize, panel: &[u8], t: usize) -> Vec<BlockQ8_0> {
         .collect()
 }
 
-/// The scalar `run` of a type with Q8_0 activations: `out[c]` = the scalar
-/// dot `dot` of the weight blocks with column `c`.
-pub(crate) fn run_scalar<B>(
-    n: usize,
-    x: &[B],
-    panel: &[u8],
-    out: &mut [f32; GEMM_COLS],
-    dot: impl Fn(&[B], &[BlockQ8_0]) -> f32,
-) {
-    for (t, o) in out.iter_mut().enumerate() {
-        *o = dot(x, &column(n, panel, t));
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quants::cpu_traits;
+    use crate::types::GgmlType;
+
+    fn rows(ty: GgmlType, n: usize, count: usize, seed: u64) -> Vec<Vec<u8>> {
+        let mut s = seed | 1;
+        (0..count)
+            .map(|c| {
+                let a: Vec<f32> = (0..n)
+                    .map(|_| {
+                        s ^= s << 13;
+                        s ^= s >> 7;
+                        s ^= s << 17;
+                        ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 + c) as f32
+                    })
+                    .collect();
+                let mut y = vec![0u8; ty.row_size(n as u64).unwrap()];
+                (cpu_traits(ty).unwrap().from_float)(&a, &mut y);
+                y
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pack_then_column_gives_the_rows_back() {
+        let n = 5 * 32;
+        let ys = rows(GgmlType::Q8_0, n, 3, 7);
+        let refs: Vec<&[u8]> = ys.iter().map(|r| r.as_slice()).collect();
+        let mut p = vec![0xffu8; panel_bytes(n)];
+        pack(n, &refs, &mut p);
+        for t in 0..GEMM_COLS {
+            let col = column(n, &p, t);
+            let bytes: &[u8] = bytemuck::cast_slice(&col);
+            match ys.get(t) {
+                Some(r) => assert_eq!(bytes, r.as_slice(), "column {t}"),
+                None => assert!(bytes.iter().all(|&b| b == 0), "zero column {t}"),
+            }
+        }
+    }
+
+    /// The scalar `run`s (what a CPU without AVX2 uses) give the scalar dot
+    /// of each column bit for bit, and the dispatched runs' values.
+    #[test]
+    fn scalar_runs_match_the_dispatched_ones() {
+        use crate::quants::{q4_0, q8_0};
+        let n = 4 * 32;
+        let ys = rows(GgmlType::Q8_0, n, 8, 9);
+        let refs: Vec<&[u8]> = ys.iter().map(|r| r.as_slice()).collect();
+        let mut p = vec![0u8; panel_bytes(n)];
+        pack(n, &refs, &mut p);
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+            let tr = cpu_traits(ty).unwrap();
+            let x = rows(ty, n, 1, 11).remove(0);
+            let mut fast = [0f32; GEMM_COLS];
+            (tr.gemm.unwrap().run)(n, &x, &p, &mut fast);
+            let mut slow = [0f32; GEMM_COLS];
+            match ty {
+                GgmlType::Q8_0 => q8_0::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+                _ => q4_0::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+            }
+            for t in 0..GEMM_COLS {
+                let want = (tr.vec_dot_scalar)(n, &x, &ys[t]);
+                assert_eq!(slow[t].to_bits(), want.to_bits(), "{ty} column {t}");
+                let tol = 1e-5 * want.abs().max(1.0);
+                assert!(
+                    (fast[t] - slow[t]).abs() <= tol,
+                    "{ty}: {fast:?} vs {slow:?}"
+                );
+            }
+        }
     }
 }

@@ -114,20 +114,6 @@ pub(crate) fn column(n: usize, panel: &[u8], t: usize) -> Vec<BlockQ8K> {
         .collect()
 }
 
-/// The scalar `run` of a K-quant: `out[c]` = the scalar dot `dot` of the
-/// weight blocks with column `c`.
-pub(crate) fn run_scalar<B>(
-    n: usize,
-    x: &[B],
-    panel: &[u8],
-    out: &mut [f32; GEMM_COLS],
-    dot: impl Fn(&[B], &[BlockQ8K]) -> f32,
-) {
-    for (t, o) in out.iter_mut().enumerate() {
-        *o = dot(x, &column(n, panel, t));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,13 +4,11 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::panel;
 use super::q8_k::BlockQ8K;
 use super::scale_search::make_qkx2_quants;
 use super::QK_K;
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::quants::cpu_features::dispatch;
-use crate::quants::gemm::{QGemm, GEMM_COLS};
 use crate::quants::rounding::{clamp_i32, nearest_int};
 use crate::types::GgmlType;
 
@@ -191,32 +189,13 @@ pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dispatch!(crate::quants::avx2::q4_k::dot_q4_k_q8_k, dot_scalar, (x, y))
 }
 
-/// The prompt kernels of Q4_K (see [`crate::quants::gemm`]).
-pub static GEMM: QGemm = QGemm {
-    panel_bytes: panel::panel_bytes,
-    pack: panel::pack,
-    run: gemm_run,
-};
-
-/// `out[t] = vec_dot(n, x, column t of panel)`, AVX2 when available.
-fn gemm_run(n: usize, x: &[u8], p: &[u8], out: &mut [f32; GEMM_COLS]) {
-    let x = row::<BlockQ4K>(x, n);
-    dispatch!(
-        crate::quants::avx2::q4_k::gemm_q4_k_q8_k,
-        gemm_scalar,
-        (x, p, out)
-    )
-}
-
-fn gemm_scalar(x: &[BlockQ4K], p: &[u8], out: &mut [f32; GEMM_COLS]) {
-    panel::run_scalar(x.len() * QK_K, x, p, out, dot_scalar)
-}
-
-/// The scalar `run`, for the panel's tests.
-#[cfg(test)]
-pub(crate) fn gemm_scalar_for_tests(n: usize, x: &[u8], p: &[u8], out: &mut [f32; GEMM_COLS]) {
-    gemm_scalar(row::<BlockQ4K>(x, n), p, out)
-}
+crate::quants::gemm::gemm_entry!(
+    "Q4_K",
+    BlockQ4K,
+    QK_K,
+    crate::quants::avx2::q4_k::gemm_q4_k_q8_k,
+    super::panel
+);
 
 fn dot_scalar(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
