@@ -8,7 +8,9 @@
 
 use smallvec::smallvec;
 
-use crate::backend::BackendError;
+use std::sync::Arc;
+
+use crate::backend::{BackendError, Buffer};
 use crate::op::{GluOp, Op, RopeParams, SortOrder, UnaryOp};
 use crate::tensor::{contiguous_strides, Tensor, TensorData, TensorId, MAX_DIMS};
 use crate::types::GgmlType;
@@ -91,15 +93,14 @@ impl Graph {
                 continue;
             }
             let t = &self.tensors[id.index()];
-            let mut deps: Vec<TensorId> = t.src.to_vec();
-            if let Some(v) = t.view_src {
-                if !deps.contains(&v) {
-                    deps.push(v);
-                }
-            }
-            if next_src < deps.len() {
+            // the sources, then the view source unless it is one of them
+            let dep = match t.src.get(next_src) {
+                Some(&d) => Some(d),
+                None if next_src == t.src.len() => t.view_src.filter(|v| !t.src.contains(v)),
+                None => None,
+            };
+            if let Some(d) = dep {
                 stack.push((id, next_src + 1));
-                let d = deps[next_src];
                 if !self.visited[d.index()] {
                     stack.push((d, 0));
                 }
@@ -124,6 +125,21 @@ impl Graph {
             buffer: base.buffer,
             offset: base.offset + t.view_offs,
         })
+    }
+
+    /// The buffer and byte offset of a tensor's memory, as [`Graph::data_of`],
+    /// without cloning the buffer's `Arc` (the CPU kernels resolve every
+    /// source of every op this way).
+    pub fn data_ref(&self, mut id: TensorId) -> Option<(&Arc<dyn Buffer>, usize)> {
+        let mut offset = 0;
+        loop {
+            let t = self.tensor(id);
+            if let Some(d) = &t.data {
+                return Some((&d.buffer, d.offset + offset));
+            }
+            offset += t.view_offs;
+            id = t.view_src?;
+        }
     }
 
     /// The tensor at the root of a chain of views (itself if not a view).
@@ -282,10 +298,17 @@ impl Graph {
         t.src = smallvec![a];
         t.view_src = Some(a);
         t.view_offs = offs;
+        // "NAME (view)", in one allocation (a decode makes hundreds)
         let name = if src.name.is_empty() {
             String::new()
         } else {
-            format!("{} ({})", src.name, op.name().to_lowercase())
+            let op_name = op.name();
+            let mut n = String::with_capacity(src.name.len() + op_name.len() + 3);
+            n.push_str(&src.name);
+            n.push_str(" (");
+            n.extend(op_name.chars().map(|c| c.to_ascii_lowercase()));
+            n.push(')');
+            n
         };
         t.name = name;
         self.push(t)

@@ -221,7 +221,9 @@ impl Scheduler {
     }
 
     /// The plan of the last graph, for debugging: node → backend, split
-    /// boundaries, and each split's inputs.
+    /// boundaries, and each split's inputs. (Tensor names are those of the
+    /// graph the plan was applied to first: later graphs of the same
+    /// structure whose copies got the same ids reuse the text.)
     pub fn plan_dump(&self) -> String {
         self.applied
             .as_ref()
@@ -325,9 +327,21 @@ impl Scheduler {
             });
         }
 
-        self.node_backend = vec![None; g.len()];
+        self.node_backend.clear();
+        self.node_backend.resize(g.len(), None);
         for &(n, b) in &plan.assign {
             self.node_backend[n.index()] = Some(b);
+        }
+        // a reused plan whose copies got the ids of the last graph's (a
+        // decode's new graph of the same structure) keeps its splits and
+        // dump: formatting the dump for every token cost more than planning
+        if reuse
+            && self
+                .applied
+                .as_ref()
+                .is_some_and(|a| a.copy_ids == copy_ids)
+        {
+            return Ok(());
         }
         let splits: Vec<SplitInfo> = plan
             .splits

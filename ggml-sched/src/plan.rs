@@ -71,7 +71,8 @@ pub(crate) fn relevant(g: &Graph) -> Vec<bool> {
 }
 
 /// The structure a plan depends on: nodes, ops, types, shapes, strides,
-/// sources, views, flags, and which caller buffer holds each tensor's data.
+/// sources, views (their sources, not their offsets), flags, and which
+/// caller buffer holds each tensor's data.
 pub(crate) fn graph_key(g: &Graph, ours: &[usize]) -> Vec<u64> {
     let rel = relevant(g);
     let mut k = Vec::with_capacity(g.nodes().len() * 24 + 8);
@@ -86,8 +87,10 @@ pub(crate) fn graph_key(g: &Graph, ours: &[usize]) -> Vec<u64> {
         k.push(t.ty.id() as u64);
         k.extend(t.ne.iter().map(|&n| n as u64));
         k.extend(t.nb.iter().map(|&n| n as u64));
+        // not the view's offset: no part of a plan depends on it (a view's
+        // memory is its source's plus the offset, resolved when it is
+        // used), and a decode's KV store views move by one cell per token
         k.push(t.view_src.map_or(0, |v| v.0 as u64 + 1));
-        k.push(t.view_offs as u64);
         k.push(
             t.flags.input as u64
                 | (t.flags.output as u64) << 1

@@ -368,6 +368,13 @@ impl Context {
         &self.params
     }
 
+    /// Graphs the scheduler planned so far (a graph of the structure of the
+    /// previous one reuses its plan: a decode re-plans only when the padded
+    /// KV length grows).
+    pub fn sched_plans(&self) -> usize {
+        self.sched.n_plans()
+    }
+
     /// The context's CPU backend (its thread count is that of the last
     /// ubatch: [`ContextParams::n_threads`] for one token,
     /// [`ContextParams::n_threads_batch`] for more).

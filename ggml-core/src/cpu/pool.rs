@@ -4,7 +4,10 @@
 //! Both sides spin briefly before sleeping: workers for the next job, the
 //! caller for the workers to finish (an op's last task usually ends within
 //! microseconds of the caller's), so that back-to-back ops cost no futex
-//! wake-ups. [`ThreadPool::stats`] counts the sleeps that did happen.
+//! wake-ups. A job is published through atomics, so neither side takes a
+//! lock unless one of them sleeps (`cargo bench -p ggml-core --bench pool`
+//! measures the cost per op). [`ThreadPool::stats`] counts the sleeps that
+//! did happen.
 //!
 //! A job's `nth` slots (`f(ith, nth)` for `ith < nth`) are claimed from a
 //! shared counter by whichever thread comes first, the caller included, and
@@ -20,7 +23,7 @@
 //! `n_threads_batch` for a prompt batch, on one thread pool:
 //! [`ThreadPool::set_n_threads`]), so at most that many threads work on it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -28,33 +31,42 @@ use parking_lot::{Condvar, Mutex};
 
 type Job = dyn Fn(usize, usize) + Sync;
 
+/// What the caller and the workers share. A job is published through
+/// atomics alone: a worker takes the mutex only to sleep, and the caller
+/// only to wake a sleeping worker or to sleep itself, so that back-to-back
+/// ops cost no lock hand-offs (a worker blocking on a lock the caller holds
+/// yields its core, which on a busy machine can cost a time slice).
 struct Shared {
-    state: Mutex<State>,
+    /// Held only around sleeping on and notifying `wake` and `done`.
+    sleep: Mutex<()>,
     wake: Condvar,
     done: Condvar,
+    /// The current job's number (written by the caller only).
     generation: AtomicUsize,
+    shutdown: AtomicBool,
+    /// The current job: a pointer to the caller's `&Job`, valid while the
+    /// job is open or a worker is inside it.
+    job: AtomicPtr<()>,
+    /// Slots of the current job.
+    nth: AtomicUsize,
     /// The current job's next unclaimed slot.
     next_slot: AtomicUsize,
     /// The current job's admission word: its generation's low 32 bits,
     /// [`CLOSED`], and the workers inside it (below [`CLOSED`]). A worker
-    /// enters only an open job of the generation it saw; the caller closes
-    /// the job once every slot is claimed and waits for the workers inside;
-    /// the last one out of a closed job notifies `done` under the state lock.
+    /// enters only an open job of the generation it saw, and reads the job
+    /// only once inside; the caller closes the job once every slot is
+    /// claimed and waits for the workers inside.
     admission: AtomicU64,
+    /// Workers asleep on `wake` (or about to be, under `sleep`).
+    sleepers: AtomicUsize,
+    /// The caller is asleep on `done` (or about to be, under `sleep`).
+    caller_waiting: AtomicBool,
     /// Test hook: workers do not enter jobs (as if never scheduled).
     #[cfg(test)]
-    hold_workers: std::sync::atomic::AtomicBool,
+    hold_workers: AtomicBool,
     runs: AtomicU64,
     caller_sleeps: AtomicU64,
     worker_sleeps: AtomicU64,
-}
-
-struct State {
-    job: Option<*const Job>,
-    /// Slots of the current job.
-    nth: usize,
-    generation: usize,
-    shutdown: bool,
 }
 
 /// Spin iterations before a thread sleeps on a condition variable.
@@ -94,10 +106,6 @@ pub struct PoolStats {
     pub worker_sleeps: u64,
 }
 
-// SAFETY: the raw job pointer is only dereferenced while `run` blocks, which
-// keeps the closure alive; the closure itself is `Sync`.
-unsafe impl Send for State {}
-
 /// A fixed set of worker threads that run one closure at a time on all of
 /// them (the caller's thread takes part as worker 0).
 pub struct ThreadPool {
@@ -113,19 +121,19 @@ impl ThreadPool {
     pub fn new(n_threads: usize) -> ThreadPool {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                job: None,
-                nth: n_threads,
-                generation: 0,
-                shutdown: false,
-            }),
+            sleep: Mutex::new(()),
             wake: Condvar::new(),
             done: Condvar::new(),
             generation: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            nth: AtomicUsize::new(n_threads),
             next_slot: AtomicUsize::new(0),
             admission: AtomicU64::new(admission_open(0) | CLOSED),
+            sleepers: AtomicUsize::new(0),
+            caller_waiting: AtomicBool::new(false),
             #[cfg(test)]
-            hold_workers: std::sync::atomic::AtomicBool::new(false),
+            hold_workers: AtomicBool::new(false),
             runs: AtomicU64::new(0),
             caller_sleeps: AtomicU64::new(0),
             worker_sleeps: AtomicU64::new(0),
@@ -187,43 +195,53 @@ impl ThreadPool {
         }
         let _serial = self.run_lock.lock();
         let sh = &*self.shared;
-        {
-            let mut st = sh.state.lock();
-            // SAFETY: lifetime erased; `run` does not return before the job
-            // is closed and no worker is inside it (below), and a worker
-            // dereferences it only once admitted.
-            let job: *const Job =
-                unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f) };
-            st.job = Some(job);
-            st.nth = nth;
-            st.generation += 1;
-            sh.next_slot.store(0, Ordering::Relaxed);
-            sh.admission
-                .store(admission_open(st.generation), Ordering::Release);
-            sh.generation.store(st.generation, Ordering::Release);
+        // SAFETY: lifetime erased; `run` does not return before the job is
+        // closed and no worker is inside it (below), and a worker reads the
+        // job only once admitted.
+        let job: &Job =
+            unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f) };
+        // only this thread (under `run_lock`) writes the generation
+        let gen = sh.generation.load(Ordering::Relaxed).wrapping_add(1);
+        sh.job
+            .store(&job as *const &Job as *mut (), Ordering::Relaxed);
+        sh.nth.store(nth, Ordering::Relaxed);
+        sh.next_slot.store(0, Ordering::Relaxed);
+        // publishes the three stores above to the worker that enters
+        sh.admission.store(admission_open(gen), Ordering::Release);
+        sh.generation.store(gen, Ordering::SeqCst);
+        // a worker counts itself asleep before its last look at the
+        // generation (both SeqCst): it sees the new job, or is woken here
+        if sh.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = sh.sleep.lock();
             sh.wake.notify_all();
         }
         sh.runs.fetch_add(1, Ordering::Relaxed);
         run_slots(sh, f, nth);
         // every slot is claimed: close the job, then wait for the workers
         // running the slots they claimed
-        let inside = sh.admission.fetch_or(CLOSED, Ordering::AcqRel) & INSIDE;
+        let inside = sh.admission.fetch_or(CLOSED, Ordering::SeqCst) & INSIDE;
         if inside > 0 {
             let mut spins = 0;
             while sh.admission.load(Ordering::Acquire) & INSIDE > 0 && spins < SPINS {
                 std::hint::spin_loop();
                 spins += 1;
             }
-        }
-        let mut st = sh.state.lock();
-        if sh.admission.load(Ordering::Acquire) & INSIDE > 0 {
-            sh.caller_sleeps.fetch_add(1, Ordering::Relaxed);
-            // the last worker out decrements, then notifies under this lock
-            while sh.admission.load(Ordering::Acquire) & INSIDE > 0 {
-                sh.done.wait(&mut st);
+            if sh.admission.load(Ordering::Acquire) & INSIDE > 0 {
+                let mut g = sh.sleep.lock();
+                // the last worker out looks at this after leaving (both
+                // SeqCst): it sees it and notifies, or this sees it gone
+                sh.caller_waiting.store(true, Ordering::SeqCst);
+                if sh.admission.load(Ordering::SeqCst) & INSIDE > 0 {
+                    sh.caller_sleeps.fetch_add(1, Ordering::Relaxed);
+                }
+                while sh.admission.load(Ordering::SeqCst) & INSIDE > 0 {
+                    sh.done.wait(&mut g);
+                }
+                sh.caller_waiting.store(false, Ordering::Relaxed);
             }
         }
-        st.job = None;
+        // `job` goes out of scope: the job is closed and empty, and no
+        // worker can enter it any more
     }
 
     /// Split `n` items into contiguous ranges, one per thread, and run
@@ -258,46 +276,51 @@ impl ThreadPool {
 }
 
 fn worker(shared: Arc<Shared>) {
+    let sh = &*shared;
     let mut seen = 0usize;
     loop {
         // spin briefly: the next op usually follows within microseconds
         let mut spins = 0;
-        while shared.generation.load(Ordering::Acquire) == seen && spins < SPINS {
+        while sh.generation.load(Ordering::Acquire) == seen
+            && !sh.shutdown.load(Ordering::Relaxed)
+            && spins < SPINS
+        {
             std::hint::spin_loop();
             spins += 1;
         }
-        let job = {
-            let mut st = shared.state.lock();
-            if st.generation == seen && !st.shutdown {
-                shared.worker_sleeps.fetch_add(1, Ordering::Relaxed);
+        if sh.generation.load(Ordering::Acquire) == seen {
+            let mut g = sh.sleep.lock();
+            sh.sleepers.fetch_add(1, Ordering::SeqCst);
+            let idle = || {
+                sh.generation.load(Ordering::SeqCst) == seen && !sh.shutdown.load(Ordering::SeqCst)
+            };
+            if idle() {
+                sh.worker_sleeps.fetch_add(1, Ordering::Relaxed);
             }
-            while st.generation == seen && !st.shutdown {
-                shared.wake.wait(&mut st);
+            while idle() {
+                sh.wake.wait(&mut g);
             }
-            if st.shutdown {
-                return;
-            }
-            seen = st.generation;
-            (st.job, st.nth)
-        };
-        let (job, nth) = job;
+            sh.sleepers.fetch_sub(1, Ordering::SeqCst);
+        }
+        if sh.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        seen = sh.generation.load(Ordering::Acquire);
         #[cfg(test)]
-        if shared.hold_workers.load(Ordering::Acquire) {
+        if sh.hold_workers.load(Ordering::Acquire) {
             continue;
         }
         // enter the job of generation `seen` if it is still open
         let tag = admission_open(seen);
-        let mut a = shared.admission.load(Ordering::Acquire);
+        let mut a = sh.admission.load(Ordering::Acquire);
         let entered = loop {
             if a & !INSIDE & !CLOSED != tag || a & CLOSED != 0 {
                 break false;
             }
-            match shared.admission.compare_exchange_weak(
-                a,
-                a + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match sh
+                .admission
+                .compare_exchange_weak(a, a + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => break true,
                 Err(now) => a = now,
             }
@@ -305,26 +328,28 @@ fn worker(shared: Arc<Shared>) {
         if !entered {
             continue;
         }
-        if let Some(job) = job {
-            // SAFETY: admitted to the open job of this generation, so `run`
-            // keeps the closure alive until this worker leaves (below).
-            run_slots(&shared, unsafe { &*job }, nth);
-        }
-        let before = shared.admission.fetch_sub(1, Ordering::AcqRel);
-        if before & CLOSED != 0 && before & INSIDE == 1 {
+        let nth = sh.nth.load(Ordering::Relaxed);
+        let job = sh.job.load(Ordering::Relaxed) as *const &Job;
+        // SAFETY: admitted to the open job of this generation (the CAS
+        // acquired the caller's stores of `job` and `nth`), so `run` keeps
+        // its `&Job` and the closure alive until this worker leaves.
+        run_slots(sh, unsafe { *job }, nth);
+        let before = sh.admission.fetch_sub(1, Ordering::SeqCst);
+        if before & CLOSED != 0 && before & INSIDE == 1 && sh.caller_waiting.load(Ordering::SeqCst)
+        {
             // under the lock, so a caller between its check and its wait
             // cannot miss it
-            let _st = shared.state.lock();
-            shared.done.notify_all();
+            let _g = sh.sleep.lock();
+            sh.done.notify_all();
         }
     }
 }
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
         {
-            let mut st = self.shared.state.lock();
-            st.shutdown = true;
+            let _g = self.shared.sleep.lock();
             self.shared.wake.notify_all();
         }
         for w in self.workers.drain(..) {

@@ -10,6 +10,7 @@
 use super::quant_rows::{block_rows, load_qrow, store_qrow, tensor_block_rows};
 use super::ComputeCtx;
 use crate::backend::BackendError;
+use crate::cpu::scratch::RowBuf;
 use crate::cpu::view::TView;
 use crate::graph::Graph;
 use crate::tensor::TensorId;
@@ -221,7 +222,7 @@ pub(super) fn copy(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
         let esz = dst.ty.type_size();
         let dense = dst.rows_contiguous() && s.rows_contiguous();
         ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
-            let mut tmp = vec![0f32; if same { 0 } else { ne0 }];
+            let mut tmp = RowBuf::take(if same { 0 } else { ne0 });
             for r in rows {
                 let (i1, i2, i3) = dst.row_coords(r);
                 // SAFETY: coordinates within both (equal) shapes; the bytes
@@ -324,7 +325,7 @@ fn copy_blocks(
     let same = dst.ty == s.ty;
     let bytes = dst.ty.row_size(ne0 as u64).unwrap_or(0);
     ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
-        let mut tmp = vec![0f32; if same { 0 } else { ne0 }];
+        let mut tmp = RowBuf::take(if same { 0 } else { ne0 });
         for r in rows {
             let (i1, i2, i3) = dst.row_coords(r);
             // SAFETY: coordinates within both (equal) shapes; rows are

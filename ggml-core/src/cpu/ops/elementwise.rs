@@ -6,6 +6,7 @@ use super::copy::{f32_rows, is_float, load_row, load_row_at, min_rows, store_row
 use super::unary::map_unary;
 use super::ComputeCtx;
 use crate::backend::BackendError;
+use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;
 use crate::op::Op;
 use crate::tensor::TensorId;
@@ -91,11 +92,8 @@ pub(super) fn binary(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backend
     }
     let fast = f32_rows(&a) && f32_rows(&b) && f32_rows(&dst);
     ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
-        let (mut ta, mut tb) = if fast {
-            (Vec::new(), Vec::new())
-        } else {
-            (vec![0f32; ne0], vec![0f32; nb0])
-        };
+        let mut buf = RowBuf::take(if fast { 0 } else { ne0 + nb0 });
+        let (ta, tb) = buf.split_at_mut(if fast { 0 } else { ne0 });
         for r in rows {
             let (i1, i2, i3) = dst.row_coords(r);
             let (j1, j2, j3) = (i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]);
@@ -120,15 +118,15 @@ pub(super) fn binary(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backend
                         }
                     }
                 } else {
-                    load_row(&a, i1, i2, i3, &mut ta);
-                    load_row_at(&b, 0, j1, j2, j3, &mut tb);
+                    load_row(&a, i1, i2, i3, ta);
+                    load_row_at(&b, 0, j1, j2, j3, tb);
                     let (pa, pb) = (ta.as_mut_ptr(), tb.as_ptr());
                     let mut k = 0;
                     while k < ne0 {
                         apply(op, pa.add(k), pa.add(k), pb, nb0);
                         k += nb0;
                     }
-                    store_row(&dst, i1, i2, i3, &ta);
+                    store_row(&dst, i1, i2, i3, ta);
                 }
             }
         }

@@ -5,6 +5,7 @@ use super::copy::{is_float, load_row_at, min_rows, store_row};
 use super::unary::{gelu_fn, silu};
 use super::ComputeCtx;
 use crate::backend::BackendError;
+use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;
 use crate::op::{GluOp, Op};
 use crate::tensor::TensorId;
@@ -66,36 +67,36 @@ pub(super) fn glu(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendErr
     };
     let gelu = gelu_fn();
     ctx.pool.for_ranges(dst.nrows(), min_rows(nc), &|rows| {
-        let mut x = vec![0f32; nc];
-        let mut g = vec![0f32; nc];
+        let mut buf = RowBuf::take(2 * nc);
+        let (x, g) = buf.split_at_mut(nc);
         for r in rows {
             let (i1, i2, i3) = dst.row_coords(r);
             // SAFETY: row coordinates within all shapes (checked above);
             // `og + nc` and `ou + nc` fit the source rows.
             unsafe {
-                load_row_at(&ga, og, i1, i2, i3, &mut x);
-                load_row_at(&ub, ou, i1, i2, i3, &mut g);
+                load_row_at(&ga, og, i1, i2, i3, x);
+                load_row_at(&ub, ou, i1, i2, i3, g);
             }
             match op {
                 GluOp::Swiglu => {
-                    for (xv, &gv) in x.iter_mut().zip(&g) {
+                    for (xv, &gv) in x.iter_mut().zip(g.iter()) {
                         *xv = silu(*xv) * gv;
                     }
                 }
                 GluOp::Geglu => {
-                    for (xv, &gv) in x.iter_mut().zip(&g) {
+                    for (xv, &gv) in x.iter_mut().zip(g.iter()) {
                         *xv = if *xv <= -10.0 { 0.0 } else { gelu(*xv) * gv };
                     }
                 }
                 GluOp::SwigluOai { alpha, limit } => {
                     let (alpha, limit) = (alpha.get(), limit.get());
-                    for (xv, &gv) in x.iter_mut().zip(&g) {
+                    for (xv, &gv) in x.iter_mut().zip(g.iter()) {
                         *xv = swiglu_oai(*xv, gv, alpha, limit);
                     }
                 }
             }
             // SAFETY: dst row within shape; `x` is scratch.
-            unsafe { store_row(&dst, i1, i2, i3, &x) };
+            unsafe { store_row(&dst, i1, i2, i3, x) };
         }
     });
     Ok(())

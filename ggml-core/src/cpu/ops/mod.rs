@@ -1,6 +1,8 @@
 //! CPU kernels, one file per family of ops, and the dispatch from a graph
 //! node to its kernel. Each kernel splits rows across the worker pool.
 
+use smallvec::SmallVec;
+
 use crate::backend::{BackendError, Buffer};
 use crate::cpu::pool::ThreadPool;
 use crate::cpu::view::TView;
@@ -25,6 +27,9 @@ mod sort;
 mod unary;
 mod vexp;
 
+/// The views of a node's sources, in source order.
+pub type SrcViews = SmallVec<[TView; 6]>;
+
 /// What a kernel needs: the pool, the graph, and which buffers the running
 /// backend may touch.
 pub struct ComputeCtx<'a> {
@@ -43,52 +48,50 @@ impl ComputeCtx<'_> {
     /// buffer.
     pub fn view(&self, id: TensorId, write: bool) -> Result<TView, BackendError> {
         let t = self.g.tensor(id);
-        let d = self
+        let (buffer, offset) = self
             .g
-            .data_of(id)
+            .data_ref(id)
             .ok_or_else(|| BackendError::NotAllocated(t.name.clone()))?;
-        if !(self.accept)(d.buffer.as_ref()) {
+        if !(self.accept)(buffer.as_ref()) {
             return Err(BackendError::Unsupported(format!(
                 "backend {} cannot access tensor '{}' in buffer {}",
                 self.backend,
                 t.name,
-                d.buffer.name()
+                buffer.name()
             )));
         }
-        if write && !d.buffer.is_writable() {
+        if write && !buffer.is_writable() {
             return Err(BackendError::ReadOnly(format!(
                 "{} (tensor '{}')",
-                d.buffer.name(),
+                buffer.name(),
                 t.name
             )));
         }
-        let base = d.buffer.base_ptr().ok_or_else(|| {
-            BackendError::Unsupported(format!("buffer {} is not addressable", d.buffer.name()))
+        let base = buffer.base_ptr().ok_or_else(|| {
+            BackendError::Unsupported(format!("buffer {} is not addressable", buffer.name()))
         })?;
-        crate::backend::check_range(d.buffer.name(), d.buffer.size(), d.offset, t.nbytes())?;
+        crate::backend::check_range(buffer.name(), buffer.size(), offset, t.nbytes())?;
         let mut ne = [0usize; 4];
         for (o, &n) in ne.iter_mut().zip(t.ne.iter()) {
             *o = n.max(0) as usize;
         }
         Ok(TView {
             // SAFETY: offset + nbytes was checked to lie inside the buffer.
-            ptr: unsafe { base.add(d.offset) },
+            ptr: unsafe { base.add(offset) },
             ty: t.ty,
             ne,
             nb: t.nb,
         })
     }
 
-    /// Views of the node (writable) and of its sources.
-    pub fn views(&self, node: TensorId) -> Result<(TView, Vec<TView>), BackendError> {
+    /// Views of the node (writable) and of its sources (inline: no
+    /// allocation per op for up to six sources).
+    pub fn views(&self, node: TensorId) -> Result<(TView, SrcViews), BackendError> {
         let dst = self.view(node, true)?;
-        let src = self
-            .g
-            .tensor(node)
-            .src
-            .iter()
-            .map(|&s| self.view(s, false))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut src = SrcViews::new();
+        for &s in &self.g.tensor(node).src {
+            src.push(self.view(s, false)?);
+        }
         Ok((dst, src))
     }
 }

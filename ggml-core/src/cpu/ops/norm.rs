@@ -4,6 +4,7 @@
 use super::copy::{is_float, load_row, min_rows, store_row};
 use super::ComputeCtx;
 use crate::backend::BackendError;
+use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;
 use crate::op::Op;
 use crate::tensor::TensorId;
@@ -67,7 +68,7 @@ pub(super) fn norm(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
         return Ok(());
     }
     ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
-        let mut x = vec![0f32; ne0];
+        let mut x = RowBuf::take(ne0);
         for r in rows {
             let (i1, i2, i3) = dst.row_coords(r);
             // SAFETY: coordinates within both (equal) shapes; `x` is scratch.

@@ -4,6 +4,7 @@
 use super::copy::{is_float, load_row, min_rows};
 use super::ComputeCtx;
 use crate::backend::BackendError;
+use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;
 use crate::op::Op;
 use crate::tensor::TensorId;
@@ -64,7 +65,7 @@ pub(super) fn reduce(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backend
         )));
     }
     ctx.pool.for_ranges(s.nrows(), min_rows(ne0), &|rows| {
-        let mut x = vec![0f32; ne0];
+        let mut x = RowBuf::take(ne0);
         for r in rows {
             let (i1, i2, i3) = s.row_coords(r);
             // SAFETY: coordinates within the source shape; `x` is scratch.

@@ -14,6 +14,7 @@
 use super::copy::{is_float, load_row, min_rows, store_row};
 use super::ComputeCtx;
 use crate::backend::BackendError;
+use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;
 use crate::op::{Op, RopeMode, RopeParams};
 use crate::tensor::TensorId;
@@ -144,23 +145,23 @@ pub(super) fn rope(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
         v
     });
     ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
-        let mut x = vec![0f32; ne0];
-        let mut y = vec![0f32; ne0];
-        let mut cache = vec![0f32; n_dims];
+        let mut buf = RowBuf::take(2 * ne0 + n_dims);
+        let (x, rest) = buf.split_at_mut(ne0);
+        let (y, cache) = rest.split_at_mut(ne0);
         let mut cached: Option<usize> = None;
         for r in rows {
             let (i1, i2, i3) = dst.row_coords(r);
             if cached != Some(i2) {
                 // SAFETY: i2 < a.ne[2] <= pos.ne[0].
                 let p_i = unsafe { pos.get_i32(i2, 0, 0, 0) };
-                rope_cache(&p, p_i, ff.as_deref(), &mut cache);
+                rope_cache(&p, p_i, ff.as_deref(), cache);
                 cached = Some(i2);
             }
             // SAFETY: coordinates within both (equal) shapes; scratch rows.
-            unsafe { load_row(&a, i1, i2, i3, &mut x) };
-            rope_row(p.mode, n_dims, &cache, &x, &mut y);
+            unsafe { load_row(&a, i1, i2, i3, x) };
+            rope_row(p.mode, n_dims, cache, x, y);
             // SAFETY: as above.
-            unsafe { store_row(&dst, i1, i2, i3, &y) };
+            unsafe { store_row(&dst, i1, i2, i3, y) };
         }
     });
     Ok(())

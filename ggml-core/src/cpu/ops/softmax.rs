@@ -5,6 +5,7 @@
 use super::copy::{is_float, load_row, min_rows, store_row};
 use super::ComputeCtx;
 use crate::backend::BackendError;
+use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;
 use crate::op::Op;
 use crate::tensor::TensorId;
@@ -98,27 +99,27 @@ pub(super) fn soft_max(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
     }
     let n_head = a.ne[2] as u32;
     ctx.pool.for_ranges(dst.nrows(), min_rows(ne0), &|rows| {
-        let mut w = vec![0f32; ne0];
-        let mut m = vec![0f32; if mask.is_some() { ne0 } else { 0 }];
+        let mut buf = RowBuf::take(if mask.is_some() { 2 * ne0 } else { ne0 });
+        let (w, m) = buf.split_at_mut(ne0);
         for r in rows {
             let (i1, i2, i3) = dst.row_coords(r);
             let slope = alibi_slope(max_bias, n_head, i2 as u32);
             // SAFETY: coordinates within a's shape; the mask row (i1,
             // i2 % ne12, i3 % ne13) and the sink element exist by `supports`.
             unsafe {
-                load_row(&a, i1, i2, i3, &mut w);
+                load_row(&a, i1, i2, i3, w);
                 for v in w.iter_mut() {
                     *v *= scale;
                 }
                 if let Some(mv) = &mask {
-                    load_row(mv, i1, i2 % mv.ne[2], i3 % mv.ne[3], &mut m);
-                    for (v, &mm) in w.iter_mut().zip(&m) {
+                    load_row(mv, i1, i2 % mv.ne[2], i3 % mv.ne[3], m);
+                    for (v, &mm) in w.iter_mut().zip(m.iter()) {
                         *v += slope * mm;
                     }
                 }
                 let sink = sinks.as_ref().map(|s| s.get_f32(i2, 0, 0, 0));
-                softmax_row(&mut w, sink);
-                store_row(&dst, i1, i2, i3, &w);
+                softmax_row(w, sink);
+                store_row(&dst, i1, i2, i3, w);
             }
         }
     });

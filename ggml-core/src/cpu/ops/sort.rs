@@ -5,11 +5,13 @@
 //! here ties always keep the lower index first (a stable order), in both
 //! directions, and NaN sorts above every number.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 
 use super::copy::{is_float, load_row, min_rows};
 use super::ComputeCtx;
 use crate::backend::BackendError;
+use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;
 use crate::op::{Op, SortOrder};
 use crate::tensor::TensorId;
@@ -59,6 +61,10 @@ pub(super) fn top_k_row(x: &[f32], k: usize, idx: &mut Vec<i32>) {
     idx.sort_unstable_by(cmp);
 }
 
+thread_local! {
+    static IDX: Cell<Vec<i32>> = const { Cell::new(Vec::new()) };
+}
+
 /// Compute `argsort` or `top_k`.
 pub(super) fn sort(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendError> {
     let op = ctx.g.tensor(node).op;
@@ -73,8 +79,9 @@ pub(super) fn sort(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
         )));
     }
     ctx.pool.for_ranges(s.nrows(), min_rows(ne0 * 8), &|rows| {
-        let mut x = vec![0f32; ne0];
-        let mut idx = Vec::with_capacity(ne0);
+        let mut x = RowBuf::take(ne0);
+        // this thread's index buffer, kept across ops
+        let mut idx = IDX.with(Cell::take);
         for r in rows {
             let (i1, i2, i3) = s.row_coords(r);
             // SAFETY: coordinates within the source shape; `x` is scratch.
@@ -88,6 +95,7 @@ pub(super) fn sort(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendEr
                 unsafe { (dst.elem_ptr(i0, i1, i2, i3) as *mut i32).write_unaligned(v) };
             }
         }
+        IDX.with(|c| c.set(idx));
     });
     Ok(())
 }

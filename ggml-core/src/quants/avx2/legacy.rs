@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{f16_to_f32, hsum_ps, load128, load256};
+use super::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
 use crate::quants::block::row;
 use crate::quants::q4_0::BlockQ4_0;
 use crate::quants::q4_1::BlockQ4_1;
@@ -29,13 +29,14 @@ pub(crate) unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     assert_eq!(x.len(), y.len());
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+    let (a0, a1) = sum_alternating(x.len(), |k, acc| {
+        // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
+        let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         let q = mul_sum_i8(load256(bx.qs.as_ptr()), load256(by.qs.as_ptr()));
-        acc[k & 1] = _mm256_fmadd_ps(d, q, acc[k & 1]);
-    }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+        _mm256_fmadd_ps(d, q, acc)
+    });
+    hsum_ps(_mm256_add_ps(a0, a1))
 }
 
 /// One row of 32-element blocks against `C` Q8_0 activation rows, for the
@@ -112,17 +113,18 @@ pub(crate) unsafe fn dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     assert_eq!(x.len(), y.len());
     let m4 = _mm256_set1_epi8(0x0f);
     let eight = _mm256_set1_epi8(8);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+    let (a0, a1) = sum_alternating(x.len(), |k, acc| {
+        // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
+        let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         // low nibbles are elements 0..16, high nibbles 16..32
         let raw = load128(bx.qs.as_ptr());
         let nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
         let qx = _mm256_sub_epi8(nib, eight);
         let q = mul_sum_i8(qx, load256(by.qs.as_ptr()));
-        acc[k & 1] = _mm256_fmadd_ps(d, q, acc[k & 1]);
-    }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+        _mm256_fmadd_ps(d, q, acc)
+    });
+    hsum_ps(_mm256_add_ps(a0, a1))
 }
 
 /// The 32 bits of `qh` (little-endian) as 32 bytes: `0x10` where bit `i`

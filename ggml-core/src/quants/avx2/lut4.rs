@@ -4,7 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::{dot_q8_0_cols_with, mul_sum_i8};
-use super::{f16_to_f32, hsum_ps, load128, load256};
+use super::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
 use crate::quants::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
 use crate::quants::iq4_xs::BlockIq4Xs;
 use crate::quants::k_quants::q8_k::BlockQ8K;
@@ -37,13 +37,14 @@ unsafe fn lookup(table: __m256i, qs: *const u8) -> __m256i {
 pub(crate) unsafe fn dot_iq4_nl_q8_0(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
     assert_eq!(x.len(), y.len());
     let t = table(&KVALUES_IQ4NL);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+    let (a0, a1) = sum_alternating(x.len(), |k, acc| {
+        // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
+        let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         let q = mul_sum_i8(lookup(t, bx.qs.as_ptr()), load256(by.qs.as_ptr()));
-        acc[k & 1] = _mm256_fmadd_ps(d, q, acc[k & 1]);
-    }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+        _mm256_fmadd_ps(d, q, acc)
+    });
+    hsum_ps(_mm256_add_ps(a0, a1))
 }
 
 /// `ggml_vec_dot_mxfp4_q8_0` over equally long block slices.
@@ -51,13 +52,14 @@ pub(crate) unsafe fn dot_iq4_nl_q8_0(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
 pub(crate) unsafe fn dot_mxfp4_q8_0(x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
     assert_eq!(x.len(), y.len());
     let t = table(&KVALUES_MXFP4);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+    let (a0, a1) = sum_alternating(x.len(), |k, acc| {
+        // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
+        let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
         let d = _mm256_set1_ps(e8m0_to_f32_half(bx.e) * f16_to_f32(by.d));
         let q = mul_sum_i8(lookup(t, bx.qs.as_ptr()), load256(by.qs.as_ptr()));
-        acc[k & 1] = _mm256_fmadd_ps(d, q, acc[k & 1]);
-    }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+        _mm256_fmadd_ps(d, q, acc)
+    });
+    hsum_ps(_mm256_add_ps(a0, a1))
 }
 
 /// `ggml_vec_dot_iq4_xs_q8_K` over equally long block slices.

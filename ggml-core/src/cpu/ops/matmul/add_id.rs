@@ -20,23 +20,34 @@ pub(crate) fn add_id(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backend
     let (dst, src) = ctx.views(node)?;
     let (a, b, ids) = (src[0], src[1], src[2]);
     let t = ctx.g.tensor(node);
-    let what = format!(
-        "add_id '{}' (bias '{}', ids '{}')",
-        t.name,
-        ctx.g.tensor(t.src[1]).name,
-        ctx.g.tensor(t.src[2]).name
-    );
+    // formatted only for an error (a decode runs this op every layer)
+    let what = || {
+        format!(
+            "add_id '{}' (bias '{}', ids '{}')",
+            t.name,
+            ctx.g.tensor(t.src[1]).name,
+            ctx.g.tensor(t.src[2]).name
+        )
+    };
     if [dst.ty, a.ty, b.ty] != [GgmlType::F32; 3] || ids.ty != GgmlType::I32 {
         return Err(BackendError::Unsupported(format!(
-            "{what}: types {} + {} by {} ids to {}",
-            a.ty, b.ty, ids.ty, dst.ty
+            "{}: types {} + {} by {} ids to {}",
+            what(),
+            a.ty,
+            b.ty,
+            ids.ty,
+            dst.ty
         )));
     }
     let n = a.ne[0];
     if dst.ne != a.ne || b.ne[0] != n || ids.ne[0] != a.ne[1] || ids.ne[1] != a.ne[2] {
         return Err(BackendError::InvalidInput(format!(
-            "{what}: shapes a {:?}, b {:?}, ids {:?}, dst {:?}",
-            a.ne, b.ne, ids.ne, dst.ne
+            "{}: shapes a {:?}, b {:?}, ids {:?}, dst {:?}",
+            what(),
+            a.ne,
+            b.ne,
+            ids.ne,
+            dst.ne
         )));
     }
     let n_rows_b = b.ne[1];
@@ -46,7 +57,8 @@ pub(crate) fn add_id(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backend
             let id = unsafe { ids.get_i32(i1, i2, 0, 0) };
             if id < 0 || id as usize >= n_rows_b {
                 return Err(BackendError::InvalidInput(format!(
-                    "{what}: id {id} at ids[{i1}, {i2}] is outside 0..{n_rows_b}"
+                    "{}: id {id} at ids[{i1}, {i2}] is outside 0..{n_rows_b}",
+                    what()
                 )));
             }
         }

@@ -4,6 +4,7 @@
 use super::quants;
 use crate::backend::BackendError;
 use crate::cpu::ops::ComputeCtx;
+use crate::cpu::scratch::RowBuf;
 use crate::cpu::view::TView;
 use crate::graph::Graph;
 use crate::tensor::TensorId;
@@ -29,7 +30,7 @@ pub(crate) fn supports_get_rows(g: &Graph, node: TensorId) -> bool {
 }
 
 /// Check every id of `ids` against `n_rows`, naming the first bad one.
-fn validate_ids(ids: &TView, n_rows: usize, what: &str) -> Result<(), BackendError> {
+fn validate_ids(ids: &TView, n_rows: usize, what: &dyn Fn() -> String) -> Result<(), BackendError> {
     for i2 in 0..ids.ne[2] {
         for i1 in 0..ids.ne[1] {
             for i0 in 0..ids.ne[0] {
@@ -37,7 +38,8 @@ fn validate_ids(ids: &TView, n_rows: usize, what: &str) -> Result<(), BackendErr
                 let id = unsafe { ids.get_i32(i0, i1, i2, 0) };
                 if id < 0 || id as usize >= n_rows {
                     return Err(BackendError::InvalidInput(format!(
-                        "{what}: row id {id} at ids[{i0}, {i1}, {i2}] is outside 0..{n_rows}"
+                        "{}: row id {id} at ids[{i0}, {i1}, {i2}] is outside 0..{n_rows}",
+                        what()
                     )));
                 }
             }
@@ -51,12 +53,15 @@ pub(crate) fn get_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
     let (dst, src) = ctx.views(node)?;
     let (a, ids) = (src[0], src[1]);
     let t = ctx.g.tensor(node);
-    let what = format!(
-        "get_rows '{}' of '{}' by '{}'",
-        t.name,
-        ctx.g.tensor(t.src[0]).name,
-        ctx.g.tensor(t.src[1]).name
-    );
+    // formatted only for an error (a decode runs this op every layer)
+    let what = || {
+        format!(
+            "get_rows '{}' of '{}' by '{}'",
+            t.name,
+            ctx.g.tensor(t.src[0]).name,
+            ctx.g.tensor(t.src[1]).name
+        )
+    };
     let n = a.ne[0];
     let tr = quants::cpu_traits(a.ty);
     let kind_ok = ids.ty == GgmlType::I32
@@ -68,8 +73,12 @@ pub(crate) fn get_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
         };
     if !kind_ok {
         return Err(BackendError::Unsupported(format!(
-            "{what}: {} rows to {} by {} ids on {}",
-            a.ty, dst.ty, ids.ty, ctx.backend
+            "{}: {} rows to {} by {} ids on {}",
+            what(),
+            a.ty,
+            dst.ty,
+            ids.ty,
+            ctx.backend
         )));
     }
     if dst.ne != [n, ids.ne[0], ids.ne[1], ids.ne[2]]
@@ -78,8 +87,11 @@ pub(crate) fn get_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
         || ids.ne[2] > a.ne[3]
     {
         return Err(BackendError::InvalidInput(format!(
-            "{what}: shapes a {:?}, ids {:?}, dst {:?}",
-            a.ne, ids.ne, dst.ne
+            "{}: shapes a {:?}, ids {:?}, dst {:?}",
+            what(),
+            a.ne,
+            ids.ne,
+            dst.ne
         )));
     }
     validate_ids(&ids, a.ne[1], &what)?;
@@ -88,7 +100,7 @@ pub(crate) fn get_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
     ctx.pool.for_ranges(dst.nrows(), 16, &|rows| {
         // one row of f32 per range: `to_float` needs an aligned slice, and
         // dst rows need not be aligned
-        let mut tmp = vec![0f32; if dense { n } else { 0 }];
+        let mut tmp = RowBuf::take(if dense { n } else { 0 });
         for r in rows {
             let (i10, i11, i12) = dst.row_coords(r);
             // SAFETY: within `ids.ne`, validated above to lie in 0..a.ne1.

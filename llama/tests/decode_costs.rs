@@ -1,0 +1,84 @@
+//! The fixed costs of a decode, counted on a fixture model: one token after
+//! another plans its graph once (the KV store's view moves one cell per
+//! token, which is not a new plan), and the allocations per token are
+//! counted (printed, with a bound well below one per graph node: the CPU
+//! ops allocate nothing; what is left is the graph being built).
+//! The logits stay llama.cpp's, so the counted decodes are real ones.
+//!
+//! One test in this binary: the allocation counter is process-wide.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::{nmse, Fixture};
+use llama::{Context, ContextParams, Model, ModelParams};
+
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator, counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn tokens_reuse_one_plan_and_allocations_are_counted() {
+    let fx = Fixture::load("tiny-qwen3moe-q8_0");
+    let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
+    let params = ContextParams {
+        n_ctx: 256,
+        n_threads: 2,
+        ..Default::default()
+    };
+    let mut ctx = Context::new(Arc::clone(&model), params).expect("context");
+    ctx.decode(&fx.tokens, false).expect("prompt");
+    let plans0 = ctx.sched_plans();
+    let pool0 = ctx.cpu_backend().pool_stats();
+    let mut forced = Vec::new();
+    let mut allocs = 0;
+    for &t in &fx.gen {
+        let before = ALLOCS.load(Ordering::Relaxed);
+        ctx.decode(&[t], false).expect("one token");
+        allocs += ALLOCS.load(Ordering::Relaxed) - before;
+        forced.extend_from_slice(ctx.logits(0).expect("row"));
+    }
+    let e = nmse(&forced, &fx.genlogits);
+    assert!(e <= fx.bound, "forced NMSE {e:e}");
+    // the prompt (34 tokens) and the tokens (positions 34..50) attend the
+    // same padded 64 cells: the first token plans, the others reuse it
+    assert_eq!(
+        ctx.sched_plans() - plans0,
+        1,
+        "plans for {} tokens",
+        fx.gen.len()
+    );
+    let n = fx.gen.len() as u64;
+    let pool = ctx.cpu_backend().pool_stats();
+    eprintln!(
+        "{n} tokens: {:.0} allocations per token; pool runs {:.1}, caller sleeps {:.2}, \
+         worker sleeps {:.2} per token",
+        allocs as f64 / n as f64,
+        (pool.runs - pool0.runs) as f64 / n as f64,
+        (pool.caller_sleeps - pool0.caller_sleeps) as f64 / n as f64,
+        (pool.worker_sleeps - pool0.worker_sleeps) as f64 / n as f64,
+    );
+    // 280 per token when written: the graph's tensor names, the input
+    // buffers, the scheduler's per-graph lists; the ops allocate nothing
+    assert!(allocs / n < 600, "{} allocations per token", allocs / n);
+}
