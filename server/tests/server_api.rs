@@ -638,14 +638,16 @@ fn server_end_to_end() {
         "--api-key",
         KEY,
     ]);
+    // long enough (most of the 512-token context) that the first is still
+    // decoding when the third arrives, however fast decoding gets
     let long =
-        json!({"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0}).to_string();
+        json!({"prompt": "Once upon a time", "max_tokens": 480, "temperature": 0}).to_string();
     let codes: Vec<u16> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..3)
             .map(|i| {
                 let (s, long) = (&s, &long);
                 sc.spawn(move || {
-                    std::thread::sleep(Duration::from_millis(150 * i));
+                    std::thread::sleep(Duration::from_millis(25 * i));
                     curl(s, "/v1/completions", Some(long), Some(KEY)).0
                 })
             })
