@@ -487,7 +487,10 @@ fn quants_gemm_every_type_many_seeds() {
             check_gemm(ti, 1 + (seed % 4) as usize, n_cols, seed).unwrap();
         }
     }
-    assert_eq!(n_types, 5, "Q8_0, Q4_0, Q4_K, Q5_K and Q6_K have gemm");
+    assert_eq!(
+        n_types, 7,
+        "Q8_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q5_K and Q6_K have gemm"
+    );
 }
 
 #[test]

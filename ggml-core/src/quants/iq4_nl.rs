@@ -176,6 +176,14 @@ pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
     )
 }
 
+crate::quants::gemm::gemm_entry!(
+    "IQ4_NL",
+    BlockIq4Nl,
+    32,
+    super::avx2::q8_0_gemm::gemm_iq4_nl_q8_0,
+    super::q8_0_panel
+);
+
 fn dot_scalar(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {

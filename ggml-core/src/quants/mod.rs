@@ -7,19 +7,18 @@
 //! `dequantize_row_*`; weight quantization is the reference quantizers
 //! (`quantize_row_*_ref`); activation quantization (Q8_0, Q8_1, Q8_K) is
 //! ggml's reference rounding; the dots accumulate integers per block and
-//! scale once per block, as ggml's scalar `ggml_vec_dot_*` (the K-quants
-//! Q4_K, Q5_K and Q6_K keep one f32 accumulator and one fused step per
-//! block, so that their scalar, AVX2 and GEMM kernels agree bit for bit).
-//! AVX2/FMA/F16C kernels (chosen at run time) exist for F32, F16, BF16,
-//! Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
-//! IQ4_XS and MXFP4; Q8_1 and Q8_K use the scalar dot. For prompt
-//! processing, `gemm` (Q4_K, Q5_K, Q6_K) multiplies a weight row with a
-//! packed panel of [`GEMM_COLS`] activation columns; `vec_dot_cols` dots one
-//! weight row with up to [`VEC_DOT_COLS_MAX`] activation rows (AVX2 for
-//! Q4_0, Q8_0, IQ4_NL, IQ4_XS, MXFP4) and `vec_dot_tile` (Q8_0) register
-//! tiles of several weight rows × columns; all three are bit for bit
-//! `vec_dot` per output. The Q8_0 / Q8_K activation quantizers have AVX2
-//! versions equal byte for byte to the references.
+//! scale once per block, as ggml's scalar `ggml_vec_dot_*`; the AVX2 dots
+//! keep ggml's AVX2 accumulators and order. AVX2/FMA/F16C kernels (chosen
+//! at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+//! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; Q8_1 and Q8_K use
+//! the scalar dot. For prompt processing, `gemm` (Q8_0, Q4_0, IQ4_NL, MXFP4,
+//! Q4_K, Q5_K, Q6_K) multiplies a weight row with a packed panel of
+//! [`GEMM_COLS`] activation columns; `vec_dot_cols` dots one weight row with
+//! up to [`VEC_DOT_COLS_MAX`] activation rows (AVX2 for Q4_0, Q8_0, IQ4_NL,
+//! IQ4_XS, MXFP4) and `vec_dot_tile` (Q8_0) register tiles of several weight
+//! rows × columns; all three are bit for bit `vec_dot` per output. The Q8_0
+//! / Q8_K activation quantizers have AVX2 versions equal byte for byte to
+//! the references.
 //!
 //! # Lengths
 //! These are internal kernels called with checked shapes, but they check
@@ -220,9 +219,9 @@ static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd, gemm);
 static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd, gemm);
 static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd, gemm);
 static Q8K: CpuTypeTraits = traits!(Q8K, Q8K, k_quants::q8_k);
-static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd, cols);
+static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd, cols, gemm);
 static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd, cols);
-static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd, cols);
+static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd, cols, gemm);
 
 /// The CPU traits of `ty`, or `None` for types without CPU kernels here
 /// (the integer types and F64).

@@ -107,6 +107,14 @@ pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
     )
 }
 
+crate::quants::gemm::gemm_entry!(
+    "MXFP4",
+    BlockMxfp4,
+    32,
+    super::avx2::q8_0_gemm::gemm_mxfp4_q8_0,
+    super::q8_0_panel
+);
+
 fn dot_scalar(x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {

@@ -111,13 +111,18 @@ mod tests {
     /// of each column bit for bit, and the dispatched runs' values.
     #[test]
     fn scalar_runs_match_the_dispatched_ones() {
-        use crate::quants::{q4_0, q8_0};
+        use crate::quants::{iq4_nl, mxfp4, q4_0, q8_0};
         let n = 4 * 32;
         let ys = rows(GgmlType::Q8_0, n, 8, 9);
         let refs: Vec<&[u8]> = ys.iter().map(|r| r.as_slice()).collect();
         let mut p = vec![0u8; panel_bytes(n)];
         pack(n, &refs, &mut p);
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::IQ4NL,
+            GgmlType::MXFP4,
+        ] {
             let tr = cpu_traits(ty).unwrap();
             let x = rows(ty, n, 1, 11).remove(0);
             let mut fast = [0f32; GEMM_COLS];
@@ -125,7 +130,9 @@ mod tests {
             let mut slow = [0f32; GEMM_COLS];
             match ty {
                 GgmlType::Q8_0 => q8_0::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-                _ => q4_0::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+                GgmlType::Q4_0 => q4_0::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+                GgmlType::IQ4NL => iq4_nl::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+                _ => mxfp4::gemm_scalar_for_tests(n, &x, &p, &mut slow),
             }
             for t in 0..GEMM_COLS {
                 let want = (tr.vec_dot_scalar)(n, &x, &ys[t]);

@@ -14,7 +14,7 @@ use crate::quants::q8_0::BlockQ8_0;
 /// The 16-entry i8 table in both 128-bit halves.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn table(values: &[i8; 16]) -> __m256i {
+pub(crate) unsafe fn table(values: &[i8; 16]) -> __m256i {
     let t = load128(values.as_ptr());
     _mm256_set_m128i(t, t)
 }
@@ -23,7 +23,7 @@ unsafe fn table(values: &[i8; 16]) -> __m256i {
 /// 0..16, high nibbles 16..32).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lookup(table: __m256i, qs: *const u8) -> __m256i {
+pub(crate) unsafe fn lookup(table: __m256i, qs: *const u8) -> __m256i {
     let raw = load128(qs);
     let nib = _mm256_and_si256(
         _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),

@@ -1,4 +1,5 @@
-//! The AVX2 GEMM of Q8_0 and Q4_0 weights against Q8_0 activations: a
+//! The AVX2 GEMM of the weights dotted with Q8_0 activations in 32-value
+//! blocks with two alternating accumulators (Q8_0, Q4_0, IQ4_NL, MXFP4): a
 //! weight row against a Q8_0 panel of 8 columns
 //! ([`crate::quants::q8_0_panel`]), `out[t]` bit for bit the single dot
 //! with column `t`. The columns go in two passes of 4 so that each
@@ -7,8 +8,11 @@
 
 use std::arch::x86_64::*;
 
+use super::lut4::{lookup, table};
 use super::{f16_to_f32, hsum_ps, load128, load256};
 use crate::quants::gemm::GEMM_COLS;
+use crate::quants::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
+use crate::quants::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
 use crate::quants::q4_0::BlockQ4_0;
 use crate::quants::q8_0::BlockQ8_0;
 use crate::quants::q8_0_panel::{BLOCK_BYTES, D_OFF};
@@ -78,5 +82,25 @@ pub(crate) unsafe fn gemm_q4_0_q8_0(x: &[BlockQ4_0], panel: &[u8], out: &mut [f3
         let raw = load128(bx.qs.as_ptr());
         let nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
         (f16_to_f32(bx.d), _mm256_sub_epi8(nib, eight))
+    })
+}
+
+/// One IQ4_NL weight row against a Q8_0 panel: `out[t]` =
+/// `dot_iq4_nl_q8_0(x, column t)`, bit for bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_iq4_nl_q8_0(x: &[BlockIq4Nl], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let t = table(&KVALUES_IQ4NL);
+    gemm_with(x, panel, out, |bx: &BlockIq4Nl| {
+        (f16_to_f32(bx.d), lookup(t, bx.qs.as_ptr()))
+    })
+}
+
+/// One MXFP4 weight row against a Q8_0 panel: `out[t]` =
+/// `dot_mxfp4_q8_0(x, column t)`, bit for bit.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_mxfp4_q8_0(x: &[BlockMxfp4], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let t = table(&KVALUES_MXFP4);
+    gemm_with(x, panel, out, |bx: &BlockMxfp4| {
+        (e8m0_to_f32_half(bx.e), lookup(t, bx.qs.as_ptr()))
     })
 }
