@@ -218,15 +218,7 @@ fn check_cols(ti: usize, nb: usize, n_cols: usize, seed: u64) -> Result<(), Test
     let mut rng = Rng(seed);
     let n = nb * ty.blck_size().max(vt.blck_size());
     let x = weight_row(*ty, scales, n, &mut rng);
-    let ys: Vec<Vec<u8>> = (0..n_cols)
-        .map(|_| {
-            let amag = [1e-3f32, 1.0, 30.0][rng.below(3) as usize];
-            let a: Vec<f32> = (0..n).map(|_| rng.signed() * amag).collect();
-            let mut y = vec![0u8; vt.row_size(n as u64).unwrap()];
-            (cpu_traits(vt).unwrap().from_float)(&a, &mut y);
-            y
-        })
-        .collect();
+    let ys = act_rows(vt, n, n_cols, &mut rng);
     let refs: Vec<&[u8]> = ys.iter().map(|y| y.as_slice()).collect();
     let mut out = vec![f32::NAN; n_cols];
     cols(n, &x, &refs, &mut out);
