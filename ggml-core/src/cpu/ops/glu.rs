@@ -2,7 +2,8 @@
 //! (halves of `ne0`, `swapped` puts the gate second) or two (`act(a) * b`).
 
 use super::copy::{is_float, load_row_at, min_rows, store_row};
-use super::unary::{gelu_fn, silu};
+use super::unary::gelu_fn;
+use super::vexp::swiglu_row;
 use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::scratch::RowBuf;
@@ -78,11 +79,7 @@ pub(super) fn glu(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendErr
                 load_row_at(&ub, ou, i1, i2, i3, g);
             }
             match op {
-                GluOp::Swiglu => {
-                    for (xv, &gv) in x.iter_mut().zip(g.iter()) {
-                        *xv = silu(*xv) * gv;
-                    }
-                }
+                GluOp::Swiglu => swiglu_row(x, g),
                 GluOp::Geglu => {
                     for (xv, &gv) in x.iter_mut().zip(g.iter()) {
                         *xv = if *xv <= -10.0 { 0.0 } else { gelu(*xv) * gv };

@@ -4,6 +4,7 @@
 use std::sync::OnceLock;
 
 use super::copy::{f32_rows, load_row, min_rows, store_row};
+use super::vexp::silu_row;
 use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::op::{Op, UnaryOp};
@@ -14,12 +15,6 @@ pub(super) const GELU_COEF_A: f32 = 0.044715;
 /// ggml's `SQRT_2_OVER_PI`.
 #[allow(clippy::excessive_precision)]
 pub(super) const SQRT_2_OVER_PI: f32 = 0.797_884_560_802_865_355_879_892_119_868_76;
-
-/// `ggml_silu_f32`: `x / (1 + e^-x)`.
-#[inline]
-pub(super) fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
 
 /// `ggml_gelu_f32`: the tanh approximation, evaluated in f32 as ggml does.
 #[inline]
@@ -64,6 +59,19 @@ pub(super) fn map_unary<F: Fn(f32) -> f32 + Sync>(
     node: TensorId,
     f: F,
 ) -> Result<(), BackendError> {
+    map_unary_rows(ctx, node, |row: &mut [f32]| {
+        for x in row.iter_mut() {
+            *x = f(*x);
+        }
+    })
+}
+
+/// [`map_unary`] with a function of whole rows (in place).
+fn map_unary_rows<F: Fn(&mut [f32]) + Sync>(
+    ctx: &ComputeCtx<'_>,
+    node: TensorId,
+    f: F,
+) -> Result<(), BackendError> {
     let (dst, src) = ctx.views(node)?;
     let s = src[0];
     if s.ne != dst.ne {
@@ -79,19 +87,17 @@ pub(super) fn map_unary<F: Fn(f32) -> f32 + Sync>(
         for r in rows {
             let (i1, i2, i3) = dst.row_coords(r);
             // SAFETY: coordinates within both shapes; fast rows are dense and
-            // aligned; dst may alias src only element for element.
+            // aligned; dst may alias src only element for element (the same
+            // row, or rows no other thread touches).
             unsafe {
                 if fast {
                     let ps = s.row_ptr(i1, i2, i3) as *const f32;
                     let pd = dst.row_ptr(i1, i2, i3) as *mut f32;
-                    for i in 0..ne0 {
-                        *pd.add(i) = f(*ps.add(i));
-                    }
+                    std::ptr::copy(ps, pd, ne0);
+                    f(std::slice::from_raw_parts_mut(pd, ne0));
                 } else {
                     load_row(&s, i1, i2, i3, &mut tmp);
-                    for x in tmp.iter_mut() {
-                        *x = f(*x);
-                    }
+                    f(&mut tmp);
                     store_row(&dst, i1, i2, i3, &tmp);
                 }
             }
@@ -106,7 +112,7 @@ pub(super) fn unary(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendE
         return Err(BackendError::Unsupported("unary: not a unary node".into()));
     };
     match u {
-        UnaryOp::Silu => map_unary(ctx, node, silu),
+        UnaryOp::Silu => map_unary_rows(ctx, node, silu_row),
         UnaryOp::Gelu => map_unary(ctx, node, gelu_fn()),
         UnaryOp::Sigmoid => map_unary(ctx, node, |x| 1.0 / (1.0 + (-x).exp())),
         UnaryOp::Neg => map_unary(ctx, node, |x| -x),

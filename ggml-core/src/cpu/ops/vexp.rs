@@ -6,7 +6,11 @@
 //! gating) are computed so; doing the same gives its bits, and is about
 //! four times faster than a library `exp` per element.
 //!
-//! The AVX2 kernel and the scalar one (each lane's operations, in order,
+//! The same `expf` gives ggml's SiLU rows (`ggml_vec_silu_f32`,
+//! `ggml_vec_swiglu_f32`): `x / (1 + ggml_v_expf(-x))` in chunks of 8, the
+//! tail with `x / (1 + expf(-x))` (`ggml_silu_f32`).
+//!
+//! The AVX2 kernels and the scalar ones (each lane's operations, in order,
 //! with fused multiply-adds) give the same bits.
 
 /// `f32` from its bits (the constants are ggml's hex literals).
@@ -89,6 +93,54 @@ pub(crate) fn soft_max_exp_scalar(w: &mut [f32], max: f32) -> f64 {
     sum
 }
 
+/// `ggml_silu_f32`: `x / (1 + e^-x)` with the library `expf`.
+#[inline]
+pub(crate) fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// `ggml_v_silu` of one lane.
+#[inline]
+fn v_silu(x: f32) -> f32 {
+    x / (1.0 + v_expf(0.0 - x))
+}
+
+/// `x[i] = silu(x[i])` as `ggml_vec_silu_f32` computes it.
+pub(crate) fn silu_row(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::quants::simd_available() {
+            // SAFETY: the CPU has AVX2/FMA/F16C (checked just above).
+            return unsafe { x86::silu_row(x, None) };
+        }
+    }
+    silu_row_scalar(x, None)
+}
+
+/// `x[i] = silu(x[i]) * g[i]` as `ggml_vec_swiglu_f32` computes it.
+/// Panics when `g` is shorter than `x`.
+pub(crate) fn swiglu_row(x: &mut [f32], g: &[f32]) {
+    let g = &g[..x.len()];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::quants::simd_available() {
+            // SAFETY: the CPU has AVX2/FMA/F16C (checked just above); `g`
+            // is as long as `x`.
+            return unsafe { x86::silu_row(x, Some(g)) };
+        }
+    }
+    silu_row_scalar(x, Some(g))
+}
+
+/// The scalar [`silu_row`] / [`swiglu_row`]: the same per-lane operations.
+pub(crate) fn silu_row_scalar(x: &mut [f32], g: Option<&[f32]>) {
+    let chunks = x.len() / 8 * 8;
+    for (i, v) in x.iter_mut().enumerate() {
+        let s = if i < chunks { v_silu(*v) } else { silu(*v) };
+        *v = g.map_or(s, |g| s * g[i]);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
@@ -146,6 +198,32 @@ mod x86 {
                 ),
             ),
         )
+    }
+
+    /// The AVX2 [`super::silu_row`] (`g: None`) and [`super::swiglu_row`].
+    ///
+    /// # Safety
+    /// AVX2/FMA/F16C present; `g`, when given, at least as long as `x`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn silu_row(x: &mut [f32], g: Option<&[f32]>) {
+        let n = x.len();
+        let mut i = 0;
+        while i + 8 <= n {
+            let p = x.as_mut_ptr().add(i);
+            let v = _mm256_loadu_ps(p);
+            let e = v_expf8(_mm256_sub_ps(_mm256_setzero_ps(), v));
+            let mut s = _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+            if let Some(g) = g {
+                s = _mm256_mul_ps(s, _mm256_loadu_ps(g.as_ptr().add(i)));
+            }
+            _mm256_storeu_ps(p, s);
+            i += 8;
+        }
+        while i < n {
+            let s = silu(x[i]);
+            x[i] = g.map_or(s, |g| s * g[i]);
+            i += 1;
+        }
     }
 
     /// The AVX2 `soft_max_exp` (ggml's `ggml_vec_soft_max_f32`).
@@ -225,6 +303,41 @@ mod tests {
                 rel <= 4.0 * f32::EPSILON || want < f32::MIN_POSITIVE,
                 "{x}: {got} vs {want}"
             );
+        }
+    }
+
+    #[test]
+    fn silu_rows_avx2_and_scalar_agree_bit_for_bit() {
+        let x = inputs();
+        let g: Vec<f32> = x.iter().map(|v| v * 0.37 - 1.5).collect();
+        for len in [0, 1, 7, 8, 9, 31, 128, x.len()] {
+            let (mut a, mut b) = (x[..len].to_vec(), x[..len].to_vec());
+            silu_row(&mut a);
+            silu_row_scalar(&mut b, None);
+            let (mut c, mut d) = (x[..len].to_vec(), x[..len].to_vec());
+            swiglu_row(&mut c, &g);
+            silu_row_scalar(&mut d, Some(&g[..len]));
+            for i in 0..len {
+                assert_eq!(a[i].to_bits(), b[i].to_bits(), "silu len {len} x {}", x[i]);
+                assert_eq!(
+                    c[i].to_bits(),
+                    d[i].to_bits(),
+                    "swiglu len {len} x {}",
+                    x[i]
+                );
+                // and close to the library formula
+                let want = silu(x[i]);
+                if !want.is_finite() {
+                    assert_eq!(a[i].is_nan(), want.is_nan(), "{}", x[i]);
+                    continue;
+                }
+                let tol = 4.0 * f32::EPSILON * want.abs() + f32::MIN_POSITIVE;
+                assert!((a[i] - want).abs() <= tol, "{}: {} vs {want}", x[i], a[i]);
+            }
+            // the tail (past the last whole 8) is the library formula itself
+            for i in len / 8 * 8..len {
+                assert_eq!(a[i].to_bits(), silu(x[i]).to_bits());
+            }
         }
     }
 
