@@ -9,11 +9,12 @@ use crate::quants::float::bf16_bits_to_f32;
 /// `Σ x[i]·y[i]` in 32-element steps, `$load(p, i)` giving 8 f32 lanes of
 /// row `p` at element `i`, `$tail` one element.
 macro_rules! dot_kernel {
-    ($n:expr, $x:expr, $y:expr, $load:expr, $tail:expr) => {{
+    ($n:expr, $x:expr, $y:expr, $load:expr, $tail:expr, $esize:expr) => {{
         let (n, x, y) = ($n, $x, $y);
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
         while i + 32 <= n {
+            super::prefetch_ahead(x.as_ptr().add($esize * i), 32 * $esize);
             for (k, a) in acc.iter_mut().enumerate() {
                 *a = _mm256_fmadd_ps($load(x, i + 8 * k), $load(y, i + 8 * k), *a);
             }
@@ -71,21 +72,21 @@ fn tail_bf16(p: &[u8], i: usize) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
     assert!(x.len() == 4 * n && y.len() == 4 * n);
-    dot_kernel!(n, x, y, load_f32, tail_f32)
+    dot_kernel!(n, x, y, load_f32, tail_f32, 4)
 }
 
 /// `Σ x[i]·y[i]` over `n` f16 (both slices hold exactly `2n` bytes).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_f16(n: usize, x: &[u8], y: &[u8]) -> f32 {
     assert!(x.len() == 2 * n && y.len() == 2 * n);
-    dot_kernel!(n, x, y, load_f16, tail_f16)
+    dot_kernel!(n, x, y, load_f16, tail_f16, 2)
 }
 
 /// `Σ x[i]·y[i]` over `n` bf16 (both slices hold exactly `2n` bytes).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_bf16(n: usize, x: &[u8], y: &[u8]) -> f32 {
     assert!(x.len() == 2 * n && y.len() == 2 * n);
-    dot_kernel!(n, x, y, load_bf16, tail_bf16)
+    dot_kernel!(n, x, y, load_bf16, tail_bf16, 2)
 }
 
 /// F16 → f32 for a row (`src.len() == 2 * dst.len()`, checked by the

@@ -19,6 +19,7 @@ pub(crate) unsafe fn dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     let m4 = _mm_set1_epi8(0x0f);
     let mut acc = [_mm256_setzero_ps(); 2];
     for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+        super::prefetch_block_ahead(bx);
         let dall = by.d * f16_to_f32(bx.d);
         let dmin = by.d * f16_to_f32(bx.dmin);
         let sc8 = load128(bx.scales.as_ptr());

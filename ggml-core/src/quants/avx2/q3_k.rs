@@ -62,6 +62,7 @@ pub(crate) unsafe fn dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let four = _mm256_set1_epi8(4);
     let mut acc = [_mm256_setzero_ps(); 2];
     for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+        super::prefetch_block_ahead(bx);
         let d = f16_to_f32(bx.d) * by.d;
         let scales = bx.scales;
         let sc = unpack_scales(&scales);

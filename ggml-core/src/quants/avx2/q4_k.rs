@@ -87,6 +87,7 @@ pub(crate) unsafe fn dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (bx, by) in x.iter().zip(y) {
+        super::prefetch_block_ahead(bx);
         let (d, scales) = block_scales(
             f16_to_f32(bx.d),
             f16_to_f32(bx.dmin),

@@ -22,6 +22,7 @@ pub(crate) unsafe fn dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let m2s = [0x03u8, 0x0c, 0x30, 0xc0].map(|m| _mm256_set1_epi8(m as i8));
     let mut acc = _mm256_setzero_ps();
     for (bx, by) in x.iter().zip(y) {
+        super::prefetch_block_ahead(bx);
         let d = f16_to_f32(bx.d) * by.d;
         let sc = load128(bx.scales.as_ptr());
         let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), load256(addr_of!(by.bsums)));

@@ -303,12 +303,11 @@ fn run_tasks(pool: &ThreadPool, tasks: &[Task], work_bytes: usize, f: &(dyn Fn(&
 }
 
 /// Weight rows ahead of the one being multiplied whose bytes are requested
-/// early: decode streams each used expert from DRAM once, and the dot
-/// kernels are fast enough that the hardware prefetcher alone leaves them
-/// waiting. Measured on the 2-core AMD EPYC dev machine (decode
-/// `mul_mat_id` of `quant_matmul`, best of 3 interleaved rounds): no
-/// prefetch was 25% slower for Q4_K at 2 threads (348 vs ~270 µs), 1, 2 and
-/// 4 rows ahead within noise of each other, for Q4_K and Q8_0.
+/// early, in the prompt paths (GEMM panels, column tiles): a task's rows
+/// come from DRAM for its first panel. Generation (one column) leaves it to
+/// the AVX2 `vec_dot` kernels, which ask for the bytes a few KiB ahead
+/// block by block (`quants::avx2::PREFETCH_AHEAD`): a whole row asked for
+/// at once stalled on the full miss buffers.
 const PREFETCH_ROWS: usize = 2;
 
 /// Ask the cache hierarchy for `len` bytes at `p` (a hint: never faults).
@@ -479,8 +478,10 @@ unsafe fn dot_block(
             ys[j] = std::slice::from_raw_parts(y, act_bytes);
             ds[j] = d as *mut f32;
         }
-        // as in the GEMM path: only the first tile's rows come from memory
-        let first = c0 == cols.start;
+        // as in the GEMM path: only the first tile's rows come from memory;
+        // a single column (generation) goes through `vec_dot`, whose AVX2
+        // kernels ask for the row's bytes ahead themselves, block by block
+        let first = c0 == cols.start && n > 1;
         for r in rows.clone() {
             if first && r + PREFETCH_ROWS < rows.end {
                 prefetch(w_row(r + PREFETCH_ROWS), w_bytes);
