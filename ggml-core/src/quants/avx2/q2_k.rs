@@ -4,7 +4,7 @@ use std::arch::x86_64::*;
 use std::ptr::addr_of;
 
 use super::q3_k::{pair_scales, scale_halves};
-use super::{f16_to_f32, hsum_ps, load128, load256};
+use super::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
 use crate::quants::block::row;
 use crate::quants::k_quants::q2_k::BlockQ2K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
@@ -17,8 +17,9 @@ pub(crate) unsafe fn dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     assert_eq!(x.len(), y.len());
     let m3 = _mm256_set1_epi8(3);
     let m4 = _mm_set1_epi8(0x0f);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+    let (a0, a1) = sum_alternating(x.len(), |k, acc| {
+        // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
+        let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
         super::prefetch_block_ahead(bx);
         let dall = by.d * f16_to_f32(bx.d);
         let dmin = by.d * f16_to_f32(bx.dmin);
@@ -38,11 +39,10 @@ pub(crate) unsafe fn dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s16));
             }
         }
-        let a = &mut acc[k & 1];
-        *a = _mm256_fmadd_ps(_mm256_set1_ps(-dmin), _mm256_cvtepi32_ps(summs), *a);
-        *a = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), *a);
-    }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+        let a = _mm256_fmadd_ps(_mm256_set1_ps(-dmin), _mm256_cvtepi32_ps(summs), acc);
+        _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), a)
+    });
+    hsum_ps(_mm256_add_ps(a0, a1))
 }
 
 /// [`dot_q2_k_q8_k`] on raw rows of `n` elements. Panics as the scalar dot.

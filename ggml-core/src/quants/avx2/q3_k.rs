@@ -3,7 +3,7 @@
 use std::arch::x86_64::*;
 use std::ptr::addr_of;
 
-use super::{f16_to_f32, hsum_ps, load256};
+use super::{f16_to_f32, hsum_ps, load256, sum_alternating};
 use crate::quants::block::row;
 use crate::quants::k_quants::q3_k::BlockQ3K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
@@ -60,8 +60,9 @@ pub(crate) unsafe fn dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     assert_eq!(x.len(), y.len());
     let m3 = _mm256_set1_epi8(3);
     let four = _mm256_set1_epi8(4);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for (k, (bx, by)) in x.iter().zip(y).enumerate() {
+    let (a0, a1) = sum_alternating(x.len(), |k, acc| {
+        // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
+        let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
         super::prefetch_block_ahead(bx);
         let d = f16_to_f32(bx.d) * by.d;
         let scales = bx.scales;
@@ -85,9 +86,9 @@ pub(crate) unsafe fn dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s16));
             }
         }
-        acc[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[k & 1]);
-    }
-    hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+        _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc)
+    });
+    hsum_ps(_mm256_add_ps(a0, a1))
 }
 
 /// [`dot_q3_k_q8_k`] on raw rows of `n` elements. Panics as the scalar dot.

@@ -38,27 +38,42 @@ unsafe fn gemm_with<B>(
         x.len()
     );
     let ones = _mm256_set1_epi16(1);
-    for g in 0..GEMM_COLS / PASS {
-        let mut acc = [[_mm256_setzero_ps(); 2]; PASS];
-        for (b, bx) in x.iter().enumerate() {
-            let p = panel.as_ptr().add(b * BLOCK_BYTES);
-            let dy = p.add(D_OFF) as *const f32;
-            let (dx, xq) = unpack(bx);
-            let dx = _mm256_set1_ps(dx);
-            let ax = _mm256_sign_epi8(xq, xq);
-            for (t, a) in acc.iter_mut().enumerate() {
-                let c = PASS * g + t;
-                // dx·dy, the single dot's scalar product, in every lane
-                let d = _mm256_mul_ps(_mm256_broadcast_ss(&*dy.add(c)), dx);
-                // as `mul_sum_i8`
-                let sy = _mm256_sign_epi8(load256(p.add(32 * c)), xq);
-                let p16 = _mm256_maddubs_epi16(ax, sy);
-                let q = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                a[b & 1] = _mm256_fmadd_ps(d, q, a[b & 1]);
-            }
+    // block `b` of the pass into `acc[t]` (even blocks into the first of
+    // the single dot's two accumulators, odd into the second: two arrays
+    // indexed by constants, so that they stay in registers)
+    let step = |g: usize, b: usize, acc: &mut [__m256; PASS]| {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let dy = p.add(D_OFF) as *const f32;
+        // SAFETY: callers pass b < n = x.len()
+        let (dx, xq) = unpack(x.get_unchecked(b));
+        let dx = _mm256_set1_ps(dx);
+        let ax = _mm256_sign_epi8(xq, xq);
+        for (t, a) in acc.iter_mut().enumerate() {
+            let c = PASS * g + t;
+            // dx·dy, the single dot's scalar product, in every lane
+            let d = _mm256_mul_ps(_mm256_broadcast_ss(&*dy.add(c)), dx);
+            // as `mul_sum_i8`
+            let sy = _mm256_sign_epi8(load256(p.add(32 * c)), xq);
+            let p16 = _mm256_maddubs_epi16(ax, sy);
+            let q = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            *a = _mm256_fmadd_ps(d, q, *a);
         }
-        for (t, a) in acc.iter().enumerate() {
-            out[PASS * g + t] = hsum_ps(_mm256_add_ps(a[0], a[1]));
+    };
+    let n = x.len();
+    for g in 0..GEMM_COLS / PASS {
+        let mut even = [_mm256_setzero_ps(); PASS];
+        let mut odd = [_mm256_setzero_ps(); PASS];
+        let mut b = 0;
+        while b + 1 < n {
+            step(g, b, &mut even);
+            step(g, b + 1, &mut odd);
+            b += 2;
+        }
+        if b < n {
+            step(g, b, &mut even);
+        }
+        for t in 0..PASS {
+            out[PASS * g + t] = hsum_ps(_mm256_add_ps(even[t], odd[t]));
         }
     }
 }
