@@ -11,7 +11,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapOptions};
 
 use super::error::GgufError;
 use super::load_mode::{read_direct, LoadMode};
@@ -153,9 +153,16 @@ impl fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
-    /// Map the file read-only and parse it.
+    /// Map the file read-only and parse it. Pages are read and mapped as
+    /// they are first touched.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
-        let path = path.as_ref();
+        GgufFile::map(path.as_ref(), false)
+    }
+
+    /// Map the file as [`GgufFile::open`] does, `populate`: with every page
+    /// read and mapped up front (`MAP_POPULATE`, as llama.cpp maps model
+    /// files), so that no kernel later waits on a first-touch page fault.
+    fn map(path: &Path, populate: bool) -> Result<GgufFile, GgufError> {
         let io = |source| GgufError::Io {
             path: path.to_path_buf(),
             source,
@@ -175,7 +182,11 @@ impl GgufFile {
         // concurrent change can alter the values read but not make us
         // index out of bounds. Callers who cannot accept this use
         // `GgufFile::read`, which copies the file into memory.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let mut opts = MmapOptions::new();
+        if populate {
+            opts.populate();
+        }
+        let map = unsafe { opts.map(&file) }.map_err(io)?;
         GgufFile::from_backing(GgufBytes(Arc::new(Backing::Mmap(map))))
     }
 
@@ -191,10 +202,11 @@ impl GgufFile {
         let path = path.as_ref();
         let mut notes = Vec::new();
         let file = match mode {
-            LoadMode::Mmap | LoadMode::Pin => GgufFile::open(path)?,
+            // a model's weights are all read soon: map them up front
+            LoadMode::Mmap | LoadMode::Pin => GgufFile::map(path, true)?,
             LoadMode::None => GgufFile::read(path)?,
             LoadMode::Mlock => {
-                let f = GgufFile::open(path)?;
+                let f = GgufFile::map(path, false)?;
                 if let Backing::Mmap(m) = &*f.bytes.0 {
                     if let Err(e) = m.lock() {
                         notes.push(format!(
