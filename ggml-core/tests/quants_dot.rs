@@ -480,8 +480,8 @@ fn quants_gemm_every_type_many_seeds() {
         }
     }
     assert_eq!(
-        n_types, 7,
-        "Q8_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q5_K and Q6_K have gemm"
+        n_types, 8,
+        "Q8_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K and IQ4_XS have gemm"
     );
 }
 

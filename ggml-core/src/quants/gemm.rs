@@ -1,4 +1,4 @@
-//! `gemm`: the prompt-processing kernels of the K-quants. One weight row is
+//! `gemm`: the prompt-processing kernels of the quantized types. One weight row is
 //! multiplied with a *panel* of [`GEMM_COLS`] activation columns packed
 //! side by side, block by block, so that the kernel reads every column's
 //! 32 values of a sub-block from one place and keeps one integer

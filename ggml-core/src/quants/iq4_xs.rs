@@ -123,6 +123,14 @@ pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
     )
 }
 
+crate::quants::gemm::gemm_entry!(
+    "IQ4_XS",
+    BlockIq4Xs,
+    QK_K,
+    crate::quants::avx2::lut4::gemm_iq4_xs_q8_k,
+    crate::quants::k_quants::panel
+);
+
 fn dot_scalar(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {

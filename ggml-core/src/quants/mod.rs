@@ -12,7 +12,7 @@
 //! at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
 //! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; Q8_1 and Q8_K use
 //! the scalar dot. For prompt processing, `gemm` (Q8_0, Q4_0, IQ4_NL, MXFP4,
-//! Q4_K, Q5_K, Q6_K) multiplies a weight row with a packed panel of
+//! Q4_K, Q5_K, Q6_K, IQ4_XS) multiplies a weight row with a packed panel of
 //! [`GEMM_COLS`] activation columns; `vec_dot_cols` dots one weight row with
 //! up to [`VEC_DOT_COLS_MAX`] activation rows (AVX2 for Q4_0, Q8_0, IQ4_NL,
 //! IQ4_XS, MXFP4) and `vec_dot_tile` (Q8_0) register tiles of several weight
@@ -220,7 +220,7 @@ static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd, gemm);
 static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd, gemm);
 static Q8K: CpuTypeTraits = traits!(Q8K, Q8K, k_quants::q8_k);
 static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd, cols, gemm);
-static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd, cols);
+static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd, cols, gemm);
 static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd, cols, gemm);
 
 /// The CPU traits of `ty`, or `None` for types without CPU kernels here

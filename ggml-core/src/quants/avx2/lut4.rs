@@ -3,10 +3,13 @@
 
 use std::arch::x86_64::*;
 
+use super::k_gemm::{check_panel, finish, step};
 use super::legacy::{dot_q8_0_cols_with, mul_sum_i8};
 use super::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
+use crate::quants::gemm::GEMM_COLS;
 use crate::quants::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
 use crate::quants::iq4_xs::BlockIq4Xs;
+use crate::quants::k_quants::panel::BLOCK_BYTES;
 use crate::quants::k_quants::q8_k::BlockQ8K;
 use crate::quants::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
 use crate::quants::q8_0::BlockQ8_0;
@@ -64,6 +67,13 @@ pub(crate) unsafe fn dot_mxfp4_q8_0(x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
     hsum_ps(_mm256_add_ps(a0, a1))
 }
 
+/// The 6-bit scale of IQ4_XS sub-block `ib` (0..8), before the `- 32`.
+#[inline]
+fn sub_scale(bx: &BlockIq4Xs, ib: usize) -> i16 {
+    let sh = u16::from_le(bx.scales_h);
+    ((bx.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i16 | ((((sh >> (2 * ib)) & 3) as i16) << 4)
+}
+
 /// `ggml_vec_dot_iq4_xs_q8_K` over equally long block slices.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_iq4_xs_q8_k(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
@@ -72,11 +82,9 @@ pub(crate) unsafe fn dot_iq4_xs_q8_k(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (bx, by) in x.iter().zip(y) {
         super::prefetch_block_ahead(bx);
-        let sh = u16::from_le(bx.scales_h);
         let mut sumi = _mm256_setzero_si256();
         for ib in 0..8 {
-            let ls = ((bx.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i16
-                | ((((sh >> (2 * ib)) & 3) as i16) << 4);
+            let ls = sub_scale(bx, ib);
             let qx = lookup(t, bx.qs.as_ptr().add(16 * ib));
             let qy = load256(by.qs.as_ptr().add(32 * ib));
             // |qx| ≤ 127 and qy ≠ -128, so maddubs cannot saturate
@@ -133,11 +141,9 @@ pub(crate) unsafe fn dot_iq4_xs_q8_k_cols<const C: usize>(
     let t = table(&KVALUES_IQ4NL);
     let mut acc = [_mm256_setzero_ps(); C];
     for (b, bx) in x.iter().enumerate() {
-        let sh = u16::from_le(bx.scales_h);
         let mut sumi = [_mm256_setzero_si256(); C];
         for ib in 0..8 {
-            let ls = ((bx.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i16
-                | ((((sh >> (2 * ib)) & 3) as i16) << 4);
+            let ls = sub_scale(bx, ib);
             let qx = lookup(t, bx.qs.as_ptr().add(16 * ib));
             let ax = _mm256_sign_epi8(qx, qx);
             let scale = _mm256_set1_epi16(ls - 32);
@@ -156,4 +162,32 @@ pub(crate) unsafe fn dot_iq4_xs_q8_k_cols<const C: usize>(
     for c in 0..C {
         out[c] = hsum_ps(acc[c]);
     }
+}
+
+/// One IQ4_XS weight row against a Q8_K panel of 8 columns
+/// ([`crate::quants::k_quants::panel`]): `out[t]` =
+/// `dot_iq4_xs_q8_k(x, column t)`, bit for bit (the same integer lanes,
+/// one f32 accumulator per column, stepped as the dot steps it).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_iq4_xs_q8_k(x: &[BlockIq4Xs], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    check_panel(x.len(), panel);
+    let t = table(&KVALUES_IQ4NL);
+    let mut acc = [_mm256_setzero_ps(); GEMM_COLS];
+    for (b, bx) in x.iter().enumerate() {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let mut ia = [_mm256_setzero_si256(); GEMM_COLS];
+        for ib in 0..8 {
+            let qx = lookup(t, bx.qs.as_ptr().add(16 * ib));
+            let ax = _mm256_sign_epi8(qx, qx);
+            let scale = _mm256_set1_epi16(sub_scale(bx, ib) - 32);
+            let q = p.add(ib * GEMM_COLS * 32);
+            for (c, a) in ia.iter_mut().enumerate() {
+                let sy = _mm256_sign_epi8(load256(q.add(32 * c)), qx);
+                let p16 = _mm256_maddubs_epi16(ax, sy);
+                *a = _mm256_add_epi32(*a, _mm256_madd_epi16(p16, scale));
+            }
+        }
+        step(&mut acc, p, f16_to_f32(bx.d), &ia);
+    }
+    finish(&acc, out);
 }

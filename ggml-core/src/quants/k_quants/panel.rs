@@ -1,5 +1,5 @@
-//! Q8_K activation panels, the input of the K-quant GEMM kernels
-//! ([`crate::quants::gemm`]): [`GEMM_COLS`] Q8_K rows interleaved block by
+//! Q8_K activation panels, the input of the GEMM kernels of the types dotted
+//! with Q8_K (the K-quants and IQ4_XS, [`crate::quants::gemm`]): [`GEMM_COLS`] Q8_K rows interleaved block by
 //! block. Per 256-element block, [`BLOCK_BYTES`] bytes:
 //!
 //! | bytes | what |
@@ -160,6 +160,7 @@ mod tests {
     /// of each column bit for bit, and the dispatched runs' values.
     #[test]
     fn scalar_runs_match_the_dispatched_ones() {
+        use crate::quants::iq4_xs;
         use crate::quants::k_quants::{q4_k, q5_k, q6_k};
         let n = 2 * QK_K;
         let rows = q8k_rows(n, 6);
@@ -172,7 +173,7 @@ mod tests {
             (cpu_traits(GgmlType::Q8K).unwrap().to_float)(&w, &mut f);
             f
         };
-        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS] {
             let tr = cpu_traits(ty).unwrap();
             let mut x = vec![0u8; ty.row_size(n as u64).unwrap()];
             (tr.from_float)(&wf, &mut x);
@@ -182,7 +183,8 @@ mod tests {
             match ty {
                 GgmlType::Q4K => q4_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
                 GgmlType::Q5K => q5_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-                _ => q6_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+                GgmlType::Q6K => q6_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
+                _ => iq4_xs::gemm_scalar_for_tests(n, &x, &p, &mut slow),
             }
             for t in 0..GEMM_COLS {
                 let y = rows
