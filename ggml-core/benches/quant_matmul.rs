@@ -53,12 +53,11 @@ fn weight_bytes(ty: GgmlType, rows: usize) -> Vec<u8> {
 }
 
 struct Decode {
-    g: Graph,
-    ids: TensorId,
+    /// The product and its ids tensor, in graphs of the same nodes with
+    /// their own copies of the weights, cycled through so that the runs
+    /// read cold memory.
+    graphs: Vec<(Graph, TensorId)>,
     bytes_per_op: usize,
-    /// Further graphs with their own copies of the weights (the same
-    /// nodes), cycled through with `g` so the runs read cold memory.
-    copies: Vec<(Graph, TensorId)>,
     /// A copy of the weights and the converted activation row, for the
     /// bare `vec_dot` loop the op is compared with.
     raw_w: Vec<u8>,
@@ -79,16 +78,13 @@ fn decode_graph(ty: GgmlType, setup: &dyn Backend) -> Decode {
         g.write_f32(b, &values(3, K)).unwrap();
         (g, ids)
     };
-    let (g, ids) = one(&w);
-    let copies = (1..COLD_BYTES.div_ceil(w.len())).map(|_| one(&w)).collect();
+    let graphs = (0..COLD_BYTES.div_ceil(w.len())).map(|_| one(&w)).collect();
     let vdt = cpu_traits(ty).unwrap().vec_dot_type;
     let mut raw_act = vec![0u8; vdt.row_size(K as u64).unwrap()];
     (cpu_traits(vdt).unwrap().from_float)(&values(3, K), &mut raw_act);
     Decode {
-        g,
-        ids,
+        graphs,
         bytes_per_op: N_USED * M * ty.row_size(K as u64).unwrap(),
-        copies,
         raw_w: w,
         raw_act,
     }
@@ -173,16 +169,13 @@ fn main() {
             let cpu = CpuBackend::new(nth);
             let read = mem.gbps(nth, 5);
             let burst = mem.burst_gbps(nth, 1);
-            let nodes = dec.g.nodes().to_vec();
+            let nodes = dec.graphs[0].0.nodes().to_vec();
             let stats0 = cpu.pool_stats();
             let mut run = 0;
             let times = sorted_times(200, || {
-                let (g, ids) = match run % (dec.copies.len() + 1) {
-                    0 => (&dec.g, dec.ids),
-                    i => (&dec.copies[i - 1].0, dec.copies[i - 1].1),
-                };
+                let (g, ids) = &dec.graphs[run % dec.graphs.len()];
                 run += 1;
-                g.write_i32(ids, &next_ids(&mut rng)).unwrap();
+                g.write_i32(*ids, &next_ids(&mut rng)).unwrap();
                 cpu.compute(g, &nodes).unwrap();
             });
             let (secs, median) = (times[0], times[times.len() / 2]);

@@ -38,6 +38,7 @@ pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod k_quants;
 pub mod mxfp4;
+pub(crate) mod prefetch;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q5_0;

@@ -95,7 +95,7 @@ pub(crate) fn soft_max_exp_scalar(w: &mut [f32], max: f32) -> f64 {
 
 /// `ggml_silu_f32`: `x / (1 + e^-x)` with the library `expf`.
 #[inline]
-pub(crate) fn silu(x: f32) -> f32 {
+fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 

@@ -5,6 +5,7 @@ use std::arch::x86_64::*;
 
 use super::{hsum_ps, load128};
 use crate::quants::float::bf16_bits_to_f32;
+use crate::quants::prefetch::prefetch_ahead;
 
 /// `Σ x[i]·y[i]` in 32-element steps, `$load(p, i)` giving 8 f32 lanes of
 /// row `p` at element `i`, `$tail` one element.
@@ -14,7 +15,7 @@ macro_rules! dot_kernel {
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
         while i + 32 <= n {
-            super::prefetch_ahead(x.as_ptr().add($esize * i), 32 * $esize);
+            prefetch_ahead(x.as_ptr().add($esize * i), 32 * $esize);
             for (k, a) in acc.iter_mut().enumerate() {
                 *a = _mm256_fmadd_ps($load(x, i + 8 * k), $load(y, i + 8 * k), *a);
             }

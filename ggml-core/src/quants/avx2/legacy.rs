@@ -5,6 +5,7 @@ use std::arch::x86_64::*;
 
 use super::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
 use crate::quants::block::row;
+use crate::quants::prefetch::prefetch_block_ahead;
 use crate::quants::q4_0::BlockQ4_0;
 use crate::quants::q4_1::BlockQ4_1;
 use crate::quants::q5_0::BlockQ5_0;
@@ -32,7 +33,7 @@ pub(crate) unsafe fn dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     let (a0, a1) = sum_alternating(x.len(), |k, acc| {
         // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
         let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         let q = mul_sum_i8(load256(bx.qs.as_ptr()), load256(by.qs.as_ptr()));
         _mm256_fmadd_ps(d, q, acc)
@@ -117,7 +118,7 @@ pub(crate) unsafe fn dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     let (a0, a1) = sum_alternating(x.len(), |k, acc| {
         // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
         let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         // low nibbles are elements 0..16, high nibbles 16..32
         let raw = load128(bx.qs.as_ptr());
@@ -178,7 +179,7 @@ pub(crate) unsafe fn dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
     let sixteen = _mm256_set1_epi8(16);
     let mut acc = _mm256_setzero_ps();
     for (bx, by) in x.iter().zip(y) {
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         let qs = bx.qs;
         let q = _mm256_or_si256(nibbles(&qs), fifth_bits(bx.qh));
@@ -200,7 +201,7 @@ pub(crate) unsafe fn dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 2];
     let mut acc_m = [0f32; 2];
     for (k, (bx, by)) in x.iter().zip(y).enumerate() {
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         let qs = bx.qs;
         let s = mul_sum_u5_i8(nibbles(&qs), load256(by.qs.as_ptr()));
@@ -217,7 +218,7 @@ pub(crate) unsafe fn dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 2];
     let mut acc_m = [0f32; 2];
     for (k, (bx, by)) in x.iter().zip(y).enumerate() {
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         let qs = bx.qs;
         let q = _mm256_or_si256(nibbles(&qs), fifth_bits(bx.qh));

@@ -12,6 +12,7 @@ use crate::quants::iq4_xs::BlockIq4Xs;
 use crate::quants::k_quants::panel::BLOCK_BYTES;
 use crate::quants::k_quants::q8_k::BlockQ8K;
 use crate::quants::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
+use crate::quants::prefetch::prefetch_block_ahead;
 use crate::quants::q8_0::BlockQ8_0;
 
 /// The 16-entry i8 table in both 128-bit halves.
@@ -43,7 +44,7 @@ pub(crate) unsafe fn dot_iq4_nl_q8_0(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
     let (a0, a1) = sum_alternating(x.len(), |k, acc| {
         // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
         let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let d = _mm256_set1_ps(f16_to_f32(bx.d) * f16_to_f32(by.d));
         let q = mul_sum_i8(lookup(t, bx.qs.as_ptr()), load256(by.qs.as_ptr()));
         _mm256_fmadd_ps(d, q, acc)
@@ -59,7 +60,7 @@ pub(crate) unsafe fn dot_mxfp4_q8_0(x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
     let (a0, a1) = sum_alternating(x.len(), |k, acc| {
         // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
         let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let d = _mm256_set1_ps(e8m0_to_f32_half(bx.e) * f16_to_f32(by.d));
         let q = mul_sum_i8(lookup(t, bx.qs.as_ptr()), load256(by.qs.as_ptr()));
         _mm256_fmadd_ps(d, q, acc)
@@ -81,7 +82,7 @@ pub(crate) unsafe fn dot_iq4_xs_q8_k(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let t = table(&KVALUES_IQ4NL);
     let mut acc = _mm256_setzero_ps();
     for (bx, by) in x.iter().zip(y) {
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let mut sumi = _mm256_setzero_si256();
         for ib in 0..8 {
             let ls = sub_scale(bx, ib);

@@ -89,39 +89,6 @@ pub(crate) unsafe fn load256<T>(p: *const T) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
-/// How far ahead of the bytes it is reading a dot kernel asks for the
-/// weight row's next bytes. Generation streams every weight row from DRAM
-/// exactly once, and left to the hardware prefetcher the kernels wait on
-/// memory for a good part of each row; a steady hint one block ahead of the
-/// data it needs keeps both cores' loads in flight. Asking for whole rows
-/// at once before each row (as this crate did) stalled on the full miss
-/// buffers instead. Measured on the 2-core AMD EPYC (Zen 3) dev machine,
-/// `llama-bench -p 0 -n 64 -t 2` on the 4-layer Qwen3-30B-A3B-shaped files,
-/// best of 3 interleaved rounds: Q4_K_M 117 → 124-135 t/s and Q8_0 68 →
-/// 84-92 t/s for 2.3-4.6 KiB ahead; 9 KiB was worse again.
-pub(crate) const PREFETCH_AHEAD: usize = 4608;
-
-/// Ask for the cache lines of `len` bytes lying [`PREFETCH_AHEAD`] bytes
-/// after `p`, a line every 64 bytes from there. For a row read front to
-/// back in pieces of `len` bytes that covers every line of the row ahead.
-#[inline(always)]
-pub(crate) fn prefetch_ahead(p: *const u8, len: usize) {
-    let q = p.wrapping_add(PREFETCH_AHEAD) as *const i8;
-    let mut off = 0;
-    while off < len {
-        // SAFETY: `prefetch` is a hint: it never faults, whatever the
-        // address (past the row's end included); SSE is x86_64 baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(off)) };
-        off += 64;
-    }
-}
-
-/// [`prefetch_ahead`] for block `b` of a row: the block as far ahead.
-#[inline(always)]
-pub(crate) fn prefetch_block_ahead<T>(b: &T) {
-    prefetch_ahead(b as *const T as *const u8, size_of::<T>());
-}
-
 /// 16 unaligned bytes at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -8,6 +8,7 @@ use super::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
 use crate::quants::block::row;
 use crate::quants::k_quants::q2_k::BlockQ2K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
+use crate::quants::prefetch::prefetch_block_ahead;
 
 /// `ggml_vec_dot_q2_K_q8_K` over equally long block slices: the 4-bit
 /// minima go through the Q8_K sums, the 2-bit values times 4-bit scales
@@ -20,7 +21,7 @@ pub(crate) unsafe fn dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     let (a0, a1) = sum_alternating(x.len(), |k, acc| {
         // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
         let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let dall = by.d * f16_to_f32(bx.d);
         let dmin = by.d * f16_to_f32(bx.dmin);
         let sc8 = load128(bx.scales.as_ptr());

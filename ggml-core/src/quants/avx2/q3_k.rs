@@ -7,6 +7,7 @@ use super::{f16_to_f32, hsum_ps, load256, sum_alternating};
 use crate::quants::block::row;
 use crate::quants::k_quants::q3_k::BlockQ3K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
+use crate::quants::prefetch::prefetch_block_ahead;
 
 /// The 16 i16 scales `sc16` as two vectors: `[n]` holds scales
 /// `8n..8n + 8` in both 128-bit halves.
@@ -63,7 +64,7 @@ pub(crate) unsafe fn dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let (a0, a1) = sum_alternating(x.len(), |k, acc| {
         // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
         let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let d = f16_to_f32(bx.d) * by.d;
         let scales = bx.scales;
         let sc = unpack_scales(&scales);

@@ -10,6 +10,7 @@ use crate::quants::gemm::GEMM_COLS;
 use crate::quants::k_quants::panel::BLOCK_BYTES;
 use crate::quants::k_quants::q5_k::BlockQ5K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
+use crate::quants::prefetch::prefetch_block_ahead;
 
 /// 16 in each byte whose bit `bit` is set in `h`, else 0.
 #[inline]
@@ -30,7 +31,7 @@ pub(crate) unsafe fn dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (bx, by) in x.iter().zip(y) {
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let (d, scales) = block_scales(
             f16_to_f32(bx.d),
             f16_to_f32(bx.dmin),

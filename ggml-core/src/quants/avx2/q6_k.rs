@@ -10,6 +10,7 @@ use crate::quants::gemm::GEMM_COLS;
 use crate::quants::k_quants::panel::BLOCK_BYTES;
 use crate::quants::k_quants::q6_k::BlockQ6K;
 use crate::quants::k_quants::q8_k::BlockQ8K;
+use crate::quants::prefetch::prefetch_block_ahead;
 
 /// `ggml_vec_dot_q6_K_q8_K` over equally long block slices. The `-32`
 /// offset is applied once per block through the Q8_K sums:
@@ -22,7 +23,7 @@ pub(crate) unsafe fn dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let m2s = [0x03u8, 0x0c, 0x30, 0xc0].map(|m| _mm256_set1_epi8(m as i8));
     let mut acc = _mm256_setzero_ps();
     for (bx, by) in x.iter().zip(y) {
-        super::prefetch_block_ahead(bx);
+        prefetch_block_ahead(bx);
         let d = f16_to_f32(bx.d) * by.d;
         let sc = load128(bx.scales.as_ptr());
         let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), load256(addr_of!(by.bsums)));

@@ -31,6 +31,7 @@ use crate::tensor::TensorId;
 use crate::types::GgmlType;
 
 use crate::quants;
+use crate::quants::prefetch::prefetch;
 use gemm::GemmType;
 
 pub(super) use add_id::{add_id, supports_add_id};
@@ -306,30 +307,9 @@ fn run_tasks(pool: &ThreadPool, tasks: &[Task], work_bytes: usize, f: &(dyn Fn(&
 /// early, in the prompt paths (GEMM panels, column tiles): a task's rows
 /// come from DRAM for its first panel. Generation (one column) leaves it to
 /// the AVX2 `vec_dot` kernels, which ask for the bytes a few KiB ahead
-/// block by block (`quants::avx2::PREFETCH_AHEAD`): a whole row asked for
+/// block by block (`quants::prefetch::PREFETCH_AHEAD`): a whole row asked for
 /// at once stalled on the full miss buffers.
 const PREFETCH_ROWS: usize = 2;
-
-/// Ask the cache hierarchy for `len` bytes at `p` (a hint: never faults).
-#[inline(always)]
-fn prefetch(p: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut off = 0;
-        while off < len {
-            // SAFETY: `_mm_prefetch` is a hint that never faults, whatever
-            // the address; SSE is part of the x86_64 baseline.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    p.wrapping_add(off) as *const i8,
-                )
-            };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, len);
-}
 
 /// The inner loop: `dst(r, c) = vec_dot(weight row r, column c)` for rows
 /// `rows` × columns `cols`, a weight row reused for [`TILE_COLS`] columns.
