@@ -417,6 +417,98 @@ fn mul_mat_attention_views() {
     }
 }
 
+/// The attention's `kq·V` over a V cache stored one row per cell, as a
+/// transposed view `[n_kv, d, n_head_kv]` (no copy): every float type,
+/// against the f64 product, the same bits on 1 and 3 threads, and a
+/// probability column's zeros (masked cells) wherever they sit change
+/// nothing (the kernel sums each output over the cells in order).
+#[test]
+fn mul_mat_transposed_v_rows() {
+    let (d, n_kv, n_head_kv, n_head, n_tok, ctx) = (40usize, 13, 2, 4, 5, 24);
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        let es = ty.type_size();
+        let (cb, cdeq) = quantize(ty, &values(3, d * n_head_kv * ctx), d * n_head_kv);
+        // probabilities [n_kv, n_tok, n_head], every third cell masked
+        let mut pv = values(4, n_kv * n_tok * n_head);
+        for (i, p) in pv.iter_mut().enumerate() {
+            *p = if (i % n_kv) % 3 == 1 { 0.0 } else { p.abs() };
+        }
+        let product = |threads: usize, pv: &[f32], cells: &[usize]| -> Vec<f32> {
+            let cpu = CpuBackend::new(threads);
+            let mut g = Graph::new();
+            let cache = g.new_tensor_2d(ty, (d * n_head_kv) as i64, ctx as i64);
+            let rows = g.view_3d(
+                cache,
+                d as i64,
+                ctx as i64,
+                n_head_kv as i64,
+                d * n_head_kv * es,
+                d * es,
+                0,
+            );
+            let v = g.transpose(rows); // [ctx, d, n_head_kv]
+            let p = g.new_tensor_3d(GgmlType::F32, ctx as i64, n_tok as i64, n_head as i64);
+            let out = g.mul_mat(v, p);
+            g.build_forward_expand(out);
+            alloc(&mut g, &cpu);
+            // cell `cells[i]` holds cache row i; the other cells hold
+            // another sequence's values, masked
+            let row = d * n_head_kv * es;
+            let mut bytes = vec![0u8; ctx * row];
+            for (c, chunk) in bytes.chunks_exact_mut(row).enumerate() {
+                chunk.copy_from_slice(&cb[(c % 7) * row..(c % 7 + 1) * row]);
+            }
+            let mut probs = vec![0f32; ctx * n_tok * n_head];
+            for (i, &c) in cells.iter().enumerate() {
+                bytes[c * row..(c + 1) * row].copy_from_slice(&cb[i * row..(i + 1) * row]);
+                for col in 0..n_tok * n_head {
+                    probs[col * ctx + c] = pv[col * n_kv + i];
+                }
+            }
+            g.write_bytes(cache, &bytes).unwrap();
+            g.write_f32(p, &probs).unwrap();
+            run(&g, &cpu).unwrap();
+            assert_eq!(g.tensor(out).ne, [d as i64, n_tok as i64, n_head as i64, 1]);
+            g.read_f32(out).unwrap()
+        };
+        let first: Vec<usize> = (0..n_kv).collect();
+        let got = product(1, &pv, &first);
+        for h in 0..n_head {
+            let hk = h / (n_head / n_head_kv);
+            for t in 0..n_tok {
+                let col = h * n_tok + t;
+                let act = round_trip(ty, &pv[col * n_kv..(col + 1) * n_kv]);
+                for i in 0..d {
+                    let terms = (0..n_kv)
+                        .map(|c| cdeq[c * d * n_head_kv + hk * d + i] as f64 * act[c] as f64);
+                    let want: f64 = terms.clone().sum();
+                    let abs: f64 = terms.map(f64::abs).sum();
+                    assert_close(
+                        got[col * d + i],
+                        want,
+                        tol(n_kv, abs, ty, 0.0, 0.0),
+                        &format!("{ty} head {h} tok {t} channel {i}"),
+                    );
+                }
+            }
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&product(3, &pv, &first)),
+            bits(&got),
+            "{ty}: 3 threads"
+        );
+        // the same cells spread out among other (masked) cells
+        let spread: Vec<usize> = (0..n_kv).map(|i| 2 + i + i / 2).collect();
+        assert!(spread[n_kv - 1] < ctx);
+        assert_eq!(
+            bits(&product(2, &pv, &spread)),
+            bits(&got),
+            "{ty}: cells moved"
+        );
+    }
+}
+
 // ---- mul_mat_id --------------------------------------------------------------
 
 #[derive(Clone, Debug)]
@@ -919,19 +1011,26 @@ fn f32_f16_products_sum_in_tinyblas_order() {
 fn unsupported_layouts_are_refused_not_computed() {
     let cpu = CpuBackend::new(2);
     let mut g = Graph::new();
-    // weights whose rows are not dense (a transposed view): ggml refuses too
-    let w = g.new_tensor_2d(GgmlType::F32, 8, 16);
-    let wt = g.transpose(w); // [16, 8], nb0 = 32 bytes
-    let x = g.new_tensor_2d(GgmlType::F32, 16, 3);
+    // quantized weights whose rows are not dense (a transposed view): ggml
+    // refuses too (only float ones are multiplied transposed)
+    let w = g.new_tensor_2d(GgmlType::Q8_0, 64, 32);
+    let wt = g.transpose(w); // [32, 64], nb0 = a row of two blocks
+    let x = g.new_tensor_2d(GgmlType::F32, 32, 3);
     let y = g.mul_mat(wt, x);
+    // float weights strided along both dims 0 and 1
+    let w3 = g.new_tensor_3d(GgmlType::F32, 4, 8, 16);
+    let w3p = g.permute(w3, [2, 0, 1, 3]); // [8, 16, 4]: nb0, nb1 both > 4
+    let x3 = g.new_tensor_3d(GgmlType::F32, 8, 2, 4);
+    let y3 = g.mul_mat(w3p, x3);
     // integer weights have no CPU traits
     let wi = g.new_tensor_2d(GgmlType::I16, 8, 4);
     let xi = g.new_tensor_2d(GgmlType::F32, 8, 2);
     let yi = g.mul_mat(wi, xi);
     g.build_forward_expand(y);
+    g.build_forward_expand(y3);
     g.build_forward_expand(yi);
     alloc(&mut g, &cpu);
-    for node in [y, yi] {
+    for node in [y, y3, yi] {
         assert!(!cpu.supports_op(&g, node));
         match cpu.compute(&g, &[node]) {
             Err(BackendError::Unsupported(_)) => {}

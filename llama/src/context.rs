@@ -508,17 +508,31 @@ impl Context {
         let mut i = 0;
         while i < batch.len() {
             // a ubatch of consecutive tokens, in as large a run of free
-            // cells as there is (a fragmented cache takes smaller pieces)
-            let mut n = self.params.n_ubatch.min(batch.len() - i);
+            // cells as there is (a fragmented cache takes smaller pieces):
+            // after every cell of its sequences where there is room (their
+            // cells then stay in position order, and their attention gives
+            // the bits it gives alone), else anywhere
+            let n_max = self.params.n_ubatch.min(batch.len() - i);
+            let after = |kv: &KvCache, n: usize| kv.find_slot_after(n, &batch.seq_id[i..i + n]);
+            let mut n = n_max;
             let cell0 = loop {
-                if let Some(c) = self.kv.find_slot(n) {
+                if let Some(c) = after(&self.kv, n) {
                     break c;
                 }
                 if n == 1 {
-                    return Err(LlamaError::ContextFull(format!(
-                        "no free cell for a token of sequence {} in a context of {} (-c)",
-                        batch.seq_id[i], self.kv.size
-                    )));
+                    n = n_max;
+                    break loop {
+                        if let Some(c) = self.kv.find_slot(n) {
+                            break c;
+                        }
+                        if n == 1 {
+                            return Err(LlamaError::ContextFull(format!(
+                                "no free cell for a token of sequence {} in a context of {} (-c)",
+                                batch.seq_id[i], self.kv.size
+                            )));
+                        }
+                        n = n.div_ceil(2);
+                    };
                 }
                 n = n.div_ceil(2);
             };

@@ -1,7 +1,9 @@
 //! The KV cache: per layer, K as rows of `n_embd_k_gqa` per cell and V
-//! either transposed (one row of `kv_size` cells per channel, so `kq · V`
-//! reads rows: the `mul_mat` attention path) or as rows like K (flash
-//! attention), F16 by default, on the backend of the layer.
+//! as rows like K (flash attention, and the `mul_mat` path on the CPU and
+//! the sim device, which multiply a transposed view of them) or
+//! transposed (one row of `kv_size` cells per channel: llama.cpp's layout
+//! for the `mul_mat` path, kept on CUDA), F16 by default, on the backend
+//! of the layer.
 //!
 //! As llama.cpp's `-ctk/-ctv`, K and V may be F16, F32, BF16, Q8_0 or
 //! Q4_0 ([`KV_CACHE_TYPES`]): the ubatch's F32 rows are quantized as they
@@ -18,7 +20,11 @@
 //! The cache is llama.cpp's unified cache: every cell records the position
 //! it holds and the set of sequences it belongs to ([`KvCell`]), so several
 //! sequences share one memory; a ubatch is stored in a run of free cells
-//! ([`KvCache::find_slot`]), the attention mask is built per token from the
+//! after every cell its sequences already hold where there is one
+//! ([`KvCache::find_slot_after`], else [`KvCache::find_slot`]: attention
+//! sums a row's cells in cell order, so a sequence whose cells keep its
+//! position order gets the same bits whatever else the cache holds), the
+//! attention mask is built per token from the
 //! cells (same sequence, position not after the token's), and a sequence
 //! is removed, copied or kept by position range ([`KvCache::seq_rm`],
 //! [`KvCache::seq_cp`], [`KvCache::seq_keep`]).
@@ -38,8 +44,17 @@ pub struct LayerKv {
     /// V: `[size, n_embd_v_gqa]` when `v_trans`, else `[n_embd_v_gqa, size]`;
     /// `None` for MLA, whose value is the first `n_embd_v_gqa` values of each K row.
     pub v: Option<TensorData>,
-    /// Whether V is stored transposed (the `mul_mat` attention path; false
-    /// for flash attention).
+    /// Whether attention is one fused `flash_attn_ext` (V stored as rows).
+    pub flash_attn: bool,
+    /// Whether V is stored transposed, one row per channel (llama.cpp's
+    /// layout for the `mul_mat` path). Without flash attention, a layer
+    /// whose backend multiplies a transposed view directly (the CPU and
+    /// the sim device) keeps V as rows instead: its kernel sums each output
+    /// over the cells in order, so a sequence's attention does not depend
+    /// on where its cells sit among other sequences' (see `ggml-core`'s
+    /// `matmul/transposed.rs`); other backends (CUDA) keep the transposed
+    /// layout. MLA caches (no V) use the flag the same way for the latent
+    /// rows they read as V.
     pub v_trans: bool,
     /// Element type of K.
     pub ty: GgmlType,
@@ -165,6 +180,17 @@ fn can_store(be: &dyn Backend, ty: GgmlType, n: usize) -> bool {
     be.supports_op(&g, c)
 }
 
+/// Whether `be` multiplies a transposed view of V rows of type `ty` (the
+/// `mul_mat` attention path over a V cache stored like K).
+fn multiplies_v_rows(be: &dyn Backend, ty: GgmlType) -> bool {
+    let mut g = Graph::new();
+    let rows = g.new_tensor(ty, &[64, 32]); // [channels, cells]
+    let v = g.transpose(rows); // [cells, channels]
+    let kq = g.new_tensor(GgmlType::F32, &[32, 2]);
+    let out = g.mul_mat(v, kq);
+    be.supports_op(&g, out)
+}
+
 /// A sequence id (llama.cpp's `llama_seq_id`): `0..MAX_SEQ`.
 pub type SeqId = i32;
 
@@ -255,6 +281,9 @@ impl KvCache {
                     )));
                 }
             }
+            // the type attention reads as V: an MLA cache's latent K rows
+            let v_ty = if v_bytes > 0 { ty_v } else { ty };
+            let v_trans = !flash_attn && !multiplies_v_rows(be.as_ref(), v_ty);
             let buf = be.alloc_buffer(k_bytes + v_bytes, BufferUsage::Compute)?;
             layers.push(LayerKv {
                 k: TensorData {
@@ -265,7 +294,8 @@ impl KvCache {
                     buffer: Arc::clone(&buf),
                     offset: k_bytes,
                 }),
-                v_trans: !flash_attn,
+                flash_attn,
+                v_trans,
                 ty,
                 ty_v,
                 size,
@@ -312,11 +342,35 @@ impl KvCache {
     /// The first run of `n` free cells (first fit, so a lone sequence fills
     /// cells `0, 1, 2, ...` in order, as a single-sequence cache does).
     pub fn find_slot(&self, n: usize) -> Option<usize> {
+        self.find_slot_from(n, 0)
+    }
+
+    /// The first run of `n` free cells after the last cell any of `seqs`
+    /// holds: stored there, each sequence's cells stay in the order of its
+    /// positions (as its tokens come in position order), so its attention
+    /// sums its cells in the same order as when it is alone in the cache.
+    /// `None` when no such run exists (the caller may then take any run,
+    /// [`KvCache::find_slot`]).
+    pub fn find_slot_after(&self, n: usize, seqs: &[SeqId]) -> Option<usize> {
+        let mask = seqs
+            .iter()
+            .filter(|&&s| (0..MAX_SEQ as i32).contains(&s))
+            .fold(0u64, |m, &s| m | 1u64 << s);
+        let from = self
+            .cells
+            .iter()
+            .rposition(|c| c.seq & mask != 0)
+            .map_or(0, |i| i + 1);
+        self.find_slot_from(n, from)
+    }
+
+    /// The first run of `n` free cells starting at `from` or later.
+    fn find_slot_from(&self, n: usize, from: usize) -> Option<usize> {
         if n == 0 || n > self.size {
             return None;
         }
         let mut run = 0;
-        for (i, c) in self.cells.iter().enumerate() {
+        for (i, c) in self.cells.iter().enumerate().skip(from) {
             if c.is_empty() {
                 run += 1;
                 if run == n {

@@ -183,7 +183,7 @@ impl GraphBuilder<'_> {
             .view_3d(kc, hk as i64, n_kv, nkv as i64, k_row, k_head, 0);
         let qp = self.g.permute(q, [0, 2, 1, 3]);
         let scale = 1.0 / (hk as f32).sqrt();
-        let cur = if kv.v_trans {
+        let cur = if !kv.flash_attn {
             let kq = self.g.mul_mat(kview, qp);
             self.name(kq, "kq", Some(il));
             let kq = self.g.soft_max_ext(kq, Some(mask), scale, 0.0);
@@ -191,10 +191,19 @@ impl GraphBuilder<'_> {
                 self.g.soft_max_add_sinks(kq, s);
             }
             self.name(kq, "kq_soft_max", Some(il));
-            let v_row = kv.size * esz;
-            let vview = self
-                .g
-                .view_3d(vc, n_kv, hv as i64, nkv as i64, v_row, v_row * hv, 0);
+            // V as [n_kv, hv, nkv]: the transposed cache, or a transposed
+            // view of V rows
+            let vview = if kv.v_trans {
+                let v_row = kv.size * esz;
+                self.g
+                    .view_3d(vc, n_kv, hv as i64, nkv as i64, v_row, v_row * hv, 0)
+            } else {
+                let v_row = kv.ty_v.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
+                let rows = self
+                    .g
+                    .view_3d(vc, hv as i64, n_kv, nkv as i64, v_row, hv * esz, 0);
+                self.g.transpose(rows)
+            };
             let kqv = self.g.mul_mat(vview, kq);
             let merged = self.g.permute(kqv, [0, 2, 1, 3]);
             self.g.cont_reshape(merged, &[(hv * nh) as i64, nt])

@@ -137,15 +137,16 @@ impl GraphBuilder<'_> {
         let plane = k_row * kv.size;
         let kview = self.g.view_3d(kc, dk, n_kv, 1, k_row, plane, 0);
         let qp = self.g.permute(q_cur, [0, 2, 1, 3]); // [dk, nt, nh]
-        let kqv = if kv.v_trans {
+        let kqv = if !kv.flash_attn {
             let kq = self.g.mul_mat(kview, qp); // [n_kv, nt, nh]
             self.name(kq, "kq", Some(il));
             let kq = self.g.soft_max_ext(kq, Some(inp.mask), kq_scale, 0.0);
             self.name(kq, "kq_soft_max", Some(il));
-            // V = c, read from the K rows and laid out as rows over cells
+            // V = c, read from the K rows: multiplied as a transposed view,
+            // or laid out as rows over cells first (`v_trans`)
             let vview = self.g.view_2d(kc, kv_lora, n_kv, k_row, 0);
-            let vt = self.g.transpose(vview);
-            let vt = self.g.cont(vt); // [n_kv, kv_lora]
+            let vt = self.g.transpose(vview); // [n_kv, kv_lora]
+            let vt = if kv.v_trans { self.g.cont(vt) } else { vt };
             self.g.mul_mat(vt, kq) // [kv_lora, nt, nh]
         } else {
             let vview = self.g.view_3d(kc, kv_lora, n_kv, 1, k_row, plane, 0);

@@ -59,7 +59,12 @@ pub(super) fn alibi_slope(max_bias: f32, n_head: u32, h: u32) -> f32 {
 /// Softmax of `w` into itself, with an optional extra sink logit in the
 /// normaliser (ggml's arithmetic: its vectorised exps summed per 8 in f32
 /// into an f64 total, see [`super::vexp`], then an f32 reciprocal).
-pub(super) fn softmax_row(w: &mut [f32], sink: Option<f32>) {
+///
+/// `cells`: the row spans KV cells (a masked attention row): its total is
+/// then summed so that it does not depend on where in the row the
+/// unmasked values sit ([`super::vexp::soft_max_exp_cells`]), so a
+/// sequence batched with others gets the probabilities it gets alone.
+pub(super) fn softmax_row(w: &mut [f32], sink: Option<f32>, cells: bool) {
     let mut max = f32::NEG_INFINITY;
     for &v in w.iter() {
         max = if max > v { max } else { v };
@@ -67,7 +72,11 @@ pub(super) fn softmax_row(w: &mut [f32], sink: Option<f32>) {
     if let Some(s) = sink {
         max = if max > s { max } else { s };
     }
-    let mut sum = super::vexp::soft_max_exp(w, max);
+    let mut sum = if cells && max.is_finite() {
+        super::vexp::soft_max_exp_cells(w, max)
+    } else {
+        super::vexp::soft_max_exp(w, max)
+    };
     if let Some(s) = sink {
         sum += (s - max).exp() as f64;
     }
@@ -118,7 +127,7 @@ pub(super) fn soft_max(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
                     }
                 }
                 let sink = sinks.as_ref().map(|s| s.get_f32(i2, 0, 0, 0));
-                softmax_row(w, sink);
+                softmax_row(w, sink, mask.is_some());
                 store_row(&dst, i1, i2, i3, w);
             }
         }

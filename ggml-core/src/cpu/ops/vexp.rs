@@ -93,6 +93,72 @@ pub(crate) fn soft_max_exp_scalar(w: &mut [f32], max: f32) -> f64 {
     sum
 }
 
+/// Fixed-point scale of [`soft_max_exp_cells`]'s total: each exp (at
+/// most 1) is counted in units of 2^-40.
+const CELL_SCALE: f64 = (1u64 << 40) as f64;
+/// `2^52`: adding it to a value below 2^51 leaves that value rounded to an
+/// integer in the low mantissa bits.
+const MAGIC: f64 = (1u64 << 52) as f64;
+/// Rows at least this long take [`soft_max_exp`] (their fixed-point total
+/// could overflow 63 bits).
+const CELL_ROW_MAX: usize = 1 << 22;
+
+/// `w[i] = exp(w[i] - max)` with ggml's vectorised `expf` for every
+/// element, returning the sum (f64) of the new `w` as an integer count of
+/// 2^-40 units.
+///
+/// The attention rows of a KV cache that holds several sequences: a row's
+/// other-sequence cells are masked (`-inf`, an exp of exactly 0), and
+/// where in the row a sequence's cells sit depends on what else the
+/// cache holds. ggml's per-8 f32 sums ([`soft_max_exp`]) group the
+/// values by their place, so the same sequence gets another total when
+/// batched with others; integer sums are associative, so this total, and
+/// every exp, depend only on the values. Its error against the exact sum
+/// is at most `w.len()` half-units (1e-10 of a total of at least 1 for
+/// 512 cells).
+///
+/// `max` must be finite and at least every non-NaN element (the softmax's
+/// row maximum); a NaN element makes the sum NaN. Rows of
+/// [`CELL_ROW_MAX`] elements or more are summed as [`soft_max_exp`] does.
+pub(crate) fn soft_max_exp_cells(w: &mut [f32], max: f32) -> f64 {
+    if w.len() >= CELL_ROW_MAX {
+        return soft_max_exp(w, max);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::quants::simd_available() {
+            // SAFETY: the CPU has AVX2/FMA/F16C (checked just above).
+            return unsafe { x86::soft_max_exp_cells(w, max) };
+        }
+    }
+    soft_max_exp_cells_scalar(w, max)
+}
+
+/// One exp's fixed-point count: `round(e * 2^40)`, exact in an f64.
+#[inline]
+fn cell_units(e: f32) -> u64 {
+    (e as f64)
+        .mul_add(CELL_SCALE, MAGIC)
+        .to_bits()
+        .wrapping_sub(MAGIC.to_bits())
+}
+
+/// The scalar [`soft_max_exp_cells`]: the same exps and the same total.
+pub(crate) fn soft_max_exp_cells_scalar(w: &mut [f32], max: f32) -> f64 {
+    let mut units = 0u64;
+    let mut nan = false;
+    for b in w.iter_mut() {
+        let e = v_expf(*b - max);
+        *b = e;
+        nan |= e.is_nan();
+        units = units.wrapping_add(cell_units(e));
+    }
+    if nan {
+        return f64::NAN;
+    }
+    units as f64 / CELL_SCALE
+}
+
 /// `ggml_silu_f32`: `x / (1 + e^-x)` with the library `expf`.
 #[inline]
 fn silu(x: f32) -> f32 {
@@ -226,6 +292,47 @@ mod x86 {
         }
     }
 
+    /// The AVX2 [`super::soft_max_exp_cells`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn soft_max_exp_cells(w: &mut [f32], max: f32) -> f64 {
+        let n = w.len();
+        let m = _mm256_set1_ps(max);
+        let (scale, magic) = (_mm256_set1_pd(CELL_SCALE), _mm256_set1_pd(MAGIC));
+        let mut units = _mm256_setzero_si256();
+        let mut nan = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            let p = w.as_mut_ptr().add(i);
+            let v = v_expf8(_mm256_sub_ps(_mm256_loadu_ps(p), m));
+            _mm256_storeu_ps(p, v);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            for half in [_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)] {
+                let q = _mm256_fmadd_pd(_mm256_cvtps_pd(half), scale, magic);
+                units = _mm256_add_epi64(units, _mm256_castpd_si256(q));
+            }
+            i += 8;
+        }
+        // each of the 8 lanes' counts carried MAGIC's bits once per element
+        let mut lanes = [0u64; 4];
+        _mm256_storeu_si256(lanes.as_mut_ptr().cast(), units);
+        let mut total = lanes
+            .iter()
+            .fold(0u64, |a, &l| a.wrapping_add(l))
+            .wrapping_sub((i as u64).wrapping_mul(MAGIC.to_bits()));
+        let mut any_nan = _mm256_movemask_ps(nan) != 0;
+        while i < n {
+            let e = v_expf(w[i] - max);
+            w[i] = e;
+            any_nan |= e.is_nan();
+            total = total.wrapping_add(cell_units(e));
+            i += 1;
+        }
+        if any_nan {
+            return f64::NAN;
+        }
+        total as f64 / CELL_SCALE
+    }
+
     /// The AVX2 `soft_max_exp` (ggml's `ggml_vec_soft_max_f32`).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn soft_max_exp(w: &mut [f32], max: f32) -> f64 {
@@ -339,6 +446,52 @@ mod tests {
                 assert_eq!(a[i].to_bits(), silu(x[i]).to_bits());
             }
         }
+    }
+
+    #[test]
+    fn cell_sums_do_not_depend_on_where_the_cells_sit() {
+        let x: Vec<f32> = inputs().into_iter().filter(|v| *v < 80.0).collect();
+        let vals = &x[..301];
+        let max = vals.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let mut want_e = vals.to_vec();
+        let want = soft_max_exp_cells_scalar(&mut want_e, max);
+        // the same values spread over longer masked rows, at other offsets
+        // and strides, AVX2 and scalar
+        for (stride, offset) in [(1, 0), (1, 3), (2, 1), (3, 2), (8, 5), (7, 0)] {
+            let mut row = vec![f32::NEG_INFINITY; offset + stride * vals.len() + 5];
+            for (k, &v) in vals.iter().enumerate() {
+                row[offset + stride * k] = v;
+            }
+            let mut scalar = row.clone();
+            let got = soft_max_exp_cells(&mut row, max);
+            let got_scalar = soft_max_exp_cells_scalar(&mut scalar, max);
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "stride {stride} offset {offset}"
+            );
+            assert_eq!(got_scalar.to_bits(), want.to_bits());
+            for (k, e) in want_e.iter().enumerate() {
+                assert_eq!(row[offset + stride * k].to_bits(), e.to_bits());
+                assert_eq!(scalar[offset + stride * k].to_bits(), e.to_bits());
+            }
+            assert!(row
+                .iter()
+                .zip(&scalar)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+        // and it is the sum, to within its rounding
+        let exact: f64 = want_e.iter().map(|&e| e as f64).sum();
+        assert!(
+            (want - exact).abs() <= vals.len() as f64 / CELL_SCALE,
+            "{want} vs {exact}"
+        );
+        // a NaN makes it NaN on both paths
+        let mut a = vals.to_vec();
+        a[17] = f32::NAN;
+        let mut b = a.clone();
+        assert!(soft_max_exp_cells(&mut a, max).is_nan());
+        assert!(soft_max_exp_cells_scalar(&mut b, max).is_nan());
     }
 
     #[test]

@@ -7,6 +7,11 @@
 //! row)`. Each output element therefore depends only on its two rows, never
 //! on how the work was split, so any thread count gives identical bits.
 //!
+//! A transposed float `a` (elements contiguous along `ne[1]`, such as the
+//! attention's V rows viewed as `[n_kv, head_dim]`) goes through
+//! [`transposed`] instead: rank-1 updates in order of `k`, whose sums do not
+//! depend on where zero (masked) `k` sit.
+//!
 //! Work is cut into tasks of (weight matrix, block of weight rows, block of
 //! activation columns) that threads take from a shared counter. Within a task
 //! a weight row is reused for a tile of [`TILE_COLS`] columns while it is in
@@ -16,6 +21,7 @@ mod add_id;
 mod gemm;
 mod get_rows;
 mod mul_mat_id;
+mod transposed;
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -95,6 +101,9 @@ fn supports_pair(a_ty: GgmlType, a_nb0: usize, b_ty: GgmlType, k: i64) -> bool {
 pub(super) fn supports_mul_mat(g: &Graph, node: TensorId) -> bool {
     let t = g.tensor(node);
     let (a, b) = (g.tensor(t.src[0]), g.tensor(t.src[1]));
+    if transposed::is_transposed(a.ty, a.nb) {
+        return transposed::supports(g, node);
+    }
     t.ty == GgmlType::F32 && t.rows_contiguous() && supports_pair(a.ty, a.nb[0], b.ty, a.ne[0])
 }
 
@@ -498,6 +507,9 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
     let (dst, src) = ctx.views(node)?;
     let (a, b) = (src[0], src[1]);
     let name = &ctx.g.tensor(node).name;
+    if transposed::is_transposed(a.ty, a.nb) && dst.ty == GgmlType::F32 && dst.rows_contiguous() {
+        return transposed::mul_mat(ctx, name, &dst, &a, &b);
+    }
     let kr = kernels(a.ty)
         .filter(|_| supports_pair(a.ty, a.nb[0], b.ty, a.ne[0] as i64))
         .filter(|_| dst.ty == GgmlType::F32 && dst.rows_contiguous())
