@@ -68,6 +68,16 @@ fn alone_kv(
     rows
 }
 
+/// `tokens` at positions 0, 1, ... of sequence `seq`, every row's logits
+/// wanted or none.
+fn seq_batch(tokens: &[i32], seq: i32, logits: bool) -> Batch {
+    let mut b = Batch::new();
+    for (i, &t) in tokens.iter().enumerate() {
+        b.add(t, i as i32, seq, logits);
+    }
+    b
+}
+
 /// A batch of one token of sequence 0, with its logits.
 fn one(t: i32, pos: i32) -> Batch {
     let mut b = Batch::new();
@@ -274,18 +284,12 @@ fn freed_cells_bit_identical() {
     let ra = alone(&model, &fx.tokens, &[], 512);
     let mut ctx = Context::new(Arc::clone(&model), params(512, F16)).expect("context");
     let other = other_prompt(&fx);
-    let mut batch = Batch::new();
-    for (i, &t) in other.iter().enumerate() {
-        batch.add(t, i as i32, 3, false);
-    }
-    ctx.decode_batch(&batch).expect("other sequence");
+    ctx.decode_batch(&seq_batch(&other, 3, false))
+        .expect("other sequence");
     ctx.seq_rm(3, 0, -1);
     assert_eq!(ctx.kv_cache().used_cells(), 0);
-    let mut batch = Batch::new();
-    for (i, &t) in fx.tokens.iter().enumerate() {
-        batch.add(t, i as i32, 5, true);
-    }
-    ctx.decode_batch(&batch).expect("decode");
+    ctx.decode_batch(&seq_batch(&fx.tokens, 5, true))
+        .expect("decode");
     for (i, want) in ra.iter().enumerate() {
         assert_eq!(ctx.batch_logits(i).expect("row"), &want[..], "row {i}");
     }
@@ -304,16 +308,10 @@ fn tokens_after_a_hole_keep_position_order() {
     let ra = alone(&model, &fx.tokens, &gen, 512);
     let mut ctx = Context::new(Arc::clone(&model), params(512, F16)).expect("context");
     let other = other_prompt(&fx);
-    let mut batch = Batch::new();
-    for (i, &t) in other.iter().enumerate() {
-        batch.add(t, i as i32, 1, false);
-    }
-    ctx.decode_batch(&batch).expect("other sequence");
-    let mut batch = Batch::new();
-    for (i, &t) in fx.tokens.iter().enumerate() {
-        batch.add(t, i as i32, 0, true);
-    }
-    ctx.decode_batch(&batch).expect("prompt");
+    ctx.decode_batch(&seq_batch(&other, 1, false))
+        .expect("other sequence");
+    ctx.decode_batch(&seq_batch(&fx.tokens, 0, true))
+        .expect("prompt");
     ctx.seq_rm(1, 0, -1); // a hole of other.len() cells before the prompt
     let n = fx.tokens.len();
     let mut rows = Vec::new();

@@ -503,6 +503,25 @@ unsafe fn dot_block(
 }
 
 /// `dst = mul_mat(a, b)`.
+/// `dst = a · b` shapes: `a` `[k, m, ne2, ne3]` broadcast over `b`
+/// `[k, n, ne12, ne13]` (ne12, ne13 multiples of ne2, ne3), `dst`
+/// `[m, n, ne12, ne13]`.
+fn check_shapes(name: &str, a: &TView, b: &TView, dst: &TView) -> Result<(), BackendError> {
+    if b.ne[0] != a.ne[0]
+        || dst.ne != [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
+        || a.ne[2] == 0
+        || a.ne[3] == 0
+        || !b.ne[2].is_multiple_of(a.ne[2])
+        || !b.ne[3].is_multiple_of(a.ne[3])
+    {
+        return Err(invalid(format!(
+            "mul_mat '{name}': shapes a {:?}, b {:?}, dst {:?}",
+            a.ne, b.ne, dst.ne
+        )));
+    }
+    Ok(())
+}
+
 pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendError> {
     let (dst, src) = ctx.views(node)?;
     let (a, b) = (src[0], src[1]);
@@ -520,18 +539,7 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
             ))
         })?;
     let k = a.ne[0];
-    if b.ne[0] != k
-        || dst.ne != [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]
-        || a.ne[2] == 0
-        || a.ne[3] == 0
-        || !b.ne[2].is_multiple_of(a.ne[2])
-        || !b.ne[3].is_multiple_of(a.ne[3])
-    {
-        return Err(invalid(format!(
-            "mul_mat '{name}': shapes a {:?}, b {:?}, dst {:?}",
-            a.ne, b.ne, dst.ne
-        )));
-    }
+    check_shapes(name, &a, &b, &dst)?;
     if dst.ne.contains(&0) {
         return Ok(());
     }

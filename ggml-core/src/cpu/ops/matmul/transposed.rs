@@ -21,7 +21,7 @@
 //! gets other bits than alone.) Threads split the columns; thread count and
 //! column tiling change no bit either.
 
-use super::{invalid, run_tasks, Task};
+use super::{check_shapes, run_tasks, Task};
 use crate::backend::BackendError;
 use crate::cpu::ops::ComputeCtx;
 use crate::cpu::scratch::with_tile_scratch;
@@ -62,18 +62,7 @@ pub(super) fn mul_mat(
     b: &TView,
 ) -> Result<(), BackendError> {
     let (k, m) = (a.ne[0], a.ne[1]);
-    if b.ne[0] != k
-        || dst.ne != [m, b.ne[1], b.ne[2], b.ne[3]]
-        || a.ne[2] == 0
-        || a.ne[3] == 0
-        || !b.ne[2].is_multiple_of(a.ne[2])
-        || !b.ne[3].is_multiple_of(a.ne[3])
-    {
-        return Err(invalid(format!(
-            "mul_mat '{name}': shapes a {:?} (transposed), b {:?}, dst {:?}",
-            a.ne, b.ne, dst.ne
-        )));
-    }
+    check_shapes(name, a, b, dst)?;
     if dst.ne.contains(&0) {
         return Ok(());
     }
@@ -143,10 +132,16 @@ pub(super) fn mul_mat(
                     k,
                     active: &active[..n_active],
                 };
+                let mat = TMat {
+                    ty: av.ty,
+                    ptr: a0,
+                    nb0: av.nb[0],
+                    m,
+                };
                 // SAFETY: `a0` is matrix (i02, i03) of `a`, whose `k` rows
                 // at stride nb[0] each hold `m` elements; `out[..nc]` are
                 // this task's own dst rows of `m` f32 each.
-                unsafe { tile(av.ty, a0, av.nb[0], m, &tile_cols, &out[..nc]) };
+                unsafe { tile(mat, &tile_cols, &out[..nc]) };
             }
         });
     });
@@ -159,6 +154,16 @@ pub(super) struct Cols<'a> {
     b: &'a [f32],
     k: usize,
     active: &'a [u32],
+}
+
+/// One transposed matrix of `a`: `k` rows (stride `nb0` bytes) of `m`
+/// contiguous elements of `ty` from `ptr`.
+#[derive(Clone, Copy)]
+pub(super) struct TMat {
+    ty: GgmlType,
+    ptr: *const u8,
+    nb0: usize,
+    m: usize,
 }
 
 /// Write into `active` the rows `i0 < k` where some column of `cols`
@@ -179,24 +184,17 @@ fn active_rows(cols: &[f32], k: usize, active: &mut [u32]) -> usize {
 /// AVX2 when the CPU has it (the same bits as [`tile_scalar`]).
 ///
 /// # Safety
-/// `a` holds `k` rows of `m` elements of `ty` at stride `nb0`; each `out`
-/// pointer is `m` writable f32 that no other thread writes; `cols` has one
-/// column per `out`.
-unsafe fn tile(
-    ty: GgmlType,
-    a: *const u8,
-    nb0: usize,
-    m: usize,
-    cols: &Cols<'_>,
-    out: &[*mut f32],
-) {
+/// `a` is readable (`k` rows of `m` elements of its type at stride
+/// `nb0`, `k` as in `cols`); each `out` pointer is `a.m` writable f32 that
+/// no other thread writes; `cols` has one column per `out`.
+unsafe fn tile(a: TMat, cols: &Cols<'_>, out: &[*mut f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if quants::simd_available() {
-            return x86::tile(ty, a, nb0, m, cols, out);
+            return x86::tile(a, cols, out);
         }
     }
-    tile_scalar(ty, a, nb0, m, cols, out)
+    tile_scalar(a, cols, out)
 }
 
 /// Element `(k, i1)` of a transposed `a` as f32.
@@ -204,9 +202,9 @@ unsafe fn tile(
 /// # Safety
 /// The element exists.
 #[inline]
-unsafe fn load(ty: GgmlType, a: *const u8, nb0: usize, k: usize, i1: usize) -> f32 {
-    let p = a.add(k * nb0 + i1 * ty.type_size());
-    match ty {
+unsafe fn load(a: TMat, k: usize, i1: usize) -> f32 {
+    let p = a.ptr.add(k * a.nb0 + i1 * a.ty.type_size());
+    match a.ty {
         GgmlType::F16 => half_to_f32((p as *const u16).read_unaligned()),
         GgmlType::BF16 => quants::float::bf16_bits_to_f32((p as *const u16).read_unaligned()),
         _ => (p as *const f32).read_unaligned(),
@@ -225,18 +223,11 @@ fn half_to_f32(h: u16) -> f32 {
 /// # Safety
 /// As [`tile`], for one element.
 #[inline]
-unsafe fn element(
-    ty: GgmlType,
-    a: *const u8,
-    nb0: usize,
-    cols: &Cols<'_>,
-    c: usize,
-    i1: usize,
-) -> f32 {
+unsafe fn element(a: TMat, cols: &Cols<'_>, c: usize, i1: usize) -> f32 {
     let b = &cols.b[c * cols.k..(c + 1) * cols.k];
     let mut acc = 0f32;
     for &i0 in cols.active {
-        acc = load(ty, a, nb0, i0 as usize, i1).mul_add(b[i0 as usize], acc);
+        acc = load(a, i0 as usize, i1).mul_add(b[i0 as usize], acc);
     }
     acc
 }
@@ -245,17 +236,10 @@ unsafe fn element(
 ///
 /// # Safety
 /// As [`tile`].
-pub(super) unsafe fn tile_scalar(
-    ty: GgmlType,
-    a: *const u8,
-    nb0: usize,
-    m: usize,
-    cols: &Cols<'_>,
-    out: &[*mut f32],
-) {
+pub(super) unsafe fn tile_scalar(a: TMat, cols: &Cols<'_>, out: &[*mut f32]) {
     for (c, &o) in out.iter().enumerate() {
-        for i1 in 0..m {
-            *o.add(i1) = element(ty, a, nb0, cols, c, i1);
+        for i1 in 0..a.m {
+            *o.add(i1) = element(a, cols, c, i1);
         }
     }
 }
@@ -283,23 +267,21 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn block<const C: usize, const B: usize>(
-        ty: GgmlType,
-        a: *const u8,
-        nb0: usize,
+        a: TMat,
         i1: usize,
         cols: &Cols<'_>,
         out: &[*mut f32],
     ) {
-        let esz = ty.type_size();
+        let esz = a.ty.type_size();
         let mut acc = [[_mm256_setzero_ps(); B]; C];
-        let row0 = a.add(i1 * esz);
+        let row0 = a.ptr.add(i1 * esz);
         let b = cols.b.as_ptr();
         for &i0 in cols.active {
             let i0 = i0 as usize;
-            let r = row0.add(i0 * nb0);
+            let r = row0.add(i0 * a.nb0);
             let mut v = [_mm256_setzero_ps(); B];
             for (q, vq) in v.iter_mut().enumerate() {
-                *vq = load8(ty, r.add(q * 8 * esz));
+                *vq = load8(a.ty, r.add(q * 8 * esz));
             }
             for (c, acc_c) in acc.iter_mut().enumerate() {
                 let s = _mm256_broadcast_ss(&*b.add(c * cols.k + i0));
@@ -317,26 +299,20 @@ mod x86 {
 
     /// The tile for `C` columns: blocks of 32, then of 8, then scalar.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_c<const C: usize>(
-        ty: GgmlType,
-        a: *const u8,
-        nb0: usize,
-        m: usize,
-        cols: &Cols<'_>,
-        out: &[*mut f32],
-    ) {
+    unsafe fn tile_c<const C: usize>(a: TMat, cols: &Cols<'_>, out: &[*mut f32]) {
+        let m = a.m;
         let mut i1 = 0;
         while i1 + 32 <= m {
-            block::<C, 4>(ty, a, nb0, i1, cols, out);
+            block::<C, 4>(a, i1, cols, out);
             i1 += 32;
         }
         while i1 + 8 <= m {
-            block::<C, 1>(ty, a, nb0, i1, cols, out);
+            block::<C, 1>(a, i1, cols, out);
             i1 += 8;
         }
         for (c, &o) in out.iter().enumerate().take(C) {
             for i in i1..m {
-                *o.add(i) = element(ty, a, nb0, cols, c, i);
+                *o.add(i) = element(a, cols, c, i);
             }
         }
     }
@@ -346,18 +322,11 @@ mod x86 {
     /// # Safety
     /// As [`super::tile`], and the CPU has AVX2/FMA/F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn tile(
-        ty: GgmlType,
-        a: *const u8,
-        nb0: usize,
-        m: usize,
-        cols: &Cols<'_>,
-        out: &[*mut f32],
-    ) {
+    pub(super) unsafe fn tile(a: TMat, cols: &Cols<'_>, out: &[*mut f32]) {
         match out.len() {
-            1 => tile_c::<1>(ty, a, nb0, m, cols, out),
-            2 => tile_c::<2>(ty, a, nb0, m, cols, out),
-            _ => tile_c::<3>(ty, a, nb0, m, cols, out),
+            1 => tile_c::<1>(a, cols, out),
+            2 => tile_c::<2>(a, cols, out),
+            _ => tile_c::<3>(a, cols, out),
         }
     }
 }
@@ -403,7 +372,7 @@ mod tests {
             .collect()
     }
 
-    type TileFn = unsafe fn(GgmlType, *const u8, usize, usize, &Cols<'_>, &[*mut f32]);
+    type TileFn = unsafe fn(TMat, &Cols<'_>, &[*mut f32]);
 
     fn run(
         f: TileFn,
@@ -426,7 +395,13 @@ mod tests {
         let ptrs: Vec<*mut f32> = out.iter_mut().map(|o| o.as_mut_ptr()).collect();
         // SAFETY: `a` holds k rows at stride nb0 of m elements; each output
         // holds m values.
-        unsafe { f(ty, a.as_ptr(), nb0, m, &cols, &ptrs) };
+        let mat = TMat {
+            ty,
+            ptr: a.as_ptr(),
+            nb0,
+            m,
+        };
+        unsafe { f(mat, &cols, &ptrs) };
         out
     }
 
@@ -481,11 +456,17 @@ mod tests {
             assert!(same(&run(tile_scalar, ty, &a2, nb0, m, &b2, nc), &want));
         }
         // and it is the product, to f32 rounding
+        let mat = TMat {
+            ty,
+            ptr: a.as_ptr(),
+            nb0,
+            m,
+        };
         for (c, col) in want.iter().enumerate() {
             for (i1, &v) in col.iter().enumerate() {
                 let exact: f64 = (0..k)
                     // SAFETY: within the matrix.
-                    .map(|i0| unsafe { load(ty, a.as_ptr(), nb0, i0, i1) } as f64 * b[c * k + i0] as f64)
+                    .map(|i0| unsafe { load(mat, i0, i1) } as f64 * b[c * k + i0] as f64)
                     .sum();
                 assert!(
                     (v as f64 - exact).abs() <= 1e-5 * (1.0 + exact.abs()),
