@@ -2,7 +2,8 @@
 //! a decode-shaped expert product (2048×768 per expert, 128 experts, 8
 //! used, 1 token) in GB/s of weight bytes read, beside a plain memory-read
 //! figure measured right before it; and a prompt-shaped `mul_mat` (one
-//! 2048×768 weight, 512 tokens) in GFLOP/s. 1 and 2 threads.
+//! 2048×768 weight, 512 tokens) and a prompt-shaped expert product (the
+//! 128 experts, 512 tokens with 8 each) in GFLOP/s. 1 and 2 threads.
 //!
 //! The decode product cycles through copies of its weights that together
 //! hold at least [`COLD_BYTES`] (1 GiB), as a model's layers do: each run
@@ -115,6 +116,24 @@ fn prompt_graph(ty: GgmlType, setup: &dyn Backend) -> Graph {
     g
 }
 
+/// The prompt-shaped expert product, as a MoE layer's gate or up
+/// projection over a ubatch: [`N_PROMPT`] tokens, each with its own
+/// [`N_USED`] of the [`N_EXPERT`] experts (about 32 tokens per expert).
+fn prompt_id_graph(ty: GgmlType, setup: &dyn Backend, w: &[u8], rng: &mut u64) -> Graph {
+    let mut g = Graph::new();
+    let a = g.new_tensor_3d(ty, K as i64, M as i64, N_EXPERT as i64);
+    let b = g.new_tensor_3d(GgmlType::F32, K as i64, 1, N_PROMPT as i64);
+    let ids = g.new_tensor_2d(GgmlType::I32, N_USED as i64, N_PROMPT as i64);
+    let out = g.mul_mat_id(a, b, ids);
+    g.build_forward_expand(out);
+    alloc(&mut g, setup);
+    g.write_bytes(a, w).unwrap();
+    g.write_f32(b, &values(5, K * N_PROMPT)).unwrap();
+    let ids_v: Vec<i32> = (0..N_PROMPT).flat_map(|_| next_ids(rng)).collect();
+    g.write_i32(ids, &ids_v).unwrap();
+    g
+}
+
 /// 8 distinct experts, a different set each call (xorshift).
 fn next_ids(state: &mut u64) -> Vec<i32> {
     let mut ids = Vec::with_capacity(N_USED);
@@ -153,18 +172,20 @@ fn main() {
     );
     println!(
         "decode: mul_mat_id {K}x{M} x {N_EXPERT} experts, {N_USED} used, 1 token, cycling through \
-         {} MiB of weights; prompt: mul_mat {K}x{M} x {N_PROMPT} tokens",
+         {} MiB of weights; prompt: mul_mat {K}x{M} x {N_PROMPT} tokens; prompt experts: \
+         mul_mat_id of the same experts, {N_PROMPT} tokens, {N_USED} experts each",
         COLD_BYTES >> 20
     );
     println!();
     println!(
-        "| type | threads | decode µs | median µs | weight GB/s | mem read GB/s | % of read | 8 MiB burst read GB/s | % of burst | bare vec_dot loop µs (same threads) | sleeps per pool run (caller / worker) | prompt GFLOP/s |"
+        "| type | threads | decode µs | median µs | weight GB/s | mem read GB/s | % of read | 8 MiB burst read GB/s | % of burst | bare vec_dot loop µs (same threads) | sleeps per pool run (caller / worker) | prompt GFLOP/s | prompt experts GFLOP/s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut rng = 0x1234_5678_9abc_def1u64;
     for ty in types {
         let dec = decode_graph(ty, &setup);
         let pg = prompt.then(|| prompt_graph(ty, &setup));
+        let pig = prompt.then(|| prompt_id_graph(ty, &setup, &dec.raw_w, &mut rng));
         for nth in [1, 2] {
             let cpu = CpuBackend::new(nth);
             let read = mem.gbps(nth, 5);
@@ -207,13 +228,20 @@ fn main() {
                 let s = best_of(2, || cpu.compute(g, &nodes).unwrap());
                 2.0 * (K * M * N_PROMPT) as f64 / s / 1e9
             });
+            let id_gflops = pig.as_ref().map(|g| {
+                let nodes = g.nodes().to_vec();
+                let s = best_of(3, || cpu.compute(g, &nodes).unwrap());
+                2.0 * (K * M * N_USED * N_PROMPT) as f64 / s / 1e9
+            });
+            let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.1}"));
             println!(
-                "| {ty} | {nth} | {:.0} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {bare:.0} | {sleeps} | {} |",
+                "| {ty} | {nth} | {:.0} | {:.0} | {gbps:.1} | {read:.1} | {:.0}% | {burst:.1} | {:.0}% | {bare:.0} | {sleeps} | {} | {} |",
                 secs * 1e6,
                 median * 1e6,
                 100.0 * gbps / read,
                 100.0 * gbps / burst,
-                gflops.map_or("-".into(), |x| format!("{x:.1}"))
+                fmt(gflops),
+                fmt(id_gflops)
             );
         }
     }
