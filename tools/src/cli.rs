@@ -103,10 +103,12 @@ pub struct PlacementArgs {
     #[arg(long = "sim-mem-mib", value_name = "N", allow_hyphen_values = true)]
     pub sim_mem_mib: Option<String>,
 
-    /// how the model file is read: mmap (default), none (into ordinary
-    /// memory), mlock (mapped and locked), pin (host weights page-locked
-    /// for the device, CUDA; elsewhere as mmap), dio (O_DIRECT reads)
-    #[arg(long = "load-mode", value_name = "MODE", default_value = "mmap", value_parser = parse_load_mode)]
+    /// how the model file is read: auto (default: none where the file
+    /// takes at most half of the available memory, else mmap), mmap
+    /// (mapped), none (read into memory with huge pages), mlock (mapped
+    /// and locked), pin (host weights page-locked for the device, CUDA;
+    /// elsewhere as mmap), dio (O_DIRECT reads)
+    #[arg(long = "load-mode", value_name = "MODE", default_value = "auto", value_parser = parse_load_mode)]
     pub load_mode: LoadMode,
 }
 

@@ -9,6 +9,7 @@
 //! data section), padding to `general.alignment` (default 32), then the
 //! tensor data, each tensor at an aligned offset.
 
+mod anon;
 mod error;
 mod load_mode;
 mod reader;

@@ -40,7 +40,12 @@ const MIN_STRING_BYTES: usize = 8;
 const MIN_ARRAY_BYTES: usize = 12;
 
 enum Backing {
+    /// A read-only mapping of the file.
     Mmap(Mmap),
+    /// The file's first `.1` bytes read into anonymous memory (huge pages
+    /// asked for, see `anon.rs`).
+    Anon(Mmap, usize),
+    /// Bytes in a vector.
     Owned(Vec<u8>),
 }
 
@@ -60,6 +65,7 @@ impl GgufBytes {
     pub fn as_slice(&self) -> &[u8] {
         match &*self.0 {
             Backing::Mmap(m) => m,
+            Backing::Anon(m, len) => &m[..*len],
             Backing::Owned(v) => v,
         }
     }
@@ -201,9 +207,13 @@ impl GgufFile {
     ) -> Result<(GgufFile, Vec<String>), GgufError> {
         let path = path.as_ref();
         let mut notes = Vec::new();
+        let mode = match mode {
+            LoadMode::Auto => LoadMode::auto_for(path),
+            m => m,
+        };
         let file = match mode {
             // a model's weights are all read soon: map them up front
-            LoadMode::Mmap | LoadMode::Pin => GgufFile::map(path, true)?,
+            LoadMode::Mmap | LoadMode::Pin | LoadMode::Auto => GgufFile::map(path, true)?,
             LoadMode::None => GgufFile::read(path)?,
             LoadMode::Mlock => {
                 let f = GgufFile::map(path, false)?;
@@ -232,14 +242,13 @@ impl GgufFile {
         Ok((file, notes))
     }
 
-    /// Read the whole file into memory (no mapping) and parse it.
+    /// Read the whole file into anonymous memory (no file mapping; huge
+    /// pages asked for, so decoding streams the weights with fewer TLB
+    /// misses) and parse it.
     pub fn read(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| GgufError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        GgufFile::from_bytes(bytes)
+        let (m, len) = super::anon::read_anon(path)?;
+        GgufFile::from_backing(GgufBytes(Arc::new(Backing::Anon(m, len))))
     }
 
     /// Parse owned bytes.

@@ -212,11 +212,12 @@ fn load_mode_ok(_v: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// The `--load-mode` of a `-lm` value (`auto` is `mmap`, llama.cpp's
-/// `mmap+mlock` is `mlock`).
+/// The `--load-mode` of a `-lm` value (llama.cpp's `mmap+mlock` is
+/// `mlock`).
 pub fn load_mode_of(v: &str) -> ggml_core::gguf::LoadMode {
     use ggml_core::gguf::LoadMode;
     match v {
+        "auto" => LoadMode::Auto,
         "none" => LoadMode::None,
         "mlock" | "mmap+mlock" => LoadMode::Mlock,
         "pin" => LoadMode::Pin,
@@ -446,7 +447,7 @@ pub static PARAMS: &[ParamSpec] = &[
         field: "load_mode",
         flags: &["-lm", "--load-mode"],
         metavar: "auto|mmap|none|mlock|pin|dio",
-        help: "how the file is read (auto = mmap; pin: host weights page-locked for a CUDA device, elsewhere as mmap; dio: O_DIRECT reads)",
+        help: "how the file is read (auto: none where the file takes at most half of the available memory, else mmap; none: into memory with huge pages; pin: host weights page-locked for a CUDA device, elsewhere as mmap; dio: O_DIRECT reads)",
         syntax: Syntax::Text(load_mode),
         default: default!(s("auto")),
         accept: load_mode_ok,
