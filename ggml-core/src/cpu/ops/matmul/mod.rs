@@ -526,7 +526,11 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
     let (dst, src) = ctx.views(node)?;
     let (a, b) = (src[0], src[1]);
     let name = &ctx.g.tensor(node).name;
-    if transposed::is_transposed(a.ty, a.nb) && dst.ty == GgmlType::F32 && dst.rows_contiguous() {
+    if transposed::is_transposed(a.ty, a.nb)
+        && is_float_act(b.ty)
+        && dst.ty == GgmlType::F32
+        && dst.rows_contiguous()
+    {
         return transposed::mul_mat(ctx, name, &dst, &a, &b);
     }
     let kr = kernels(a.ty)

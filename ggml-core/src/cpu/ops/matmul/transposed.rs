@@ -50,7 +50,7 @@ pub(super) fn supports(g: &Graph, node: TensorId) -> bool {
     t.ty == GgmlType::F32
         && t.rows_contiguous()
         && is_transposed(a.ty, a.nb)
-        && matches!(b.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        && super::is_float_act(b.ty)
 }
 
 /// Compute `dst = a^T-view · b` for a transposed `a` (see the module doc).
