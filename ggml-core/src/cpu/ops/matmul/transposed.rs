@@ -279,14 +279,17 @@ mod x86 {
         for &i0 in cols.active {
             let i0 = i0 as usize;
             let r = row0.add(i0 * a.nb0);
-            let mut v = [_mm256_setzero_ps(); B];
-            for (q, vq) in v.iter_mut().enumerate() {
-                *vq = load8(a.ty, r.add(q * 8 * esz));
+            // the columns' values first, then one row vector at a time:
+            // C × B accumulators, C broadcasts and one vector fit the 16
+            // registers (B vectors held at once spilled an accumulator)
+            let mut s = [_mm256_setzero_ps(); C];
+            for (c, sc) in s.iter_mut().enumerate() {
+                *sc = _mm256_broadcast_ss(&*b.add(c * cols.k + i0));
             }
-            for (c, acc_c) in acc.iter_mut().enumerate() {
-                let s = _mm256_broadcast_ss(&*b.add(c * cols.k + i0));
-                for q in 0..B {
-                    acc_c[q] = _mm256_fmadd_ps(v[q], s, acc_c[q]);
+            for q in 0..B {
+                let v = load8(a.ty, r.add(q * 8 * esz));
+                for c in 0..C {
+                    acc[c][q] = _mm256_fmadd_ps(v, s[c], acc[c][q]);
                 }
             }
         }
