@@ -288,8 +288,8 @@ mod x86 {
             }
             for q in 0..B {
                 let v = load8(a.ty, r.add(q * 8 * esz));
-                for c in 0..C {
-                    acc[c][q] = _mm256_fmadd_ps(v, s[c], acc[c][q]);
+                for (acc_c, sc) in acc.iter_mut().zip(&s) {
+                    acc_c[q] = _mm256_fmadd_ps(v, *sc, acc_c[q]);
                 }
             }
         }
