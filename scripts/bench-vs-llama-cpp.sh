@@ -11,9 +11,10 @@
 # For every model and thread count, ROUNDS rounds alternate the two engines
 # (ours first in odd rounds, llama.cpp first in even ones). Each round runs
 # our llama-bench once and llama.cpp's llama-bench once per --repack setting
-# (0 and 1), both reading the weights into memory (llama.cpp `-lm none`; ours by its default `-lm auto`, which reads a file that fits), with
-# pp$PP and tg$TG, $REPS repetitions each. The load average is recorded next to
-# every run: the machine may be shared, so prefer the interleaved figures.
+# (0 and 1), both reading the weights into memory (llama.cpp `-lm none`; ours
+# by its default `-lm auto`, which reads a file that fits), with pp$PP and
+# tg$TG, $REPS repetitions each. The load average is recorded next to every
+# run: the machine may be shared, so prefer the interleaved figures.
 # llama.cpp keeps its best setting and round; ours is shown best and per round.
 #
 # Environment:

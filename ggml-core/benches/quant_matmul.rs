@@ -11,9 +11,8 @@
 //! (113 MB of Q4_K) would leave about a quarter of the next run's experts
 //! in the 32 MB L3. The decode columns give the best and the median of 200
 //! runs (on a busy machine the median shows the stalls the best hides),
-//! and count the
-//! worker pool's sleeps per run (each a futex wake-up: the caller waiting
-//! for the worker, the worker for work).
+//! and count the worker pool's sleeps per run (each a futex wake-up: the
+//! caller waiting for the worker, the worker for work).
 //!
 //! `cargo bench -p ggml-core --bench quant_matmul [-- TYPE...]`, e.g.
 //! `q4_K q6_K q8_0`. `--no-prompt` skips the prompt-shaped product.

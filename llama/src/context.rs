@@ -513,29 +513,27 @@ impl Context {
             // cells then stay in position order, and their attention gives
             // the bits it gives alone), else anywhere
             let n_max = self.params.n_ubatch.min(batch.len() - i);
-            let after = |kv: &KvCache, n: usize| kv.find_slot_after(n, &batch.seq_id[i..i + n]);
-            let mut n = n_max;
-            let cell0 = loop {
-                if let Some(c) = after(&self.kv, n) {
-                    break c;
+            let halving = |find: &dyn Fn(usize) -> Option<usize>| {
+                let mut n = n_max;
+                loop {
+                    if let Some(c) = find(n) {
+                        return Some((c, n));
+                    }
+                    if n == 1 {
+                        return None;
+                    }
+                    n = n.div_ceil(2);
                 }
-                if n == 1 {
-                    n = n_max;
-                    break loop {
-                        if let Some(c) = self.kv.find_slot(n) {
-                            break c;
-                        }
-                        if n == 1 {
-                            return Err(LlamaError::ContextFull(format!(
-                                "no free cell for a token of sequence {} in a context of {} (-c)",
-                                batch.seq_id[i], self.kv.size
-                            )));
-                        }
-                        n = n.div_ceil(2);
-                    };
-                }
-                n = n.div_ceil(2);
             };
+            let kv = &self.kv;
+            let (cell0, n) = halving(&|n| kv.find_slot_after(n, &batch.seq_id[i..i + n]))
+                .or_else(|| halving(&|n| kv.find_slot(n)))
+                .ok_or_else(|| {
+                    LlamaError::ContextFull(format!(
+                        "no free cell for a token of sequence {} in a context of {} (-c)",
+                        batch.seq_id[i], kv.size
+                    ))
+                })?;
             let r = i..i + n;
             self.kv
                 .occupy(cell0, &batch.pos[r.clone()], &batch.seq_id[r.clone()]);

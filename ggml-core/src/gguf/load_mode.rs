@@ -67,9 +67,7 @@ impl LoadMode {
             LoadMode::Dio => "dio",
         }
     }
-}
 
-impl LoadMode {
     /// What `auto` means for a file of `file_bytes` with `available` bytes
     /// of memory available (`MemAvailable`; `None` where unknown): `none`
     /// when the file takes at most half of it, so that the copy leaves

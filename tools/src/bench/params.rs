@@ -200,11 +200,12 @@ fn split_mode_ok(v: &Value) -> Result<(), String> {
 }
 
 fn load_mode(s: &str) -> Result<String, String> {
-    match s {
-        "auto" | "none" | "mmap" | "mlock" | "mmap+mlock" | "pin" | "dio" => Ok(s.into()),
-        _ => Err(format!(
+    if s == "mmap+mlock" || s.parse::<ggml_core::gguf::LoadMode>().is_ok() {
+        Ok(s.into())
+    } else {
+        Err(format!(
             "unknown load mode '{s}' (auto, mmap, none, mlock, mmap+mlock, pin, dio)"
-        )),
+        ))
     }
 }
 
@@ -212,17 +213,13 @@ fn load_mode_ok(_v: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// The `--load-mode` of a `-lm` value (llama.cpp's `mmap+mlock` is
-/// `mlock`).
+/// The `--load-mode` of a (checked) `-lm` value (llama.cpp's
+/// `mmap+mlock` is `mlock`).
 pub fn load_mode_of(v: &str) -> ggml_core::gguf::LoadMode {
     use ggml_core::gguf::LoadMode;
     match v {
-        "auto" => LoadMode::Auto,
-        "none" => LoadMode::None,
-        "mlock" | "mmap+mlock" => LoadMode::Mlock,
-        "pin" => LoadMode::Pin,
-        "dio" => LoadMode::Dio,
-        _ => LoadMode::Mmap,
+        "mmap+mlock" => LoadMode::Mlock,
+        _ => v.parse().unwrap_or_default(),
     }
 }
 

@@ -143,20 +143,32 @@ fn cell_units(e: f32) -> u64 {
         .wrapping_sub(MAGIC.to_bits())
 }
 
-/// The scalar [`soft_max_exp_cells`]: the same exps and the same total.
-pub(crate) fn soft_max_exp_cells_scalar(w: &mut [f32], max: f32) -> f64 {
-    let mut units = 0u64;
-    let mut nan = false;
+/// The exps of `w` one lane at a time: their fixed-point count (wrapping)
+/// and whether one is NaN.
+fn cells_scalar(w: &mut [f32], max: f32) -> (u64, bool) {
+    let (mut units, mut nan) = (0u64, false);
     for b in w.iter_mut() {
         let e = v_expf(*b - max);
         *b = e;
         nan |= e.is_nan();
         units = units.wrapping_add(cell_units(e));
     }
+    (units, nan)
+}
+
+/// The total of a fixed-point count; NaN when an exp was.
+fn cells_total(units: u64, nan: bool) -> f64 {
     if nan {
-        return f64::NAN;
+        f64::NAN
+    } else {
+        units as f64 / CELL_SCALE
     }
-    units as f64 / CELL_SCALE
+}
+
+/// The scalar [`soft_max_exp_cells`]: the same exps and the same total.
+pub(crate) fn soft_max_exp_cells_scalar(w: &mut [f32], max: f32) -> f64 {
+    let (units, nan) = cells_scalar(w, max);
+    cells_total(units, nan)
 }
 
 /// `ggml_silu_f32`: `x / (1 + e^-x)` with the library `expf`.
@@ -315,22 +327,15 @@ mod x86 {
         // each of the 8 lanes' counts carried MAGIC's bits once per element
         let mut lanes = [0u64; 4];
         _mm256_storeu_si256(lanes.as_mut_ptr().cast(), units);
-        let mut total = lanes
+        let vector = lanes
             .iter()
             .fold(0u64, |a, &l| a.wrapping_add(l))
             .wrapping_sub((i as u64).wrapping_mul(MAGIC.to_bits()));
-        let mut any_nan = _mm256_movemask_ps(nan) != 0;
-        while i < n {
-            let e = v_expf(w[i] - max);
-            w[i] = e;
-            any_nan |= e.is_nan();
-            total = total.wrapping_add(cell_units(e));
-            i += 1;
-        }
-        if any_nan {
-            return f64::NAN;
-        }
-        total as f64 / CELL_SCALE
+        let (tail, tail_nan) = cells_scalar(&mut w[i..], max);
+        cells_total(
+            vector.wrapping_add(tail),
+            _mm256_movemask_ps(nan) != 0 || tail_nan,
+        )
     }
 
     /// The AVX2 `soft_max_exp` (ggml's `ggml_vec_soft_max_f32`).

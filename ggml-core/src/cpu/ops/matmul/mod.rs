@@ -502,7 +502,20 @@ unsafe fn dot_block(
     }
 }
 
-/// `dst = mul_mat(a, b)`.
+/// Column `j` of the group of weight matrix `(i02, i03)`: the `b` row
+/// `(i11, i12, i13)` with `i12 / r2 == i02` and `i13 / r3 == i03` (heads
+/// sharing a matrix, GQA, are columns of its group), for `b` rows of
+/// `ne1` per matrix.
+fn group_col(
+    j: usize,
+    ne1: usize,
+    (i02, i03): (usize, usize),
+    (r2, r3): (usize, usize),
+) -> (usize, usize, usize) {
+    let rest = j / ne1;
+    (j % ne1, i02 * r2 + rest % r2, i03 * r3 + rest / r2)
+}
+
 /// `dst = a · b` shapes: `a` `[k, m, ne2, ne3]` broadcast over `b`
 /// `[k, n, ne12, ne13]` (ne12, ne13 multiples of ne2, ne3), `dst`
 /// `[m, n, ne12, ne13]`.
@@ -522,15 +535,12 @@ fn check_shapes(name: &str, a: &TView, b: &TView, dst: &TView) -> Result<(), Bac
     Ok(())
 }
 
+/// `dst = mul_mat(a, b)`.
 pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), BackendError> {
     let (dst, src) = ctx.views(node)?;
     let (a, b) = (src[0], src[1]);
     let name = &ctx.g.tensor(node).name;
-    if transposed::is_transposed(a.ty, a.nb)
-        && is_float_act(b.ty)
-        && dst.ty == GgmlType::F32
-        && dst.rows_contiguous()
-    {
+    if transposed::is_transposed(a.ty, a.nb) {
         return transposed::mul_mat(ctx, name, &dst, &a, &b);
     }
     let kr = kernels(a.ty)
@@ -575,10 +585,7 @@ pub(super) fn mul_mat(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backen
             run_tasks(ctx.pool, tasks, work, &|t: &Task| {
                 let (i02, i03) = (t.group % a.ne[2], t.group / a.ne[2]);
                 let col = |j: usize| {
-                    let i11 = j % b.ne[1];
-                    let rest = j / b.ne[1];
-                    let i12 = i02 * r2 + rest % r2;
-                    let i13 = i03 * r3 + rest / r2;
+                    let (i11, i12, i13) = group_col(j, b.ne[1], (i02, i03), (r2, r3));
                     (acts.row(i11, i12, i13), dst.row_ptr(i11, i12, i13))
                 };
                 // SAFETY: every index is within the views' `ne` (checked above

@@ -21,10 +21,13 @@
 //! gets other bits than alone.) Threads split the columns; thread count and
 //! column tiling change no bit either.
 
-use super::{check_shapes, run_tasks, Task};
+use super::{
+    acts_scratch_bytes, check_shapes, group_col, is_float_act, kernels, prepare_acts, run_tasks,
+    Task,
+};
 use crate::backend::BackendError;
 use crate::cpu::ops::ComputeCtx;
-use crate::cpu::scratch::with_tile_scratch;
+use crate::cpu::scratch::{with_scratch, with_tile_scratch};
 use crate::cpu::view::TView;
 use crate::graph::Graph;
 use crate::quants;
@@ -47,10 +50,12 @@ pub(super) fn is_transposed(ty: GgmlType, nb: [usize; 4]) -> bool {
 pub(super) fn supports(g: &Graph, node: TensorId) -> bool {
     let t = g.tensor(node);
     let (a, b) = (g.tensor(t.src[0]), g.tensor(t.src[1]));
-    t.ty == GgmlType::F32
-        && t.rows_contiguous()
-        && is_transposed(a.ty, a.nb)
-        && super::is_float_act(b.ty)
+    is_transposed(a.ty, a.nb) && operands_ok(b.ty, t.ty, t.rows_contiguous())
+}
+
+/// The `b` and `dst` a transposed product takes.
+fn operands_ok(b_ty: GgmlType, dst_ty: GgmlType, dst_rows_contiguous: bool) -> bool {
+    is_float_act(b_ty) && dst_ty == GgmlType::F32 && dst_rows_contiguous
 }
 
 /// Compute `dst = a^T-view · b` for a transposed `a` (see the module doc).
@@ -62,13 +67,18 @@ pub(super) fn mul_mat(
     b: &TView,
 ) -> Result<(), BackendError> {
     let (k, m) = (a.ne[0], a.ne[1]);
+    let kr = kernels(a.ty)
+        .filter(|_| operands_ok(b.ty, dst.ty, dst.rows_contiguous()))
+        .ok_or_else(|| {
+            BackendError::Unsupported(format!(
+                "mul_mat '{name}': transposed {} weights, activations {}, result {} on {}",
+                a.ty, b.ty, dst.ty, ctx.backend
+            ))
+        })?;
     check_shapes(name, a, b, dst)?;
     if dst.ne.contains(&0) {
         return Ok(());
     }
-    let act = quants::cpu_traits(a.ty)
-        .and_then(|t| quants::cpu_traits(t.vec_dot_type))
-        .ok_or_else(|| BackendError::Unsupported(format!("mul_mat '{name}': {}", a.ty)))?;
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
     let n_groups = a.ne[2] * a.ne[3];
     let cols = b.ne[1] * r2 * r3;
@@ -82,67 +92,55 @@ pub(super) fn mul_mat(
             });
         }
     }
-    let act_row = act.ty.row_size(k as u64).unwrap_or(0);
     let (dv, av, bv) = (*dst, *a, *b);
     let work = n_groups * k * m * a.ty.type_size() + b.nrows() * k * 4;
-    run_tasks(ctx.pool, &tasks, work, &|t: &Task| {
-        let (i02, i03) = (t.group % av.ne[2], t.group / av.ne[2]);
-        let a0 = av.row_ptr(0, i02, i03) as *const u8;
-        // TILE rounded b columns, the active k list, one column's
-        // act-type bytes
-        let bytes = k * TILE * 4 + k * 4 + act_row;
-        with_tile_scratch(bytes, |s| {
-            let (cols, rest) = s.split_at_mut(k * TILE * 4);
-            let (active, conv) = rest.split_at_mut(k * 4);
-            // SAFETY: scratch blocks are 64-byte aligned and every part
-            // starts at a multiple of 4 bytes; sizes as computed above.
-            let cols =
-                unsafe { std::slice::from_raw_parts_mut(cols.as_mut_ptr() as *mut f32, k * TILE) };
-            // SAFETY: as above.
-            let active =
-                unsafe { std::slice::from_raw_parts_mut(active.as_mut_ptr() as *mut u32, k) };
-            for c0 in t.cols.clone().step_by(TILE) {
-                let nc = (t.cols.end - c0).min(TILE);
-                let mut out = [std::ptr::null_mut::<f32>(); TILE];
-                for (c, o) in out.iter_mut().enumerate().take(nc) {
-                    let j = c0 + c;
-                    let i11 = j % bv.ne[1];
-                    let rest = j / bv.ne[1];
-                    let i12 = i02 * r2 + rest % r2;
-                    let i13 = i03 * r3 + rest / r2;
-                    let col = &mut cols[c * k..(c + 1) * k];
-                    let p = bv.row_ptr(i11, i12, i13) as *const f32;
-                    if bv.ty == GgmlType::F32 && bv.nb[0] == 4 && p.is_aligned() {
-                        // SAFETY: a dense, aligned F32 row of `k` elements of b.
-                        let src = unsafe { std::slice::from_raw_parts(p, k) };
-                        (act.from_float)(src, conv);
-                    } else {
-                        for (i0, v) in col.iter_mut().enumerate() {
-                            // SAFETY: indices within b's shape.
-                            *v = unsafe { bv.get_f32(i0, i11, i12, i13) };
-                        }
-                        (act.from_float)(col, conv);
+    with_scratch(acts_scratch_bytes(b, kr, ctx.pool.n_threads()), |scratch| {
+        // b in `a`'s vec_dot_type (F16 for an F16 cache), once
+        let acts = prepare_acts(ctx.pool, b, kr, scratch);
+        run_tasks(ctx.pool, &tasks, work, &|t: &Task| {
+            let (i02, i03) = (t.group % av.ne[2], t.group / av.ne[2]);
+            let mat = TMat {
+                ty: av.ty,
+                ptr: av.row_ptr(0, i02, i03) as *const u8,
+                nb0: av.nb[0],
+                m,
+            };
+            // TILE b columns back in f32, and the active k list
+            with_tile_scratch(k * TILE * 4 + k * 4, |s| {
+                let (cols, active) = s.split_at_mut(k * TILE * 4);
+                // SAFETY: scratch blocks are 64-byte aligned and both parts
+                // start at a multiple of 4 bytes; sizes as computed above.
+                let cols = unsafe {
+                    std::slice::from_raw_parts_mut(cols.as_mut_ptr() as *mut f32, k * TILE)
+                };
+                // SAFETY: as above.
+                let active =
+                    unsafe { std::slice::from_raw_parts_mut(active.as_mut_ptr() as *mut u32, k) };
+                for c0 in t.cols.clone().step_by(TILE) {
+                    let nc = (t.cols.end - c0).min(TILE);
+                    let mut out = [std::ptr::null_mut::<f32>(); TILE];
+                    for (c, o) in out.iter_mut().enumerate().take(nc) {
+                        let (i11, i12, i13) = group_col(c0 + c, bv.ne[1], (i02, i03), (r2, r3));
+                        // SAFETY: the converted row of a column of b
+                        // (`prepare_acts` sized it for b's shape).
+                        let row = unsafe {
+                            std::slice::from_raw_parts(acts.row(i11, i12, i13), acts.row_bytes)
+                        };
+                        (kr.act.to_float)(row, &mut cols[c * k..(c + 1) * k]);
+                        *o = dv.row_ptr(i11, i12, i13) as *mut f32;
                     }
-                    (act.to_float)(conv, col);
-                    *o = dv.row_ptr(i11, i12, i13) as *mut f32;
+                    let n_active = active_rows(&cols[..nc * k], k, active);
+                    let tile_cols = Cols {
+                        b: &cols[..nc * k],
+                        k,
+                        active: &active[..n_active],
+                    };
+                    // SAFETY: `mat` is matrix (i02, i03) of `a`, whose `k`
+                    // rows at stride nb[0] each hold `m` elements; `out[..nc]`
+                    // are this task's own dst rows of `m` f32 each.
+                    unsafe { tile(mat, &tile_cols, &out[..nc]) };
                 }
-                let n_active = active_rows(&cols[..nc * k], k, active);
-                let tile_cols = Cols {
-                    b: &cols[..nc * k],
-                    k,
-                    active: &active[..n_active],
-                };
-                let mat = TMat {
-                    ty: av.ty,
-                    ptr: a0,
-                    nb0: av.nb[0],
-                    m,
-                };
-                // SAFETY: `a0` is matrix (i02, i03) of `a`, whose `k` rows
-                // at stride nb[0] each hold `m` elements; `out[..nc]` are
-                // this task's own dst rows of `m` f32 each.
-                unsafe { tile(mat, &tile_cols, &out[..nc]) };
-            }
+            });
         });
     });
     Ok(())
