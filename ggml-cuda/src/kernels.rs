@@ -4,11 +4,10 @@
 //! loads the PTX into its context once.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaFunction};
-use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys, Ptx};
+use cudarc::nvrtc::Ptx;
 use ggml_core::BackendError;
 
 /// The kernel source (`kernels.cu`), compiled at run time by NVRTC. It uses
@@ -19,8 +18,10 @@ pub const KERNELS_SRC: &str = include_str!("kernels.cu");
 pub const KERNELS_FILE_NAME: &str = "ggml_cuda_kernels.cu";
 
 /// The architecture compiled for when NVRTC does not know the device's own
-/// (an NVRTC older than the GPU): the driver JIT-compiles it forward.
-pub const FALLBACK_ARCH: &str = "compute_70";
+/// (an NVRTC older than the GPU): the driver JIT-compiles it forward. The
+/// oldest architecture both CUDA 12 and CUDA 13 compile for (CUDA 13
+/// dropped `compute_70`).
+pub const FALLBACK_ARCH: &str = "compute_75";
 
 /// Every kernel the Rust side launches. The launch code names kernels only
 /// through this enum, so the list of entry points it looks up is
@@ -164,82 +165,35 @@ pub fn compile_options(arch: &str) -> Vec<String> {
     vec![format!("--gpu-architecture={arch}")]
 }
 
-/// The NVRTC version `(major, minor)` (`NoDevice` without `libnvrtc.so`).
+/// The NVRTC version `(major, minor)` (`NoDevice` without NVRTC).
 pub fn nvrtc_version() -> Result<(i32, i32), BackendError> {
-    crate::probe_nvrtc()?;
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: NVRTC is loadable (probed above); the two pointers are valid
-    // for writes of one `c_int` each for the duration of the call.
-    unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
-        .result()
-        .map_err(|e| BackendError::Device(format!("nvrtcVersion failed: {:?}", e.0)))?;
-    Ok((major, minor))
-}
-
-/// A created NVRTC program, destroyed on drop.
-struct Program(nvrtc_sys::nvrtcProgram);
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        // SAFETY: the program came from `create_program` and is destroyed
-        // only here, once. A failure to free is not actionable.
-        let _ = unsafe { nvrtc::destroy_program(self.0) };
-    }
-}
-
-/// A NUL-terminated `c_char` buffer from NVRTC as text.
-fn c_text(buf: &[c_char]) -> String {
-    let bytes: Vec<u8> = buf
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&b| b != 0)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    crate::nvrtc::global().map(|n| n.version())
 }
 
 /// Compile `src` for `arch` with the backend's options
-/// ([`compile_options`]), under the file name [`KERNELS_FILE_NAME`]. A
-/// compile error is `BackendError::Device` carrying NVRTC's log; a machine
-/// without `libnvrtc.so` gets [`crate::NO_NVRTC`].
+/// ([`compile_options`]), under the file name [`KERNELS_FILE_NAME`], with
+/// the process's NVRTC ([`crate::nvrtc::global`]). A compile error is
+/// `BackendError::Device` carrying NVRTC's log; a machine without NVRTC
+/// gets [`crate::NO_NVRTC`] and the folders searched.
 pub fn compile(src: &str, arch: &str) -> Result<Compiled, BackendError> {
-    crate::probe_nvrtc()?;
-    let fail = |what: &str, e: nvrtc::NvrtcError| {
-        BackendError::Device(format!("NVRTC {what} for {arch} failed: {:?}", e.0))
-    };
-    let c_src = CString::new(src)
-        .map_err(|_| BackendError::InvalidInput("kernel source contains a NUL byte".into()))?;
-    let c_name = CString::new(KERNELS_FILE_NAME)
-        .map_err(|_| BackendError::InvalidInput("kernel file name contains a NUL byte".into()))?;
-    let prog = Program(
-        nvrtc::create_program(&c_src, Some(c_name.as_c_str()))
-            .map_err(|e| fail("create program", e))?,
-    );
+    let nvrtc = crate::nvrtc::global()?;
     let options = compile_options(arch);
-    if options.iter().any(|o| o.contains('\0')) {
-        return Err(BackendError::InvalidInput(format!(
-            "NVRTC option contains a NUL byte: {options:?}"
-        )));
-    }
-    // SAFETY: `prog` is a live program (destroyed only when `prog` drops,
-    // after these calls); `c_src` and `c_name`, which it may reference,
-    // outlive it.
-    let status = unsafe { nvrtc::compile_program(prog.0, &options) };
-    // SAFETY: as above.
-    let log = unsafe { nvrtc::get_program_log(prog.0) }
-        .map(|l| c_text(&l))
-        .map_err(|e| fail("get program log", e))?;
-    if let Err(e) = status {
+    let out = nvrtc
+        .compile(src, KERNELS_FILE_NAME, &options)
+        .map_err(|e| match e {
+            BackendError::Device(m) => BackendError::Device(format!("{m} (compiling for {arch})")),
+            other => other,
+        })?;
+    if let Some(status) = out.error {
         return Err(BackendError::Device(format!(
-            "NVRTC compile for {arch} failed ({:?}, options {options:?}):\n{}",
-            e.0,
-            log.trim_end()
+            "NVRTC compile for {arch} failed ({status}, options {options:?}):\n{}",
+            out.log.trim_end()
         )));
     }
-    // SAFETY: as above; the program compiled.
-    let ptx = unsafe { nvrtc::get_ptx(prog.0) }
-        .map(|p| c_text(&p))
-        .map_err(|e| fail("get PTX", e))?;
-    Ok(Compiled { ptx, log })
+    Ok(Compiled {
+        ptx: out.ptx,
+        log: out.log,
+    })
 }
 
 /// One architecture's compile result (errors as text), computed once.

@@ -69,13 +69,14 @@ pub mod backend;
 pub mod bandwidth;
 mod buffer;
 pub mod kernels;
+pub mod libraries;
+pub mod nvrtc;
 
 pub use backend::CudaBackend;
 pub use bandwidth::{measure_h2d_bandwidth, H2dBandwidth};
 pub use buffer::{CudaBuffer, HostRegistration, PinnedBuffer};
 use ggml_core::BackendError;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// The error for a machine without the CUDA driver library.
@@ -102,20 +103,30 @@ pub fn probe_libraries() -> Result<(), BackendError> {
     probe_nvrtc()
 }
 
-/// Whether the NVRTC library can be loaded. NVRTC needs no GPU and no
+/// Whether an NVRTC library (CUDA 12 or 13) can be found and loaded: see
+/// [`libraries`] for where it is looked for. NVRTC needs no GPU and no
 /// driver: kernels compile on any machine that has it. Only success is
-/// remembered, so a library loaded later (by path, as the NVRTC test does
-/// with a `libnvrtc.so.12` it installed) is found by the next call.
+/// remembered, so a library installed later (as the NVRTC test does with a
+/// wheel, through [`nvrtc::use_library`]) is found by the next call.
 pub fn probe_nvrtc() -> Result<(), BackendError> {
-    static FOUND: AtomicBool = AtomicBool::new(false);
-    // SAFETY: as in `probe_driver`, only `dlopen` attempts.
-    let ok = FOUND.load(Ordering::Acquire) || unsafe { cudarc::nvrtc::sys::is_culib_present() };
-    if ok {
-        FOUND.store(true, Ordering::Release);
-        Ok(())
-    } else {
-        Err(BackendError::NoDevice(NO_NVRTC.into()))
-    }
+    nvrtc::global().map(|_| ())
+}
+
+/// The NVRTC library in use, for summaries and `--list-devices`:
+/// `NVRTC 13.0 (/usr/local/cuda/lib64/libnvrtc.so.13, from /usr/local/cuda)`.
+pub fn nvrtc_description() -> Result<String, BackendError> {
+    nvrtc::global().map(|n| n.describe())
+}
+
+/// The CUDA driver's major version (12 for a CUDA 12.x driver), `None`
+/// without a driver.
+pub fn driver_major() -> Option<u32> {
+    probe_driver().ok()?;
+    let mut v = 0;
+    // SAFETY: the driver library is loadable (probed above); one valid
+    // out-pointer. cuDriverGetVersion needs no cuInit.
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    (r == cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS && v > 0).then_some(v as u32 / 1000)
 }
 
 /// Number of CUDA devices; a clean `NoDevice` error without CUDA.

@@ -139,7 +139,13 @@ pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
         match ggml_cuda::CudaBackend::new(i) {
             Ok(b) => v.push(DeviceInfo {
                 name: format!("CUDA{i}"),
-                description: b.device_name().unwrap_or_else(|_| "CUDA device".into()),
+                description: {
+                    let name = b.device_name().unwrap_or_else(|_| "CUDA device".into());
+                    match ggml_cuda::nvrtc_description() {
+                        Ok(nvrtc) => format!("{name}; kernels by {nvrtc}"),
+                        Err(_) => name,
+                    }
+                },
                 memory: match (b.total_memory(), b.free_memory()) {
                     (Ok(t), Ok(f)) => Some((t, f)),
                     _ => None,

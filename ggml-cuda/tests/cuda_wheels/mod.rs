@@ -4,9 +4,8 @@
 //! `nvidia-cuda-nvcc-cu12` has `ptxas`. When cudarc cannot find a system
 //! `libnvrtc.so` (or `ptxas` is not on `PATH`), the wheel is installed with
 //! `pip install --target` into a cache folder (the user cache, else the
-//! target folder; never system-wide). `libnvrtc.so.12` is then loaded by
-//! path: cudarc's later `dlopen("libnvrtc.so.12")` finds the loaded library
-//! by its soname.
+//! target folder; never system-wide). `libnvrtc.so.12` is then made the
+//! process's NVRTC by path (`ggml_cuda::nvrtc::use_library`).
 //!
 //! The install is idempotent and safe for several test processes at once:
 //! each installs into its own staging folder and renames it into place;
@@ -15,6 +14,9 @@
 //!
 //! Environment: `GGML_CUDA_WHEEL_CACHE` overrides the cache folder; pip's
 //! own variables (`PIP_INDEX_URL`, ...) apply to the install.
+
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,6 +46,17 @@ pub const NVRTC: Wheel = Wheel {
     ],
 };
 
+/// NVRTC 13.0 (`libnvrtc.so.13`, in the CUDA 13 wheels' `nvidia/cu13/lib`).
+pub const NVRTC13: Wheel = Wheel {
+    name: "nvidia-cuda-nvrtc",
+    version: "13.0.88",
+    file: "nvidia/cu13/lib/libnvrtc.so.13",
+    unused: &[
+        "nvidia/cu13/lib/libnvrtc.alt.so.13",
+        "nvidia/cu13/lib/libnvrtc-builtins.alt.so.13.0",
+    ],
+};
+
 /// The PTX assembler of CUDA 12.9 (`ptxas`).
 pub const PTXAS: Wheel = Wheel {
     name: "nvidia-cuda-nvcc-cu12",
@@ -62,13 +75,7 @@ pub fn ensure_nvrtc() -> Result<String, String> {
         }
         let lib = install_into(&NVRTC, &cache_root()?, None)
             .map_err(|e| format!("no libnvrtc.so here, and {e}"))?;
-        preload(&lib)?;
-        ggml_cuda::probe_nvrtc().map_err(|e| {
-            format!(
-                "{} was loaded but cudarc still cannot find NVRTC: {e}",
-                lib.display()
-            )
-        })?;
+        ggml_cuda::nvrtc::use_library(&lib).map_err(|e| e.to_string())?;
         Ok(format!(
             "{} {} at {}",
             NVRTC.name,
@@ -99,7 +106,7 @@ pub fn ensure_ptxas() -> Result<PathBuf, String> {
 /// The folder the wheel is cached in: `$GGML_CUDA_WHEEL_CACHE`, else
 /// `$XDG_CACHE_HOME/ggml-rs` or `~/.cache/ggml-rs`, else the target
 /// folder's `tmp/` (the first that can be created).
-fn cache_root() -> Result<PathBuf, String> {
+pub fn cache_root() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("GGML_CUDA_WHEEL_CACHE") {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir)
@@ -244,16 +251,4 @@ fn pip_install(wheel: &Wheel, staging: &Path, index_url: Option<&str>) -> Result
         "no pip to install {spec} with ({})",
         tried.join("; ")
     ))
-}
-
-/// Loads `lib` by path for the rest of the process, so that cudarc's
-/// `dlopen` by name finds it.
-fn preload(lib: &Path) -> Result<(), String> {
-    // SAFETY: loading libnvrtc runs only its own initializers, which have
-    // no preconditions; it is never unloaded (the handle is leaked), so no
-    // symbol cudarc resolves from it can dangle.
-    let handle = unsafe { libloading::Library::new(lib) }
-        .map_err(|e| format!("loading {}: {e}", lib.display()))?;
-    std::mem::forget(handle);
-    Ok(())
 }
