@@ -16,7 +16,10 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod buffer;
+pub mod clock;
 pub mod cpu;
+pub mod error;
 pub mod gguf;
 pub mod graph;
 pub mod offload;
@@ -24,12 +27,17 @@ pub mod op;
 pub mod quants;
 pub mod sim;
 pub mod tensor;
+pub mod timeline;
 pub mod types;
 
-pub use backend::{Backend, BackendError, Buffer, BufferUsage, Event, Stream};
+pub use backend::{Backend, Event, Stream};
+pub use buffer::{Buffer, BufferUsage};
+pub use clock::DeviceClock;
 pub use cpu::CpuBackend;
+pub use error::BackendError;
 pub use graph::Graph;
 pub use op::Op;
 pub use sim::{SimBackend, SimClock, SimProfile};
 pub use tensor::{Tensor, TensorData, TensorId};
+pub use timeline::Timeline;
 pub use types::{GgmlType, TypeTraits};
