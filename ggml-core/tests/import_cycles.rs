@@ -30,7 +30,11 @@ fn have_python() -> bool {
 /// Run the checker on `src` with `args`; (exit code, stdout).
 fn check(src: &Path, args: &[&str]) -> (i32, String) {
     let script = workspace().join("scripts").join("import-cycles");
-    let Output { status, stdout, stderr } = Command::new("python3")
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new("python3")
         .arg(&script)
         .args(args)
         .arg(src)
@@ -83,8 +87,14 @@ fn a_reexport_in_lib_rs_counts_for_the_module_it_comes_from() {
         "reexport",
         &[
             ("lib.rs", "pub mod a;\npub mod b;\npub use b::Beta;\n"),
-            ("a.rs", "pub fn alpha() -> crate::Beta {\n    crate::Beta\n}\n"),
-            ("b.rs", "pub struct Beta;\npub fn beta() {\n    crate::a::alpha();\n}\n"),
+            (
+                "a.rs",
+                "pub fn alpha() -> crate::Beta {\n    crate::Beta\n}\n",
+            ),
+            (
+                "b.rs",
+                "pub struct Beta;\npub fn beta() {\n    crate::a::alpha();\n}\n",
+            ),
         ],
     );
     let (code, out) = check(&dir, &["--level", "top"]);
@@ -107,7 +117,10 @@ fn use_groups_are_followed_into_nested_braces() {
                 "a.rs",
                 "use crate::{c::Gamma, b::{Beta, self as bee}};\npub const A: u8 = 0;\n",
             ),
-            ("b.rs", "pub struct Beta;\npub fn f() -> u8 {\n    crate::a::A\n}\n"),
+            (
+                "b.rs",
+                "pub struct Beta;\npub fn f() -> u8 {\n    crate::a::A\n}\n",
+            ),
             ("c.rs", "pub struct Gamma;\n"),
         ],
     );
@@ -140,7 +153,10 @@ fn super_paths_resolve_from_the_file_and_inline_modules() {
     let (code, out) = check(&dir, &["--level", "top"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("circle of 2: a, b"), "{out}");
-    assert!(out.contains("a/inner.rs:1: use super::super::b::B"), "{out}");
+    assert!(
+        out.contains("a/inner.rs:1: use super::super::b::B"),
+        "{out}"
+    );
     // files: a/inner.rs -> b.rs -> a/mod.rs, and `mod inner;` is no import
     let (code, out) = check(&dir, &["--level", "file"]);
     assert_eq!(code, 0, "{out}");
@@ -163,7 +179,10 @@ fn comments_and_strings_are_not_code_and_excluded_modules_drop_out() {
                  pub fn q() -> crate::q::Q {\n    crate::q::Q\n}\n",
             ),
             ("b.rs", "use crate::a::A;\npub struct B;\n"),
-            ("q.rs", "pub struct Q;\npub fn a() -> crate::a::A {\n    crate::a::A\n}\n"),
+            (
+                "q.rs",
+                "pub struct Q;\npub fn a() -> crate::a::A {\n    crate::a::A\n}\n",
+            ),
         ],
     );
     let (code, out) = check(&dir, &[]);
