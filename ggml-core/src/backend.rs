@@ -9,82 +9,13 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::clock::DeviceClock;
 use crate::graph::Graph;
 use crate::tensor::{TensorData, TensorId};
+use crate::timeline::Timeline;
 
-/// Errors from backends: allocation, copies and compute.
-#[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum BackendError {
-    /// A device or library is not present (e.g. no CUDA driver).
-    #[error("no device: {0}")]
-    NoDevice(String),
-    /// Memory could not be allocated.
-    #[error("out of memory: {0}")]
-    OutOfMemory(String),
-    /// A read, write or copy outside a buffer or tensor.
-    #[error("out of bounds: {0}")]
-    OutOfBounds(String),
-    /// A tensor has no memory yet.
-    #[error("tensor '{0}' has no memory allocated")]
-    NotAllocated(String),
-    /// The backend cannot run this op or reach this memory.
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-    /// An op's input is invalid (e.g. an expert id out of range).
-    #[error("invalid input: {0}")]
-    InvalidInput(String),
-    /// A buffer is read-only (mapped weights).
-    #[error("buffer '{0}' is read-only")]
-    ReadOnly(String),
-    /// The device reported an error.
-    #[error("device error: {0}")]
-    Device(String),
-}
-
-/// What a buffer holds, which decides how the scheduler treats its tensors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BufferUsage {
-    /// Model weights: read-only during compute.
-    Weights,
-    /// Activations, KV cache, copies of inputs.
-    Compute,
-}
-
-/// A block of memory owned by a backend.
-pub trait Buffer: Send + Sync + fmt::Debug {
-    /// Name of the owning backend (`"CPU"`, `"SIM0"`, `"CUDA0"`).
-    fn name(&self) -> &str;
-    /// Size in bytes.
-    fn size(&self) -> usize;
-    /// Whether the CPU can read this memory directly (host memory).
-    fn is_host(&self) -> bool;
-    /// What the buffer holds.
-    fn usage(&self) -> BufferUsage;
-    /// Copy `data` into the buffer at `offset` (synchronous).
-    fn write(&self, offset: usize, data: &[u8]) -> Result<(), BackendError>;
-    /// Copy bytes at `offset` out of the buffer (synchronous).
-    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError>;
-    /// Base address for CPU kernels, where the memory is host-addressable to
-    /// the owning backend's kernels (CPU memory, the sim device's memory).
-    /// `None` for real device memory.
-    fn base_ptr(&self) -> Option<*mut u8>;
-    /// Whether compute may write into this buffer.
-    fn is_writable(&self) -> bool {
-        true
-    }
-    /// For downcasting by the owning backend.
-    fn as_any(&self) -> &dyn Any;
-}
-
-/// Check that `[offset, offset + len)` lies within a buffer of `size` bytes.
-pub fn check_range(name: &str, size: usize, offset: usize, len: usize) -> Result<(), BackendError> {
-    match offset.checked_add(len) {
-        Some(end) if end <= size => Ok(()),
-        _ => Err(BackendError::OutOfBounds(format!(
-            "{len} bytes at offset {offset} in buffer '{name}' of {size} bytes"
-        ))),
-    }
-}
+pub use crate::buffer::{check_range, Buffer, BufferUsage};
+pub use crate::error::BackendError;
 
 /// A point in a backend's stream of work that another can wait on.
 #[derive(Clone)]
@@ -234,20 +165,22 @@ pub trait Backend: Send + Sync {
     /// Start (`true`) or stop recording a timeline of this backend's own
     /// work from its device's events (CUDA events). Returns whether the
     /// backend records one; the sim device's timeline is its clock's
-    /// ([`Backend::sim_clock`]), not this.
+    /// ([`Backend::device_clock`]), not this.
     fn set_event_timeline(&self, _on: bool) -> bool {
         false
     }
 
     /// The spans recorded since [`Backend::set_event_timeline`]`(true)`,
     /// leaving none behind (waits for the recorded work to finish).
-    fn take_event_timeline(&self) -> Result<Option<crate::sim::Timeline>, BackendError> {
+    fn take_event_timeline(&self) -> Result<Option<Timeline>, BackendError> {
         Ok(None)
     }
 
-    /// The simulated clock this backend advances, if any (the sim device,
-    /// and the CPU backend when it joins a sim device's timeline).
-    fn sim_clock(&self) -> Option<Arc<crate::sim::SimClock>> {
+    /// The clock this backend advances, if any: the sim device's simulated
+    /// clock, which the CPU backend joins to share its timeline. The
+    /// simulator's own figures (profile, totals, recorded timeline) come
+    /// from the concrete clock, `sim::SimClock::of(backend)`.
+    fn device_clock(&self) -> Option<Arc<dyn DeviceClock>> {
         None
     }
 

@@ -10,7 +10,8 @@ use smallvec::smallvec;
 
 use std::sync::Arc;
 
-use crate::backend::{BackendError, Buffer};
+use crate::buffer::Buffer;
+use crate::error::BackendError;
 use crate::op::{GluOp, Op, RopeParams, SortOrder, UnaryOp};
 use crate::tensor::{contiguous_strides, Tensor, TensorData, TensorId, MAX_DIMS};
 use crate::types::GgmlType;

@@ -7,27 +7,38 @@
 //! by a [`SimProfile`], per stream, honouring events, and can be recorded as
 //! a [`Timeline`]. Results are computed for real, at issue time, so they
 //! are bit-identical whatever the clock says.
+//!
+//! Layering: the simulator sits on top of the backend traits and the CPU
+//! kernels, never the reverse. It fills the backend-neutral
+//! [`crate::timeline`] types, and its clock implements
+//! [`crate::clock::DeviceClock`], through which a CPU backend joins it.
+//!
+//! [`Timeline`]: crate::timeline::Timeline
 
 pub mod clock;
 pub mod cost;
+pub mod node_span;
 pub mod profile;
-pub mod timeline;
 
-pub use clock::{CopyDir, SimClock, SimEvent, SimTotals, SpanDetail};
+pub use clock::{CopyDir, SimClock, SimTotals};
 pub use profile::SimProfile;
-pub use timeline::{MemRange, Span, SpanKind, Timeline};
 
 use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{check_range, Backend, BackendError, Buffer, BufferUsage, Event, Stream};
+use crate::backend::{Backend, Event, Stream};
+use crate::buffer::{check_range, Buffer, BufferUsage};
+use crate::clock::{ClockEvent, DeviceClock};
 use crate::cpu::buffer::HostMemory;
-use crate::cpu::{ops, ThreadPool};
+use crate::cpu::ops;
+use crate::cpu::pool::ThreadPool;
+use crate::error::BackendError;
 use crate::graph::Graph;
 use crate::offload::offload_host_weight_op;
 use crate::tensor::{TensorData, TensorId};
+use crate::timeline::{MemRange, SpanDetail};
 use parking_lot::Mutex;
 
 /// Byte counters of a sim device.
@@ -457,7 +468,7 @@ impl Backend for SimBackend {
             ops::compute_node(&ctx, n)?;
             let w = cost::node_work(g, n);
             let dur = clock::ns(cost::roofline_s(w, prof.flops, prof.mem_bw, prof.launch_s));
-            let detail = self.clock.recording().then(|| timeline::node_detail(g, n));
+            let detail = self.clock.recording().then(|| node_span::node_detail(g, n));
             self.clock
                 .device_op(&self.name, Stream::Compute, dur, w.bytes as u64, detail);
         }
@@ -557,18 +568,18 @@ impl Backend for SimBackend {
 
     fn record_event_on(&self, stream: Stream) -> Result<Event, BackendError> {
         let at_ns = self.clock.record(&self.name, self.stream(stream));
-        Ok(Event(Arc::new(SimEvent { at_ns })))
+        Ok(Event(Arc::new(ClockEvent { at_ns })))
     }
 
     fn wait_event_on(&self, stream: Stream, ev: &Event) -> Result<(), BackendError> {
-        if let Some(e) = ev.0.downcast_ref::<SimEvent>() {
+        if let Some(e) = ev.0.downcast_ref::<ClockEvent>() {
             self.clock.wait(&self.name, self.stream(stream), e.at_ns);
         }
         Ok(())
     }
 
     fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {
-        match ev.0.downcast_ref::<SimEvent>() {
+        match ev.0.downcast_ref::<ClockEvent>() {
             Some(e) => self.clock.host_wait(&self.name, e.at_ns),
             None => self.clock.sync_device(&self.name),
         }
@@ -583,8 +594,8 @@ impl Backend for SimBackend {
         }
     }
 
-    fn sim_clock(&self) -> Option<Arc<SimClock>> {
-        Some(Arc::clone(&self.clock))
+    fn device_clock(&self) -> Option<Arc<dyn DeviceClock>> {
+        Some(Arc::clone(&self.clock) as Arc<dyn DeviceClock>)
     }
 }
 

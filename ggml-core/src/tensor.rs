@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::backend::Buffer;
+use crate::buffer::Buffer;
 use crate::op::Op;
 use crate::types::GgmlType;
 

@@ -8,7 +8,7 @@ use cudarc::driver::{result, CudaEvent, DeviceRepr, LaunchConfig, PushKernelArg}
 use ggml_core::backend::{check_range, Event, Stream};
 use ggml_core::offload::offload_host_weight_op;
 use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
-use ggml_core::sim::{Span, SpanKind, Timeline};
+use ggml_core::timeline::{Span, SpanKind, Timeline};
 use ggml_core::{
     Backend, BackendError, Buffer, BufferUsage, GgmlType, Graph, Op, TensorData, TensorId,
 };

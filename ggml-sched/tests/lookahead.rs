@@ -89,14 +89,14 @@ fn run(
     lookahead: usize,
     n_slots: usize,
     misuse: bool,
-) -> Result<(Vec<f32>, usize, usize, ggml_core::sim::Timeline, u64), String> {
+) -> Result<(Vec<f32>, usize, usize, ggml_core::timeline::Timeline, u64), String> {
     let clock = SimClock::new(SimProfile::default_profile());
     let sim = Arc::new(
         SimBackend::new(0, 1)
             .with_offload_min_batch(1)
             .with_clock(Arc::clone(&clock)),
     );
-    let cpu = Arc::new(CpuBackend::new(1).with_clock(Arc::clone(&clock)));
+    let cpu = Arc::new(CpuBackend::new(1).with_clock(clock.clone()));
     let slots = (0..n_slots)
         .map(|_| TensorData {
             buffer: sim

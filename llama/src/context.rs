@@ -165,7 +165,7 @@ impl Context {
         let n_threads = params.n_threads.max(1);
         let n_threads_batch = params.n_threads_batch.unwrap_or(n_threads).max(1);
         let mut cpu_be = CpuBackend::new(n_threads.max(n_threads_batch));
-        if let Some(c) = model.device.as_ref().and_then(|d| d.sim_clock()) {
+        if let Some(c) = model.device.as_ref().and_then(|d| d.device_clock()) {
             cpu_be = cpu_be.with_clock(c);
         }
         let cpu_be = Arc::new(cpu_be);
@@ -766,7 +766,10 @@ impl Context {
     /// The simulated clock of the run, when the device is a sim device
     /// (shared by the device and the context's CPU backend).
     pub fn sim_clock(&self) -> Option<Arc<ggml_core::SimClock>> {
-        self.model.device.as_ref().and_then(|d| d.sim_clock())
+        self.model
+            .device
+            .as_ref()
+            .and_then(|d| ggml_core::SimClock::of(d.as_ref()))
     }
 
     /// The scheduler's plan of the last graph (which node on which backend,

@@ -172,7 +172,7 @@ fn the_cpu_share_runs_while_the_uploads_cross_and_nothing_races() {
     let tl = clock.take_timeline();
     tl.check_hazards()
         .expect("no span reads or writes memory another writes at the same time");
-    let spans = |f: &dyn Fn(&ggml_core::sim::timeline::Span) -> bool| -> Vec<(u64, u64)> {
+    let spans = |f: &dyn Fn(&ggml_core::timeline::Span) -> bool| -> Vec<(u64, u64)> {
         tl.spans
             .iter()
             .filter(|s| f(s))
@@ -188,7 +188,7 @@ fn the_cpu_share_runs_while_the_uploads_cross_and_nothing_races() {
         s.stream == "copy0" && s.name.starts_with("moe_cache_map") && s.bytes > map_bytes
     });
     assert!(!cpu.is_empty() && !uploads.is_empty());
-    let both = ggml_core::sim::timeline::overlap_ns(&cpu, &uploads);
+    let both = ggml_core::timeline::overlap_ns(&cpu, &uploads);
     assert!(
         both > 0,
         "the CPU's experts never ran while experts were uploaded"

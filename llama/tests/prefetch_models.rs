@@ -120,7 +120,7 @@ fn staging_slots_are_never_read_early_nor_overwritten_while_read() {
     let clock = model
         .device
         .as_ref()
-        .and_then(|d| d.sim_clock())
+        .and_then(|d| ggml_core::SimClock::of(d.as_ref()))
         .expect("a sim clock");
     for slots in [1, 2, 3] {
         let mut c = ctx(&model, slots, CacheSize::Off);
@@ -307,7 +307,7 @@ fn predicted_uploads_respect_the_timeline() {
     let clock = model
         .device
         .as_ref()
-        .and_then(|d| d.sim_clock())
+        .and_then(|d| ggml_core::SimClock::of(d.as_ref()))
         .expect("a sim clock");
     let mut c = predict_ctx(&model, true);
     c.decode(&fx.tokens, true).expect("prompt");

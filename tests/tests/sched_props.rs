@@ -907,7 +907,7 @@ fn make_backends(case: &Case) -> (Vec<Arc<dyn Backend>>, Arc<SimClock>) {
                 })),
         ));
     }
-    v.push(Arc::new(CpuBackend::new(1).with_clock(Arc::clone(&clock))));
+    v.push(Arc::new(CpuBackend::new(1).with_clock(clock.clone())));
     (v, clock)
 }
 

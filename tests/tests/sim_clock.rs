@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use ggml_core::sim::{SimEvent, SpanKind, Timeline};
+use ggml_core::clock::ClockEvent;
+use ggml_core::timeline::{SpanKind, Timeline};
 use ggml_core::{
     Backend, BufferUsage, CpuBackend, GgmlType, Graph, SimBackend, SimClock, SimProfile, Stream,
     TensorData, TensorId,
@@ -151,7 +152,7 @@ fn a_cpu_split_that_reads_nothing_from_the_device_does_not_wait_for_it() {
     p.cpu.flops = 1e12;
     let clock = SimClock::new(p);
     let sim = SimBackend::new(0, 1).with_clock(Arc::clone(&clock));
-    let cpu = CpuBackend::new(1).with_clock(Arc::clone(&clock));
+    let cpu = CpuBackend::new(1).with_clock(clock.clone());
     let n = 256i64;
     let wbytes = (n * n * 4) as usize;
     let dev_w = sim.alloc_buffer(wbytes, BufferUsage::Weights).unwrap();
@@ -228,7 +229,7 @@ fn a_cpu_split_that_reads_nothing_from_the_device_does_not_wait_for_it() {
 fn events_of_other_backends_are_honoured() {
     let clock = SimClock::new(byte_per_ns(1));
     let sim = SimBackend::new(0, 1).with_clock(Arc::clone(&clock));
-    let ev = ggml_core::Event(Arc::new(SimEvent { at_ns: 5000 }));
+    let ev = ggml_core::Event(Arc::new(ClockEvent { at_ns: 5000 }));
     sim.wait_event_on(Stream::Compute, &ev).unwrap();
     let ch = chain(&sim);
     let t0 = clock.now_ns();

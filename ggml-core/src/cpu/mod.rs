@@ -9,9 +9,11 @@ pub mod view;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, Buffer, BufferUsage, Event, Stream};
+use crate::backend::{Backend, Event, Stream};
+use crate::buffer::{Buffer, BufferUsage};
+use crate::clock::{ClockEvent, DeviceClock};
+use crate::error::BackendError;
 use crate::graph::Graph;
-use crate::sim::{clock, cost, timeline, SimClock, SimEvent};
 use crate::tensor::TensorId;
 
 pub use buffer::{HostBuffer, MappedBuffer};
@@ -20,7 +22,7 @@ pub use pool::ThreadPool;
 /// The CPU backend.
 pub struct CpuBackend {
     pool: ThreadPool,
-    clock: Option<Arc<SimClock>>,
+    clock: Option<Arc<dyn DeviceClock>>,
 }
 
 impl CpuBackend {
@@ -32,9 +34,10 @@ impl CpuBackend {
         }
     }
 
-    /// Join a simulated timeline: each op also advances `clock`'s host time
-    /// by the profile's CPU numbers (the kernels run as before).
-    pub fn with_clock(mut self, clock: Arc<SimClock>) -> CpuBackend {
+    /// Join a device's clock (the sim device's simulated clock): each op
+    /// also advances `clock`'s host time by what the clock says it costs,
+    /// on one timeline with the device (the kernels run as before).
+    pub fn with_clock(mut self, clock: Arc<dyn DeviceClock>) -> CpuBackend {
         self.clock = Some(clock);
         self
     }
@@ -98,11 +101,7 @@ impl Backend for CpuBackend {
         for &n in nodes {
             ops::compute_node(&ctx, n)?;
             if let Some(c) = &self.clock {
-                let p = c.profile().cpu;
-                let w = cost::node_work(g, n);
-                let dur = clock::ns(cost::roofline_s(w, p.flops, p.mem_bw, p.op_s));
-                let detail = c.recording().then(|| timeline::node_detail(g, n));
-                c.host_op("CPU", dur, w.bytes as u64, detail);
+                c.host_compute("CPU", g, n);
             }
         }
         Ok(())
@@ -111,10 +110,10 @@ impl Backend for CpuBackend {
     fn record_event_on(&self, _stream: Stream) -> Result<Event, BackendError> {
         // CPU work is complete when the host has issued it
         let at_ns = self.clock.as_ref().map_or(0, |c| c.now_ns());
-        Ok(Event(Arc::new(SimEvent { at_ns })))
+        Ok(Event(Arc::new(ClockEvent { at_ns })))
     }
 
-    fn sim_clock(&self) -> Option<Arc<SimClock>> {
+    fn device_clock(&self) -> Option<Arc<dyn DeviceClock>> {
         self.clock.clone()
     }
 }

@@ -17,14 +17,20 @@
 //! so results never depend on the clock: only the simulated times do. The
 //! same run gives the same simulated times on any machine.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::cost;
+use super::node_span::node_detail;
 use super::profile::SimProfile;
-use super::timeline::{overlap_ns, MemRange, Span, SpanKind, Timeline};
-use crate::backend::Stream;
+use crate::backend::{Backend, Stream};
+use crate::clock::DeviceClock;
+use crate::graph::Graph;
+use crate::tensor::TensorId;
+use crate::timeline::{overlap_ns, Span, SpanDetail, SpanKind, Timeline};
 
 /// Direction of a copy over the link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -33,17 +39,6 @@ pub enum CopyDir {
     H2D,
     /// Device to host.
     D2H,
-}
-
-/// What a span is about, for the timeline (only built while recording).
-#[derive(Clone, Debug, Default)]
-pub struct SpanDetail {
-    /// Op and tensor name, or copy label.
-    pub name: String,
-    /// Memory read.
-    pub reads: Vec<MemRange>,
-    /// Memory written.
-    pub writes: Vec<MemRange>,
 }
 
 /// Sums over the run so far, in simulated nanoseconds.
@@ -165,6 +160,16 @@ impl SimClock {
             profile,
             st: Mutex::new(State::default()),
         })
+    }
+
+    /// The simulated clock `backend` advances, if it is one (a sim device,
+    /// or a CPU backend that joined a sim device's clock).
+    pub fn of(backend: &dyn Backend) -> Option<Arc<SimClock>> {
+        backend
+            .device_clock()?
+            .into_any()
+            .downcast::<SimClock>()
+            .ok()
     }
 
     /// The timing profile.
@@ -399,11 +404,23 @@ impl SimClock {
     }
 }
 
-/// A simulated event: the time its stream's work completes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SimEvent {
-    /// Simulated completion time, nanoseconds.
-    pub at_ns: u64,
+impl DeviceClock for SimClock {
+    fn now_ns(&self) -> u64 {
+        SimClock::now_ns(self)
+    }
+
+    /// The node's roofline time by the profile's CPU numbers, on the host.
+    fn host_compute(&self, backend: &str, g: &Graph, node: TensorId) {
+        let p = self.profile.cpu;
+        let w = cost::node_work(g, node);
+        let dur = ns(cost::roofline_s(w, p.flops, p.mem_bw, p.op_s));
+        let detail = self.recording().then(|| node_detail(g, node));
+        self.host_op(backend, dur, w.bytes as u64, detail);
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
 }
 
 #[cfg(test)]

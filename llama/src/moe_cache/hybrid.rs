@@ -147,7 +147,7 @@ impl HybridShared {
         host: &Arc<dyn Backend>,
         n_expert: usize,
     ) -> Result<HybridShared> {
-        let cost = match (share, device.sim_clock()) {
+        let cost = match (share, ggml_core::SimClock::of(device.as_ref())) {
             (_, Some(c)) => CostModel::from_sim(c.profile()),
             (CpuShare::Auto, None) => CostModel::calibrate(device),
             (CpuShare::Fixed(_), None) => CostModel::default(),

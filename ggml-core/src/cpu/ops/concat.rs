@@ -1,8 +1,8 @@
 //! `concat(a, b, dim)`: any non-quantized type (same for both sources and
 //! dst), any strides, along any dim.
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::min_rows;
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::graph::Graph;
 use crate::op::Op;

@@ -7,8 +7,8 @@
 //! row, each row quantized or dequantized whole; a copy between two
 //! tensors of one block type moves whole blocks.
 
+use super::compute_ctx::ComputeCtx;
 use super::quant_rows::{block_rows, load_qrow, store_qrow, tensor_block_rows};
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::scratch::RowBuf;
 use crate::cpu::view::TView;

@@ -2,9 +2,9 @@
 //! broadcasting (`b` repeats over `a` by index modulo its shape), and the
 //! per-element maps `scale` (`a*s + b`), `sqr`, `sqrt`.
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{f32_rows, is_float, load_row, load_row_at, min_rows, store_row};
 use super::unary::map_unary;
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;

@@ -19,11 +19,11 @@
 //! dotted with the type's `vec_dot`; a block-quantized (or BF16) v row is
 //! dequantized whole before it is accumulated in f32.
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{is_float, load_row, load_row_at, min_rows, store_row};
 use super::flash_attn_vec::{ggml_dot, mad_f16, mad_f32, round_f16, scale_f16};
 use super::quant_rows::tensor_block_rows;
 use super::softmax::alibi_slope;
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::graph::Graph;
 use crate::op::Op;

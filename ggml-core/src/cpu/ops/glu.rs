@@ -1,10 +1,10 @@
 //! Gated linear units: `swiglu`, `geglu`, `swiglu_oai`, over one tensor
 //! (halves of `ne0`, `swapped` puts the gate second) or two (`act(a) * b`).
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{is_float, load_row_at, min_rows, store_row};
 use super::unary::gelu_fn;
 use super::vexp::swiglu_row;
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;

@@ -1,8 +1,8 @@
 //! Row normalisations: `rms_norm` and `norm`, with ggml's arithmetic (sums
 //! accumulated in f64 over f32 terms, the mean and scale rounded to f32).
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{is_float, load_row, min_rows, store_row};
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;

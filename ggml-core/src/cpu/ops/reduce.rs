@@ -1,8 +1,8 @@
 //! Row reductions: `sum_rows`, `mean` (F32 `[1, ne1, ne2, ne3]`) and
 //! `argmax` (I32 `[ne1]`).
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{is_float, load_row, min_rows};
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;

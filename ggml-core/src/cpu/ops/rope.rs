@@ -11,8 +11,8 @@
 //! deepseek2 fixtures are bit-identical to llama.cpp 0.5.0-dev's (plain
 //! mul/add left 1-ulp differences in 10-20 % of them).
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{is_float, load_row, min_rows, store_row};
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;

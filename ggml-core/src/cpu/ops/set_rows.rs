@@ -8,9 +8,9 @@
 //! `InvalidInput` error naming it. Duplicate indices (within one index row)
 //! are written in order on one thread, so the last row wins.
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{is_float, load_row, min_rows, store_row};
 use super::quant_rows::tensor_block_rows;
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::view::TView;
 use crate::graph::Graph;

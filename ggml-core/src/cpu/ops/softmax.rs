@@ -2,8 +2,8 @@
 //! ALiBi slopes (`max_bias`), the mask broadcast over dims 2 and 3 (mask
 //! row `i1` of a taller mask), and optional per-head sink logits.
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{is_float, load_row, min_rows, store_row};
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;

@@ -8,8 +8,8 @@
 use std::cell::Cell;
 use std::cmp::Ordering;
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{is_float, load_row, min_rows};
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::cpu::scratch::RowBuf;
 use crate::graph::Graph;

@@ -3,9 +3,9 @@
 
 use std::sync::OnceLock;
 
+use super::compute_ctx::ComputeCtx;
 use super::copy::{f32_rows, load_row, min_rows, store_row};
 use super::vexp::silu_row;
-use super::ComputeCtx;
 use crate::backend::BackendError;
 use crate::op::{Op, UnaryOp};
 use crate::tensor::TensorId;

@@ -1,7 +1,7 @@
 //! `add_id`: add a per-expert bias row chosen by I32 ids (gpt-oss).
 
 use crate::backend::BackendError;
-use crate::cpu::ops::ComputeCtx;
+use crate::cpu::ops::compute_ctx::ComputeCtx;
 use crate::graph::Graph;
 use crate::tensor::TensorId;
 use crate::types::GgmlType;

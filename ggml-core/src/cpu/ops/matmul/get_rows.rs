@@ -1,12 +1,12 @@
 //! `get_rows`: gather rows of any type by I32 ids, as F32 (through the
 //! type's `to_float`), or as I32 from an I32 source.
 
-use super::quants;
 use crate::backend::BackendError;
-use crate::cpu::ops::ComputeCtx;
+use crate::cpu::ops::compute_ctx::ComputeCtx;
 use crate::cpu::scratch::RowBuf;
 use crate::cpu::view::TView;
 use crate::graph::Graph;
+use crate::quants;
 use crate::tensor::TensorId;
 use crate::types::GgmlType;
 

@@ -2,12 +2,13 @@
 //! with rows grouped by expert (ggml's `matrix_row_counts` / `matrix_rows`)
 //! so each used expert's weights stream through once per op.
 
-use super::{
+use super::engine::{
     acts_scratch_bytes, dot_block, invalid, kernels, plan_tasks, prepare_acts, run_tasks,
-    supports_pair, with_plan, GemmType, Plan, Task,
+    supports_pair, with_plan, Plan, Task,
 };
+use super::gemm::GemmType;
 use crate::backend::BackendError;
-use crate::cpu::ops::ComputeCtx;
+use crate::cpu::ops::compute_ctx::ComputeCtx;
 use crate::cpu::scratch::with_scratch;
 use crate::graph::Graph;
 use crate::tensor::TensorId;

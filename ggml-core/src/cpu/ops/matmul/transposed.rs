@@ -21,12 +21,12 @@
 //! gets other bits than alone.) Threads split the columns; thread count and
 //! column tiling change no bit either.
 
-use super::{
+use super::engine::{
     acts_scratch_bytes, check_shapes, group_col, is_float_act, kernels, prepare_acts, run_tasks,
     Task,
 };
 use crate::backend::BackendError;
-use crate::cpu::ops::ComputeCtx;
+use crate::cpu::ops::compute_ctx::ComputeCtx;
 use crate::cpu::scratch::{with_scratch, with_tile_scratch};
 use crate::cpu::view::TView;
 use crate::graph::Graph;

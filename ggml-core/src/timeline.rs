@@ -1,13 +1,16 @@
-//! The recorded timeline of a simulated run: one span per op, copy and wait,
-//! on a track per backend and stream, written in the Chrome trace event
-//! format (Perfetto, `chrome://tracing`), and checked for ordering hazards.
+//! A timeline of a run: one span per op, copy and wait, on a track per
+//! backend and stream, written in the Chrome trace event format (Perfetto,
+//! `chrome://tracing`), and checked for ordering hazards.
+//!
+//! Backend-neutral: the simulator's clock fills one in simulated time
+//! (`sim::SimClock`, the CPU backend's ops joining it), the CUDA backend
+//! fills one from CUDA events in wall-clock time
+//! ([`crate::backend::Backend::take_event_timeline`]). This module names no
+//! backend; whoever records says what its nanoseconds are (the trace's
+//! title).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-
-use super::clock::SpanDetail;
-use crate::graph::Graph;
-use crate::tensor::TensorId;
 
 /// What a span is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -56,7 +59,7 @@ impl MemRange {
 pub struct Span {
     /// Issue order (program order of the host thread).
     pub seq: u64,
-    /// Backend name (`CPU`, `SIM0`).
+    /// Backend name (`CPU`, `SIM0`, `CUDA0`).
     pub backend: String,
     /// Stream name (`host`, `compute`, `copy0`, ...).
     pub stream: String,
@@ -64,9 +67,9 @@ pub struct Span {
     pub kind: SpanKind,
     /// Op and tensor name, or copy label.
     pub name: String,
-    /// Simulated start, nanoseconds.
+    /// Start, nanoseconds (simulated or wall-clock: the recorder's clock).
     pub start_ns: u64,
-    /// Simulated end, nanoseconds.
+    /// End, nanoseconds (as `start_ns`).
     pub end_ns: u64,
     /// Bytes moved (copies) or touched (ops).
     pub bytes: u64,
@@ -81,6 +84,18 @@ pub struct Span {
 pub struct Timeline {
     /// Every recorded span.
     pub spans: Vec<Span>,
+}
+
+/// What a span is about, as its recorder builds it (only while recording):
+/// the clock adds where and when.
+#[derive(Clone, Debug, Default)]
+pub struct SpanDetail {
+    /// Op and tensor name, or copy label.
+    pub name: String,
+    /// Memory read.
+    pub reads: Vec<MemRange>,
+    /// Memory written.
+    pub writes: Vec<MemRange>,
 }
 
 impl Timeline {
@@ -134,7 +149,7 @@ impl Timeline {
     }
 
     /// The spans in the Chrome trace event format: one process per backend,
-    /// one thread per stream, times in microseconds of simulated time.
+    /// one thread per stream, times in microseconds of the recorder's clock.
     pub fn to_chrome_json(&self, title: &str) -> String {
         let mut pids: BTreeMap<&str, usize> = BTreeMap::new();
         let mut tids: BTreeMap<(&str, &str), usize> = BTreeMap::new();
@@ -188,64 +203,6 @@ impl Timeline {
         }
         out.push_str("\n]}\n");
         out
-    }
-}
-
-/// Bytes a tensor's elements span from its first byte (strided views
-/// included).
-fn byte_extent(g: &Graph, id: TensorId) -> usize {
-    let t = g.tensor(id);
-    if t.ne.iter().any(|&n| n <= 0) {
-        return 0;
-    }
-    let blck = t.ty.blck_size().max(1) as i64;
-    let n0 = (t.ne[0] + blck - 1) / blck;
-    let mut ext = (n0 as usize - 1) * t.nb[0] + t.nb[0];
-    for d in 1..t.ne.len() {
-        ext += (t.ne[d] as usize - 1) * t.nb[d];
-    }
-    ext
-}
-
-/// The memory a tensor occupies, where the CPU can address it.
-pub fn tensor_range(g: &Graph, id: TensorId) -> Option<MemRange> {
-    let d = g.data_of(id)?;
-    let p = d.buffer.base_ptr()?;
-    Some(MemRange {
-        addr: p as usize + d.offset,
-        len: byte_extent(g, id),
-    })
-}
-
-/// The span detail of computing `node`: its op and name, the memory of its
-/// sources and its own.
-/// A `mul_mat_id` reads only the experts its ids name: those experts'
-/// bytes of its expert tensor are its reads of it.
-pub fn node_detail(g: &Graph, node: TensorId) -> SpanDetail {
-    let t = g.tensor(node);
-    let mut reads: Vec<MemRange> = Vec::new();
-    for (j, &s) in t.src.iter().enumerate() {
-        let Some(r) = tensor_range(g, s) else {
-            continue;
-        };
-        let experts = (t.op == crate::Op::MulMatId && j == 0)
-            .then(|| t.src.get(2).and_then(|&ids| super::cost::id_set(g, ids)))
-            .flatten();
-        match experts {
-            Some(set) => {
-                let eb = g.tensor(s).nb[2];
-                reads.extend(set.into_iter().map(|e| MemRange {
-                    addr: r.addr + e as usize * eb,
-                    len: eb,
-                }));
-            }
-            None => reads.push(r),
-        }
-    }
-    SpanDetail {
-        name: format!("{} {}", t.op.name(), t.name),
-        reads,
-        writes: tensor_range(g, node).into_iter().collect(),
     }
 }
 
