@@ -6,8 +6,8 @@
 # shared fixtures bit for bit.
 #
 # Usage: scripts/llama-cpp-logits.sh MODEL_PREFIX OUT_PREFIX
-#   MODEL_PREFIX: path without extension of a fixture model (NAME.gguf and
-#                 NAME.tokens are read)
+#   MODEL_PREFIX: a fixture model's path without extension, such as
+#                 ../shared/fixtures/models/NAME (NAME.gguf, NAME.tokens read)
 #   OUT_PREFIX:   writes OUT_PREFIX.logits, OUT_PREFIX.gen, OUT_PREFIX.genlogits
 # Environment: FLASH_ATTN=1  UBATCH=512  KV_TYPE=f16|q8_0|q4_0 (K and V cache;
 #   llama.cpp rotates a quantized cache unless LLAMA_ATTN_ROT_DISABLE=1)

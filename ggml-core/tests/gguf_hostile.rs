@@ -543,10 +543,7 @@ fn random_single_byte_mutations_never_panic() {
 
 #[test]
 fn random_mutations_of_a_real_model_header_never_panic() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/data/models/tiny-qwen3moe-q4_0.gguf"
-    );
+    let path = fixtures::or_skip!(fixtures::fixture_path("models/tiny-qwen3moe-q4_0.gguf"));
     let full = std::fs::read(path).unwrap();
     let f = GgufFile::from_bytes(full.clone()).unwrap();
     let header_len = f.data_offset();

@@ -5,7 +5,10 @@
 
 use llama::chat::{ChatError, ChatTemplate, DateTime, Message, RenderOptions};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/chat");
+/// `chat/FILE`: the chat fixtures are in the lean set tracked in tests/data.
+fn chat(file: &str) -> std::path::PathBuf {
+    fixtures::lean_path(&format!("chat/{file}"))
+}
 
 /// 2026-12-01 00:00:00 UTC: the date the reference fixed `strftime_now` at.
 const REFERENCE_NOW: i64 = 1_796_083_200;
@@ -170,7 +173,7 @@ mod json {
 
 #[test]
 fn every_reference_case_renders_exactly() {
-    let cases = json::parse(&std::fs::read_to_string(format!("{DATA}/cases.json")).unwrap());
+    let cases = json::parse(&std::fs::read_to_string(chat("cases.json")).unwrap());
     let bos = cases.get("bos_token").unwrap().str().to_string();
     let eos = cases.get("eos_token").unwrap().str().to_string();
     let convs = cases.get("conversations").unwrap();
@@ -182,7 +185,7 @@ fn every_reference_case_renders_exactly() {
         let conv_name = case.get("conversation").unwrap().str();
         let gen = case.get("add_generation_prompt").unwrap().bool();
         let label = format!("{name} / {conv_name} / gen={gen}");
-        let src = std::fs::read_to_string(format!("{DATA}/{name}.jinja")).unwrap();
+        let src = std::fs::read_to_string(chat(&format!("{name}.jinja"))).unwrap();
         let msgs: Vec<Message> = convs
             .get(conv_name)
             .unwrap()
@@ -206,7 +209,7 @@ fn every_reference_case_renders_exactly() {
         let got = ChatTemplate::new(&src).and_then(|t| t.render(&msgs, &opts));
         match (case.get("output"), case.get("error")) {
             (Some(file), _) => {
-                let want = std::fs::read_to_string(format!("{DATA}/{}", file.str())).unwrap();
+                let want = std::fs::read_to_string(chat(file.str())).unwrap();
                 match got {
                     Ok(text) if text == want => {}
                     Ok(text) => {

@@ -11,13 +11,14 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{nmse, Fixture};
+use common::{nmse, or_skip, Fixture};
+use fixtures::{fixture_path, SkipReason};
 use ggml_core::GgmlType;
 use llama::{Context, ContextParams, Model, ModelParams};
 
 #[test]
 fn mixed_k_and_v_cache_types_match_the_reference() {
-    let fx = Fixture::load("tiny-qwen3moe-f32");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
     for flash_attn in [false, true] {
         for (k, v) in [
@@ -94,7 +95,7 @@ fn run_fixture(
 
 #[test]
 fn bf16_and_q8_0_kv_caches_stay_within_the_quantized_bound() {
-    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-q4_k"));
     assert_eq!(fx.bound, 5e-3);
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
     for t in [GgmlType::BF16, GgmlType::Q8_0] {
@@ -119,7 +120,7 @@ fn bf16_and_q8_0_kv_caches_stay_within_the_quantized_bound() {
 /// reference's first greedy token.
 #[test]
 fn q4_0_kv_cache_paths_agree() {
-    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-q4_k"));
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
     let q4 = GgmlType::Q4_0;
     let (mm_p, mm_f) = run_fixture(&model, &fx, q4, GgmlType::F16, false);
@@ -146,7 +147,7 @@ fn q4_0_kv_cache_paths_agree() {
 #[test]
 fn kv_cache_bytes_per_type() {
     // q4_k fixture: 2 layers, 2 KV heads of 64 (n_embd_k_gqa = n_embd_v_gqa = 128)
-    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-q4_k"));
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
     let hp = &model.hparams;
     assert_eq!(
@@ -183,7 +184,7 @@ fn kv_cache_bytes_per_type() {
 #[test]
 fn kv_cache_types_llama_cpp_refuses_are_refused_by_name() {
     let err = |name: &str, k: GgmlType, v: GgmlType, fa: bool| {
-        let fx = Fixture::load(name);
+        let fx = Fixture::load(name)?;
         let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
         let params = ContextParams {
             n_ctx: 64,
@@ -192,44 +193,67 @@ fn kv_cache_types_llama_cpp_refuses_are_refused_by_name() {
             flash_attn: fa,
             ..Default::default()
         };
-        Context::new(model, params)
-            .err()
-            .expect("refused")
-            .to_string()
+        Ok::<String, SkipReason>(
+            Context::new(model, params)
+                .err()
+                .expect("refused")
+                .to_string(),
+        )
     };
     let (f16, q8, q4) = (GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0);
-    // a quantized V needs flash attention (llama.cpp: "V cache quantization requires flash_attn")
-    let e = err("tiny-qwen3moe-q4_k", f16, q8, false);
-    assert!(
-        e.contains("V cache quantization requires flash attention (-fa on)"),
-        "{e}"
-    );
-    // heads of 16 do not split into blocks of 32
-    let e = err("tiny-qwen3moe-f32", q8, f16, true);
-    assert!(
-        e.contains("K cache type q8_0 with block size 32 does not divide n_embd_head_k = 16"),
-        "{e}"
-    );
-    let e = err("tiny-qwen3moe-f32", f16, q4, true);
-    assert!(
-        e.contains("V cache type q4_0 with block size 32 does not divide n_embd_head_v = 16"),
-        "{e}"
-    );
-    // types outside llama.cpp's KV list
-    let e = err("tiny-qwen3moe-q4_k", GgmlType::Q4K, f16, true);
-    assert!(
-        e.contains("K cache type q4_K is not supported (one of f16, f32, bf16, q8_0, q4_0)"),
-        "{e}"
-    );
-    // MLA: its V is the K rows, so a quantized K needs flash attention;
-    // the f32 fixture's rows of 32 + 8 do not split into blocks
-    let e = err("tiny-deepseek2-q4_k", q8, q8, false);
-    assert!(
-        e.contains("on an MLA model (deepseek2) requires flash attention (-fa on)"),
-        "{e}"
-    );
-    let e = err("tiny-deepseek2-f32", q8, q8, true);
-    assert!(e.contains("does not divide the K row = 40"), "{e}");
+    let cases = [
+        // a quantized V needs flash attention (llama.cpp: "V cache quantization requires flash_attn")
+        (
+            "tiny-qwen3moe-q4_k",
+            f16,
+            q8,
+            false,
+            "V cache quantization requires flash attention (-fa on)",
+        ),
+        // heads of 16 do not split into blocks of 32
+        (
+            "tiny-qwen3moe-f32",
+            q8,
+            f16,
+            true,
+            "K cache type q8_0 with block size 32 does not divide n_embd_head_k = 16",
+        ),
+        (
+            "tiny-qwen3moe-f32",
+            f16,
+            q4,
+            true,
+            "V cache type q4_0 with block size 32 does not divide n_embd_head_v = 16",
+        ),
+        // types outside llama.cpp's KV list
+        (
+            "tiny-qwen3moe-q4_k",
+            GgmlType::Q4K,
+            f16,
+            true,
+            "K cache type q4_K is not supported (one of f16, f32, bf16, q8_0, q4_0)",
+        ),
+        // MLA: its V is the K rows, so a quantized K needs flash attention;
+        // the f32 fixture's rows of 32 + 8 do not split into blocks
+        (
+            "tiny-deepseek2-q4_k",
+            q8,
+            q8,
+            false,
+            "on an MLA model (deepseek2) requires flash attention (-fa on)",
+        ),
+        (
+            "tiny-deepseek2-f32",
+            q8,
+            q8,
+            true,
+            "does not divide the K row = 40",
+        ),
+    ];
+    for (name, k, v, fa, needle) in cases {
+        let e = or_skip!(err(name, k, v, fa), continue);
+        assert!(e.contains(needle), "{name}: {e}");
+    }
 }
 
 /// A device that cannot store a quantized row (the CUDA backend has no
@@ -239,7 +263,7 @@ fn kv_cache_types_llama_cpp_refuses_are_refused_by_name() {
 #[test]
 fn a_device_that_cannot_store_the_type_is_refused_by_name() {
     use ggml_core::op::Op;
-    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-q4_k"));
     let no_quant_cpy: ggml_core::sim::OpFilter = Arc::new(|g: &ggml_core::Graph, n| {
         let t = g.tensor(n);
         !(t.op == Op::Cpy && t.ty.is_quantized())
@@ -286,7 +310,7 @@ fn a_device_that_cannot_store_the_type_is_refused_by_name() {
 /// attention over the quantized rows run on the device.
 #[test]
 fn a_quantized_cache_on_the_sim_device_matches_the_cpu() {
-    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-q4_k"));
     let cpu_model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
     let dev = llama::device::open_device("SIM0", 2, 1).expect("SIM0");
     let params = ModelParams {
@@ -320,12 +344,14 @@ fn a_quantized_cache_on_the_sim_device_matches_the_cpu() {
 /// logits written by `scripts/llama-cpp-logits.sh` (KV_TYPE=q4_0|q8_0).
 #[test]
 fn quantized_kv_caches_match_llama_cpp_with_the_same_cache_type() {
-    let fx = Fixture::load("tiny-qwen3moe-q4_k");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-q4_k"));
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("model"));
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/models");
     for (t, name) in [(GgmlType::Q4_0, "q4_0"), (GgmlType::Q8_0, "q8_0")] {
-        let bytes = std::fs::read(dir.join(format!("tiny-qwen3moe-q4_k.kv-{name}.logits")))
-            .expect("llama.cpp's logits with the quantized cache");
+        let path = or_skip!(
+            fixture_path(&format!("models/tiny-qwen3moe-q4_k.kv-{name}.logits")),
+            continue
+        );
+        let bytes = std::fs::read(path).expect("llama.cpp's logits with the quantized cache");
         let want: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
         let (p, _) = run_fixture(&model, &fx, t, t, true);
         let e = nmse(&p, &want);

@@ -7,17 +7,18 @@ mod common;
 
 use std::sync::Arc;
 
+use fixtures::{or_skip, SkipReason};
 use ggml_core::gguf::{GgufFile, GgufValue, GgufWriter};
 use ggml_core::GgmlType;
 use llama::{Context, ContextParams, Model, ModelParams};
 
-fn fixture(name: &str) -> GgufFile {
-    GgufFile::open(common::data_dir().join(format!("models/{name}.gguf"))).expect("fixture")
+fn fixture(name: &str) -> Result<GgufFile, SkipReason> {
+    Ok(GgufFile::open(common::model_gguf(name)?).expect("fixture"))
 }
 
 /// Rebuild a fixture without the tensors `drop` names and with `kv` set.
-fn rebuild(name: &str, drop: &[&str], kv: &[(&str, GgufValue)]) -> GgufFile {
-    let f = fixture(name);
+fn rebuild(name: &str, drop: &[&str], kv: &[(&str, GgufValue)]) -> Result<GgufFile, SkipReason> {
+    let f = fixture(name)?;
     let mut w = GgufWriter::new();
     for (k, v) in f.metadata() {
         w.set_kv(k.clone(), v.clone());
@@ -31,7 +32,7 @@ fn rebuild(name: &str, drop: &[&str], kv: &[(&str, GgufValue)]) -> GgufFile {
                 .expect("add tensor");
         }
     }
-    GgufFile::from_bytes(w.to_bytes().expect("write")).expect("reparse")
+    Ok(GgufFile::from_bytes(w.to_bytes().expect("write")).expect("reparse"))
 }
 
 fn load_err(f: GgufFile) -> String {
@@ -43,7 +44,11 @@ fn load_err(f: GgufFile) -> String {
 
 #[test]
 fn deepseek2_without_attn_kv_a_mqa_names_the_tensor() {
-    let f = rebuild("tiny-deepseek2-f32", &["blk.1.attn_kv_a_mqa.weight"], &[]);
+    let f = or_skip!(rebuild(
+        "tiny-deepseek2-f32",
+        &["blk.1.attn_kv_a_mqa.weight"],
+        &[]
+    ));
     let e = load_err(f);
     assert!(
         e.contains("missing tensor 'blk.1.attn_kv_a_mqa.weight'"),
@@ -53,11 +58,11 @@ fn deepseek2_without_attn_kv_a_mqa_names_the_tensor() {
 
 #[test]
 fn gptoss_sliding_window_of_zero_names_the_key() {
-    let f = rebuild(
+    let f = or_skip!(rebuild(
         "tiny-gptoss-mxfp4",
         &[],
         &[("gpt-oss.attention.sliding_window", GgufValue::U32(0))],
-    );
+    ));
     let e = load_err(f);
     assert!(
         e.contains("'gpt-oss.attention.sliding_window'") && e.contains("is 0"),
@@ -67,7 +72,7 @@ fn gptoss_sliding_window_of_zero_names_the_key() {
 
 #[test]
 fn gptoss_without_sliding_window_names_the_key() {
-    let f = fixture("tiny-gptoss-mxfp4");
+    let f = or_skip!(fixture("tiny-gptoss-mxfp4"));
     let mut w = GgufWriter::new();
     for (k, v) in f.metadata() {
         if k != "gpt-oss.attention.sliding_window" {
@@ -89,40 +94,40 @@ fn gptoss_without_sliding_window_names_the_key() {
 #[test]
 fn expert_groups_that_do_not_divide_the_experts_name_the_key() {
     // 16 experts in 3 groups
-    let f = rebuild(
+    let f = or_skip!(rebuild(
         "tiny-deepseek2-f32",
         &[],
         &[("deepseek2.expert_group_count", GgufValue::U32(3))],
-    );
+    ));
     let e = load_err(f);
     assert!(
         e.contains("'deepseek2.expert_group_count'") && e.contains("do not divide 16 experts"),
         "{e}"
     );
     // more groups used than there are
-    let f = rebuild(
+    let f = or_skip!(rebuild(
         "tiny-deepseek2-f32",
         &[],
         &[("deepseek2.expert_group_used_count", GgufValue::U32(5))],
-    );
+    ));
     let e = load_err(f);
     assert!(e.contains("'deepseek2.expert_group_used_count'"), "{e}");
 }
 
 #[test]
 fn mla_key_length_must_be_latent_plus_rope() {
-    let f = rebuild(
+    let f = or_skip!(rebuild(
         "tiny-deepseek2-f32",
         &[],
         &[("deepseek2.attention.key_length", GgufValue::U32(24))],
-    );
+    ));
     let e = load_err(f);
     assert!(e.contains("'deepseek2.attention.key_length'"), "{e}");
 }
 
 #[test]
 fn mla_cache_holds_the_latent_and_rope_part_only() {
-    let f = fixture("tiny-deepseek2-f32");
+    let f = or_skip!(fixture("tiny-deepseek2-f32"));
     let model = Arc::new(Model::from_gguf(f, ModelParams::default()).expect("load"));
     let hp = model.hparams.clone();
     assert_eq!((hp.n_lora_kv, hp.n_rot, hp.n_head), (32, 8, 4));
@@ -158,7 +163,7 @@ fn mla_cache_holds_the_latent_and_rope_part_only() {
 
 #[test]
 fn gptoss_cache_is_plain_k_and_v() {
-    let f = fixture("tiny-gptoss-mxfp4");
+    let f = or_skip!(fixture("tiny-gptoss-mxfp4"));
     let model = Arc::new(Model::from_gguf(f, ModelParams::default()).expect("load"));
     let hp = model.hparams.clone();
     let n_ctx = 64;

@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{nmse, Fixture, MODELS};
+use common::{nmse, or_skip, Fixture, MODELS};
 use ggml_core::gguf::LoadMode;
 use llama::device::open_device;
 use llama::placement::Placement;
@@ -55,7 +55,7 @@ fn fixtures_on_cuda0() {
         ),
     ];
     for name in MODELS {
-        let fx = Fixture::load(name);
+        let fx = or_skip!(Fixture::load(name), continue);
         let n = fx.n_vocab();
         for (label, placement, min_batch, load_mode) in cases.clone() {
             let dev = open_device("CUDA0", 2, min_batch).expect("CUDA0");

@@ -10,7 +10,7 @@ use ggml_core::gguf::{GgufFile, GgufValue, GgufWriter};
 use llama::{Context, ContextParams, LlamaError, Model, ModelParams};
 
 fn fixture() -> GgufFile {
-    GgufFile::open(common::data_dir().join("models/tiny-qwen3moe-f32.gguf")).expect("fixture")
+    GgufFile::open(common::lean_model_gguf("tiny-qwen3moe-f32")).expect("fixture")
 }
 
 /// Rebuild the fixture with `edit` applied to each tensor (`None` drops it)

@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{nmse, Fixture, MODELS};
+use common::{nmse, or_skip, Fixture, MODELS};
 use llama::{Context, ContextParams, Model, ModelParams};
 
 struct Run {
@@ -68,7 +68,7 @@ fn check(name: &str) {
 }
 
 fn check_configs(name: &str, configs: &[(usize, bool)]) {
-    check_fixture(&Fixture::load(name), configs);
+    check_fixture(&or_skip!(Fixture::load(name)), configs);
 }
 
 fn check_fixture(fx: &Fixture, configs: &[(usize, bool)]) {
@@ -160,7 +160,7 @@ fn tiny_deepseek2_q4_k() {
 /// against those. The bound stays 5e-3.
 #[test]
 fn tiny_deepseek2_q4_k_flash_attn() {
-    check_fixture(&Fixture::load_flash_attn(MODELS[10]), &ALL[2..]);
+    check_fixture(&or_skip!(Fixture::load_flash_attn(MODELS[10])), &ALL[2..]);
 }
 #[test]
 fn tiny_gptoss_mxfp4() {

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{nmse, Fixture, MODELS};
+use common::{nmse, or_skip, Fixture, MODELS};
 use llama::device::open_device;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
@@ -22,7 +22,7 @@ fn fixtures_on_cuda0_with_the_expert_cache() {
         return;
     }
     for name in MODELS {
-        let fx = Fixture::load(name);
+        let fx = or_skip!(Fixture::load(name), continue);
         let params = ModelParams {
             device: open_device("CUDA0", 2, 32).expect("CUDA0"),
             placement: Placement {

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Fixture, MODELS};
+use common::{or_skip, Fixture, MODELS};
 use llama::device::open_device;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
@@ -87,7 +87,7 @@ fn budgets(model: &Model) -> Vec<u64> {
 #[test]
 fn cached_experts_give_cpu_logits_bit_for_bit() {
     for name in MODELS {
-        let fx = Fixture::load(name);
+        let fx = or_skip!(Fixture::load(name), continue);
         let cpu = logits(
             &mut ctx(&load(&fx, None), 512, MoeCacheParams::default()),
             &fx,
@@ -176,7 +176,7 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
         "tiny-qwen3moe-q4_k",
         "tiny-qwen2moe-f32",
     ] {
-        let fx = Fixture::load(name);
+        let fx = or_skip!(Fixture::load(name), continue);
         let model = load(&fx, Some("SIM0"));
         let groups = model_groups(&model);
         let g = &groups[0];
@@ -302,7 +302,7 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
 
 #[test]
 fn poisoned_ids_are_an_error_in_the_cache_and_it_recovers() {
-    let fx = Fixture::load("tiny-qwen3moe-f32");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
     let model = load(&fx, Some("SIM0"));
     let n_expert = model.hparams.n_expert as i32;
     let bytes = bytes_for_all(&model_groups(&model));
@@ -336,7 +336,7 @@ fn poisoned_ids_are_an_error_in_the_cache_and_it_recovers() {
 
 #[test]
 fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
-    let fx = Fixture::load("tiny-qwen3moe-f32");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
     let dev = llama::device::open_device_with_memory("SIM0", 2, 1, Some(16 << 20))
         .expect("SIM0")
         .expect("a device");
@@ -389,7 +389,7 @@ fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
 #[test]
 fn replaying_the_router_ids_reproduces_the_live_cache_for_every_policy() {
     use llama::moe_cache::replay::{replay, TraceUbatch};
-    let fx = Fixture::load("tiny-qwen3moe-q8_0");
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-q8_0"));
     let model = load(&fx, Some("SIM0"));
     let g = &model_groups(&model)[0];
     let all = g.n_expert * g.layers.len() as u32;

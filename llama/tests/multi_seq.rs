@@ -21,7 +21,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{nmse, Fixture, MODELS};
+use common::{nmse, or_skip, Fixture, MODELS};
 use ggml_core::GgmlType;
 use llama::{Batch, Context, ContextParams, LlamaError, Model, ModelParams};
 
@@ -100,7 +100,7 @@ fn other_prompt(fx: &Fixture) -> Vec<i32> {
 }
 
 fn check(name: &str) {
-    let fx = Fixture::load(name);
+    let fx = or_skip!(Fixture::load(name));
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("load"));
     check_model(name, &fx, &model);
 }
@@ -228,7 +228,7 @@ fn together_qwen3moe_f32() {
 /// sequences).
 #[test]
 fn together_qwen3moe_sim_device_cpu_moe() {
-    let fx = Fixture::load(MODELS[0]);
+    let fx = or_skip!(Fixture::load(MODELS[0]));
     let dev = llama::device::open_device("SIM0", 2, 1).expect("SIM0");
     let params = ModelParams {
         device: dev,
@@ -257,7 +257,7 @@ fn together_with_a_q8_0_cache() {
         ("tiny-gptoss-mxfp4", false),
         ("tiny-deepseek2-q4_k", false),
     ] {
-        let fx = Fixture::load(name);
+        let fx = or_skip!(Fixture::load(name), continue);
         let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("load"));
         check_model_kv(&format!("{name} q8_0 cache"), &fx, &model, q8, vs_ref);
     }
@@ -279,7 +279,7 @@ fn together_gptoss_mxfp4() {
 /// at the same indices: bit-identical too.
 #[test]
 fn freed_cells_bit_identical() {
-    let fx = Fixture::load(MODELS[0]);
+    let fx = or_skip!(Fixture::load(MODELS[0]));
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("load"));
     let ra = alone(&model, &fx.tokens, &[], 512);
     let mut ctx = Context::new(Arc::clone(&model), params(512, F16)).expect("context");
@@ -302,7 +302,7 @@ fn freed_cells_bit_identical() {
 /// cell order). Each generated token fed one at a time, then two at once.
 #[test]
 fn tokens_after_a_hole_keep_position_order() {
-    let fx = Fixture::load(MODELS[0]);
+    let fx = or_skip!(Fixture::load(MODELS[0]));
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("load"));
     let gen: Vec<i32> = fx.gen.iter().copied().take(4).collect();
     let ra = alone(&model, &fx.tokens, &gen, 512);
@@ -368,7 +368,7 @@ fn tokens_after_a_hole_keep_position_order() {
 
 #[test]
 fn bad_batches_are_refused() {
-    let fx = Fixture::load(MODELS[0]);
+    let fx = or_skip!(Fixture::load(MODELS[0]));
     let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("load"));
     let mut ctx = Context::new(
         Arc::clone(&model),

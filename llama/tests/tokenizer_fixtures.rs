@@ -2,22 +2,28 @@
 //! test vectors (`.inp`/`.out`, as llama.cpp's `test-tokenizer-0`) and the
 //! model fixtures' prompt tokens.
 
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{or_skip, MODELS};
+use fixtures::{fixture_path, SkipReason};
 use ggml_core::gguf::GgufFile;
 use llama::tokenizer::{Tokenizer, TokenizerError};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data");
 const VOCABS: &[&str] = &["llama-spm", "qwen2", "gpt-2", "deepseek-llm"];
 
-fn load(path: &str) -> Tokenizer {
-    let f = GgufFile::open(path).unwrap_or_else(|e| panic!("open {path}: {e}"));
-    Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("tokenizer from {path}: {e}"))
+fn load(path: &Path) -> Tokenizer {
+    let p = path.display();
+    let f = GgufFile::open(path).unwrap_or_else(|e| panic!("open {p}: {e}"));
+    Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("tokenizer from {p}: {e}"))
 }
 
 /// (input, expected ids) pairs of one vocabulary's test vectors.
-fn cases(name: &str) -> Vec<(String, Vec<i32>)> {
-    let base = format!("{DATA}/tokenizer/ggml-vocab-{name}.gguf");
-    let inp = std::fs::read_to_string(format!("{base}.inp")).expect("read .inp");
-    let out = std::fs::read_to_string(format!("{base}.out")).expect("read .out");
+fn cases(name: &str) -> Result<Vec<(String, Vec<i32>)>, SkipReason> {
+    let base = format!("tokenizer/ggml-vocab-{name}.gguf");
+    let inp = std::fs::read_to_string(fixture_path(&format!("{base}.inp"))?).expect("read .inp");
+    let out = std::fs::read_to_string(fixture_path(&format!("{base}.out"))?).expect("read .out");
     let mut texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
     // The file ends with a separator, leaving one empty tail.
     assert_eq!(
@@ -34,15 +40,16 @@ fn cases(name: &str) -> Vec<(String, Vec<i32>)> {
         })
         .collect();
     assert_eq!(texts.len(), expected.len(), "{name}: .inp/.out case counts");
-    texts
+    Ok(texts
         .into_iter()
         .map(str::to_string)
         .zip(expected)
-        .collect()
+        .collect())
 }
 
-fn vocab_path(name: &str) -> String {
-    format!("{DATA}/tokenizer/ggml-vocab-{name}.gguf")
+/// `tokenizer/ggml-vocab-NAME.gguf`, or why it is absent.
+fn vocab_path(name: &str) -> Result<PathBuf, SkipReason> {
+    fixture_path(&format!("tokenizer/ggml-vocab-{name}.gguf"))
 }
 
 #[test]
@@ -50,8 +57,8 @@ fn vocab_test_vectors_match_llama_cpp() {
     let mut failures = Vec::new();
     let mut total = 0;
     for name in VOCABS {
-        let tok = load(&vocab_path(name));
-        for (text, want) in cases(name) {
+        let tok = load(&or_skip!(vocab_path(name), continue));
+        for (text, want) in or_skip!(cases(name), continue) {
             total += 1;
             let got = tok.tokenize(&text, false, false).expect("tokenize");
             if got != want {
@@ -87,8 +94,8 @@ fn vocab_test_vectors_round_trip() {
     let mut failures = Vec::new();
     let (mut checked, mut excluded) = (0, 0);
     for name in VOCABS {
-        let tok = load(&vocab_path(name));
-        for (text, ids) in cases(name) {
+        let tok = load(&or_skip!(vocab_path(name), continue));
+        for (text, ids) in or_skip!(cases(name), continue) {
             if let Some(why) = round_trip_exclusion(name, &text) {
                 eprintln!("excluded {name} {text:?}: {why}");
                 excluded += 1;
@@ -115,26 +122,13 @@ fn vocab_test_vectors_round_trip() {
 
 #[test]
 fn model_fixture_prompts_match_llama_cpp() {
-    let dir = format!("{DATA}/models");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("models dir")
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.strip_suffix(".prompt.txt").map(str::to_string)
-        })
-        .collect();
-    names.sort();
-    assert_eq!(
-        names.len(),
-        12,
-        "expected 12 model fixtures, found {names:?}"
-    );
     let mut failures = Vec::new();
-    for name in &names {
-        let tok = load(&format!("{dir}/{name}.gguf"));
-        let prompt = std::fs::read_to_string(format!("{dir}/{name}.prompt.txt")).expect("prompt");
-        let raw = std::fs::read(format!("{dir}/{name}.tokens")).expect("tokens");
+    for name in MODELS {
+        let file = |ext: &str| fixture_path(&format!("models/{name}.{ext}"));
+        let tok = load(&or_skip!(file("gguf"), continue));
+        let prompt =
+            std::fs::read_to_string(or_skip!(file("prompt.txt"), continue)).expect("prompt");
+        let raw = std::fs::read(or_skip!(file("tokens"), continue)).expect("tokens");
         let want: Vec<i32> = raw
             .chunks_exact(4)
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -149,7 +143,7 @@ fn model_fixture_prompts_match_llama_cpp() {
 
 #[test]
 fn vocab_metadata_matches_llama_cpp_defaults() {
-    let spm = load(&vocab_path("llama-spm"));
+    let spm = load(&fixtures::lean_path("tokenizer/ggml-vocab-llama-spm.gguf"));
     assert_eq!(spm.n_vocab(), 32000);
     assert_eq!(spm.bos(), Some(1));
     assert_eq!(spm.eos(), Some(2));
@@ -159,7 +153,7 @@ fn vocab_metadata_matches_llama_cpp_defaults() {
     assert_eq!(spm.token_text(1), Some("<s>"));
     assert_eq!(spm.nl(), Some(13));
 
-    let qwen = load(&vocab_path("qwen2"));
+    let qwen = load(&or_skip!(vocab_path("qwen2")));
     let im_end = qwen.text_to_token("<|im_end|>").expect("<|im_end|>");
     let eot_text = qwen.text_to_token("<|endoftext|>").expect("<|endoftext|>");
     assert!(qwen.is_eog(im_end) && qwen.is_eog(eot_text));
@@ -169,7 +163,15 @@ fn vocab_metadata_matches_llama_cpp_defaults() {
 
 #[test]
 fn special_tokens_parse_only_when_asked() {
-    let qwen = load(&vocab_path("qwen2"));
+    let spm = load(&fixtures::lean_path("tokenizer/ggml-vocab-llama-spm.gguf"));
+    let ids = spm.tokenize("a</s>b", true, true).unwrap();
+    assert_eq!(ids[0], 1);
+    assert!(ids.contains(&2));
+    // After a special token SPM prefixes a space again.
+    let a = spm.tokenize("b", false, false).unwrap();
+    assert!(ids.ends_with(&a));
+
+    let qwen = load(&or_skip!(vocab_path("qwen2")));
     let start = qwen.text_to_token("<|im_start|>").unwrap();
     let end = qwen.text_to_token("<|im_end|>").unwrap();
     let text = "<|im_start|>user\nHi<|im_end|>";
@@ -184,19 +186,11 @@ fn special_tokens_parse_only_when_asked() {
         text.as_bytes()
     );
     assert_eq!(qwen.detokenize(&parsed, false, false).unwrap(), b"user\nHi");
-
-    let spm = load(&vocab_path("llama-spm"));
-    let ids = spm.tokenize("a</s>b", true, true).unwrap();
-    assert_eq!(ids[0], 1);
-    assert!(ids.contains(&2));
-    // After a special token SPM prefixes a space again.
-    let a = spm.tokenize("b", false, false).unwrap();
-    assert!(ids.ends_with(&a));
 }
 
 #[test]
 fn add_special_adds_bos_and_detokenize_removes_it() {
-    let spm = load(&vocab_path("llama-spm"));
+    let spm = load(&fixtures::lean_path("tokenizer/ggml-vocab-llama-spm.gguf"));
     let ids = spm.tokenize("Hello world", true, false).unwrap();
     assert_eq!(ids[0], 1);
     assert_eq!(spm.detokenize(&ids, true, false).unwrap(), b" Hello world");
@@ -210,7 +204,7 @@ fn add_special_adds_bos_and_detokenize_removes_it() {
 
 #[test]
 fn out_of_range_ids_are_errors() {
-    let spm = load(&vocab_path("llama-spm"));
+    let spm = load(&fixtures::lean_path("tokenizer/ggml-vocab-llama-spm.gguf"));
     for bad in [32000, -1, i32::MAX] {
         match spm.detokenize(&[1, bad], false, false) {
             Err(TokenizerError::TokenOutOfRange { id, n_vocab }) => {

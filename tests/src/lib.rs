@@ -9,4 +9,6 @@
 //! - `offload_experts64.rs`: the expert copy policy on a 64-expert model,
 //!   measured against full copies.
 //!
-//! Reference data from llama.cpp lives in `tests/data/` (see its README).
+//! Reference data from llama.cpp: a lean set in `tests/data/`, the larger
+//! fixtures in `../shared/fixtures/`; tests find both through the `fixtures`
+//! crate (see `tests/data/README.md`).

@@ -14,14 +14,22 @@ use std::path::{Path, PathBuf};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_llama-bench");
 
-fn bench_dir() -> PathBuf {
-    root().join("tests/data/bench")
+/// `bench/FILE`: the bench fixtures are in the lean set tracked in tests/data.
+fn bench_file(file: &str) -> PathBuf {
+    fixtures::lean_path(&format!("bench/{file}"))
+}
+
+/// The model llama.cpp's llama-bench ran the fixtures on, or why it is absent.
+fn q4k_model() -> Result<String, fixtures::SkipReason> {
+    Ok(model("tiny-qwen3moe-q4_k.gguf")?
+        .to_string_lossy()
+        .into_owned())
 }
 
 /// The fixture's arguments (after `llama-bench`), the model path pointed at
 /// our copy; single quotes group as in a shell.
-fn fixture_args(name: &str) -> Vec<String> {
-    let cmd = std::fs::read_to_string(bench_dir().join(format!("{name}.cmd")))
+fn fixture_args(name: &str) -> Result<Vec<String>, fixtures::SkipReason> {
+    let cmd = std::fs::read_to_string(bench_file(&format!("{name}.cmd")))
         .unwrap_or_else(|e| panic!("{name}.cmd: {e}"));
     let mut args = Vec::new();
     let mut cur = String::new();
@@ -49,10 +57,8 @@ fn fixture_args(name: &str) -> Vec<String> {
         args.push(cur);
     }
     assert_eq!(args[0], "llama-bench");
-    let model = model("tiny-qwen3moe-q4_k.gguf")
-        .to_string_lossy()
-        .into_owned();
-    args[1..]
+    let model = q4k_model()?;
+    Ok(args[1..]
         .iter()
         .map(|a| {
             if a == "models/tiny-qwen3moe-q4_k.gguf" {
@@ -61,7 +67,7 @@ fn fixture_args(name: &str) -> Vec<String> {
                 a.clone()
             }
         })
-        .collect()
+        .collect())
 }
 
 fn bench(args: &[String]) -> (String, String) {
@@ -89,7 +95,7 @@ fn cells(line: &str) -> Vec<String> {
 }
 
 fn check_md(name: &str, ours: &str, threads_given: bool) {
-    let reference = std::fs::read_to_string(bench_dir().join(format!("{name}.out"))).unwrap();
+    let reference = std::fs::read_to_string(bench_file(&format!("{name}.out"))).unwrap();
     let rows = |s: &str| -> Vec<String> {
         s.lines()
             .filter(|l| l.starts_with('|'))
@@ -162,7 +168,7 @@ fn python_check(format: &str, name: &str, ours: &str) {
     let o = std::process::Command::new("python3")
         .arg(&script)
         .arg(format)
-        .arg(bench_dir().join(format!("{name}.out")))
+        .arg(bench_file(&format!("{name}.out")))
         .arg(&p)
         .output()
         .expect("python3 runs (the schema check parses with Python's json/csv/sqlite3)");
@@ -187,7 +193,7 @@ fn markdown_fixtures() {
         "md-ot",
         "md-ctk",
     ] {
-        let args = fixture_args(name);
+        let args = or_skip!(fixture_args(name));
         let threads_given = args.iter().any(|a| a == "-t");
         let (out, _) = bench(&args);
         check_md(name, &out, threads_given);
@@ -197,14 +203,14 @@ fn markdown_fixtures() {
 #[test]
 fn json_jsonl_csv_sql_fixtures_parse_with_python_and_match_llama_cpp_schema() {
     for f in ["json", "jsonl", "csv", "sql"] {
-        let (out, _) = bench(&fixture_args(f));
+        let (out, _) = bench(&or_skip!(fixture_args(f)));
         python_check(f, f, &out);
     }
 }
 
 #[test]
 fn second_format_on_stderr() {
-    let mut args = fixture_args("csv");
+    let mut args = or_skip!(fixture_args("csv"));
     args.extend(["-oe".into(), "json".into()]);
     let (out, err) = bench(&args);
     python_check("csv", "csv", &out);
@@ -214,9 +220,7 @@ fn second_format_on_stderr() {
 
 #[test]
 fn override_rules_split_on_semicolons_with_a_device() {
-    let m = model("tiny-qwen3moe-q4_k.gguf")
-        .to_string_lossy()
-        .into_owned();
+    let m = or_skip!(q4k_model());
     let args: Vec<String> = [
         "-m",
         &m,
@@ -276,9 +280,7 @@ fn override_rules_split_on_semicolons_with_a_device() {
 
 #[test]
 fn own_fields_only_where_they_apply() {
-    let m = model("tiny-qwen3moe-q4_k.gguf")
-        .to_string_lossy()
-        .into_owned();
+    let m = or_skip!(q4k_model());
     let args: Vec<String> = [
         "-m",
         &m,
@@ -330,9 +332,7 @@ fn fails(args: &[&str], needles: &[&str]) {
 
 #[test]
 fn bad_lists_fail_clearly() {
-    let m = model("tiny-qwen3moe-q4_k.gguf")
-        .to_string_lossy()
-        .into_owned();
+    let m = or_skip!(q4k_model());
     fails(&["-m", &m, "-t", "8-1"], &["-t 8-1", "below"]);
     fails(
         &["-m", &m, "-p", "16,abc"],
@@ -368,9 +368,7 @@ fn bad_lists_fail_clearly() {
 
 #[test]
 fn no_op_offload_stops_expert_copies() {
-    let m = model("tiny-qwen3moe-q4_k.gguf")
-        .to_string_lossy()
-        .into_owned();
+    let m = or_skip!(q4k_model());
     let args: Vec<String> = [
         "-m",
         &m,

@@ -14,8 +14,9 @@ const RUN: &str = env!("CARGO_BIN_EXE_llama-run");
 /// 2026-12-01 00:00:00 UTC, the date the reference rendered at.
 const REFERENCE_NOW: &str = "1796083200";
 
-fn chat_dir() -> std::path::PathBuf {
-    root().join("tests/data/chat")
+/// `chat/FILE`: the chat fixtures are in the lean set tracked in tests/data.
+fn chat_file(file: &str) -> std::path::PathBuf {
+    fixtures::lean_path(&format!("chat/{file}"))
 }
 
 fn render(args: &[&str]) -> Output {
@@ -37,8 +38,7 @@ fn write_json(dir: &Path, name: &str, v: &serde_json::Value) -> String {
 fn every_reference_case_through_the_binary() {
     let dir = tempfile::tempdir().unwrap();
     let cases: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(chat_dir().join("cases.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(chat_file("cases.json")).unwrap()).unwrap();
     let bos = cases["bos_token"].as_str().unwrap();
     let eos = cases["eos_token"].as_str().unwrap();
     let mut failures = Vec::new();
@@ -53,7 +53,7 @@ fn every_reference_case_through_the_binary() {
             &format!("{conv}.json"),
             &cases["conversations"][conv],
         );
-        let tmpl = chat_dir().join(format!("{name}.jinja"));
+        let tmpl = chat_file(&format!("{name}.jinja"));
         let tmpl = tmpl.to_string_lossy();
         let mut args = vec![
             "--chat-template-file",
@@ -71,7 +71,7 @@ fn every_reference_case_through_the_binary() {
         let o = render(&args);
         let label = format!("{name} / {conv} / gen={gen}");
         if let Some(file) = case["output"].as_str() {
-            let want = std::fs::read(chat_dir().join(file)).unwrap();
+            let want = std::fs::read(chat_file(file)).unwrap();
             if o.status.code() != Some(0) {
                 failures.push(format!("{label}: exit {:?}: {}", o.status, stderr(&o)));
             } else if o.stdout != want {
@@ -101,7 +101,7 @@ fn bos_and_eos_default_to_the_models_tokens() {
     )
     .unwrap();
     let msgs = write_json(dir.path(), "m.json", &serde_json::json!([]));
-    let m = model("tiny-qwen3moe-f32.gguf");
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
     let o = render(&[
         "-m",
         &m.to_string_lossy(),
@@ -132,7 +132,7 @@ fn a_model_without_a_template_falls_back_to_chatml() {
         "m.json",
         &serde_json::json!({"messages": [{"role": "user", "content": "Hi"}]}),
     );
-    let m = model("tiny-qwen3moe-f32.gguf");
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
     let o = render(&[
         "-m",
         &m.to_string_lossy(),
@@ -152,7 +152,7 @@ fn bad_inputs_fail_with_a_message() {
         "m.json",
         &serde_json::json!([{"role": "user", "content": "x"}]),
     );
-    let tmpl = chat_dir().join("Qwen-Qwen3-0.6B.jinja");
+    let tmpl = chat_file("Qwen-Qwen3-0.6B.jinja");
     let tmpl = tmpl.to_string_lossy().into_owned();
     let bad_json = dir.path().join("bad.json");
     std::fs::write(&bad_json, "[{").unwrap();
@@ -234,7 +234,7 @@ fn bad_inputs_fail_with_a_message() {
 /// The fixture model with `tokenizer.chat_template` set to `template`.
 fn model_with_template(dir: &Path, template: &str) -> std::path::PathBuf {
     use ggml_core::gguf::{GgufFile, GgufValue, GgufWriter};
-    let src = GgufFile::open(model("tiny-qwen3moe-f32.gguf")).unwrap();
+    let src = GgufFile::open(lean_model("tiny-qwen3moe-f32.gguf")).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in src.metadata() {
         w.set_kv(k.clone(), v.clone());
@@ -252,11 +252,10 @@ fn model_with_template(dir: &Path, template: &str) -> std::path::PathBuf {
 #[test]
 fn the_models_own_template_is_read_from_the_gguf() {
     let dir = tempfile::tempdir().unwrap();
-    let tmpl = std::fs::read_to_string(chat_dir().join("Qwen-Qwen3-0.6B.jinja")).unwrap();
+    let tmpl = std::fs::read_to_string(chat_file("Qwen-Qwen3-0.6B.jinja")).unwrap();
     let m = model_with_template(dir.path(), &tmpl);
     let cases: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(chat_dir().join("cases.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(chat_file("cases.json")).unwrap()).unwrap();
     let msgs = write_json(dir.path(), "m.json", &cases["conversations"]["multi-turn"]);
     let o = render(&[
         "-m",
@@ -269,7 +268,7 @@ fn the_models_own_template_is_read_from_the_gguf() {
         "<EOS>",
     ]);
     ok(&o);
-    let want = std::fs::read(chat_dir().join("Qwen-Qwen3-0.6B.multi-turn.gen.txt")).unwrap();
+    let want = std::fs::read(chat_file("Qwen-Qwen3-0.6B.multi-turn.gen.txt")).unwrap();
     assert_eq!(o.stdout, want);
     // a named template that the model lacks is an error naming it
     let o = render(&[

@@ -69,7 +69,7 @@ fn turn(text: &str, n: usize) -> (usize, usize, usize) {
 
 #[test]
 fn two_turns_through_a_pty_reuse_the_cache() {
-    let m = model("tiny-qwen3moe-q4_k.gguf");
+    let m = or_skip!(model("tiny-qwen3moe-q4_k.gguf"));
     let (mut master, slave) = openpty();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(RUN)
@@ -141,7 +141,7 @@ fn two_turns_through_a_pty_reuse_the_cache() {
 
 #[test]
 fn stdin_script_and_end_of_input() {
-    let m = model("tiny-qwen3moe-q4_k.gguf");
+    let m = or_skip!(model("tiny-qwen3moe-q4_k.gguf"));
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(RUN)
         .args([

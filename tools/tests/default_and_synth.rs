@@ -90,7 +90,7 @@ fn stats_out_has_the_required_keys() {
         RUN,
         &[
             "-m",
-            model("tiny-qwen3moe-f32.gguf").to_str().unwrap(),
+            lean_model("tiny-qwen3moe-f32.gguf").to_str().unwrap(),
             "-p",
             "Hi",
             "-n",
@@ -121,7 +121,7 @@ fn stats_out_has_the_required_keys() {
 #[test]
 fn bench_json_and_markdown() {
     let cache = tempfile::tempdir().unwrap();
-    let m = model("tiny-qwen3moe-f32.gguf");
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
     let o = run(
         BENCH,
         &[

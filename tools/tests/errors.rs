@@ -32,7 +32,7 @@ fn fails_with(bin: &str, args: &[&str], needles: &[&str]) {
 }
 
 fn f32_model() -> String {
-    model("tiny-qwen3moe-f32.gguf")
+    lean_model("tiny-qwen3moe-f32.gguf")
         .to_string_lossy()
         .into_owned()
 }

@@ -2,22 +2,24 @@
 //! a Q4_0 K/V cache and flash attention gives llama.cpp's own logits for
 //! that cache, with the rotation on (the default) and with
 //! `LLAMA_ATTN_ROT_DISABLE=1` (llama.cpp 0.5.0-dev's logits for both, in
-//! `tests/data/models/tiny-qwen3moe-q4_k.kv-q4_0{,-norot}.logits`).
+//! `tests/data/models/tiny-qwen3moe-q4_k.kv-q4_0{,-norot}.logits`; the model
+//! itself comes from ../shared/fixtures).
 
 use std::process::Command;
 
 mod common;
-use common::{model, nmse, read_f32};
+use std::path::Path;
 
-fn run(disable: bool) -> Vec<f32> {
+use common::{model, nmse, or_skip, read_f32};
+
+fn run(gguf: &Path, prompt: &Path, disable: bool) -> Vec<f32> {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("logits.bin");
-    let m = model("tiny-qwen3moe-q4_k.gguf");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_llama-run"));
     cmd.arg("-m")
-        .arg(&m)
+        .arg(gguf)
         .arg("-f")
-        .arg(m.with_extension("prompt.txt"))
+        .arg(prompt)
         .args([
             "--no-escape",
             "-n",
@@ -42,19 +44,21 @@ fn run(disable: bool) -> Vec<f32> {
 
 #[test]
 fn q4_0_cache_matches_llama_cpp_with_and_without_the_rotation() {
-    for (disable, file) in [
-        (false, "tiny-qwen3moe-q4_k.kv-q4_0.logits"),
-        (true, "tiny-qwen3moe-q4_k.kv-q4_0-norot.logits"),
-    ] {
-        let want = read_f32(&model(file));
-        let got = run(disable);
+    let gguf = or_skip!(model("tiny-qwen3moe-q4_k.gguf"));
+    let prompt = or_skip!(model("tiny-qwen3moe-q4_k.prompt.txt"));
+    let rot = or_skip!(model("tiny-qwen3moe-q4_k.kv-q4_0.logits"));
+    let norot = or_skip!(model("tiny-qwen3moe-q4_k.kv-q4_0-norot.logits"));
+    for (disable, file) in [(false, &rot), (true, &norot)] {
+        let want = read_f32(file);
+        let got = run(&gguf, &prompt, disable);
+        let file = file.display();
         let e = nmse(&got, &want);
         eprintln!("rotation disabled {disable}: NMSE {e:e} against {file}");
         assert!(e <= 5e-3, "rotation disabled {disable}: NMSE {e:e}");
     }
     // the two references differ by far more than the bound: the rotation
     // is what each run reproduces
-    let a = read_f32(&model("tiny-qwen3moe-q4_k.kv-q4_0.logits"));
-    let b = read_f32(&model("tiny-qwen3moe-q4_k.kv-q4_0-norot.logits"));
+    let a = read_f32(&rot);
+    let b = read_f32(&norot);
     assert!(nmse(&a, &b) > 1e-2);
 }

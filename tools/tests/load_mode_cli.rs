@@ -11,7 +11,7 @@ const BENCH: &str = env!("CARGO_BIN_EXE_llama-bench");
 #[test]
 fn a_bad_load_mode_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let m = model("tiny-qwen3moe-f32.gguf");
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
     let m = m.to_str().unwrap();
     for (bin, args) in [
         (
@@ -34,7 +34,7 @@ fn a_bad_load_mode_is_a_clear_error() {
 #[test]
 fn pin_and_dio_generate_what_mmap_generates() {
     let dir = tempfile::tempdir().unwrap();
-    let m = model("tiny-qwen3moe-f32.gguf");
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
     let m = m.to_str().unwrap();
     let gen = |mode: &str| {
         let o = run(
@@ -76,7 +76,7 @@ fn pin_and_dio_generate_what_mmap_generates() {
 #[test]
 fn bench_reports_each_load_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let m = model("tiny-qwen3moe-f32.gguf");
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
     let o = run(
         BENCH,
         &[

@@ -122,10 +122,8 @@ fn a_trace_from_another_model_is_refused_with_both_shapes() {
     let dir = tempfile::tempdir().expect("tempdir");
     // recorded on the embedded default model (4 layers, 16 experts, 4 used)
     let (_, _, trace) = run_live(dir.path(), "8", "lru");
-    let other = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/data/models/tiny-qwen3moe-f32.gguf"
-    );
+    let other = fixtures::lean_path("models/tiny-qwen3moe-f32.gguf");
+    let other = other.to_str().expect("path");
     let out = replay(&[trace.to_str().expect("path"), "-m", other]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -10,15 +10,15 @@ use common::*;
 const RUN: &str = env!("CARGO_BIN_EXE_llama-run");
 const BENCH: &str = env!("CARGO_BIN_EXE_llama-bench");
 
-fn q4k_model() -> String {
-    model("tiny-qwen3moe-q4_k.gguf")
+fn q4k_model() -> Result<String, fixtures::SkipReason> {
+    Ok(model("tiny-qwen3moe-q4_k.gguf")?
         .to_string_lossy()
-        .into_owned()
+        .into_owned())
 }
 
 #[test]
 fn bad_slot_counts_are_errors_naming_the_flag() {
-    let m = q4k_model();
+    let m = or_skip!(q4k_model());
     for bin in [RUN, BENCH] {
         for bad in ["-7", "x"] {
             let dir = tempfile::tempdir().unwrap();
@@ -51,7 +51,7 @@ fn bad_slot_counts_are_errors_naming_the_flag() {
 
 #[test]
 fn slots_that_do_not_fit_warn_and_stats_add_up() {
-    let m = q4k_model();
+    let m = or_skip!(q4k_model());
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("s.json");
     let stats_s = stats.to_string_lossy().into_owned();

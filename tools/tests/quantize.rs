@@ -11,8 +11,9 @@ use ggml_core::gguf::GgufFile;
 use ggml_core::GgmlType;
 use llama::{Context, ContextParams, Model, ModelParams};
 
+/// `models/FILE` of tiny-qwen3moe-f32, in the lean set tracked in tests/data.
 fn data(p: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/models")).join(p)
+    fixtures::lean_path(&format!("models/{p}"))
 }
 
 fn prompt_nmse(file: GgufFile) -> f64 {

@@ -12,8 +12,10 @@ use tools::quantize::{Mix, ModelShape, TypeChooser};
 
 const QUANTIZE: &str = env!("CARGO_BIN_EXE_llama-quantize");
 
+/// A fixture of the lean set tracked in tests/data (the mixes' reference,
+/// tiny-qwen3moe-f32).
 fn data(p: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data")).join(p)
+    fixtures::lean_path(p)
 }
 
 /// File order as llama.cpp's converter writes it: token_embd, the layers
@@ -197,7 +199,7 @@ fn input_as_output_is_refused() {
 #[test]
 fn requantizing_needs_allow_requantize() {
     let dir = tempfile::tempdir().unwrap();
-    let q = data("models/tiny-qwen3moe-q8_0.gguf");
+    let q = fixtures::or_skip!(fixtures::fixture_path("models/tiny-qwen3moe-q8_0.gguf"));
     let out = dir.path().join("q4.gguf");
     let o = quantize(&[q.as_os_str(), out.as_os_str(), "q4_0".as_ref()]);
     let err = String::from_utf8_lossy(&o.stderr);

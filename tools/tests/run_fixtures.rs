@@ -24,14 +24,16 @@ fn check_model(name: &str, bound: f64) {
 }
 
 fn check_model_with(name: &str, bound: f64, extra: &[&str]) {
-    let base = model(name);
+    let file = |ext: &str| model(&format!("{name}{ext}"));
+    let (gguf, prompt) = (or_skip!(file(".gguf")), or_skip!(file(".prompt.txt")));
+    let (ref_tokens, ref_gen) = (or_skip!(file(".tokens")), or_skip!(file(".gen")));
+    let (ref_logits, ref_gen_logits) = (or_skip!(file(".logits")), or_skip!(file(".genlogits")));
     let dir = tempfile::tempdir().unwrap();
     let (logits, tokens, stats) = (
         dir.path().join("l.bin"),
         dir.path().join("t.bin"),
         dir.path().join("s.json"),
     );
-    let (gguf, prompt) = (with_ext(&base, ".gguf"), with_ext(&base, ".prompt.txt"));
     let mut args: Vec<&str> = vec![
         "-m",
         gguf.to_str().unwrap(),
@@ -53,10 +55,10 @@ fn check_model_with(name: &str, bound: f64, extra: &[&str]) {
     args.extend_from_slice(extra);
     let o = run(RUN, &args, dir.path());
     ok(&o);
-    let ref_tokens = read_i32(&with_ext(&base, ".tokens"));
-    let ref_gen = read_i32(&with_ext(&base, ".gen"));
-    let ref_logits = read_f32(&with_ext(&base, ".logits"));
-    let ref_gen_logits = read_f32(&with_ext(&base, ".genlogits"));
+    let ref_tokens = read_i32(&ref_tokens);
+    let ref_gen = read_i32(&ref_gen);
+    let ref_logits = read_f32(&ref_logits);
+    let ref_gen_logits = read_f32(&ref_gen_logits);
     let n_prompt = ref_tokens.len();
     let n_vocab = ref_logits.len() / n_prompt;
 
@@ -146,13 +148,13 @@ fn other_fixture_models_match_llama_cpp() {
 
 #[test]
 fn generated_text_is_streamed_to_stdout() {
-    let base = model("tiny-qwen3moe-f32");
+    let gguf = lean_model("tiny-qwen3moe-f32.gguf");
     let dir = tempfile::tempdir().unwrap();
     let o = run(
         RUN,
         &[
             "-m",
-            with_ext(&base, ".gguf").to_str().unwrap(),
+            gguf.to_str().unwrap(),
             "-p",
             "Hello",
             "-n",

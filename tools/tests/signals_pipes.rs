@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 const RUN: &str = env!("CARGO_BIN_EXE_llama-run");
 
 fn m() -> String {
-    model("tiny-qwen3moe-f32.gguf")
+    lean_model("tiny-qwen3moe-f32.gguf")
         .to_string_lossy()
         .into_owned()
 }

@@ -21,10 +21,10 @@ fn parse_ids(s: &str) -> Vec<i32> {
 }
 
 fn check_vocab(name: &str) {
-    let dir = root().join("tests/data/tokenizer");
-    let gguf = dir.join(format!("ggml-vocab-{name}.gguf"));
-    let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap();
-    let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap();
+    let file = |ext: &str| fixtures::fixture_path(&format!("tokenizer/ggml-vocab-{name}.{ext}"));
+    let gguf = or_skip!(file("gguf"));
+    let inp = std::fs::read_to_string(or_skip!(file("gguf.inp"))).unwrap();
+    let out = std::fs::read_to_string(or_skip!(file("gguf.out"))).unwrap();
     let inputs: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
     let expected: Vec<&str> = out.split('\n').collect();
     let n = expected.len() - 1; // trailing newline
@@ -92,7 +92,7 @@ fn deepseek_llm_vectors() {
 #[test]
 fn pieces_are_printed_as_llama_cpp_does() {
     let dir = tempfile::tempdir().unwrap();
-    let gguf = root().join("tests/data/tokenizer/ggml-vocab-llama-spm.gguf");
+    let gguf = fixtures::lean_path("tokenizer/ggml-vocab-llama-spm.gguf");
     let o = run(
         TOK,
         &["-m", gguf.to_str().unwrap(), "-p", "Hello world"],

@@ -1,12 +1,26 @@
 //! Fixture access shared by the llama integration tests: llama.cpp's
-//! reference tokens and logits for the small models in `tests/data/models`.
+//! reference tokens and logits for the small models of the fixtures'
+//! `models/`, found by `fixtures::fixture_path` (tests/data, then
+//! ../shared/fixtures); a test prints the `SkipReason` of an absent one
+//! (`fixtures::or_skip!`) and goes on without it.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
-/// `tests/data` at the workspace root.
-pub fn data_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data"))
+// not every test crate that includes this module skips
+#[allow(unused_imports)]
+pub use fixtures::or_skip;
+use fixtures::{fixture_path, SkipReason};
+
+/// `models/NAME.gguf`, or why it is absent.
+pub fn model_gguf(name: &str) -> Result<PathBuf, SkipReason> {
+    fixture_path(&format!("models/{name}.gguf"))
+}
+
+/// `models/NAME.gguf` of a model in the lean set tracked in tests/data
+/// (tiny-qwen3moe-f32); its absence is an incomplete checkout, not a skip.
+pub fn lean_model_gguf(name: &str) -> PathBuf {
+    fixtures::lean_path(&format!("models/{name}.gguf"))
 }
 
 /// Every model fixture's name.
@@ -45,36 +59,36 @@ fn read(p: PathBuf) -> Vec<u8> {
 }
 
 impl Fixture {
-    pub fn load(name: &str) -> Fixture {
-        let d = data_dir().join("models");
-        let f = |ext: &str| d.join(format!("{name}.{ext}"));
+    /// The model's files (`models/NAME.{gguf,prompt.txt,tokens,logits,gen,genlogits}`),
+    /// or why one of them is absent.
+    pub fn load(name: &str) -> Result<Fixture, SkipReason> {
+        let f = |ext: &str| fixture_path(&format!("models/{name}.{ext}"));
         let quant = ["q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"]
             .iter()
             .any(|q| name.ends_with(q));
-        Fixture {
+        Ok(Fixture {
             name: name.to_string(),
-            gguf: f("gguf"),
-            prompt: String::from_utf8(read(f("prompt.txt"))).expect("prompt is UTF-8"),
-            tokens: bytemuck::pod_collect_to_vec(&read(f("tokens"))),
-            logits: bytemuck::pod_collect_to_vec(&read(f("logits"))),
-            gen: bytemuck::pod_collect_to_vec(&read(f("gen"))),
-            genlogits: bytemuck::pod_collect_to_vec(&read(f("genlogits"))),
+            gguf: f("gguf")?,
+            prompt: String::from_utf8(read(f("prompt.txt")?)).expect("prompt is UTF-8"),
+            tokens: bytemuck::pod_collect_to_vec(&read(f("tokens")?)),
+            logits: bytemuck::pod_collect_to_vec(&read(f("logits")?)),
+            gen: bytemuck::pod_collect_to_vec(&read(f("gen")?)),
+            genlogits: bytemuck::pod_collect_to_vec(&read(f("genlogits")?)),
             bound: if quant { 5e-3 } else { 5e-5 },
-        }
+        })
     }
 
     /// The fixture with llama.cpp's own flash-attention reference in place of
     /// the default (flash attention off) one: `NAME.fa.logits`, `NAME.fa.gen`
     /// and `NAME.fa.genlogits`, written by `scripts/llama-cpp-logits.sh` with
     /// llama.cpp 0.5.0-dev and otherwise the same settings (tests/data/README.md).
-    pub fn load_flash_attn(name: &str) -> Fixture {
-        let mut fx = Fixture::load(name);
-        let d = data_dir().join("models");
-        let f = |ext: &str| d.join(format!("{name}.fa.{ext}"));
-        fx.logits = bytemuck::pod_collect_to_vec(&read(f("logits")));
-        fx.gen = bytemuck::pod_collect_to_vec(&read(f("gen")));
-        fx.genlogits = bytemuck::pod_collect_to_vec(&read(f("genlogits")));
-        fx
+    pub fn load_flash_attn(name: &str) -> Result<Fixture, SkipReason> {
+        let mut fx = Fixture::load(name)?;
+        let f = |ext: &str| fixture_path(&format!("models/{name}.fa.{ext}"));
+        fx.logits = bytemuck::pod_collect_to_vec(&read(f("logits")?));
+        fx.gen = bytemuck::pod_collect_to_vec(&read(f("gen")?));
+        fx.genlogits = bytemuck::pod_collect_to_vec(&read(f("genlogits")?));
+        Ok(fx)
     }
 
     pub fn n_vocab(&self) -> usize {

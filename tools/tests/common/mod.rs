@@ -1,25 +1,32 @@
 //! Helpers shared by the integration tests: run a tool binary with a
-//! private cache directory and read the fixture files.
+//! private cache directory and read the fixture files, found by
+//! `fixtures::fixture_path` (tests/data, then ../shared/fixtures); a test
+//! prints the `SkipReason` of an absent one (`or_skip!`) and returns.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+// not every test crate that includes this module skips
+#[allow(unused_imports)]
+pub use fixtures::or_skip;
+use fixtures::{fixture_path, SkipReason};
 
 /// The repository root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A fixture model's path without extension (`tests/data/models/NAME`).
-pub fn model(name: &str) -> PathBuf {
-    root().join("tests/data/models").join(name)
+/// The fixture model file `models/FILE` (`NAME.gguf`, `NAME.logits`, ...),
+/// or why it is absent.
+pub fn model(file: &str) -> Result<PathBuf, SkipReason> {
+    fixture_path(&format!("models/{file}"))
 }
 
-/// `NAME.ext` next to a fixture model.
-pub fn with_ext(base: &Path, ext: &str) -> PathBuf {
-    let mut s = base.as_os_str().to_owned();
-    s.push(ext);
-    PathBuf::from(s)
+/// `models/FILE` of the lean set tracked in tests/data (tiny-qwen3moe-f32's
+/// files); its absence is an incomplete checkout, not a skip.
+pub fn lean_model(file: &str) -> PathBuf {
+    fixtures::lean_path(&format!("models/{file}"))
 }
 
 /// Run `bin` with `args` and a cache directory of its own.
@@ -80,7 +87,7 @@ pub fn nmse(a: &[f32], b: &[f32]) -> f64 {
 
 /// The tiny qwen3moe F32 fixture's path, as a string argument.
 pub fn f32_model() -> String {
-    model("tiny-qwen3moe-f32.gguf")
+    lean_model("tiny-qwen3moe-f32.gguf")
         .to_string_lossy()
         .into_owned()
 }
