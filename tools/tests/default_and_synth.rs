@@ -270,8 +270,8 @@ fn synth_writes_every_qwen3moe_tensor_and_the_model_runs() {
 fn synthetic_routing_is_not_uniform() {
     // in-process: the default model's layers pick some experts far more
     // often than others (as trained models do)
-    let p = tools::synth::SynthParams::default_model();
-    let w = tools::synth::synthesize(&p, &mut |_| {}).unwrap();
+    let p = synth::SynthParams::default_model();
+    let w = synth::synthesize(&p, &mut |_| {}).unwrap();
     let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     let model = Arc::new(llama::Model::from_gguf(file, llama::ModelParams::default()).unwrap());
     let params = llama::ContextParams {

@@ -2,7 +2,7 @@
 //! the conversation loop) is one of `summary::STOP_VALUES`, and each is
 //! documented on `RunSummary::stop` and in docs/running.md's summary table.
 
-use tools::summary::STOP_VALUES;
+use common::summary::STOP_VALUES;
 
 fn read(rel: &str) -> String {
     let p = concat!(env!("CARGO_MANIFEST_DIR"), "/");

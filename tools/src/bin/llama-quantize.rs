@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
+use common::cli;
+use common::progress::Progress;
 use ggml_core::gguf::GgufFile;
-use tools::cli;
-use tools::progress::Progress;
 use tools::quantize::{quantize, Mix, QuantizeParams, MIXES};
 
 const TOOL: &str = "llama-quantize";
@@ -95,7 +95,7 @@ fn run(a: Args) -> Result<()> {
     let result = quantize(&input, &params, &mut |f| bar.set(f));
     bar.finish();
     let (w, r) = result?;
-    tools::synth::write_atomic(&w, &a.output)?;
+    synth::write_atomic(&w, &a.output)?;
     let name = match mix {
         Mix::Named(f) => f.name().to_string(),
         Mix::Pure(t) => format!("{t} (pure)"),

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use tools::cli;
-use tools::tok;
+use common::cli;
+use common::tok;
 
 const TOOL: &str = "llama-tokenize";
 
