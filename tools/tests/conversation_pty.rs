@@ -108,11 +108,11 @@ fn two_turns_through_a_pty_reuse_the_cache() {
     let (p2, g2, c2) = turn(&text, 2);
     // the first turn decodes the whole rendering (ChatML: the model has no
     // template of its own), with its BOS
-    let tok = common::tok::load_vocab(&m).unwrap();
+    let tok = ::common::tok::load_vocab(&m).unwrap();
     let first = "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n";
     assert_eq!(
         p1,
-        common::tok::tokenize(&tok, first, true, true)
+        ::common::tok::tokenize(&tok, first, true, true)
             .unwrap()
             .len(),
         "{text}"
@@ -121,7 +121,7 @@ fn two_turns_through_a_pty_reuse_the_cache() {
     let added = "<|im_end|>\n<|im_start|>user\nAnd again<|im_end|>\n<|im_start|>assistant\n";
     assert_eq!(
         p2,
-        common::tok::tokenize(&tok, added, false, true)
+        ::common::tok::tokenize(&tok, added, false, true)
             .unwrap()
             .len(),
         "{text}"
@@ -171,12 +171,12 @@ fn stdin_script_and_end_of_input() {
         err.contains("1 turns") && err.contains("stopped by    = eof"),
         "{err}"
     );
-    let tok = common::tok::load_vocab(&m).unwrap();
+    let tok = ::common::tok::load_vocab(&m).unwrap();
     let first = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nOne<|im_end|>\n<|im_start|>assistant\n";
     let (p1, _, _) = turn(&err, 1);
     assert_eq!(
         p1,
-        common::tok::tokenize(&tok, first, true, true)
+        ::common::tok::tokenize(&tok, first, true, true)
             .unwrap()
             .len(),
         "{err}"

@@ -20,6 +20,7 @@ use llama::{Context, Sampler, SamplerParams};
 
 use super::args::ends_with_reverse_prompt;
 use super::conversation::conversation;
+use super::default_device::{announce, run_placement, RunPlacement};
 use super::flags::{check_args, Args};
 use super::outputs::{f32_bytes, OutFile};
 use super::{DEFAULT_PROMPT, TOOL};
@@ -51,7 +52,16 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         None => None,
     };
 
-    let loaded = cli::load_model(TOOL, a.model.as_deref(), &a.placement, n_threads)?;
+    let RunPlacement {
+        placement,
+        default_run,
+    } = run_placement(a);
+    if default_run {
+        if let Some(d) = &placement.device {
+            eprintln!("{}", announce(TOOL, d));
+        }
+    }
+    let loaded = cli::load_model(TOOL, a.model.as_deref(), &placement, n_threads)?;
     let model = &loaded.model;
     let hp = &model.hparams;
     let device = cli::device_name(model);
@@ -72,8 +82,8 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         eprint!("{}", cli::placement_table(model));
     }
 
-    let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &a.placement);
-    ctx_params.moe_cache = a.moe_cache.params(&a.placement)?;
+    let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &placement);
+    ctx_params.moe_cache = a.moe_cache.params(&placement)?;
     ctx_params.moe_hybrid = a.moe_cache.hybrid()?;
     ctx_params.prefetch_experts_slots = a.prefetch.slots()?;
     ctx_params.moe_predict = a.prefetch.predict();
@@ -304,8 +314,8 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     let mut s = RunSummary {
         model: loaded.path.display().to_string(),
         device,
-        expert_copy: !a.placement.no_expert_copy,
-        offload_min_batch: a.placement.offload_min_batch,
+        expert_copy: !placement.no_expert_copy,
+        offload_min_batch: placement.offload_min_batch,
         load_s: loaded.load_s,
         prompt_tokens: prompt_ids.len(),
         prompt_s,
@@ -349,6 +359,9 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     } else {
         eprintln!();
         eprint!("{}", s.to_text());
+        if default_run {
+            eprint!("{}", s.offload_text());
+        }
     }
     if let Some(mut f) = stats_out {
         let json = serde_json::to_string_pretty(&s)?;
