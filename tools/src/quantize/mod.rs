@@ -7,6 +7,7 @@
 //! that does not fit. Re-quantizing an already quantized tensor needs
 //! `allow_requantize`.
 
+pub mod cli;
 pub mod mix;
 
 use anyhow::{bail, Context as _, Result};
