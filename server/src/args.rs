@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Parser;
+use common::args::prefetch::PrefetchArgs;
+use common::cli::{BatchArgs, MoeCacheArgs, PlacementArgs};
 use ggml_core::GgmlType;
-use tools::args::prefetch::PrefetchArgs;
-use tools::cli::{BatchArgs, MoeCacheArgs, PlacementArgs};
 
 /// The server's multi-letter short flags (beside the shared ones of
-/// [`tools::cli::MULTI_LETTER_SHORTS`]), mapped to long forms before parsing.
+/// [`common::cli::MULTI_LETTER_SHORTS`]), mapped to long forms before parsing.
 pub const SERVER_SHORTS: &[(&str, &str)] = &[
     ("-np", "--parallel"),
     ("-cb", "--cont-batching"),
@@ -126,7 +126,7 @@ impl ServerArgs {
             });
             m.unwrap_or(a)
         });
-        let args = tools::cli::normalize_args(mapped);
+        let args = common::cli::normalize_args(mapped);
         let a = ServerArgs::try_parse_from(args).map_err(|e| {
             if matches!(
                 e.kind(),

@@ -11,7 +11,7 @@ use llama::moe_cache::layout::model_groups;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
-use tools::synth::{synthesize, SynthParams};
+use synth::{synthesize, SynthParams};
 
 fn model() -> Arc<Model> {
     let p = SynthParams {

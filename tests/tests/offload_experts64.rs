@@ -9,7 +9,7 @@ use ggml_core::GgmlType;
 use llama::device::open_device;
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
-use tools::synth::{synthesize, SynthParams};
+use synth::{synthesize, SynthParams};
 
 #[test]
 fn selective_copy_is_at_least_8x_below_full_copy_per_token() {

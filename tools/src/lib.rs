@@ -1,34 +1,24 @@
 //! # tools
 //!
-//! The command-line tools over the `llama` crate, with llama.cpp's flags:
-//! `llama-run` (generate text, report speed and expert traffic),
-//! `llama-bench` (pp/tg throughput, [`bench`](mod@bench)), `llama-tokenize` (text to ids).
-//! This library holds what they share: the synthetic model generator
-//! ([`synth`], [`vocab`]), the cached embedded default model ([`cache`]),
-//! chat templates and conversation ([`chat`]), flags and loading ([`cli`]), progress display ([`progress`]), UTF-8
-//! streaming ([`stream`]) and the run summary ([`summary`]).
+//! The command-line tools over the `llama` crate, with llama.cpp's flags,
+//! one module tree per tool; each binary in `src/bin` only parses its
+//! flags and calls in here:
+//! `llama-run` ([`run`]: generate text, report speed and expert traffic),
+//! `llama-bench` ([`bench`](mod@bench): pp/tg throughput),
+//! `llama-quantize` ([`quantize`], its command line in [`quantize::cli`]),
+//! `llama-moe-cache` ([`moe_cache`]: replay a routing trace through the
+//! cache policies), `llama-timeline` ([`timeline`]: draw a trace) and
+//! `llama-tokenize` ([`tokenize`]: text to ids).
+//!
+//! Data flows from the command line through `common` (flags, model
+//! loading, the run summary) into the tool's module; the synthetic models
+//! come from the `synth` crate.
 
 #![warn(missing_docs)]
 
-pub mod args;
 pub mod bench;
-pub mod cache;
-pub mod chat;
-pub mod cli;
-pub mod devices;
-pub mod hybrid_summary;
-pub mod moe_cache_tool;
-pub mod outfile;
-pub mod prefetch_report;
-pub mod progress;
+pub mod moe_cache;
 pub mod quantize;
-pub mod signals;
-pub mod simtime;
-pub mod stream;
-pub mod summary;
-pub mod synth;
-pub mod synth_arch;
-pub mod synth_budget;
-pub mod timeline_svg;
-pub mod tok;
-pub mod vocab;
+pub mod run;
+pub mod timeline;
+pub mod tokenize;

@@ -108,18 +108,20 @@ fn two_turns_through_a_pty_reuse_the_cache() {
     let (p2, g2, c2) = turn(&text, 2);
     // the first turn decodes the whole rendering (ChatML: the model has no
     // template of its own), with its BOS
-    let tok = tools::tok::load_vocab(&m).unwrap();
+    let tok = ::common::tok::load_vocab(&m).unwrap();
     let first = "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n";
     assert_eq!(
         p1,
-        tools::tok::tokenize(&tok, first, true, true).unwrap().len(),
+        ::common::tok::tokenize(&tok, first, true, true)
+            .unwrap()
+            .len(),
         "{text}"
     );
     // the second only the text the new turn adds after the cached reply
     let added = "<|im_end|>\n<|im_start|>user\nAnd again<|im_end|>\n<|im_start|>assistant\n";
     assert_eq!(
         p2,
-        tools::tok::tokenize(&tok, added, false, true)
+        ::common::tok::tokenize(&tok, added, false, true)
             .unwrap()
             .len(),
         "{text}"
@@ -169,12 +171,14 @@ fn stdin_script_and_end_of_input() {
         err.contains("1 turns") && err.contains("stopped by    = eof"),
         "{err}"
     );
-    let tok = tools::tok::load_vocab(&m).unwrap();
+    let tok = ::common::tok::load_vocab(&m).unwrap();
     let first = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nOne<|im_end|>\n<|im_start|>assistant\n";
     let (p1, _, _) = turn(&err, 1);
     assert_eq!(
         p1,
-        tools::tok::tokenize(&tok, first, true, true).unwrap().len(),
+        ::common::tok::tokenize(&tok, first, true, true)
+            .unwrap()
+            .len(),
         "{err}"
     );
 }

@@ -82,6 +82,54 @@ fn default_model_runs_on_a_bare_machine_and_is_cached() {
     assert!(!stderr(&o).contains("generating"), "{}", stderr(&o));
 }
 
+/// With no -m and no --device, the run shows the offload path: SIM0 (no
+/// CUDA device here), experts in host memory, and a summary with the expert
+/// traffic, the cache's hit rate and the simulated speed next to wall-clock;
+/// `--device CPU` is the plain CPU run.
+#[test]
+fn default_run_shows_the_offload_path() {
+    if llama::device::first_cuda_device().is_some() {
+        eprintln!("skipped: a CUDA device is present, the default run takes it");
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let o = run(RUN, &["-n", "8", "--temp", "0"], cache.path());
+    ok(&o);
+    let err = stderr(&o);
+    for needle in [
+        "no -m and no --device: the default model runs on SIM0",
+        "placement: ",
+        " on SIM0, ",
+        "expert h2d    = ",
+        "moe cache     = lrfu",
+        "decode hit rate",
+        "simulated     = prompt",
+        "offload       = experts in host memory, SIM0 computes: ",
+        "expert cache decode hit rate ",
+        "tokens per second simulated (pcie4-x16 clock), ",
+        "tokens per second wall-clock",
+    ] {
+        assert!(err.contains(needle), "default run lacks '{needle}':\n{err}");
+    }
+    let o = run(
+        RUN,
+        &["-n", "8", "--temp", "0", "--device", "CPU"],
+        cache.path(),
+    );
+    ok(&o);
+    let err = stderr(&o);
+    assert!(
+        err.contains("expert h2d    = none (no --device: experts are used in host memory)"),
+        "{err}"
+    );
+    for absent in ["no -m and no --device", "offload       =", "simulated"] {
+        assert!(
+            !err.contains(absent),
+            "--device CPU printed '{absent}':\n{err}"
+        );
+    }
+}
+
 #[test]
 fn stats_out_has_the_required_keys() {
     let cache = tempfile::tempdir().unwrap();
@@ -270,8 +318,8 @@ fn synth_writes_every_qwen3moe_tensor_and_the_model_runs() {
 fn synthetic_routing_is_not_uniform() {
     // in-process: the default model's layers pick some experts far more
     // often than others (as trained models do)
-    let p = tools::synth::SynthParams::default_model();
-    let w = tools::synth::synthesize(&p, &mut |_| {}).unwrap();
+    let p = synth::SynthParams::default_model();
+    let w = synth::synthesize(&p, &mut |_| {}).unwrap();
     let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     let model = Arc::new(llama::Model::from_gguf(file, llama::ModelParams::default()).unwrap());
     let params = llama::ContextParams {
@@ -322,8 +370,21 @@ fn greedy_run(cache: &std::path::Path, tag: &str, extra: &[&str]) -> (Vec<i32>, 
 #[test]
 fn sim_device_reports_expert_traffic_and_matches_the_cpu() {
     let cache = tempfile::tempdir().unwrap();
-    let (cpu_tokens, cpu) = greedy_run(cache.path(), "cpu", &[]);
+    let (cpu_tokens, cpu) = greedy_run(cache.path(), "cpu", &["--device", "CPU"]);
     assert_eq!(cpu["h2d_bytes_experts"], 0);
+    assert_eq!(cpu["device"], "CPU");
+
+    // no --device: the default run, SIM0 with the experts in host memory and
+    // the cache, the same tokens
+    let (default_tokens, d) = greedy_run(cache.path(), "default", &[]);
+    assert_eq!(
+        default_tokens, cpu_tokens,
+        "the default run generated other tokens"
+    );
+    assert_eq!(d["device"], "SIM0", "{d}");
+    assert!(d["h2d_bytes_experts"].as_u64().unwrap() > 0, "{d}");
+    assert!(d["moe_cache_mib"].as_f64().unwrap() > 0.0, "{d}");
+    assert!(d["sim_gen_tps"].as_f64().unwrap() > 0.0, "{d}");
 
     // experts in host memory, every batch offloaded: only picked experts move
     let (sim_tokens, s) = greedy_run(

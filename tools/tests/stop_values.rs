@@ -1,8 +1,8 @@
-//! Every `stop` value the code can write (`stop = "..."` in llama-run and
+//! Every `stop` value the code can write (`stop = "..."` in llama-run (`tools::run::generate`) and
 //! the conversation loop) is one of `summary::STOP_VALUES`, and each is
 //! documented on `RunSummary::stop` and in docs/running.md's summary table.
 
-use tools::summary::STOP_VALUES;
+use ::common::summary::STOP_VALUES;
 
 fn read(rel: &str) -> String {
     let p = concat!(env!("CARGO_MANIFEST_DIR"), "/");
@@ -26,7 +26,7 @@ fn assigned(src: &str) -> Vec<String> {
 #[test]
 fn every_stop_value_is_listed_and_documented() {
     let mut found = Vec::new();
-    for f in ["src/bin/llama-run.rs", "src/chat/conversation.rs"] {
+    for f in ["src/run/generate.rs", "../common/src/chat/conversation.rs"] {
         let v = assigned(&read(f));
         assert!(!v.is_empty(), "{f}: no stop values found");
         found.extend(v);
@@ -37,7 +37,7 @@ fn every_stop_value_is_listed_and_documented() {
             "stop value {v:?} not in STOP_VALUES"
         );
     }
-    let summary = read("src/summary.rs");
+    let summary = read("../common/src/summary.rs");
     let doc_start = summary
         .find("/// Why generation stopped")
         .expect("RunSummary::stop doc");

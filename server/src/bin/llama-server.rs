@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
+use common::cli;
 use llama::Context;
 use server::args::ServerArgs;
 use server::chat_fallback::{render_chatml_fallback, ChatRender};
 use server::engine::{self, EngineConfig};
 use server::http::{router, AppState};
 use server::metrics::Metrics;
-use tools::cli;
 
 const TOOL: &str = "llama-server";
 
@@ -138,8 +138,8 @@ fn model_chat_render(model: &llama::Model) -> ChatRender {
     };
     let tok = &model.tokenizer;
     let (bos, eos) = (
-        tools::chat::token_text(tok, tok.bos()),
-        tools::chat::token_text(tok, tok.eos()),
+        common::chat::token_text(tok, tok.bos()),
+        common::chat::token_text(tok, tok.eos()),
     );
     Arc::new(move |messages, add_generation_prompt| {
         if messages.is_empty() {

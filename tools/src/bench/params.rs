@@ -314,7 +314,7 @@ fn tensor_split(s: &str) -> Result<String, String> {
 }
 
 fn threads_default() -> Vec<Value> {
-    vec![Value::Int(crate::cli::default_threads() as i64)]
+    vec![Value::Int(common::cli::default_threads() as i64)]
 }
 
 macro_rules! default {

@@ -19,7 +19,7 @@ use crate::bench::model_desc::model_desc;
 use crate::bench::output::{printer, Plan, Printer};
 use crate::bench::overrides;
 use crate::bench::sysinfo;
-use crate::cli::{self, Loaded, PlacementArgs};
+use common::cli::{self, Loaded, PlacementArgs};
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 
 const TOOL: &str = "llama-bench";

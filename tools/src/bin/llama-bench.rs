@@ -3,8 +3,8 @@
 
 use std::process::ExitCode;
 
+use common::cli;
 use tools::bench::args::{parse_args, Command};
-use tools::cli;
 
 const TOOL: &str = "llama-bench";
 

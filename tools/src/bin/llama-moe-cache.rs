@@ -1,11 +1,11 @@
 //! llama-moe-cache: replay a routing trace through every expert cache
 //! policy and Belady's optimum; table, JSON, plot and advice
-//! (tools::moe_cache_tool).
+//! (tools::moe_cache).
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use tools::moe_cache_tool::{run, Args};
+use tools::moe_cache::{run, Args};
 
 fn main() -> ExitCode {
     let a = match Args::try_parse() {

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use tools::cli;
-use tools::timeline_svg;
+use common::cli;
+use tools::timeline::svg;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -35,16 +35,15 @@ struct Args {
 fn run(a: &Args) -> Result<()> {
     let json = std::fs::read_to_string(&a.input)
         .with_context(|| format!("cannot read '{}'", a.input.display()))?;
-    let (title, bars) =
-        timeline_svg::parse(&json).with_context(|| format!("'{}'", a.input.display()))?;
+    let (title, bars) = svg::parse(&json).with_context(|| format!("'{}'", a.input.display()))?;
     let (from, to) = if a.last_graph {
-        let (f, t) = timeline_svg::last_graph_range(&bars)
-            .context("the trace has no host wait that ends a graph")?;
+        let (f, t) =
+            svg::last_graph_range(&bars).context("the trace has no host wait that ends a graph")?;
         (Some(f), Some(t))
     } else {
         (a.from_us, a.to_us)
     };
-    let svg = timeline_svg::render(&title, &bars, from, to)?;
+    let svg = svg::render(&title, &bars, from, to)?;
     std::fs::write(&a.output, svg).with_context(|| format!("cannot write '{}'", a.output.display()))
 }
 

@@ -6,6 +6,7 @@
 //! `llama_tensor_get_type` chooses without an importance matrix.
 
 use ggml_core::GgmlType;
+use synth::ftype::{fit_rows, pure_file_type};
 
 /// A target of `llama-quantize`: a named mix, or every matrix to one type
 /// (`--pure`, or a type no mix is named after).
@@ -177,29 +178,6 @@ impl Mix {
     fn is_float(self) -> bool {
         !self.default_type().is_quantized()
     }
-}
-
-/// llama.cpp's `general.file_type` for a model whose matrices are all `ty`.
-pub fn pure_file_type(ty: GgmlType) -> Option<u32> {
-    Some(match ty {
-        GgmlType::F32 => 0,
-        GgmlType::F16 => 1,
-        GgmlType::Q4_0 => 2,
-        GgmlType::Q4_1 => 3,
-        GgmlType::Q8_0 => 7,
-        GgmlType::Q5_0 => 8,
-        GgmlType::Q5_1 => 9,
-        GgmlType::Q2K => 10,
-        GgmlType::Q3K => 11,
-        GgmlType::Q4K => 14,
-        GgmlType::Q5K => 16,
-        GgmlType::Q6K => 18,
-        GgmlType::IQ4NL => 25,
-        GgmlType::IQ4XS => 30,
-        GgmlType::BF16 => 32,
-        GgmlType::MXFP4 => 38,
-        _ => return None,
-    })
 }
 
 /// What the choice depends on besides a tensor's name and shape.
@@ -395,28 +373,6 @@ impl TypeChooser {
     }
 }
 
-/// `ty`, or llama.cpp's fallback when rows of `ne0` do not split into its
-/// blocks (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K / Q3_K / IQ4_XS
-/// -> IQ4_NL), or F16 when even that does not fit.
-pub fn fit_rows(ty: GgmlType, ne0: i64) -> GgmlType {
-    let fits = |t: GgmlType| ne0 % t.blck_size() as i64 == 0;
-    if fits(ty) {
-        return ty;
-    }
-    let fallback = match ty {
-        GgmlType::Q2K | GgmlType::Q3K | GgmlType::IQ4XS => GgmlType::IQ4NL,
-        GgmlType::Q4K => GgmlType::Q5_0,
-        GgmlType::Q5K => GgmlType::Q5_1,
-        GgmlType::Q6K => GgmlType::Q8_0,
-        _ => GgmlType::F16,
-    };
-    if fits(fallback) {
-        fallback
-    } else {
-        GgmlType::F16
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,13 +400,5 @@ mod tests {
         );
         assert_eq!(Mix::parse("q9", false), None);
         assert_eq!(Ftype::Q4_K_M.name(), "Q4_K_M");
-    }
-
-    #[test]
-    fn fallbacks() {
-        assert_eq!(fit_rows(GgmlType::Q4K, 64), GgmlType::Q5_0);
-        assert_eq!(fit_rows(GgmlType::Q6K, 64), GgmlType::Q8_0);
-        assert_eq!(fit_rows(GgmlType::Q4K, 256), GgmlType::Q4K);
-        assert_eq!(fit_rows(GgmlType::Q8_0, 20), GgmlType::F16);
     }
 }

@@ -7,13 +7,14 @@
 //! that does not fit. Re-quantizing an already quantized tensor needs
 //! `allow_requantize`.
 
+pub mod cli;
 pub mod mix;
 
 use anyhow::{bail, Context as _, Result};
 use ggml_core::gguf::{GgufFile, GgufValue, GgufWriter};
 use ggml_core::quants::cpu_traits;
-use ggml_core::GgmlType;
-pub use mix::{pure_file_type as file_type, Ftype, Mix, ModelShape, TypeChooser, MIXES};
+pub use mix::{Ftype, Mix, ModelShape, TypeChooser, MIXES};
+pub use synth::ftype::{pure_file_type as file_type, row_type};
 
 /// What happened to each tensor.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -26,14 +27,6 @@ pub struct QuantizeReport {
     pub bytes_in: usize,
     /// Bytes of tensor data after.
     pub bytes_out: usize,
-}
-
-/// The type rows of `ne0` values get when asked for `ty`: `ty` when they
-/// split into its blocks, else llama.cpp's fallback (q4_K -> q5_0, ...),
-/// `None` when neither fits (see [`mix::fit_rows`], which then says F16).
-pub fn row_type(ne0: i64, ty: GgmlType) -> Option<GgmlType> {
-    let t = mix::fit_rows(ty, ne0);
-    (ne0 % t.blck_size() as i64 == 0 && (t == ty || t != GgmlType::F16)).then_some(t)
 }
 
 /// The layer count, expert count and GQA ratio of a GGUF model

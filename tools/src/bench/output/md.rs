@@ -167,7 +167,7 @@ impl Printer for MdPrinter {
                 }
                 TRAFFIC_COLUMN => r
                     .traffic
-                    .map_or("-".into(), |t| crate::cli::fmt_bytes(t.experts)),
+                    .map_or("-".into(), |t| common::cli::fmt_bytes(t.experts)),
                 f => r.inst.get(f).text(),
             };
             s.push_str(&cell(c.width, &v));

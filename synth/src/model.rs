@@ -20,7 +20,7 @@ use anyhow::{bail, Context as _, Result};
 use ggml_core::gguf::GgufWriter;
 use ggml_core::GgmlType;
 
-use crate::synth_arch;
+use crate::arch;
 use crate::vocab::{SynthVocab, TokenClass};
 
 /// Architectures `--synth` can write.
@@ -210,7 +210,7 @@ fn quantize_supported(ty: GgmlType) -> bool {
 
 /// llama.cpp's `general.file_type` for a model whose matrices are all `ty`.
 fn file_type(ty: GgmlType) -> u32 {
-    crate::quantize::file_type(ty).unwrap_or(0)
+    crate::ftype::pure_file_type(ty).unwrap_or(0)
 }
 
 /// How a tensor's values are drawn.
@@ -449,7 +449,7 @@ fn specs(p: &SynthParams, vocab: &SynthVocab) -> Vec<Spec> {
     let mut add = |name: String, ne: Vec<i64>, ty: GgmlType, init: Init| {
         let ty = match ty {
             t if t == p.ty && ne.len() >= 2 => {
-                crate::quantize::row_type(ne[0], t).unwrap_or(GgmlType::F16)
+                crate::ftype::row_type(ne[0], t).unwrap_or(GgmlType::F16)
             }
             t => t,
         };
@@ -489,11 +489,11 @@ fn specs(p: &SynthParams, vocab: &SynthVocab) -> Vec<Spec> {
         let n = |s: &str| format!("blk.{il}.{s}.weight");
         match p.arch.as_str() {
             "deepseek2" => {
-                if synth_arch::deepseek2_layer(p, il, &mut add) {
+                if arch::deepseek2_layer(p, il, &mut add) {
                     continue;
                 }
             }
-            "gpt-oss" => synth_arch::gptoss_layer(p, il, &mut add),
+            "gpt-oss" => arch::gptoss_layer(p, il, &mut add),
             _ => {
                 add(n("attn_norm"), vec![d], GgmlType::F32, Init::Ones(0.05));
                 add(n("attn_q"), vec![d, qd], p.ty, Init::Uniform(sd_in(d)));
@@ -570,7 +570,7 @@ pub fn synthesize(p: &SynthParams, progress: &mut dyn FnMut(f32)) -> Result<Gguf
     w.set_kv(format!("{a}.attention.value_length"), u(p.head_dim));
     w.set_kv(format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6f32);
     w.set_kv(format!("{a}.rope.freq_base"), 1_000_000f32);
-    crate::synth_arch::arch_kvs(p, &mut w);
+    crate::arch::arch_kvs(p, &mut w);
     w.set_kv("tokenizer.ggml.model", "gpt2");
     w.set_kv("tokenizer.ggml.pre", "gpt-2");
     w.set_kv("tokenizer.ggml.tokens", vocab.tokens.clone());

@@ -100,10 +100,10 @@ pub fn run(a: &Args) -> Result<()> {
         bail!("{}: the trace holds no ubatch", a.trace.display());
     }
     if let Some(m) = &a.model {
-        let loaded = crate::cli::load_model(
+        let loaded = common::cli::load_model(
             "llama-moe-cache",
             Some(m),
-            &crate::cli::PlacementArgs::default(),
+            &common::cli::PlacementArgs::default(),
             1,
         )?;
         let h = llama::moe_cache::TraceHeader::from_model(&loaded.model);

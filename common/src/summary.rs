@@ -160,6 +160,39 @@ impl RunSummary {
         t
     }
 
+    /// Two lines that say what a run with the experts in host memory did:
+    /// the expert bytes copied to the device, the cache's decode hit rate,
+    /// and the generation speed, simulated (on a sim device) beside
+    /// wall-clock. The default run (`llama-run` with no `-m` and no
+    /// `--device`) prints them after the summary.
+    pub fn offload_text(&self) -> String {
+        let cache = if self.moe_cache.is_some() {
+            format!(
+                ", expert cache decode hit rate {}",
+                pct(self.moe_cache_hit_rate)
+            )
+        } else {
+            String::new()
+        };
+        let mut t = format!(
+            "offload       = experts in host memory, {} computes: {} of experts copied to it ({} per generated token){cache}\n",
+            self.device,
+            fmt_bytes(self.traffic.h2d_bytes_experts as f64),
+            fmt_bytes(self.h2d_bytes_experts_per_token),
+        );
+        t.push_str(&match &self.sim {
+            Some(sim) => format!(
+                "speed         = generation {:.2} tokens per second simulated ({} clock), {:.2} tokens per second wall-clock (CPU kernels standing in for {})\n",
+                sim.sim_gen_tps, sim.sim_profile, self.gen_tps, self.device
+            ),
+            None => format!(
+                "speed         = generation {:.2} tokens per second wall-clock\n",
+                self.gen_tps
+            ),
+        });
+        t
+    }
+
     fn traffic_text(&self) -> String {
         let ms = |s: f64| s * 1e3;
         let per = |s: f64, n: usize| if n > 0 { ms(s) / n as f64 } else { 0.0 };

@@ -5,7 +5,6 @@
 //! project does not have, refused by name instead of misparsed.
 
 pub mod prefetch;
-pub mod run;
 
 use std::ffi::OsString;
 

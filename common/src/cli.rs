@@ -424,7 +424,7 @@ pub fn load_model(
             check_model_path(p)?;
             p.to_path_buf()
         }
-        None => crate::cache::ensure_default_model(tool)?,
+        None => crate::default_model::ensure_default_model(tool)?,
     };
     if device.is_none() && wants_device && !defaulted {
         eprintln!("{tool}: note: no --device given and no CUDA device found: the CPU runs everything (-ngl/--cpu-moe have no effect)");
@@ -518,21 +518,7 @@ pub fn placement_table(model: &Model) -> String {
     s
 }
 
-/// Bytes as `12.34 MiB`.
-pub fn fmt_bytes(b: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{v:.0} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
+pub use synth::budget::fmt_bytes;
 
 /// The threads to use by default: the available cores.
 pub fn default_threads() -> usize {

@@ -11,7 +11,7 @@
 use ggml_core::gguf::GgufWriter;
 use ggml_core::GgmlType;
 
-use crate::synth::{Init, SynthParams};
+use crate::model::{Init, SynthParams};
 
 /// MLA widths of a synthetic deepseek2 model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

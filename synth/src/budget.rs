@@ -1,11 +1,11 @@
 //! `--synth` size check: the bytes a synthetic model would take, computed
 //! before anything is allocated, against the memory available, so a shape
-//! too large fails with an error naming the size instead of an abort.
+//! too large fails with an error naming the size instead of an abort;
+//! and [`fmt_bytes`], how the tools print a byte count.
 
 use anyhow::{bail, Result};
 
-use crate::cli::fmt_bytes;
-use crate::synth::SynthParams;
+use crate::model::SynthParams;
 
 /// Vocabulary size assumed when `--vocab` is not given (the built-in
 /// byte-level BPE vocabulary is about this size).
@@ -62,6 +62,22 @@ pub fn check(p: &SynthParams) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Bytes as `12.34 MiB`.
+pub fn fmt_bytes(b: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
 }
 
 #[cfg(test)]
