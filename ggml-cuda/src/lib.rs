@@ -68,6 +68,9 @@
 pub mod backend;
 pub mod bandwidth;
 mod buffer;
+pub mod driver;
+pub mod emu_kernels;
+pub mod emulator;
 pub mod kernels;
 
 pub use backend::CudaBackend;
@@ -118,8 +121,12 @@ pub fn probe_nvrtc() -> Result<(), BackendError> {
     }
 }
 
-/// Number of CUDA devices; a clean `NoDevice` error without CUDA.
+/// Number of CUDA devices; a clean `NoDevice` error without CUDA. With the
+/// emulator enabled ([`emulator::enabled`]), the emulated devices'.
 pub fn cuda_device_count() -> Result<usize, BackendError> {
+    if emulator::enabled() {
+        return Ok(emulator::device_count());
+    }
     probe_driver()?;
     cudarc::driver::result::init()
         .map_err(|e| BackendError::NoDevice(format!("no CUDA device: cuInit failed: {e}")))?;
@@ -131,6 +138,9 @@ pub fn cuda_device_count() -> Result<usize, BackendError> {
 /// Why CUDA cannot be used here (`None` when a device is usable): the
 /// reason GPU tests print when they skip.
 pub fn unavailable_reason() -> Option<String> {
+    if emulator::enabled() {
+        return None;
+    }
     if let Err(e) = probe_libraries() {
         return Some(e.to_string());
     }
