@@ -68,6 +68,7 @@
 pub mod backend;
 pub mod bandwidth;
 mod buffer;
+pub mod emu_kernels;
 pub mod kernels;
 
 pub use backend::CudaBackend;
