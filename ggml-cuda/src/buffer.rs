@@ -109,9 +109,11 @@ impl CudaBuffer {
     ) -> Result<Self, BackendError> {
         let mem = DevMem::alloc(dev, size)?;
         // zero it, as host buffers are zeroed
-        // SAFETY: `mem` spans at least `size.max(1)` bytes; the memset is
-        // queued on the device's stream, ordered before any later use.
+        // SAFETY: `mem` spans at least `size.max(1)` bytes.
         unsafe { dev.stream.memset_d8(mem.ptr, 0, size.max(1)) }?;
+        // Waited for here: an upload on the copy stream must not race the
+        // memset (the emulator's hazard detector caught that race).
+        dev.stream.synchronize()?;
         Ok(CudaBuffer { mem, usage })
     }
 

@@ -93,10 +93,31 @@ fn parse_env<T: std::str::FromStr>(name: &str) -> Option<T> {
     }
 }
 
-/// The configuration (read once per process).
-pub fn config() -> &'static Config {
-    static C: OnceLock<Config> = OnceLock::new();
-    C.get_or_init(|| {
+fn config_cell() -> &'static Mutex<Option<Config>> {
+    static C: Mutex<Option<Config>> = Mutex::new(None);
+    &C
+}
+
+/// The configuration: from the environment (read on first use), or what
+/// [`set_config`] set.
+pub fn config() -> Config {
+    let mut c = config_cell()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    c.get_or_insert_with(env_config).clone()
+}
+
+/// Replace the configuration for devices and streams opened from now on
+/// (tests: seeds and planted bugs without environment variables). Device
+/// count and memory size apply to devices not opened yet.
+pub fn set_config(c: Config) {
+    *config_cell()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(c);
+}
+
+fn env_config() -> Config {
+    {
         let drop_wait = std::env::var("GGML_CUDA_EMULATOR_DROP_WAIT")
             .ok()
             .map(|v| v.trim().to_string())
@@ -121,7 +142,7 @@ pub fn config() -> &'static Config {
                 .map_or(true, |v| !matches!(v.trim(), "0" | "false" | "off" | "no")),
             drop_wait,
         }
-    })
+    }
 }
 
 /// Number of emulated devices.

@@ -42,6 +42,8 @@ pub(crate) struct StreamCore {
     id: usize,
     /// `CUDA0 compute`, for messages.
     label: String,
+    /// Whether the hazard detector checks this stream's work.
+    hazards: bool,
     progress: Mutex<Progress>,
     done: Condvar,
 }
@@ -106,14 +108,16 @@ impl EmuStream {
     /// A new stream of `dev` with its worker thread.
     pub fn new(dev: &Arc<DeviceState>, label: &str) -> Result<EmuStream, BackendError> {
         let id = world().lock().map_err(|_| poisoned())?.tracker.add_stream();
+        let cfg = super::config();
         let core = Arc::new(StreamCore {
             id,
+            hazards: cfg.hazards,
             label: format!("{} {label}", dev.name),
             progress: Mutex::new(Progress::default()),
             done: Condvar::new(),
         });
         let (tx, rx) = mpsc::channel::<Job>();
-        let mut delays = super::config().seed.map(|s| Delays {
+        let mut delays = cfg.seed.map(|s| Delays {
             state: s ^ (id as u64).wrapping_mul(0xd134_2543_de82_ef95),
         });
         let worker_core = Arc::clone(&core);
@@ -156,7 +160,7 @@ impl EmuStream {
     ) -> Result<(u64, Clock), BackendError> {
         let mut w = world().lock().map_err(|_| poisoned())?;
         let clk = w.tracker.tick(self.core.id);
-        if super::config().hazards {
+        if self.core.hazards {
             let op = format!("{what} on {}", self.core.label);
             for a in accesses {
                 if let Err(e) =
