@@ -94,8 +94,9 @@ impl A {
     }
 }
 
-/// A CUDA event behind [`Event`].
-struct CudaEventHolder(Arc<dyn driver::Event>);
+/// A CUDA event behind [`Event`], with the device ordinal and whether it was
+/// recorded on a copy stream (what the planted `upload` bug looks at).
+struct CudaEventHolder(Arc<dyn driver::Event>, usize, bool);
 
 /// Scratch device memory reused across ops (ordered on the one stream).
 #[derive(Default)]
@@ -1082,7 +1083,8 @@ impl Backend for CudaBackend {
 
     fn record_event_on(&self, stream: Stream) -> Result<Event, BackendError> {
         let ev = self.dev.stream_of(stream).record_event(false)?;
-        Ok(Event(Arc::new(CudaEventHolder(ev))))
+        let copy = matches!(stream, Stream::Copy(_));
+        Ok(Event(Arc::new(CudaEventHolder(ev, self.dev.ordinal, copy))))
     }
 
     fn wait_event_on(&self, stream: Stream, ev: &Event) -> Result<(), BackendError> {
@@ -1090,7 +1092,20 @@ impl Backend for CudaBackend {
             // another kind of backend: its work is complete when recorded
             return Ok(());
         };
+        // The planted bug `upload` (emulated devices only): compute does not
+        // wait for this device's uploads.
+        if stream == Stream::Compute
+            && h.2
+            && h.1 == self.dev.ordinal
+            && self.dev.drv.planted_drop_wait("upload")
+        {
+            return Ok(());
+        }
         self.dev.stream_of(stream).wait_event(h.0.as_ref())
+    }
+
+    fn planted_drop_wait(&self, kind: &str) -> bool {
+        self.dev.drv.planted_drop_wait(kind)
     }
 
     fn set_label(&self, label: &str) {

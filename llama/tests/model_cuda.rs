@@ -1,7 +1,8 @@
 //! The fixture models on a CUDA device against llama.cpp's logits: all
 //! weights on the device, experts in host memory (`--cpu-moe`), and
 //! `--cpu-moe` with every batch offloaded so the expert copy policy runs.
-//! Without a CUDA driver the test prints why it skipped.
+//! Without a GPU, CUDA0 is the emulated device
+//! (`ggml_cuda::emulator`).
 
 mod common;
 
@@ -16,8 +17,8 @@ use llama::{Context, ContextParams, Model, ModelParams};
 #[test]
 fn fixtures_on_cuda0() {
     if let Some(why) = ggml_cuda::unavailable_reason() {
-        println!("skipped: {why}");
-        return;
+        println!("no GPU ({why}): CUDA0 is the emulated device");
+        ggml_cuda::emulator::enable();
     }
     let cases = [
         (
@@ -54,10 +55,12 @@ fn fixtures_on_cuda0() {
             LoadMode::Pin,
         ),
     ];
+    let mut failures = Vec::new();
     for name in MODELS {
         let fx = Fixture::load(name);
         let n = fx.n_vocab();
         for (label, placement, min_batch, load_mode) in cases.clone() {
+            let t0 = std::time::Instant::now();
             let dev = open_device("CUDA0", 2, min_batch).expect("CUDA0");
             let params = ModelParams {
                 device: dev,
@@ -92,15 +95,19 @@ fn fixtures_on_cuda0() {
             let f = nmse(&forced, &fx.genlogits);
             let st = ctx.stats();
             println!(
-                "{name} [{label}]: prompt NMSE {p:.2e}, teacher-forced NMSE {f:.2e}, experts h2d {} B of {} B full",
-                st.h2d_bytes_experts, st.h2d_bytes_full_copy
+                "{name} [{label}]: prompt NMSE {p:.2e}, teacher-forced NMSE {f:.2e}, experts h2d {} B of {} B full ({:.1} s)",
+                st.h2d_bytes_experts,
+                st.h2d_bytes_full_copy,
+                t0.elapsed().as_secs_f64()
             );
             assert_eq!(ours.len(), fx.tokens.len() * n);
-            assert!(
-                p <= fx.bound && f <= fx.bound,
-                "{name} [{label}]: NMSE {p:.2e} / {f:.2e} > {:.0e}",
-                fx.bound
-            );
+            if p > fx.bound || f > fx.bound {
+                failures.push(format!(
+                    "{name} [{label}]: NMSE {p:.2e} / {f:.2e} > {:.0e}",
+                    fx.bound
+                ));
+            }
         }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -48,6 +48,13 @@ const DEV_ALIGN: usize = 256;
 const HOST_ALIGN: usize = 4096;
 
 static FORCED: AtomicBool = AtomicBool::new(false);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// How many waits the planted bug has dropped so far (tests check the
+/// dropped wait was on the path they ran).
+pub fn dropped_waits() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
 
 /// Make every CUDA device emulated in this process, as
 /// `GGML_CUDA_EMULATOR=1` does (tests call this when there is no GPU).
@@ -468,6 +475,10 @@ impl Device for EmuDevice {
     }
 
     fn planted_drop_wait(&self, kind: &str) -> bool {
-        config().drop_wait.as_deref() == Some(kind)
+        let drop = config().drop_wait.as_deref() == Some(kind);
+        if drop {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+        drop
     }
 }
