@@ -406,6 +406,10 @@ impl CudaBackend {
     /// The device ranges node `n`'s launches access: its destination
     /// (written), its sources (read), and the error flag (written) when it
     /// validates ids. Scratch memory is private to the compute stream.
+    /// `mul_mat_id`'s expert tensor is left out: the kernel reads only the
+    /// experts its device-side ids select (a cache bank's slots), which the
+    /// host cannot name at launch; listing the whole tensor would report
+    /// uploads into other slots as hazards.
     fn set_node_access(&self, g: &Graph, n: TensorId) -> Result<(), BackendError> {
         let t = g.tensor(n);
         let mut acc = self
@@ -424,7 +428,10 @@ impl CudaBackend {
             len: t.nbytes(),
             write: true,
         });
-        for &src in &t.src {
+        for (i, &src) in t.src.iter().enumerate() {
+            if t.op == Op::MulMatId && i == 0 {
+                continue;
+            }
             acc.push(Access {
                 ptr: self.ptr(g, src)?,
                 len: g.tensor(src).nbytes(),
