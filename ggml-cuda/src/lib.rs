@@ -8,6 +8,11 @@
 //!
 //! ## Design
 //!
+//! - **Driver interface.** Every CUDA call goes through [`driver`]
+//!   (`Device`, `Stream`, `Event`), implemented on `cudarc` and by the
+//!   [`emulator`] (`GGML_CUDA_EMULATOR=1` or [`emulator::enable`]): an
+//!   emulated device on which this backend and `kernels.cu` (compiled for
+//!   the CPU, [`emu_kernels`]) run without a GPU, with a hazard detector.
 //! - **Probing.** cudarc panics when a library it needs is missing, so every
 //!   entry point first calls [`probe_driver`] / [`probe_libraries`], which
 //!   only try to `dlopen` `libcuda.so` and `libnvrtc.so` and report

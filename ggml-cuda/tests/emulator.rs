@@ -203,3 +203,60 @@ fn a_missing_wait_is_a_hazard_naming_both_operations() {
     drop(ev);
     let _ = emulator::take_hazards();
 }
+
+/// A launch a GPU would refuse fails on the emulated device too, naming the
+/// kernel and the limit: 2048 threads per block through the driver
+/// interface (the stream's sticky error, reported by its synchronize), and
+/// 64 KiB of static shared memory (a test-only kernel, launched directly).
+#[test]
+fn launches_over_the_limits_fail_naming_kernel_and_limit() {
+    use ggml_cuda::driver::{self, KernelArg, LaunchDims, T4};
+    let _g = setup();
+    with_seed(None);
+    let dev = driver::open(0).unwrap();
+    let stream = dev.new_stream("test").unwrap();
+    let f = dev.load_kernels(&["k_unary"]).unwrap().remove(0);
+    let buf = dev.malloc(4096).unwrap();
+    let t = T4 {
+        ne: [16, 1, 1, 1],
+        nb: [4, 64, 64, 64],
+    };
+    // k_unary(dst, td, a, ta, tya, op, p0, p1): scale 16 floats in place
+    let args = [
+        KernelArg::Ptr(buf),
+        KernelArg::T4(t),
+        KernelArg::Ptr(buf),
+        KernelArg::T4(t),
+        KernelArg::I32(0),
+        KernelArg::I32(0),
+        KernelArg::F32(2.0),
+        KernelArg::F32(0.0),
+    ];
+    let dims = LaunchDims {
+        grid: [1, 1, 1],
+        block: [2048, 1, 1],
+        shared_bytes: 0,
+    };
+    // SAFETY: the arguments match k_unary's parameters; `buf` holds the
+    // 16 floats both tensors span.
+    unsafe { stream.memset_d8(buf, 0, 4096) }.unwrap();
+    // SAFETY: as above.
+    unsafe { stream.launch(&f, dims, &args, None) }.unwrap();
+    let e = stream.synchronize().unwrap_err().to_string();
+    println!("{e}");
+    assert!(e.contains("k_unary") && e.contains("1024"), "{e}");
+    // SAFETY: nothing queued uses `buf` any more (the stream failed).
+    unsafe { dev.free(buf) };
+    let out = vec![0f32; 32];
+    let p = out.as_ptr() as u64;
+    let params = [&p as *const u64 as *const std::ffi::c_void];
+    // SAFETY: t_big_shared(float* out) writes 32 floats of `out` (it is
+    // refused before running).
+    let e = unsafe {
+        ggml_cuda::emu_kernels::launch("t_big_shared", [1, 1, 1], [32, 1, 1], 0, &params)
+    }
+    .unwrap_err()
+    .to_string();
+    println!("{e}");
+    assert!(e.contains("t_big_shared") && e.contains("shared"), "{e}");
+}

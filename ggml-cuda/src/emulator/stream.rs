@@ -371,8 +371,19 @@ impl Stream for EmuStream {
             Box::new(move || {
                 let params: Vec<*const std::ffi::c_void> =
                     args.iter().map(KernelArg::as_param).collect();
-                crate::emu_kernels::launch(name, dims.grid, dims.block, dims.shared_bytes, &params)
-                    .map_err(|e| format!("launching {name}: {e}"))
+                // SAFETY: the queuing call's caller guarantees the arguments
+                // match the kernel's parameters and its pointers cover what
+                // it touches; `params` points into `args`, alive here.
+                unsafe {
+                    crate::emu_kernels::launch(
+                        name,
+                        dims.grid,
+                        dims.block,
+                        dims.shared_bytes,
+                        &params,
+                    )
+                }
+                .map_err(|e| format!("launching {name}: {e}"))
             }),
         )?;
         Ok(())
