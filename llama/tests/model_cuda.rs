@@ -26,12 +26,12 @@ fn emulated() -> bool {
     ggml_cuda::emulator::enabled()
 }
 
-/// Fixtures the emulator runs fast (float and MXFP4 weights): on the
+/// Fixtures the emulator runs fast (tiny, float and MXFP4 weights): on the
 /// emulator, the `--cpu-moe` variants run on these only, unless
 /// `GGML_CUDA_EMULATOR_FULL=1` (the emulated quantized mat-vec kernels cost
 /// 5-20 s a run; every fixture still runs with all weights on CUDA0).
 fn fast_on_the_emulator(name: &str) -> bool {
-    ["f32", "f16", "mxfp4"].iter().any(|t| name.ends_with(t))
+    name.starts_with("tiny-") && ["f32", "f16", "mxfp4"].iter().any(|t| name.ends_with(t))
 }
 
 /// tiny-deepseek2-q4_k is the fixtures' most sensitive file (routing flips,
