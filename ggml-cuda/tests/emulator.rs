@@ -247,8 +247,8 @@ fn launches_over_the_limits_fail_naming_kernel_and_limit() {
     assert!(e.contains("k_unary") && e.contains("1024"), "{e}");
     // SAFETY: nothing queued uses `buf` any more (the stream failed).
     unsafe { dev.free(buf) };
-    let out = vec![0f32; 32];
-    let p = out.as_ptr() as u64;
+    let mut out = [0f32; 32];
+    let p = out.as_mut_ptr() as u64;
     let params = [&p as *const u64 as *const std::ffi::c_void];
     // SAFETY: t_big_shared(float* out) writes 32 floats of `out` (it is
     // refused before running).
