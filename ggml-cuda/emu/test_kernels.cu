@@ -199,3 +199,27 @@ extern "C" __global__ void t_shuffle_loop(float* out, int iters) {
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = v;
 }
+
+// The intrinsics kernels use or will use, one thread per input pair:
+// io[8 t ..] = dp4a signed, dp4a unsigned, __ldg, min, max, __popc, __clz,
+// __float_as_int(1.5f); fo[4 t ..] = __expf, __fdividef, rsqrtf, __saturatef.
+extern "C" __global__ void t_intrinsics(const int* a, const int* b, int* io, float* fo) {
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    int x = __ldg(&a[t]);
+    int y = __ldg(&b[t]);
+    int* o = io + 8 * t;
+    o[0] = __dp4a(x, y, 7);
+    o[1] = (int)__dp4a((unsigned)x, (unsigned)y, 7u);
+    o[2] = __ldg(a + t);
+    o[3] = min(x, y);
+    o[4] = max(x, y);
+    o[5] = __popc((unsigned)x);
+    o[6] = __clz(x);
+    o[7] = __float_as_int(1.5f);
+    float f = (float)(x & 0xff) / 64.0f;
+    float* p = fo + 4 * t;
+    p[0] = __expf(f);
+    p[1] = __fdividef(f, 3.0f);
+    p[2] = rsqrtf(f + 1.0f);
+    p[3] = __saturatef(f - 1.0f);
+}

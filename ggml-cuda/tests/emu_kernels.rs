@@ -417,6 +417,55 @@ fn divergent_barriers_and_shuffles_are_reported_not_hung() {
     assert_eq!(sum[0], 64.0);
 }
 
+#[test]
+fn intrinsics() {
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(19);
+    let n = 64usize;
+    let a: Vec<i32> = (0..n).map(|_| rng.next() as i32).collect();
+    let b: Vec<i32> = (0..n).map(|_| rng.next() as i32).collect();
+    let mut io = vec![0i32; 8 * n];
+    let mut fo = vec![0f32; 4 * n];
+    run(
+        "t_intrinsics",
+        [2, 1, 1],
+        [32, 1, 1],
+        0,
+        &[pc(&a), pc(&b), p(&mut io), p(&mut fo)],
+    )
+    .unwrap();
+    for t in 0..n {
+        let (x, y) = (a[t], b[t]);
+        let (xb, yb) = (x.to_le_bytes(), y.to_le_bytes());
+        let dp_s: i32 = 7
+            + (0..4)
+                .map(|i| xb[i] as i8 as i32 * yb[i] as i8 as i32)
+                .sum::<i32>();
+        let dp_u = (0..4).fold(7u32, |c, i| c.wrapping_add(xb[i] as u32 * yb[i] as u32));
+        let want = [
+            dp_s,
+            dp_u as i32,
+            x,
+            x.min(y),
+            x.max(y),
+            x.count_ones() as i32,
+            x.leading_zeros() as i32,
+            1.5f32.to_bits() as i32,
+        ];
+        assert_eq!(&io[8 * t..8 * t + 8], &want, "thread {t}");
+        let f = (x & 0xff) as f32 / 64.0;
+        let wantf = [
+            f.exp(),
+            f / 3.0,
+            1.0 / (f + 1.0).sqrt(),
+            (f - 1.0).clamp(0.0, 1.0),
+        ];
+        close(&fo[4 * t..4 * t + 4], &wantf, 1e-6, &format!("thread {t}"));
+    }
+}
+
 // ------------------------------------------------------------ launch limits
 
 #[test]
@@ -503,7 +552,11 @@ fn launch_limits_name_the_kernel_and_the_limit() {
 #[test]
 fn kernel_table_matches_kernels_rs() {
     let names = emu::kernel_names();
-    assert_eq!(names, ggml_cuda::kernels::KERNEL_NAMES);
+    let mut sorted = names.to_vec();
+    sorted.sort_unstable();
+    let mut launched = ggml_cuda::kernels::KERNEL_NAMES.to_vec();
+    launched.sort_unstable();
+    assert_eq!(sorted, launched, "kernels.cu vs kernels::KERNEL_NAMES");
     assert!(emu::test_kernel_names().contains(&"t_big_shared"));
     assert!(!names.contains(&"t_big_shared"));
     // static shared memory from the declarations (float sh[32], float

@@ -20,7 +20,8 @@
 //! - **Threads are fibers.** In each block, every one of the
 //!   `blockDim.x*y*z` threads is a fiber: a user-mode context with its own
 //!   64 KiB stack (a guard page below it; the stacks are mapped once per OS
-//!   thread and reused by every launch). `threadIdx`, `blockIdx`,
+//!   thread and reused by every launch; a stack is taken when a thread first
+//!   runs and given back when it exits). `threadIdx`, `blockIdx`,
 //!   `blockDim`, `gridDim` are per-OS-thread variables the runtime sets on
 //!   every switch; `warpSize` is 32 and warps are 32 consecutive linear
 //!   thread ids, as on a GPU. A fiber runs until it exits or must wait; a
@@ -44,8 +45,9 @@
 //!   result from the values deposited in a per-warp area, then all go on. So
 //!   no lane reads before every lane has written. A source lane outside the
 //!   mask (undefined on a GPU) yields the caller's own value.
-//!   `__activemask()` is the set of lanes this lane last synchronized with
-//!   (all lanes of the warp before any collective), less exited lanes.
+//!   `__activemask()` is the set of lanes of the last collective this lane
+//!   completed (all lanes of the warp before any): convergence as the
+//!   program last established it.
 //! - **Deadlocks are errors.** When no fiber of a block can run and some
 //!   have not exited (a `__syncthreads` that some threads skip or reach at
 //!   different lines, a shuffle waiting for a lane that exited), the launch
@@ -76,8 +78,22 @@
 //!
 //! ## Speed
 //!
-//! Measured by `tests/emu_kernels.rs` (`timing_of_representative_launches`,
-//! release build, one core of the development machine): SPEED_NOTE
+//! Measured with `cargo test --release -p ggml-cuda --test emu_kernels timing
+//! -- --nocapture` (`timing_of_representative_launches`, x86_64, on the
+//! shared 2-core development machine at a load average near 10, so upper
+//! bounds):
+//!
+//! - **21-26 million fiber switches per second** in `t_shuffle_loop`
+//!   (16384 threads x 200 `__shfl_xor_sync`): about 40 ns per lane per
+//!   shuffle, the switch and the collective's bookkeeping together. The
+//!   switch alone is a dozen instructions (no system call; `swapcontext`
+//!   would make a `sigprocmask` system call per switch).
+//! - `k_mul_mat_vec` on a 2048 x 2048 Q8_0 matrix (2048 warps, five
+//!   shuffles each): 50-65 ms, mostly the kernel's own dequantization.
+//! - `k_unary` over 2^20 elements (4096 blocks x 256 threads, no barrier):
+//!   about 45 ms, about 40 ns per thread including its fiber start. A fiber
+//!   that exits hands its (cache-warm) stack to the next thread started, so
+//!   barrier-free kernels run on one stack.
 //!
 //! ## Without a C++ compiler
 //!
