@@ -863,6 +863,115 @@ fn argsort_and_top_k() {
     }
 }
 
+#[test]
+fn mul_mat_id_vec_with_skipped_and_bad_ids() {
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(29);
+    let (k, m, experts, used, tokens) = (64usize, 9usize, 3usize, 2usize, 3usize);
+    let a: Vec<f32> = (0..k * m * experts).map(|_| rng.f()).collect();
+    let b: Vec<f32> = (0..k * used * tokens).map(|_| rng.f()).collect();
+    // token 1 slot 0 is not this backend's (-1): an exact 0; token 2 slot
+    // 1 names expert 7 of 3: the error flag, and 0
+    let ids: Vec<i32> = vec![2, 0, -1, 1, 1, 7];
+    let mut dst = vec![f32::NAN; m * used * tokens];
+    let mut err = vec![0u32];
+    run(
+        "k_mul_mat_id_vec",
+        [(m as u32).div_ceil(4), used as u32, tokens as u32],
+        [128, 1, 1],
+        0,
+        &[
+            p(&mut dst),
+            A::T(dense([m as i64, used as i64, tokens as i64, 1], 4)),
+            pc(&a),
+            A::T(dense([k as i64, m as i64, experts as i64, 1], 4)),
+            A::I(F32),
+            pc(&b),
+            A::T(dense([k as i64, used as i64, tokens as i64, 1], 4)),
+            pc(&ids),
+            A::T(dense([used as i64, tokens as i64, 1, 1], 4)),
+            p(&mut err),
+        ],
+    )
+    .unwrap();
+    assert_eq!(err[0], 1, "the bad id sets the error flag");
+    for t in 0..tokens {
+        for e in 0..used {
+            let id = ids[t * used + e];
+            for i in 0..m {
+                let want = if (0..experts as i32).contains(&id) {
+                    let row = &a[(id as usize * m + i) * k..][..k];
+                    let col = &b[(t * used + e) * k..][..k];
+                    row.iter().zip(col).map(|(x, y)| x * y).sum()
+                } else {
+                    0.0
+                };
+                let got = dst[(t * used + e) * m + i];
+                assert!(
+                    (got - want).abs() <= 1e-5,
+                    "t {t} e {e} row {i}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn concurrent_launches_from_several_threads() {
+    if skip() {
+        return;
+    }
+    // each OS thread has its own fibers and shared memory; atomics on a
+    // common counter stay exact
+    let mut counter = vec![0i32, 0, -1, i32::MAX, 0];
+    // the threads reach it only through the kernels' atomics, joined below
+    let base = counter.as_mut_ptr() as u64;
+    let handles: Vec<_> = (0..3)
+        .map(|seed| {
+            std::thread::spawn(move || {
+                let mut rng = Rng(100 + seed);
+                let (rows, n) = (4usize, 777usize);
+                for _ in 0..5 {
+                    let x: Vec<f32> = (0..rows * n).map(|_| rng.f()).collect();
+                    let mut out = vec![0f32; rows];
+                    run(
+                        "t_block_sum",
+                        [rows as u32, 1, 1],
+                        [128, 1, 1],
+                        0,
+                        &[pc(&x), p(&mut out), A::I(n as i32)],
+                    )
+                    .unwrap();
+                    let want: Vec<f32> = x.chunks(n).map(|r| r.iter().sum()).collect();
+                    close(&out, &want, 1e-4, "block sum on a thread");
+                    let mut u = vec![0u32, 0];
+                    let mut f = vec![0f32];
+                    let mut ull = vec![0u64];
+                    run(
+                        "t_atomics",
+                        [2, 1, 1],
+                        [64, 1, 1],
+                        0,
+                        &[A::P(base), p(&mut u), p(&mut f), p(&mut ull)],
+                    )
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(counter[0], 3 * 5 * 128, "atomicAdd from three threads");
+    assert_eq!(
+        counter[1],
+        3 * 5 * 128,
+        "atomicCAS loops from three threads"
+    );
+}
+
 // ------------------------------------------------------------------ timing
 
 #[test]

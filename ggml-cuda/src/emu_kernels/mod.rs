@@ -72,7 +72,9 @@
 //! visible to the next read of any thread, so a missing `__threadfence` or a
 //! race between threads of a block that a GPU could expose may pass here);
 //! no timing, no clock, no bank conflicts, no caches, no occupancy, no
-//! concurrency between blocks; fast-math intrinsics run at full precision;
+//! concurrency between blocks; fast-math intrinsics run at full precision
+//! and `a*b+c` is not fused (`-ffp-contract=off`; NVCC/NVRTC fuse by default,
+//! so the last bits may differ from a GPU's);
 //! device `printf` prints from the host. `__shared__` declared outside a
 //! kernel body is rejected by the build (its size could not be attributed).
 //!
