@@ -223,3 +223,29 @@ extern "C" __global__ void t_intrinsics(const int* a, const int* b, int* io, flo
     p[2] = rsqrtf(f + 1.0f);
     p[3] = __saturatef(f - 1.0f);
 }
+
+// A helper with its own __shared__ scratch: counted in the static shared
+// memory of every kernel that calls it (here 3 doubles + 64 floats = 280
+// bytes). Every thread gets the block's maximum (blockDim.x <= 64).
+__device__ float helper_block_max(float v) {
+    __shared__ float scratch[64];
+    scratch[threadIdx.x] = v;
+    __syncthreads();
+    float m = scratch[0];
+    for (unsigned i = 1; i < blockDim.x; i++) {
+        m = fmaxf(m, scratch[i]);
+    }
+    __syncthreads();
+    return m;
+}
+
+extern "C" __global__ void t_helper_shared(const float* x, float* out) {
+    __shared__ double extra[3];
+    if (threadIdx.x < 3) {
+        extra[threadIdx.x] = 1.0;
+    }
+    float m = helper_block_max(x[blockIdx.x * blockDim.x + threadIdx.x]);
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = m + (float)extra[2];
+    }
+}

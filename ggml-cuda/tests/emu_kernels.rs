@@ -466,6 +466,30 @@ fn intrinsics() {
     }
 }
 
+#[test]
+fn shared_memory_of_called_device_functions_counts() {
+    // 3 doubles in the kernel + 64 floats in the __device__ helper it calls
+    assert_eq!(emu::static_shared_bytes("t_helper_shared"), Some(24 + 256));
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(31);
+    let x: Vec<f32> = (0..3 * 64).map(|_| rng.f()).collect();
+    let mut out = vec![0f32; 3];
+    run(
+        "t_helper_shared",
+        [3, 1, 1],
+        [64, 1, 1],
+        0,
+        &[pc(&x), p(&mut out)],
+    )
+    .unwrap();
+    for (b, o) in out.iter().enumerate() {
+        let m = x[b * 64..][..64].iter().fold(f32::MIN, |m, &v| m.max(v));
+        assert_eq!(*o, m + 1.0, "block {b}");
+    }
+}
+
 // ------------------------------------------------------------ launch limits
 
 #[test]

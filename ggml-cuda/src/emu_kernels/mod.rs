@@ -75,8 +75,10 @@
 //! concurrency between blocks; fast-math intrinsics run at full precision
 //! and `a*b+c` is not fused (`-ffp-contract=off`; NVCC/NVRTC fuse by default,
 //! so the last bits may differ from a GPU's);
-//! device `printf` prints from the host. `__shared__` declared outside a
-//! kernel body is rejected by the build (its size could not be attributed).
+//! device `printf` prints from the host. Static shared memory counts the
+//! `__shared__` variables of the kernel's body and of the `__device__`
+//! functions it calls (found by name, transitively); `__shared__` at file
+//! scope is rejected by the build (its size could not be attributed).
 //!
 //! ## Speed
 //!
