@@ -708,7 +708,10 @@ extern "C" int emu_launch(void (*tramp)(void* const*), const unsigned* grid,
         s->dyn = (unsigned char*)p;
         s->dyn_cap = dyn_bytes;
     }
-    Sched* outer = cur_sched;
+    if (cur_sched == s) {
+        snprintf(err, err_len, "a launch from inside a running kernel");
+        return MISUSE;
+    }
     cur_sched = s;
     s->tramp = tramp;
     s->params = params;
@@ -733,7 +736,7 @@ extern "C" int emu_launch(void (*tramp)(void* const*), const unsigned* grid,
                 s->qlen = 0;
                 memset(s->warp_arrived, 0, sizeof s->warp_arrived);
                 s->nfree = 0;
-                for (unsigned i = MAX_THREADS; i-- > 0;) {
+                for (unsigned i = s->nthreads; i-- > 0;) {
                     s->free_stacks[s->nfree++] = i;
                 }
                 for (unsigned i = 0; i < s->nthreads; i++) {
@@ -759,7 +762,7 @@ extern "C" int emu_launch(void (*tramp)(void* const*), const unsigned* grid,
             }
         }
     }
-    cur_sched = outer;
+    cur_sched = nullptr;
     int rc = s->failure;
     if (rc != OK) {
         snprintf(err, err_len, "%s", s->msg);

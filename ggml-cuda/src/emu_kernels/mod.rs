@@ -52,7 +52,11 @@
 //!   have not exited (a `__syncthreads` that some threads skip or reach at
 //!   different lines, a shuffle waiting for a lane that exited), the launch
 //!   stops with [`LaunchError::Deadlock`] describing who waits where,
-//!   instead of hanging as a GPU would. A lane that calls a collective with
+//!   instead of hanging as a GPU would. This is stricter than the hardware
+//!   in one case: PTX's `bar.sync` does not wait for threads that have
+//!   exited, so `if (i >= n) return; ... __syncthreads();` completes on a
+//!   GPU; CUDA C++ makes a `__syncthreads` that not every thread of the
+//!   block reaches undefined, and the emulator reports it. A lane that calls a collective with
 //!   a mask that does not name it is [`LaunchError::Misuse`].
 //! - **Atomics** (`atomicAdd`, `Sub`, `Or`, `And`, `Xor`, `Max`, `Min`,
 //!   `Exch`, `CAS`, `Inc`, `Dec` on int, unsigned, long long, unsigned long
@@ -87,13 +91,13 @@
 //! shared 2-core development machine at a load average near 10, so upper
 //! bounds):
 //!
-//! - **21-26 million fiber switches per second** in `t_shuffle_loop`
-//!   (16384 threads x 200 `__shfl_xor_sync`): about 40 ns per lane per
+//! - **17-26 million fiber switches per second** in `t_shuffle_loop`
+//!   (16384 threads x 200 `__shfl_xor_sync`): 40-60 ns per lane per
 //!   shuffle, the switch and the collective's bookkeeping together. The
 //!   switch alone is a dozen instructions (no system call; `swapcontext`
 //!   would make a `sigprocmask` system call per switch).
 //! - `k_mul_mat_vec` on a 2048 x 2048 Q8_0 matrix (2048 warps, five
-//!   shuffles each): 50-65 ms, mostly the kernel's own dequantization.
+//!   shuffles each): 50-90 ms, mostly the kernel's own dequantization.
 //! - `k_unary` over 2^20 elements (4096 blocks x 256 threads, no barrier):
 //!   about 45 ms, about 40 ns per thread including its fiber start. A fiber
 //!   that exits hands its (cache-warm) stack to the next thread started, so
@@ -102,7 +106,7 @@
 //! ## Without a C++ compiler
 //!
 //! The crate still builds; [`launch`] then returns
-//! [`LaunchError::Unavailable`] ("emulator unavailable: <reason>", also
+//! [`LaunchError::Unavailable`] (`"emulator unavailable: <reason>"`, also
 //! [`unavailable_reason`]) after the limit checks, and the emulator tests
 //! print `skipped: <reason>`.
 
