@@ -252,6 +252,12 @@ const char* warp_op_name(int kind) {
     case EMU_BALLOT: return "__ballot_sync";
     case EMU_ALL: return "__all_sync";
     case EMU_ANY: return "__any_sync";
+    case EMU_REDUCE_ADD: return "__reduce_add_sync";
+    case EMU_REDUCE_MIN: return "__reduce_min_sync";
+    case EMU_REDUCE_MAX: return "__reduce_max_sync";
+    case EMU_REDUCE_AND: return "__reduce_and_sync";
+    case EMU_REDUCE_OR: return "__reduce_or_sync";
+    case EMU_REDUCE_XOR: return "__reduce_xor_sync";
     default: return "__syncwarp";
     }
 }
@@ -543,6 +549,38 @@ unsigned long long warp_result(Fiber* base, unsigned mask, unsigned l) {
             return ballot == mask ? 1 : 0;
         }
         return ballot != 0 ? 1 : 0;
+    }
+    case EMU_REDUCE_ADD:
+    case EMU_REDUCE_MIN:
+    case EMU_REDUCE_MAX:
+    case EMU_REDUCE_AND:
+    case EMU_REDUCE_OR:
+    case EMU_REDUCE_XOR: {
+        // 32-bit values; arg 1 compares them as signed
+        bool sgn = me.warg != 0;
+        unsigned r = 0;
+        bool first = true;
+        for (unsigned k = 0; k < 32; k++) {
+            if (!((mask >> k) & 1u)) {
+                continue;
+            }
+            unsigned v = (unsigned)base[k].wval;
+            if (first) {
+                r = v;
+                first = false;
+                continue;
+            }
+            bool less = sgn ? (int)v < (int)r : v < r;
+            switch (me.wkind) {
+            case EMU_REDUCE_ADD: r += v; break;
+            case EMU_REDUCE_MIN: r = less ? v : r; break;
+            case EMU_REDUCE_MAX: r = (!less && v != r) ? v : r; break;
+            case EMU_REDUCE_AND: r &= v; break;
+            case EMU_REDUCE_OR: r |= v; break;
+            default: r ^= v; break;
+            }
+        }
+        return r;
     }
     default: return 0;
     }

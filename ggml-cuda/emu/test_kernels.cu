@@ -249,3 +249,24 @@ extern "C" __global__ void t_helper_shared(const float* x, float* out) {
         out[blockIdx.x] = m + (float)extra[2];
     }
 }
+
+// sm_80 warp reductions and the vector types: out[8 t ..] = add (signed),
+// min (signed), max (signed), min (unsigned), and, or, xor, and the sum of
+// a float4 and an int2 loaded from `v4` / `v2`.
+extern "C" __global__ void t_warp_reduce(const int* in, const float4* v4, const int2* v2,
+                                         int* out) {
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    int v = in[t];
+    int* o = out + 8 * t;
+    o[0] = __reduce_add_sync(0xffffffffu, v);
+    o[1] = __reduce_min_sync(0xffffffffu, v);
+    o[2] = __reduce_max_sync(0xffffffffu, v);
+    o[3] = (int)__reduce_min_sync(0xffffffffu, (unsigned)v);
+    o[4] = (int)__reduce_and_sync(0xffffffffu, (unsigned)v);
+    o[5] = (int)__reduce_or_sync(0xffffffffu, (unsigned)v);
+    o[6] = (int)__reduce_xor_sync(0xffffffffu, (unsigned)v);
+    float4 f = v4[t];
+    int2 i = v2[t];
+    float4 g = make_float4(f.x, f.y, f.z, f.w);
+    o[7] = (int)(g.x + g.y + g.z + g.w) + i.x + i.y;
+}

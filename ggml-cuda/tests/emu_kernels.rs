@@ -198,6 +198,42 @@ fn warp_shuffles_of_every_kind() {
 }
 
 #[test]
+fn warp_reductions_and_vector_types() {
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(37);
+    let n = 64usize;
+    let v: Vec<i32> = (0..n).map(|_| rng.i(2001) - 1000).collect();
+    let v4: Vec<f32> = (0..4 * n).map(|i| (i % 7) as f32).collect();
+    let v2: Vec<i32> = (0..2 * n).map(|i| i as i32).collect();
+    let mut out = vec![0i32; 8 * n];
+    run(
+        "t_warp_reduce",
+        [1, 1, 1],
+        [64, 1, 1],
+        0,
+        &[pc(&v), pc(&v4), pc(&v2), p(&mut out)],
+    )
+    .unwrap();
+    for t in 0..n {
+        let w = &v[t / 32 * 32..][..32];
+        let vec_sum = v4[4 * t..4 * t + 4].iter().sum::<f32>() as i32 + v2[2 * t] + v2[2 * t + 1];
+        let want = [
+            w.iter().sum::<i32>(),
+            *w.iter().min().unwrap(),
+            *w.iter().max().unwrap(),
+            w.iter().map(|&x| x as u32).min().unwrap() as i32,
+            w.iter().fold(!0u32, |a, &x| a & x as u32) as i32,
+            w.iter().fold(0u32, |a, &x| a | x as u32) as i32,
+            w.iter().fold(0u32, |a, &x| a ^ x as u32) as i32,
+            vec_sum,
+        ];
+        assert_eq!(&out[8 * t..8 * t + 8], &want, "thread {t}");
+    }
+}
+
+#[test]
 fn votes_and_counting_barriers() {
     if skip() {
         return;

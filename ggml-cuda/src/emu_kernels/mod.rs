@@ -43,7 +43,9 @@
 //!   `__all_sync`, `__any_sync` and `__syncwarp` wait until every lane named
 //!   in the mask has reached the call; the last lane computes every lane's
 //!   result from the values deposited in a per-warp area, then all go on. So
-//!   no lane reads before every lane has written. A source lane outside the
+//!   no lane reads before every lane has written. The sm_80 reductions
+//!   (`__reduce_add_sync`, `_min`, `_max` on int and unsigned, `_and`, `_or`,
+//!   `_xor`) work the same way. A source lane outside the
 //!   mask (undefined on a GPU) yields the caller's own value.
 //!   `__activemask()` is the set of lanes of the last collective this lane
 //!   completed (all lanes of the warp before any): convergence as the
@@ -66,7 +68,9 @@
 //! - **Intrinsics.** `__ldg`, `__dp4a` (signed and unsigned), `__expf`,
 //!   `__logf`, `__sinf`, `__cosf`, `__powf`, `__fdividef`, `rsqrtf`,
 //!   `__saturatef`, bit casts (`__float_as_int`, ...), `__popc`, `__clz`,
-//!   `__ffs`, `min`/`max`, `__threadfence`; `__launch_bounds__`,
+//!   `__ffs`, `min`/`max`, `__threadfence`, the vector types (`float2`,
+//!   `float4`, `int2`, `int4`, `uint2`, `uint4`, `char4`, `uchar4`, with
+//!   CUDA's alignment, and `make_*`); `__launch_bounds__`,
 //!   `__restrict__`, `__forceinline__` and `#pragma unroll` compile (the
 //!   latter is ignored).
 //!
