@@ -18,7 +18,9 @@
 // (saving only callee-saved registers, no signal mask), `ucontext` elsewhere
 // or when GGML_CUDA_EMU_UCONTEXT is defined. Fiber stacks (64 KiB, a guard
 // page below each) are mapped once per OS thread and reused by every launch
-// on that thread.
+// on that thread; a fiber takes one when it first runs and (assembly
+// switch) gives it back when it exits, so the next thread started runs on
+// the same, cache-warm stack.
 #include "prelude.h"
 
 #include <sys/mman.h>
