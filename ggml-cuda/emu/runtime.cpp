@@ -480,7 +480,8 @@ int syncthreads(Sched* s, Fiber* f, const char* file, int line, int op, int pred
         s->bar_line = line;
         s->bar_op = op;
         s->bar_acc = op == EMU_BAR_AND ? 1 : 0;
-    } else if (s->bar_line != line || strcmp(s->bar_file, file) != 0 || s->bar_op != op) {
+    } else if (s->bar_line != line || s->bar_op != op ||
+               (s->bar_file != file && strcmp(s->bar_file, file) != 0)) {
         snprintf(s->msg, sizeof s->msg,
                  "divergent __syncthreads in block (%u,%u,%u): thread (%u,%u,%u) waits at "
                  "%s:%d while %u other thread(s) wait at %s:%d (on a GPU this hangs or "
