@@ -15,7 +15,8 @@
 //!
 //! Without a C++ compiler the build still succeeds: the table records
 //! "emulator unavailable: <reason>" and launches return that error. A
-//! compiler that is present but rejects the sources fails the build.
+//! compiler that is present but rejects the sources fails the build (as
+//! does a `__shared__` declaration whose size cannot be attributed).
 
 use std::collections::HashMap;
 use std::env;
@@ -92,6 +93,13 @@ fn main() {
 /// Compile the runtime and the wrappers; `Err(reason)` only when there is no
 /// working C++ compiler.
 fn compile(emu: &Path, wrappers: &[PathBuf]) -> Result<(), String> {
+    let family = env::var("CARGO_CFG_TARGET_FAMILY").unwrap_or_default();
+    if !family.split(',').any(|f| f == "unix") {
+        return Err(format!(
+            "the emulator runtime needs a Unix-like target (mmap, fibers); target family is \
+             '{family}'"
+        ));
+    }
     let mut build = cc::Build::new();
     build
         .cpp(true)
@@ -416,8 +424,9 @@ fn parse_kernels(src: &str) -> Result<Vec<KernelSig>, String> {
     let consts = parse_consts(src);
     let code = strip_comments(src);
     let marker = "extern \"C\" __global__";
+    let funcs = device_functions(&code)?;
     let mut kernels = Vec::new();
-    let mut bodies = Vec::new();
+    let mut bodies: Vec<(usize, usize)> = funcs.iter().map(|&(_, a, b)| (a, b)).collect();
     let mut at = 0;
     while let Some(off) = code[at..].find(marker) {
         let start = at + off + marker.len();
@@ -460,7 +469,8 @@ fn parse_kernels(src: &str) -> Result<Vec<KernelSig>, String> {
         let body_open = close + code[close..].find('{').ok_or("kernel without a body")?;
         let body_close = matching(&code, body_open, b'{', b'}')?;
         let body = &code[body_open..body_close];
-        let (shared, static_shared) = shared_decls(&name, body, &consts)?;
+        let shared = kernel_shared(&code, body, &funcs)?;
+        let static_shared = shared_total(&name, &shared, &consts)?;
         bodies.push((body_open, body_close));
         kernels.push(KernelSig {
             name,
@@ -471,14 +481,15 @@ fn parse_kernels(src: &str) -> Result<Vec<KernelSig>, String> {
         });
         at = body_close;
     }
-    // __shared__ outside a kernel body would be missed by static_shared
+    // __shared__ outside a function body would be missed by static_shared
     let mut search = 0;
     while let Some(off) = code[search..].find("__shared__") {
         let pos = search + off;
         if !bodies.iter().any(|&(a, b)| a < pos && pos < b) && !code[..pos].ends_with("define ") {
             return Err(format!(
-                "__shared__ outside a kernel body (byte {pos}): the static shared memory of \
-                 kernels is computed from their own declarations only"
+                "__shared__ outside a function body (byte {pos}): the static shared memory of \
+                 kernels is computed from the declarations in their bodies and in the \
+                 __device__ functions they call"
             ));
         }
         search = pos + 10;
@@ -486,15 +497,10 @@ fn parse_kernels(src: &str) -> Result<Vec<KernelSig>, String> {
     Ok(kernels)
 }
 
-/// The static `__shared__` declarations of a kernel body and their total
-/// size (each variable aligned to its type).
-fn shared_decls(
-    kernel: &str,
-    body: &str,
-    consts: &Consts,
-) -> Result<(Vec<(String, String)>, u64), String> {
+/// The static `__shared__` declarations of a function body: (element type,
+/// `[dims]` text) per variable.
+fn shared_decls(body: &str) -> Result<Vec<(String, String)>, String> {
     let mut decls = Vec::new();
-    let mut total = 0u64;
     let mut at = 0;
     while let Some(off) = body[at..].find("__shared__") {
         let pos = at + off;
@@ -516,23 +522,97 @@ fn shared_decls(
                 (ty.clone(), head.trim().to_string())
             };
             ty = t;
-            let (size, align) = consts
-                .size_of(&ty)
-                .map_err(|e| format!("kernel {kernel}: {e}"))?;
-            let mut n = 1u64;
-            let mut rest = dims.trim();
-            while rest.starts_with('[') {
-                let close = matching(rest, 0, b'[', b']')?;
-                n *= consts
-                    .eval(&rest[1..close - 1])
-                    .map_err(|e| format!("kernel {kernel}: {e}"))?;
-                rest = rest[close..].trim();
-            }
-            total = total.div_ceil(align) * align + n * size;
             decls.push((ty.clone(), dims.trim().to_string()));
         }
     }
-    Ok((decls, total))
+    Ok(decls)
+}
+
+/// Bytes of the `__shared__` variables `decls`, each at its alignment.
+fn shared_total(kernel: &str, decls: &[(String, String)], consts: &Consts) -> Result<u64, String> {
+    let mut total = 0u64;
+    for (ty, dims) in decls {
+        let (size, align) = consts
+            .size_of(ty)
+            .map_err(|e| format!("kernel {kernel}: {e}"))?;
+        let mut n = 1u64;
+        let mut rest = dims.trim();
+        while rest.starts_with('[') {
+            let close = matching(rest, 0, b'[', b']')?;
+            n *= consts
+                .eval(&rest[1..close - 1])
+                .map_err(|e| format!("kernel {kernel}: {e}"))?;
+            rest = rest[close..].trim();
+        }
+        total = total.div_ceil(align) * align + n * size;
+    }
+    Ok(total)
+}
+
+/// `__device__` function definitions: (name, body start, body end).
+fn device_functions(code: &str) -> Result<Vec<(String, usize, usize)>, String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(off) = code[at..].find("__device__") {
+        let pos = at + off;
+        at = pos + "__device__".len();
+        let Some(open_rel) = code[pos..].find('(') else {
+            break;
+        };
+        let open = pos + open_rel;
+        if code[pos..open].contains([';', '{', '=']) {
+            continue; // a variable, not a function
+        }
+        let name: String = code[pos..open]
+            .trim_end()
+            .chars()
+            .rev()
+            .take_while(|&c| is_ident(c))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let close = matching(code, open, b'(', b')')?;
+        let rest = code[close..].trim_start();
+        if !rest.starts_with('{') {
+            continue; // a declaration only
+        }
+        let body_open = close + (code[close..].len() - rest.len());
+        let body_close = matching(code, body_open, b'{', b'}')?;
+        out.push((name, body_open, body_close));
+        at = body_close;
+    }
+    Ok(out)
+}
+
+/// The identifiers in `text`.
+fn identifiers(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !is_ident(c))
+        .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+}
+
+/// The static `__shared__` declarations of a kernel: its own and those of
+/// every `__device__` function it reaches (by name, transitively; a
+/// function-local `__shared__` variable is one allocation per kernel).
+fn kernel_shared(
+    code: &str,
+    body: &str,
+    funcs: &[(String, usize, usize)],
+) -> Result<Vec<(String, String)>, String> {
+    let mut decls = shared_decls(body)?;
+    let mut seen = vec![false; funcs.len()];
+    let mut work = vec![body.to_string()];
+    while let Some(text) = work.pop() {
+        let names: Vec<&str> = identifiers(&text).collect();
+        for (i, (name, a, b)) in funcs.iter().enumerate() {
+            if !seen[i] && names.contains(&name.as_str()) {
+                seen[i] = true;
+                decls.extend(shared_decls(&code[*a..*b])?);
+                work.push(code[*a..*b].to_string());
+            }
+        }
+    }
+    Ok(decls)
 }
 
 fn split_top_commas(s: &str) -> Vec<String> {

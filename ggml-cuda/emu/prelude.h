@@ -43,6 +43,27 @@ struct dim3 {
 
 constexpr int warpSize = 32;
 
+// The built-in vector types (NVRTC has them without headers), with CUDA's
+// alignment, and their make_* constructors.
+#define EMU_VEC2(T, N, A)                                             \
+    struct __attribute__((aligned(A))) N##2 {                         \
+        T x, y;                                                       \
+    };                                                                \
+    __forceinline__ N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
+#define EMU_VEC4(T, N, A)                                                         \
+    struct __attribute__((aligned(A))) N##4 {                                     \
+        T x, y, z, w;                                                             \
+    };                                                                            \
+    __forceinline__ N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+EMU_VEC2(float, float, 8)
+EMU_VEC4(float, float, 16)
+EMU_VEC2(int, int, 8)
+EMU_VEC4(int, int, 16)
+EMU_VEC2(unsigned, uint, 8)
+EMU_VEC4(unsigned, uint, 16)
+EMU_VEC4(signed char, char, 4)
+EMU_VEC4(unsigned char, uchar, 4)
+
 // ------------------------------------------------------------ runtime ABI
 
 // Kinds of warp collectives (`emu_warp_op`).
@@ -55,6 +76,12 @@ enum {
     EMU_ALL = 5,
     EMU_ANY = 6,
     EMU_SYNCWARP = 7,
+    EMU_REDUCE_ADD = 8,
+    EMU_REDUCE_MIN = 9,
+    EMU_REDUCE_MAX = 10,
+    EMU_REDUCE_AND = 11,
+    EMU_REDUCE_OR = 12,
+    EMU_REDUCE_XOR = 13,
 };
 
 // Block-barrier reductions (`emu_syncthreads_op`).
@@ -135,6 +162,34 @@ __forceinline__ void __syncwarp(unsigned mask = 0xffffffffu) {
     (void)emu_warp_op(EMU_SYNCWARP, mask, 0, 0, warpSize);
 }
 __forceinline__ unsigned __activemask() { return emu_activemask(); }
+// sm_80 warp reductions over the lanes of the mask (arg 1: signed).
+__forceinline__ unsigned __reduce_add_sync(unsigned mask, unsigned v) {
+    return (unsigned)emu_warp_op(EMU_REDUCE_ADD, mask, v, 0, warpSize);
+}
+__forceinline__ int __reduce_add_sync(unsigned mask, int v) {
+    return (int)emu_warp_op(EMU_REDUCE_ADD, mask, (unsigned)v, 1, warpSize);
+}
+__forceinline__ unsigned __reduce_min_sync(unsigned mask, unsigned v) {
+    return (unsigned)emu_warp_op(EMU_REDUCE_MIN, mask, v, 0, warpSize);
+}
+__forceinline__ int __reduce_min_sync(unsigned mask, int v) {
+    return (int)emu_warp_op(EMU_REDUCE_MIN, mask, (unsigned)v, 1, warpSize);
+}
+__forceinline__ unsigned __reduce_max_sync(unsigned mask, unsigned v) {
+    return (unsigned)emu_warp_op(EMU_REDUCE_MAX, mask, v, 0, warpSize);
+}
+__forceinline__ int __reduce_max_sync(unsigned mask, int v) {
+    return (int)emu_warp_op(EMU_REDUCE_MAX, mask, (unsigned)v, 1, warpSize);
+}
+__forceinline__ unsigned __reduce_and_sync(unsigned mask, unsigned v) {
+    return (unsigned)emu_warp_op(EMU_REDUCE_AND, mask, v, 0, warpSize);
+}
+__forceinline__ unsigned __reduce_or_sync(unsigned mask, unsigned v) {
+    return (unsigned)emu_warp_op(EMU_REDUCE_OR, mask, v, 0, warpSize);
+}
+__forceinline__ unsigned __reduce_xor_sync(unsigned mask, unsigned v) {
+    return (unsigned)emu_warp_op(EMU_REDUCE_XOR, mask, v, 0, warpSize);
+}
 
 // --------------------------------------------------------------- atomics
 

@@ -18,7 +18,9 @@
 // (saving only callee-saved registers, no signal mask), `ucontext` elsewhere
 // or when GGML_CUDA_EMU_UCONTEXT is defined. Fiber stacks (64 KiB, a guard
 // page below each) are mapped once per OS thread and reused by every launch
-// on that thread.
+// on that thread; a fiber takes one when it first runs and (assembly
+// switch) gives it back when it exits, so the next thread started runs on
+// the same, cache-warm stack.
 #include "prelude.h"
 
 #include <sys/mman.h>
@@ -47,13 +49,27 @@ constexpr size_t STACK_BYTES = 64 * 1024;
 
 // ------------------------------------------------------- context switch
 
+// A suspended context: its saved stack pointer (assembly) or ucontext.
 #ifdef EMU_ASM_SWITCH
-extern "C" void emu_ctx_switch(void** save_sp, void* to_sp);
-extern "C" void emu_fiber_main();
+struct Ctx {
+    void* sp;
+};
+
+extern "C" {
+// Save the callee-saved registers on this stack and its sp in *save, then
+// resume the context whose sp is `to`.
+void emu_ctx_switch(void** save, void* to);
+// Save as above, then start a new fiber (emu_fiber_main) at stack top `top`.
+void emu_ctx_switch_start(void** save, char* top);
+// Resume `to` without saving anything (the caller has exited).
+[[noreturn]] void emu_ctx_jump(void* to);
+// Start a new fiber at `top` without saving anything: the exited caller's
+// stack may be the one reused.
+[[noreturn]] void emu_ctx_jump_start(char* top);
+void emu_fiber_main();
+}
 
 #if defined(__x86_64__)
-// Push the callee-saved registers, save rsp, load the other fiber's rsp,
-// pop its registers and return into it.
 asm(R"(
     .text
     .globl emu_ctx_switch
@@ -77,29 +93,55 @@ emu_ctx_switch:
     popq %rbp
     ret
     .size emu_ctx_switch, .-emu_ctx_switch
-)");
 
-// A new fiber's stack: six zero registers, then the address `ret` jumps to
-// (emu_fiber_main, entered with rsp = 8 mod 16 as after a call).
-void* initial_sp(char* top) {
-    uintptr_t* sp = (uintptr_t*)(((uintptr_t)top & ~(uintptr_t)15) - 16);
-    sp[0] = (uintptr_t)&emu_fiber_main;
-    sp[1] = 0;
-    sp -= 6;
-    for (int i = 0; i < 6; i++) {
-        sp[i] = 0;
-    }
-    return sp;
-}
+    .globl emu_ctx_switch_start
+    .hidden emu_ctx_switch_start
+    .type emu_ctx_switch_start, @function
+    .p2align 4
+emu_ctx_switch_start:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    xorl %ebp, %ebp
+    call emu_fiber_main
+    ud2
+    .size emu_ctx_switch_start, .-emu_ctx_switch_start
+
+    .globl emu_ctx_jump
+    .hidden emu_ctx_jump
+    .type emu_ctx_jump, @function
+    .p2align 4
+emu_ctx_jump:
+    movq %rdi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_ctx_jump, .-emu_ctx_jump
+
+    .globl emu_ctx_jump_start
+    .hidden emu_ctx_jump_start
+    .type emu_ctx_jump_start, @function
+    .p2align 4
+emu_ctx_jump_start:
+    movq %rdi, %rsp
+    xorl %ebp, %ebp
+    call emu_fiber_main
+    ud2
+    .size emu_ctx_jump_start, .-emu_ctx_jump_start
+)");
 #else
 // aarch64: x19-x30 and d8-d15 in a 176-byte frame.
 asm(R"(
-    .text
-    .globl emu_ctx_switch
-    .hidden emu_ctx_switch
-    .type emu_ctx_switch, %function
-    .p2align 4
-emu_ctx_switch:
+    .macro EMU_SAVE
     sub sp, sp, #176
     stp x19, x20, [sp, #0]
     stp x21, x22, [sp, #16]
@@ -113,7 +155,8 @@ emu_ctx_switch:
     stp d14, d15, [sp, #144]
     mov x2, sp
     str x2, [x0]
-    mov sp, x1
+    .endm
+    .macro EMU_RESTORE
     ldp x19, x20, [sp, #0]
     ldp x21, x22, [sp, #16]
     ldp x23, x24, [sp, #32]
@@ -125,19 +168,59 @@ emu_ctx_switch:
     ldp d12, d13, [sp, #128]
     ldp d14, d15, [sp, #144]
     add sp, sp, #176
+    .endm
+
+    .text
+    .globl emu_ctx_switch
+    .hidden emu_ctx_switch
+    .type emu_ctx_switch, %function
+    .p2align 4
+emu_ctx_switch:
+    EMU_SAVE
+    mov sp, x1
+    EMU_RESTORE
     ret
     .size emu_ctx_switch, .-emu_ctx_switch
-)");
 
-void* initial_sp(char* top) {
-    uintptr_t* sp = (uintptr_t*)((((uintptr_t)top) & ~(uintptr_t)15) - 176);
-    for (int i = 0; i < 22; i++) {
-        sp[i] = 0;
-    }
-    sp[11] = (uintptr_t)&emu_fiber_main; // x30 (lr) at offset 88
-    return sp;
-}
+    .globl emu_ctx_switch_start
+    .hidden emu_ctx_switch_start
+    .type emu_ctx_switch_start, %function
+    .p2align 4
+emu_ctx_switch_start:
+    EMU_SAVE
+    mov sp, x1
+    mov x29, #0
+    bl emu_fiber_main
+    brk #0
+    .size emu_ctx_switch_start, .-emu_ctx_switch_start
+
+    .globl emu_ctx_jump
+    .hidden emu_ctx_jump
+    .type emu_ctx_jump, %function
+    .p2align 4
+emu_ctx_jump:
+    mov sp, x0
+    EMU_RESTORE
+    ret
+    .size emu_ctx_jump, .-emu_ctx_jump
+
+    .globl emu_ctx_jump_start
+    .hidden emu_ctx_jump_start
+    .type emu_ctx_jump_start, %function
+    .p2align 4
+emu_ctx_jump_start:
+    mov sp, x0
+    mov x29, #0
+    bl emu_fiber_main
+    brk #0
+    .size emu_ctx_jump_start, .-emu_ctx_jump_start
+)");
 #endif
+#else
+struct Ctx {
+    ucontext_t uc;
+};
+extern "C" void emu_fiber_main();
 #endif
 
 // ---------------------------------------------------------------- state
@@ -145,12 +228,9 @@ void* initial_sp(char* top) {
 enum FiberState { READY, WAIT_BAR, WAIT_WARP, DONE };
 
 struct Fiber {
-#ifdef EMU_ASM_SWITCH
-    void* sp;
-#else
-    ucontext_t ctx;
-#endif
-    char* stack_lo; // lowest usable byte (above the guard page)
+    Ctx ctx;
+    bool started; // has run (has a stack)
+    unsigned stack; // index of its stack, once started
     uint3 tid;
     unsigned warp, lane;
     FiberState state;
@@ -160,7 +240,8 @@ struct Fiber {
     unsigned long long wval;
     int warg, wwidth;
     unsigned long long wresult;
-    // lanes this lane last synchronized with (what __activemask reports)
+    // the lanes of the last warp collective this lane completed (all
+    // lanes of its warp before any): what __activemask reports
     unsigned conv_mask;
 };
 
@@ -173,6 +254,12 @@ const char* warp_op_name(int kind) {
     case EMU_BALLOT: return "__ballot_sync";
     case EMU_ALL: return "__all_sync";
     case EMU_ANY: return "__any_sync";
+    case EMU_REDUCE_ADD: return "__reduce_add_sync";
+    case EMU_REDUCE_MIN: return "__reduce_min_sync";
+    case EMU_REDUCE_MAX: return "__reduce_max_sync";
+    case EMU_REDUCE_AND: return "__reduce_and_sync";
+    case EMU_REDUCE_OR: return "__reduce_or_sync";
+    case EMU_REDUCE_XOR: return "__reduce_xor_sync";
     default: return "__syncwarp";
     }
 }
@@ -181,13 +268,14 @@ const char* warp_op_name(int kind) {
 enum Failure { OK = 0, DEADLOCK = 1, MISUSE = 2, NO_MEMORY = 3 };
 
 struct Sched {
-#ifdef EMU_ASM_SWITCH
-    void* sched_sp = nullptr;
-#else
-    ucontext_t sched_ctx;
-#endif
+    Ctx sched_ctx;          // the launch loop, on the OS thread's own stack
     char* region = nullptr; // MAX_THREADS stacks, each above a guard page
     size_t region_bytes = 0;
+    char* stack_lo[MAX_THREADS]; // lowest usable byte of each stack
+    // stacks not in use by a started, unfinished fiber (LIFO: the stack a
+    // fiber leaves is the next one started, still in cache)
+    unsigned free_stacks[MAX_THREADS];
+    unsigned nfree = 0;
     Fiber fibers[MAX_THREADS];
     unsigned nthreads = 0;
     Fiber* cur = nullptr;
@@ -230,6 +318,7 @@ struct Sched {
         qlen--;
         return f;
     }
+    char* stack_top(unsigned i) { return stack_lo[i] + STACK_BYTES; }
 };
 
 struct SchedHolder {
@@ -259,7 +348,7 @@ Sched* get_sched() {
         for (unsigned i = 0; i < MAX_THREADS; i++) {
             char* base = s->region + i * slot;
             mprotect(base, (size_t)page, PROT_NONE); // guard page (best effort)
-            s->fibers[i].stack_lo = base + page;
+            s->stack_lo[i] = base + page;
         }
         tls_sched.s = s;
     }
@@ -276,26 +365,91 @@ inline void enter(Sched* s, Fiber* f) {
 }
 
 #ifdef EMU_ASM_SWITCH
-inline void switch_to_fiber_from_sched(Sched* s, Fiber* f) { emu_ctx_switch(&s->sched_sp, f->sp); }
-inline void switch_fiber(Sched*, Fiber* from, Fiber* to) { emu_ctx_switch(&from->sp, to->sp); }
-inline void switch_to_sched(Sched* s, Fiber* from) { emu_ctx_switch(&from->sp, s->sched_sp); }
+// Suspend the running context into `save` and run `to`.
+void transfer(Sched* s, Ctx* save, Fiber* to) {
+    enter(s, to);
+    if (to->started) {
+        emu_ctx_switch(&save->sp, to->ctx.sp);
+    } else {
+        to->started = true;
+        to->stack = s->free_stacks[--s->nfree];
+        emu_ctx_switch_start(&save->sp, s->stack_top(to->stack));
+    }
+}
+
+// Leave an exited fiber (whose stack is already free) for `to`, or for the
+// launch loop when `to` is null.
+[[noreturn]] void transfer_exit(Sched* s, Fiber* to) {
+    if (!to) {
+        s->cur = nullptr;
+        s->switches++;
+        emu_ctx_jump(s->sched_ctx.sp);
+    }
+    enter(s, to);
+    if (to->started) {
+        emu_ctx_jump(to->ctx.sp);
+    }
+    to->started = true;
+    to->stack = s->free_stacks[--s->nfree];
+    emu_ctx_jump_start(s->stack_top(to->stack));
+}
+
+void release_stack(Sched* s, Fiber* f) { s->free_stacks[s->nfree++] = f->stack; }
+
+void prepare_fiber(Sched*, Fiber* f) { f->started = false; }
+
+inline void to_sched(Sched* s, Fiber* from) {
+    s->cur = nullptr;
+    s->switches++;
+    emu_ctx_switch(&from->ctx.sp, s->sched_ctx.sp);
+}
 #else
-inline void switch_to_fiber_from_sched(Sched* s, Fiber* f) { swapcontext(&s->sched_ctx, &f->ctx); }
-inline void switch_fiber(Sched*, Fiber* from, Fiber* to) { swapcontext(&from->ctx, &to->ctx); }
-inline void switch_to_sched(Sched* s, Fiber* from) { swapcontext(&from->ctx, &s->sched_ctx); }
+void transfer(Sched* s, Ctx* save, Fiber* to) {
+    enter(s, to);
+    swapcontext(&save->uc, &to->ctx.uc);
+}
+
+[[noreturn]] void transfer_exit(Sched* s, Fiber* to) {
+    if (!to) {
+        s->cur = nullptr;
+        s->switches++;
+        setcontext(&s->sched_ctx.uc);
+    } else {
+        enter(s, to);
+        setcontext(&to->ctx.uc);
+    }
+    abort(); // setcontext does not return
+}
+
+// ucontext fibers keep their stack until the block ends: makecontext would
+// write into the stack the exiting fiber still runs on.
+void release_stack(Sched*, Fiber*) {}
+
+void prepare_fiber(Sched* s, Fiber* f) {
+    f->started = true;
+    f->stack = (unsigned)(f - s->fibers);
+    getcontext(&f->ctx.uc);
+    f->ctx.uc.uc_stack.ss_sp = s->stack_lo[f->stack];
+    f->ctx.uc.uc_stack.ss_size = STACK_BYTES;
+    f->ctx.uc.uc_link = nullptr;
+    makecontext(&f->ctx.uc, emu_fiber_main, 0);
+}
+
+inline void to_sched(Sched* s, Fiber* from) {
+    s->cur = nullptr;
+    s->switches++;
+    swapcontext(&from->ctx.uc, &s->sched_ctx.uc);
+}
 #endif
 
-// The current fiber waits (or has exited): run the next ready fiber, or
-// return to the launch loop when none is ready. Returns when resumed.
+// The current fiber waits: run the next ready fiber, or return to the
+// launch loop when none is ready. Returns when resumed.
 void suspend(Sched* s, Fiber* self) {
     Fiber* next = s->pop();
     if (next) {
-        enter(s, next);
-        switch_fiber(s, self, next);
+        transfer(s, &self->ctx, next);
     } else {
-        s->cur = nullptr;
-        s->switches++;
-        switch_to_sched(s, self);
+        to_sched(s, self);
     }
 }
 
@@ -304,31 +458,18 @@ void suspend(Sched* s, Fiber* self) {
 [[noreturn]] void fail(Sched* s, Fiber* self, Failure kind) {
     s->failure = kind;
     self->state = DONE; // never resumed
-    switch_to_sched(s, self);
+    to_sched(s, self);
     abort(); // unreachable: the launch loop never resumes a failed fiber
 }
 
-void fiber_body() {
+[[noreturn]] void fiber_body() {
     Sched* s = cur_sched;
     s->tramp(s->params);
     Fiber* self = s->cur;
     self->state = DONE;
     s->done++;
-    suspend(s, self);
-    abort(); // unreachable: a finished fiber is never resumed
-}
-
-void start_fiber(Sched* s, Fiber* f) {
-#ifdef EMU_ASM_SWITCH
-    f->sp = initial_sp(f->stack_lo + STACK_BYTES);
-#else
-    getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = f->stack_lo;
-    f->ctx.uc_stack.ss_size = STACK_BYTES;
-    f->ctx.uc_link = nullptr;
-    makecontext(&f->ctx, (void (*)())fiber_body, 0);
-#endif
-    (void)s;
+    release_stack(s, self);
+    transfer_exit(s, s->pop());
 }
 
 // ---------------------------------------------------- block barrier
@@ -339,7 +480,8 @@ int syncthreads(Sched* s, Fiber* f, const char* file, int line, int op, int pred
         s->bar_line = line;
         s->bar_op = op;
         s->bar_acc = op == EMU_BAR_AND ? 1 : 0;
-    } else if (s->bar_line != line || strcmp(s->bar_file, file) != 0 || s->bar_op != op) {
+    } else if (s->bar_line != line || s->bar_op != op ||
+               (s->bar_file != file && strcmp(s->bar_file, file) != 0)) {
         snprintf(s->msg, sizeof s->msg,
                  "divergent __syncthreads in block (%u,%u,%u): thread (%u,%u,%u) waits at "
                  "%s:%d while %u other thread(s) wait at %s:%d (on a GPU this hangs or "
@@ -411,6 +553,38 @@ unsigned long long warp_result(Fiber* base, unsigned mask, unsigned l) {
         }
         return ballot != 0 ? 1 : 0;
     }
+    case EMU_REDUCE_ADD:
+    case EMU_REDUCE_MIN:
+    case EMU_REDUCE_MAX:
+    case EMU_REDUCE_AND:
+    case EMU_REDUCE_OR:
+    case EMU_REDUCE_XOR: {
+        // 32-bit values; arg 1 compares them as signed
+        bool sgn = me.warg != 0;
+        unsigned r = 0;
+        bool first = true;
+        for (unsigned k = 0; k < 32; k++) {
+            if (!((mask >> k) & 1u)) {
+                continue;
+            }
+            unsigned v = (unsigned)base[k].wval;
+            if (first) {
+                r = v;
+                first = false;
+                continue;
+            }
+            bool less = sgn ? (int)v < (int)r : v < r;
+            switch (me.wkind) {
+            case EMU_REDUCE_ADD: r += v; break;
+            case EMU_REDUCE_MIN: r = less ? v : r; break;
+            case EMU_REDUCE_MAX: r = (!less && v != r) ? v : r; break;
+            case EMU_REDUCE_AND: r &= v; break;
+            case EMU_REDUCE_OR: r |= v; break;
+            default: r ^= v; break;
+            }
+        }
+        return r;
+    }
     default: return 0;
     }
     // a source lane outside the mask is undefined on a GPU: own value here
@@ -451,10 +625,8 @@ unsigned long long warp_op(Sched* s, Fiber* f, int kind, unsigned mask, unsigned
     // the last lane of the mask: check everyone is in the same operation,
     // compute every lane's result, release the others
     Fiber* base = &s->fibers[f->warp * 32];
-    for (unsigned l = 0; l < 32; l++) {
-        if (!((mask >> l) & 1u)) {
-            continue;
-        }
+    for (unsigned m = mask; m != 0; m &= m - 1) {
+        unsigned l = (unsigned)__builtin_ctz(m);
         if (base[l].wkind != kind || base[l].wmask != mask) {
             snprintf(s->msg, sizeof s->msg,
                      "warp %u of block (%u,%u,%u): lane %u is in %s with mask %#010x while "
@@ -464,21 +636,15 @@ unsigned long long warp_op(Sched* s, Fiber* f, int kind, unsigned mask, unsigned
             fail(s, f, DEADLOCK);
         }
     }
-    for (unsigned l = 0; l < 32; l++) {
-        if ((mask >> l) & 1u) {
-            base[l].wresult = warp_result(base, mask, l);
-        }
-    }
     arrived &= ~mask;
-    for (unsigned l = 0; l < 32; l++) {
-        if ((mask >> l) & 1u) {
-            base[l].conv_mask = mask;
-        }
-    }
-    for (unsigned l = 0; l < 32; l++) {
-        if (((mask >> l) & 1u) && l != f->lane) {
-            base[l].state = READY;
-            s->push(&base[l]);
+    for (unsigned m = mask; m != 0; m &= m - 1) {
+        unsigned l = (unsigned)__builtin_ctz(m);
+        Fiber& g = base[l];
+        g.wresult = warp_result(base, mask, l);
+        g.conv_mask = mask;
+        if (l != f->lane) {
+            g.state = READY;
+            s->push(&g);
         }
     }
     return f->wresult;
@@ -544,17 +710,7 @@ extern "C" unsigned long long emu_warp_op(int kind, unsigned mask, unsigned long
     return warp_op(s, s->cur, kind, mask, val, arg, width);
 }
 
-extern "C" unsigned emu_activemask(void) {
-    Sched* s = cur_sched;
-    Fiber* base = &s->fibers[s->cur->warp * 32];
-    unsigned m = 0;
-    for (unsigned l = 0; l < 32 && s->cur->warp * 32 + l < s->nthreads; l++) {
-        if (base[l].state != DONE) {
-            m |= 1u << l;
-        }
-    }
-    return m & s->cur->conv_mask;
-}
+extern "C" unsigned emu_activemask(void) { return cur_sched->cur->conv_mask; }
 
 extern "C" void* emu_dynamic_shared(void) { return cur_sched->dyn; }
 
@@ -593,7 +749,10 @@ extern "C" int emu_launch(void (*tramp)(void* const*), const unsigned* grid,
         s->dyn = (unsigned char*)p;
         s->dyn_cap = dyn_bytes;
     }
-    Sched* outer = cur_sched;
+    if (cur_sched == s) {
+        snprintf(err, err_len, "a launch from inside a running kernel");
+        return MISUSE;
+    }
     cur_sched = s;
     s->tramp = tramp;
     s->params = params;
@@ -617,13 +776,17 @@ extern "C" int emu_launch(void (*tramp)(void* const*), const unsigned* grid,
                 s->qhead = 0;
                 s->qlen = 0;
                 memset(s->warp_arrived, 0, sizeof s->warp_arrived);
+                s->nfree = 0;
+                for (unsigned i = s->nthreads; i-- > 0;) {
+                    s->free_stacks[s->nfree++] = i;
+                }
                 for (unsigned i = 0; i < s->nthreads; i++) {
                     Fiber& f = s->fibers[i];
+                    prepare_fiber(s, &f);
                     f.state = READY;
                     f.wkind = -1;
                     unsigned warp_lanes = s->nthreads - f.warp * 32;
                     f.conv_mask = warp_lanes >= 32 ? 0xffffffffu : (1u << warp_lanes) - 1u;
-                    start_fiber(s, &f);
                     s->push(&f);
                 }
                 while (s->failure == OK) {
@@ -631,8 +794,7 @@ extern "C" int emu_launch(void (*tramp)(void* const*), const unsigned* grid,
                     if (!f) {
                         break;
                     }
-                    enter(s, f);
-                    switch_to_fiber_from_sched(s, f);
+                    transfer(s, &s->sched_ctx, f);
                 }
                 if (s->failure == OK && s->done != s->nthreads) {
                     describe_deadlock(s);
@@ -641,7 +803,7 @@ extern "C" int emu_launch(void (*tramp)(void* const*), const unsigned* grid,
             }
         }
     }
-    cur_sched = outer;
+    cur_sched = nullptr;
     int rc = s->failure;
     if (rc != OK) {
         snprintf(err, err_len, "%s", s->msg);

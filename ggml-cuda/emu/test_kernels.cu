@@ -199,3 +199,74 @@ extern "C" __global__ void t_shuffle_loop(float* out, int iters) {
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = v;
 }
+
+// The intrinsics kernels use or will use, one thread per input pair:
+// io[8 t ..] = dp4a signed, dp4a unsigned, __ldg, min, max, __popc, __clz,
+// __float_as_int(1.5f); fo[4 t ..] = __expf, __fdividef, rsqrtf, __saturatef.
+extern "C" __global__ void t_intrinsics(const int* a, const int* b, int* io, float* fo) {
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    int x = __ldg(&a[t]);
+    int y = __ldg(&b[t]);
+    int* o = io + 8 * t;
+    o[0] = __dp4a(x, y, 7);
+    o[1] = (int)__dp4a((unsigned)x, (unsigned)y, 7u);
+    o[2] = __ldg(a + t);
+    o[3] = min(x, y);
+    o[4] = max(x, y);
+    o[5] = __popc((unsigned)x);
+    o[6] = __clz(x);
+    o[7] = __float_as_int(1.5f);
+    float f = (float)(x & 0xff) / 64.0f;
+    float* p = fo + 4 * t;
+    p[0] = __expf(f);
+    p[1] = __fdividef(f, 3.0f);
+    p[2] = rsqrtf(f + 1.0f);
+    p[3] = __saturatef(f - 1.0f);
+}
+
+// A helper with its own __shared__ scratch: counted in the static shared
+// memory of every kernel that calls it (here 3 doubles + 64 floats = 280
+// bytes). Every thread gets the block's maximum (blockDim.x <= 64).
+__device__ float helper_block_max(float v) {
+    __shared__ float scratch[64];
+    scratch[threadIdx.x] = v;
+    __syncthreads();
+    float m = scratch[0];
+    for (unsigned i = 1; i < blockDim.x; i++) {
+        m = fmaxf(m, scratch[i]);
+    }
+    __syncthreads();
+    return m;
+}
+
+extern "C" __global__ void t_helper_shared(const float* x, float* out) {
+    __shared__ double extra[3];
+    if (threadIdx.x < 3) {
+        extra[threadIdx.x] = 1.0;
+    }
+    float m = helper_block_max(x[blockIdx.x * blockDim.x + threadIdx.x]);
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = m + (float)extra[2];
+    }
+}
+
+// sm_80 warp reductions and the vector types: out[8 t ..] = add (signed),
+// min (signed), max (signed), min (unsigned), and, or, xor, and the sum of
+// a float4 and an int2 loaded from `v4` / `v2`.
+extern "C" __global__ void t_warp_reduce(const int* in, const float4* v4, const int2* v2,
+                                         int* out) {
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    int v = in[t];
+    int* o = out + 8 * t;
+    o[0] = __reduce_add_sync(0xffffffffu, v);
+    o[1] = __reduce_min_sync(0xffffffffu, v);
+    o[2] = __reduce_max_sync(0xffffffffu, v);
+    o[3] = (int)__reduce_min_sync(0xffffffffu, (unsigned)v);
+    o[4] = (int)__reduce_and_sync(0xffffffffu, (unsigned)v);
+    o[5] = (int)__reduce_or_sync(0xffffffffu, (unsigned)v);
+    o[6] = (int)__reduce_xor_sync(0xffffffffu, (unsigned)v);
+    float4 f = v4[t];
+    int2 i = v2[t];
+    float4 g = make_float4(f.x, f.y, f.z, f.w);
+    o[7] = (int)(g.x + g.y + g.z + g.w) + i.x + i.y;
+}

@@ -6,8 +6,8 @@ use std::fmt;
 /// Why [`launch`](super::launch) failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LaunchError {
-    /// The emulator was built without a C++ compiler ("emulator
-    /// unavailable: <reason>").
+    /// The emulator was built without a C++ compiler
+    /// (`"emulator unavailable: <reason>"`).
     Unavailable(String),
     /// No kernel of that name in `kernels.cu` or the test kernels.
     UnknownKernel(String),

@@ -70,6 +70,13 @@ pub(super) fn check(
         })
     };
     const AXES: [char; 3] = ['x', 'y', 'z'];
+    let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+    if threads > MAX_THREADS_PER_BLOCK {
+        return fail(format!(
+            "{threads} threads per block (block {block:?}) exceeds the limit of \
+             {MAX_THREADS_PER_BLOCK} threads per block"
+        ));
+    }
     for i in 0..3 {
         if block[i] == 0 || grid[i] == 0 {
             return fail(format!(
@@ -88,13 +95,6 @@ pub(super) fn check(
                 AXES[i], grid[i], MAX_GRID_DIM[i]
             ));
         }
-    }
-    let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
-    if threads > MAX_THREADS_PER_BLOCK {
-        return fail(format!(
-            "{threads} threads per block (block {block:?}) exceeds the limit of \
-             {MAX_THREADS_PER_BLOCK} threads per block"
-        ));
     }
     if let Some(m) = info.max_threads {
         if threads > u64::from(m) {
