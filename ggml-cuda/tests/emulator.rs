@@ -260,3 +260,68 @@ fn launches_over_the_limits_fail_naming_kernel_and_limit() {
     println!("{e}");
     assert!(e.contains("t_big_shared") && e.contains("shared"), "{e}");
 }
+
+/// `GGML_CUDA_EMULATOR_DEVICES=2` (here through the configuration): `CUDA1`
+/// with its own memory, ordered with `CUDA0` by events across devices.
+#[test]
+fn a_second_emulated_device() {
+    let _g = setup();
+    let mut c = emulator::config();
+    let old = c.devices;
+    c.devices = 2;
+    c.seed = Some(7);
+    c.drop_wait = None;
+    emulator::set_config(c.clone());
+    let (d0, d1) = (CudaBackend::new(0).unwrap(), CudaBackend::new(1).unwrap());
+    assert_eq!(ggml_cuda::cuda_device_count().unwrap(), 2);
+    assert_eq!(d1.name(), "CUDA1");
+    assert!(d1.device_name().unwrap().contains("emulated CUDA device 1"));
+    let n = 1024i64;
+    let b0 = d0
+        .alloc_buffer(3 * n as usize * 4, BufferUsage::Compute)
+        .unwrap();
+    let b1 = d1
+        .alloc_buffer(3 * n as usize * 4, BufferUsage::Compute)
+        .unwrap();
+    assert!(!d0.can_use_buffer(b1.as_ref()) && d1.can_use_buffer(b1.as_ref()));
+    let (g0, [a0, b0t, o0]) = add_graph(&b0, n);
+    let ones = f32_bytes(&vec![1.0; n as usize]);
+    for id in [a0, b0t] {
+        d0.write_async(&g0.tensor(id).data.clone().unwrap(), 0, &ones)
+            .unwrap();
+    }
+    d0.compute(&g0, g0.nodes()).unwrap();
+    // CUDA1 reads CUDA0's result through the host after an event on CUDA0
+    let ev = d0.record_event().unwrap();
+    d0.event_synchronize(&ev).unwrap();
+    let mut host = vec![0u8; n as usize * 4];
+    d0.read_on(
+        Stream::Compute,
+        &g0.tensor(o0).data.clone().unwrap(),
+        0,
+        &mut host,
+    )
+    .unwrap();
+    d0.synchronize().unwrap();
+    let (g1, [a1, b1t, o1]) = add_graph(&b1, n);
+    d1.write_async(&g1.tensor(a1).data.clone().unwrap(), 0, &host)
+        .unwrap();
+    d1.write_async(&g1.tensor(b1t).data.clone().unwrap(), 0, &host)
+        .unwrap();
+    d1.wait_event(&ev).unwrap(); // an event of the other device
+    d1.compute(&g1, g1.nodes()).unwrap();
+    d1.synchronize().unwrap();
+    let mut out = vec![0u8; 4];
+    g1.tensor(o1)
+        .data
+        .as_ref()
+        .unwrap()
+        .buffer
+        .read(2 * n as usize * 4, &mut out)
+        .unwrap();
+    assert_eq!(f32::from_le_bytes([out[0], out[1], out[2], out[3]]), 4.0);
+    c.devices = old;
+    c.seed = None;
+    emulator::set_config(c);
+    assert!(emulator::take_hazards().is_empty());
+}
