@@ -35,6 +35,12 @@ fn emulator_runs(name: &str, small: bool, policy: PolicyKind) -> bool {
         || ((fast || name == "tiny-qwen3moe-q4_k") && small && policy == PolicyKind::ALL[0])
 }
 
+/// tiny-deepseek2-q4_k, the fixtures' most sensitive file: the CUDA kernels
+/// multiply its Q4_K weights with F32 activations where llama.cpp quantizes
+/// them, which moves its teacher-forced rows to NMSE 8.7e-3 (prompt rows
+/// 3.3e-3); as in `model_cuda.rs`, those rows are held to 1e-2.
+const ACTIVATION_SENSITIVE: (&str, f64) = ("tiny-deepseek2-q4_k", 1e-2);
+
 #[test]
 fn fixtures_on_cuda0_with_the_expert_cache() {
     let emulated = emulated();
@@ -90,9 +96,14 @@ fn fixtures_on_cuda0_with_the_expert_cache() {
                 );
                 assert!(t.hits() + t.misses() > 0, "{name}: the cache never ran");
                 ctx.moe_cache_verify().expect("banks agree with the maps");
+                let f_bound = if name == ACTIVATION_SENSITIVE.0 {
+                    ACTIVATION_SENSITIVE.1
+                } else {
+                    fx.bound
+                };
                 assert!(
-                    p <= fx.bound && f <= fx.bound,
-                    "{name} [{policy}, {bytes} B]: NMSE {p:.2e} / {f:.2e} > {:.0e}",
+                    p <= fx.bound && f <= f_bound,
+                    "{name} [{policy}, {bytes} B]: NMSE {p:.2e} / {f:.2e} > {:.0e} / {f_bound:.0e}",
                     fx.bound
                 );
             }
