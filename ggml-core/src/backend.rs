@@ -184,6 +184,15 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Test-only: whether a planted bug drops waits of `kind` (`upload`,
+    /// `readback`, `slot`, `staging`) on this backend, so tests can prove
+    /// an emulated device catches each missing wait. Only the emulated CUDA
+    /// device says yes (`GGML_CUDA_EMULATOR_DROP_WAIT`); the callers that
+    /// own such a wait skip it then. Always `false` in normal use.
+    fn planted_drop_wait(&self, _kind: &str) -> bool {
+        false
+    }
+
     /// Bytes this backend's kernels may read past the end of a weight tensor
     /// or a slice of one (e.g. vector loads of a whole tile). A partial copy
     /// must make that many bytes past its range valid. Zero for CPU and sim.

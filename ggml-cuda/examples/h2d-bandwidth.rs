@@ -88,9 +88,10 @@ fn main() -> ExitCode {
         Ok(r) => {
             if o.json {
                 println!(
-                    "{{\"device\": \"CUDA{}\", \"device_name\": {}, \"bytes\": {}, \"reps\": {}, \"pinned_gbs\": {:.3}, \"pageable_gbs\": {:.3}}}",
+                    "{{\"device\": \"CUDA{}\", \"device_name\": {}, \"emulated\": {}, \"bytes\": {}, \"reps\": {}, \"pinned_gbs\": {:.3}, \"pageable_gbs\": {:.3}}}",
                     o.device,
                     json_str(&r.device_name),
+                    r.emulated,
                     r.bytes,
                     r.reps,
                     r.pinned_gbs,
@@ -101,8 +102,13 @@ fn main() -> ExitCode {
                     "h2d-bandwidth: CUDA{} ({}), {} MiB copies, median of {}",
                     o.device, r.device_name, o.mib, r.reps
                 );
-                println!("pinned   {:.2} GB/s", r.pinned_gbs);
-                println!("pageable {:.2} GB/s", r.pageable_gbs);
+                let what = if r.emulated {
+                    " (emulated: host memory copies, not a GPU measurement)"
+                } else {
+                    ""
+                };
+                println!("pinned   {:.2} GB/s{what}", r.pinned_gbs);
+                println!("pageable {:.2} GB/s{what}", r.pageable_gbs);
             }
             ExitCode::SUCCESS
         }

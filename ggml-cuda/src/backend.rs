@@ -3,8 +3,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::{self, CUdeviceptr};
-use cudarc::driver::{result, CudaEvent, DeviceRepr, LaunchConfig, PushKernelArg};
 use ggml_core::backend::{check_range, Event, Stream};
 use ggml_core::offload::offload_host_weight_op;
 use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
@@ -14,8 +12,9 @@ use ggml_core::{
 };
 
 use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer};
+use crate::driver::{self, Access, DevPtr, KernelArg, LaunchDims, T4};
 use crate::kernels::{Kernel, Kernels, GEMM_TILE, MV_WARPS};
-use crate::{dev_err, probe_libraries};
+use crate::probe_libraries;
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
 /// `mul_mat` use dequantize + tiled GEMM.
@@ -23,18 +22,6 @@ pub const MMV_MAX_COLS: i64 = 8;
 
 /// Largest grid `y`/`z` dimension.
 const GRID_YZ_MAX: i64 = 65535;
-
-/// A tensor as the kernels see it: ggml's `ne` and `nb` (`struct T4`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct T4 {
-    ne: [i64; 4],
-    nb: [i64; 4],
-}
-
-// SAFETY: T4 is `#[repr(C)]` plain data matching `struct T4` in kernels.cu
-// (two arrays of four 64-bit integers), passed to kernels by value.
-unsafe impl DeviceRepr for T4 {}
 
 impl T4 {
     fn of(g: &Graph, id: TensorId) -> T4 {
@@ -66,7 +53,7 @@ impl T4 {
 
 /// One kernel argument.
 enum A {
-    P(CUdeviceptr),
+    P(DevPtr),
     I(i32),
     L(i64),
     F(f32),
@@ -95,8 +82,21 @@ fn pad256(n: usize) -> usize {
     n.div_ceil(256) * 256
 }
 
-/// A CUDA event behind [`Event`].
-struct CudaEventHolder(CudaEvent);
+impl A {
+    fn arg(&self) -> KernelArg {
+        match *self {
+            A::P(v) => KernelArg::Ptr(v),
+            A::I(v) => KernelArg::I32(v),
+            A::L(v) => KernelArg::I64(v),
+            A::F(v) => KernelArg::F32(v),
+            A::T(v) => KernelArg::T4(v),
+        }
+    }
+}
+
+/// A CUDA event behind [`Event`], with the device ordinal and whether it was
+/// recorded on a copy stream (what the planted `upload` bug looks at).
+struct CudaEventHolder(Arc<dyn driver::Event>, usize, bool);
 
 /// Scratch device memory reused across ops (ordered on the one stream).
 #[derive(Default)]
@@ -111,14 +111,14 @@ struct TraceSpan {
     stream: &'static str,
     kind: SpanKind,
     bytes: u64,
-    start: CudaEvent,
-    end: CudaEvent,
+    start: Arc<dyn driver::Event>,
+    end: Arc<dyn driver::Event>,
 }
 
 /// A timeline being recorded from CUDA events (`--timeline-out` on CUDA).
 struct Trace {
     /// Recorded on the compute stream when recording started: time zero.
-    base: CudaEvent,
+    base: Arc<dyn driver::Event>,
     spans: Vec<TraceSpan>,
     label: String,
 }
@@ -131,6 +131,9 @@ pub struct CudaBackend {
     scratch: Mutex<Scratch>,
     offload_min_batch: i64,
     trace: Mutex<Option<Trace>>,
+    /// The device ranges the node being computed reads and writes, passed
+    /// with each of its launches (for the emulator's hazard detector).
+    node_access: Mutex<Vec<Access>>,
 }
 
 impl CudaBackend {
@@ -138,14 +141,14 @@ impl CudaBackend {
     /// a machine without CUDA gets `BackendError::NoDevice`, never a panic.
     /// Compiles the kernels (once per process) and loads them.
     pub fn new(device: usize) -> Result<CudaBackend, BackendError> {
-        probe_libraries()?;
+        if !crate::emulator::enabled() {
+            probe_libraries()?;
+        }
         let dev = Dev::open(device)?;
-        let ctx = Arc::clone(&dev.ctx);
-        let kernels = Kernels::load(&ctx)?;
+        let kernels = Kernels::load(dev.drv.as_ref())?;
         let err_flag = DevMem::alloc(&dev, 4)?;
         // SAFETY: err_flag spans 4 bytes; queued on the stream.
-        unsafe { result::memset_d8_async(err_flag.ptr, 0, 4, dev.cu_stream()) }
-            .map_err(|e| dev_err("clearing the error flag", e))?;
+        unsafe { dev.stream.memset_d8(err_flag.ptr, 0, 4) }?;
         dev.sync()?;
         Ok(CudaBackend {
             dev,
@@ -154,6 +157,7 @@ impl CudaBackend {
             scratch: Mutex::new(Scratch::default()),
             offload_min_batch: 32,
             trace: Mutex::new(None),
+            node_access: Mutex::new(Vec::new()),
         })
     }
 
@@ -165,11 +169,8 @@ impl CudaBackend {
     }
 
     /// A timing event recorded now on `stream` (for the event timeline).
-    fn timing_event(&self, stream: Stream) -> Result<CudaEvent, BackendError> {
-        self.dev
-            .stream_of(stream)
-            .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| dev_err("recording a timing event", e))
+    fn timing_event(&self, stream: Stream) -> Result<Arc<dyn driver::Event>, BackendError> {
+        self.dev.stream_of(stream).record_event(true)
     }
 
     /// Run `f` (work queued on `stream`) between two timing events when a
@@ -211,26 +212,30 @@ impl CudaBackend {
         Ok(r)
     }
 
-    /// The device's name as the driver reports it (e.g. `NVIDIA H200`).
+    /// The device's name as the driver reports it (e.g. `NVIDIA H200`; an
+    /// emulated device's name says so).
     pub fn device_name(&self) -> Result<String, BackendError> {
-        self.dev.ctx.name().map_err(|e| dev_err("device name", e))
+        self.dev.drv.name()
+    }
+
+    /// Whether this backend runs on the emulator ([`crate::emulator`]).
+    pub fn is_emulated(&self) -> bool {
+        self.dev.drv.is_emulated()
+    }
+
+    /// The device ordinal (`n` of `CUDAn`).
+    pub fn ordinal(&self) -> usize {
+        self.dev.ordinal
     }
 
     /// Free device memory in bytes.
     pub fn free_memory(&self) -> Result<usize, BackendError> {
-        self.dev
-            .ctx
-            .mem_get_info()
-            .map(|(free, _total)| free)
-            .map_err(|e| dev_err("cuMemGetInfo", e))
+        self.dev.drv.mem_info().map(|(free, _total)| free)
     }
 
     /// Total device memory in bytes.
     pub fn total_memory(&self) -> Result<usize, BackendError> {
-        self.dev
-            .ctx
-            .total_mem()
-            .map_err(|e| dev_err("total memory", e))
+        self.dev.drv.total_mem()
     }
 
     /// Allocate page-locked host memory (usable by the CPU backend, fast to
@@ -260,7 +265,7 @@ impl CudaBackend {
     }
 
     /// Device address of a tensor's memory, checked against its buffer.
-    fn ptr(&self, g: &Graph, id: TensorId) -> Result<CUdeviceptr, BackendError> {
+    fn ptr(&self, g: &Graph, id: TensorId) -> Result<DevPtr, BackendError> {
         let t = g.tensor(id);
         let d = g
             .data_of(id)
@@ -309,29 +314,26 @@ impl CudaBackend {
             return Ok(());
         }
         let f = self.kernels.get(kernel)?;
-        let mut lb = self.dev.stream.launch_builder(f);
-        for a in args.iter().flat_map(|part| part.iter()) {
-            match a {
-                A::P(v) => lb.arg(v),
-                A::I(v) => lb.arg(v),
-                A::L(v) => lb.arg(v),
-                A::F(v) => lb.arg(v),
-                A::T(v) => lb.arg(v),
-            };
-        }
-        let cfg = LaunchConfig {
-            grid_dim: grid,
-            block_dim: block,
-            shared_mem_bytes: 0,
+        let args: Vec<KernelArg> = args
+            .iter()
+            .flat_map(|part| part.iter())
+            .map(A::arg)
+            .collect();
+        let dims = LaunchDims {
+            grid: [grid.0, grid.1, grid.2],
+            block: [block.0, block.1, block.2],
+            shared_bytes: 0,
         };
+        let access = self
+            .node_access
+            .lock()
+            .map_err(|_| BackendError::Device("access list lock poisoned".into()))?;
         // SAFETY: the argument list matches the kernel's signature in
         // kernels.cu (checked by reading both; each op below passes exactly
         // the parameters in order), every pointer was range-checked against
         // its buffer for the tensor's extents, and the kernels never index
         // past those extents.
-        unsafe { lb.launch(cfg) }
-            .map_err(|e| dev_err(&format!("launching {}", kernel.name()), e))?;
-        Ok(())
+        unsafe { self.dev.stream.launch(f, dims, &args, Some(&access)) }
     }
 
     /// Launch a grid-stride kernel over `n` items.
@@ -344,7 +346,7 @@ impl CudaBackend {
     }
 
     /// Scratch memory of at least `size` bytes (contents undefined).
-    fn scratch(&self, s: &mut Scratch, size: usize) -> Result<CUdeviceptr, BackendError> {
+    fn scratch(&self, s: &mut Scratch, size: usize) -> Result<DevPtr, BackendError> {
         let size = size.max(256);
         if s.mem.as_ref().is_none_or(|m| m.size < size) {
             // dropping the old allocation waits for queued work using it
@@ -360,8 +362,8 @@ impl CudaBackend {
         &self,
         g: &Graph,
         id: TensorId,
-        at: CUdeviceptr,
-    ) -> Result<(CUdeviceptr, T4, usize), BackendError> {
+        at: DevPtr,
+    ) -> Result<(DevPtr, T4, usize), BackendError> {
         let t = g.tensor(id);
         let p = self.ptr(g, id)?;
         if t.ty == GgmlType::F32 && t.nb[0] == 4 {
@@ -381,20 +383,67 @@ impl CudaBackend {
     }
 
     fn check_err_flag(&self) -> Result<(), BackendError> {
-        let mut flag = [0u32; 1];
+        let mut flag = [0u8; 4];
         // SAFETY: err_flag holds 4 bytes; the copy is waited for below.
-        unsafe { result::memcpy_dtoh_async(&mut flag, self.err_flag.ptr, self.dev.cu_stream()) }
-            .map_err(|e| dev_err("reading the error flag", e))?;
+        unsafe {
+            self.dev
+                .stream
+                .memcpy_dtoh(flag.as_mut_ptr(), self.err_flag.ptr, 4)
+        }?;
         self.dev.sync()?;
-        if flag[0] != 0 {
+        if u32::from_ne_bytes(flag) != 0 {
             // SAFETY: as above; clear for the next compute.
-            unsafe { result::memset_d8_async(self.err_flag.ptr, 0, 4, self.dev.cu_stream()) }
-                .map_err(|e| dev_err("clearing the error flag", e))?;
+            unsafe { self.dev.stream.memset_d8(self.err_flag.ptr, 0, 4) }?;
             self.dev.sync()?;
             return Err(BackendError::InvalidInput(format!(
                 "{}: an index (expert id or row id) was out of range in get_rows, set_rows, add_id or mul_mat_id",
                 self.dev.name
             )));
+        }
+        Ok(())
+    }
+
+    /// The device ranges node `n`'s launches access: its destination
+    /// (written), its sources (read), and the error flag (written) when it
+    /// validates ids. Scratch memory is private to the compute stream.
+    /// `mul_mat_id`'s expert tensor is left out: the kernel reads only the
+    /// experts its device-side ids select (a cache bank's slots), which the
+    /// host cannot name at launch; listing the whole tensor would report
+    /// uploads into other slots as hazards.
+    fn set_node_access(&self, g: &Graph, n: TensorId) -> Result<(), BackendError> {
+        let t = g.tensor(n);
+        let mut acc = self
+            .node_access
+            .lock()
+            .map_err(|_| BackendError::Device("access list lock poisoned".into()))?;
+        acc.clear();
+        if matches!(
+            t.op,
+            Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose
+        ) {
+            return Ok(());
+        }
+        acc.push(Access {
+            ptr: self.ptr(g, n)?,
+            len: t.nbytes(),
+            write: true,
+        });
+        for (i, &src) in t.src.iter().enumerate() {
+            if t.op == Op::MulMatId && i == 0 {
+                continue;
+            }
+            acc.push(Access {
+                ptr: self.ptr(g, src)?,
+                len: g.tensor(src).nbytes(),
+                write: false,
+            });
+        }
+        if validates_ids(t.op) {
+            acc.push(Access {
+                ptr: self.err_flag.ptr,
+                len: 4,
+                write: true,
+            });
         }
         Ok(())
     }
@@ -925,6 +974,7 @@ impl Backend for CudaBackend {
                 )));
             }
             check |= validates_ids(t.op);
+            self.set_node_access(g, n)?;
             self.traced(
                 Stream::Compute,
                 SpanKind::Op,
@@ -983,9 +1033,10 @@ impl Backend for CudaBackend {
                 // contract keeps `data` valid and unchanged until the stream's
                 // work is complete (an event on it, or `synchronize`).
                 unsafe {
-                    result::memcpy_htod_async(ptr, data, self.dev.stream_of(stream).cu_stream())
+                    self.dev
+                        .stream_of(stream)
+                        .memcpy_htod(ptr, data.as_ptr(), data.len())
                 }
-                .map_err(|e| dev_err("async host-to-device copy", e))
             },
         )
     }
@@ -1013,13 +1064,12 @@ impl Backend for CudaBackend {
         // SAFETY: the range was checked; the caller keeps `out` alive and
         // unread until an event recorded after this read is complete.
         unsafe {
-            result::memcpy_dtoh_async(
-                out,
+            self.dev.stream_of(stream).memcpy_dtoh(
+                out.as_mut_ptr(),
                 cb.device_ptr() + (src.offset + offset) as u64,
-                self.dev.stream_of(stream).cu_stream(),
+                out.len(),
             )
         }
-        .map_err(|e| dev_err("async device-to-host copy", e))
     }
 
     // read_async: the trait's default, a buffer read that completes in the
@@ -1039,12 +1089,9 @@ impl Backend for CudaBackend {
     }
 
     fn record_event_on(&self, stream: Stream) -> Result<Event, BackendError> {
-        let ev = self
-            .dev
-            .stream_of(stream)
-            .record_event(None)
-            .map_err(|e| dev_err("recording an event", e))?;
-        Ok(Event(Arc::new(CudaEventHolder(ev))))
+        let ev = self.dev.stream_of(stream).record_event(false)?;
+        let copy = matches!(stream, Stream::Copy(_));
+        Ok(Event(Arc::new(CudaEventHolder(ev, self.dev.ordinal, copy))))
     }
 
     fn wait_event_on(&self, stream: Stream, ev: &Event) -> Result<(), BackendError> {
@@ -1052,17 +1099,20 @@ impl Backend for CudaBackend {
             // another kind of backend: its work is complete when recorded
             return Ok(());
         };
-        self.dev.bind()?;
-        // SAFETY: both handles are live (the event is kept alive by `ev`);
-        // cuStreamWaitEvent accepts events from other contexts.
-        unsafe {
-            result::stream::wait_event(
-                self.dev.stream_of(stream).cu_stream(),
-                h.0.cu_event(),
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
+        // The planted bug `upload` (emulated devices only): compute does not
+        // wait for this device's uploads.
+        if stream == Stream::Compute
+            && h.2
+            && h.1 == self.dev.ordinal
+            && self.dev.drv.planted_drop_wait("upload")
+        {
+            return Ok(());
         }
-        .map_err(|e| dev_err("waiting on an event", e))
+        self.dev.stream_of(stream).wait_event(h.0.as_ref())
+    }
+
+    fn planted_drop_wait(&self, kind: &str) -> bool {
+        self.dev.drv.planted_drop_wait(kind)
     }
 
     fn set_label(&self, label: &str) {
@@ -1108,11 +1158,8 @@ impl Backend for CudaBackend {
             // times relative to the base event (elapsed_ms waits for both)
             let mut out = Vec::with_capacity(spans.len());
             for (seq, sp) in spans.into_iter().enumerate() {
-                let at = |e: &CudaEvent| -> Result<u64, BackendError> {
-                    let ms = t
-                        .base
-                        .elapsed_ms(e)
-                        .map_err(|e| dev_err("reading a timing event", e))?;
+                let at = |e: &Arc<dyn driver::Event>| -> Result<u64, BackendError> {
+                    let ms = t.base.elapsed_ms(e.as_ref())?;
                     Ok((ms.max(0.0) as f64 * 1e6) as u64)
                 };
                 let (s, e) = (at(&sp.start)?, at(&sp.end)?);
@@ -1136,10 +1183,7 @@ impl Backend for CudaBackend {
 
     fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {
         match ev.0.downcast_ref::<CudaEventHolder>() {
-            Some(h) => {
-                h.0.synchronize()
-                    .map_err(|e| dev_err("event synchronize", e))
-            }
+            Some(h) => h.0.synchronize(),
             None => self.synchronize(),
         }
     }
@@ -1184,9 +1228,10 @@ impl Backend for CudaBackend {
         // the TensorData keep alive; the copy is queued on the device's one
         // stream, ordered with the compute that reads the destination.
         unsafe {
-            result::memcpy_dtod_async(dp + dof as u64, sp + so as u64, len, self.dev.cu_stream())
-        }
-        .map_err(|e| dev_err("device-to-device copy", e))?;
+            self.dev
+                .stream
+                .memcpy_dtod(dp + dof as u64, sp + so as u64, len)
+        }?;
         Ok(true)
     }
 }

@@ -4,20 +4,18 @@
 //! `examples/h2d-bandwidth.rs` prints it; `scripts/gpu-check` step 4 puts
 //! both figures in its summary.
 
-use std::sync::Arc;
-
-use cudarc::driver::result;
-use cudarc::driver::sys;
 use ggml_core::{BackendError, BufferUsage};
 
 use crate::buffer::{Dev, DevMem, PinnedBuffer};
-use crate::dev_err;
 
 /// What one measurement found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct H2dBandwidth {
-    /// The device's name as the driver reports it.
+    /// The device's name as the driver reports it (an emulated device's
+    /// name says so: its figures are host memory copies, not a GPU's).
     pub device_name: String,
+    /// Whether the device is the emulator.
+    pub emulated: bool,
     /// Bytes of each copy.
     pub bytes: usize,
     /// Timed copies per source (after one untimed warm-up copy).
@@ -68,8 +66,7 @@ pub fn measure_h2d_bandwidth(
         )));
     }
     let dev = Dev::open(device)?;
-    let ctx = Arc::clone(&dev.ctx);
-    let device_name = ctx.name().map_err(|e| dev_err("device name", e))?;
+    let device_name = dev.drv.name()?;
     let dst = DevMem::alloc(&dev, bytes)?;
     let pattern = |i: usize| (i.wrapping_mul(131) >> 3) as u8;
     let mut pinned = PinnedBuffer::new(&dev, bytes, BufferUsage::Compute)?;
@@ -84,23 +81,14 @@ pub fn measure_h2d_bandwidth(
         dev.bind()?;
         let mut times = Vec::with_capacity(reps);
         for rep in 0..=reps {
-            let ev = |what| {
-                dev.stream
-                    .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .map_err(|e| dev_err(what, e))
-            };
-            let start = ev("recording the start event")?;
+            let start = dev.stream.record_event(true)?;
             // SAFETY: `dst` spans `bytes` bytes and `src` is `bytes` long;
             // the stream is synchronized (through `end`) before `src` can
             // be released.
-            unsafe { result::memcpy_htod_async(dst.ptr, src, dev.cu_stream()) }
-                .map_err(|e| dev_err("host-to-device copy", e))?;
-            let end = ev("recording the end event")?;
-            end.synchronize()
-                .map_err(|e| dev_err("waiting for the copy", e))?;
-            let ms = start
-                .elapsed_ms(&end)
-                .map_err(|e| dev_err("reading the copy's events", e))?;
+            unsafe { dev.stream.memcpy_htod(dst.ptr, src.as_ptr(), bytes) }?;
+            let end = dev.stream.record_event(true)?;
+            end.synchronize()?;
+            let ms = start.elapsed_ms(end.as_ref())?;
             if rep > 0 {
                 times.push(ms);
             }
@@ -111,9 +99,9 @@ pub fn measure_h2d_bandwidth(
         // SAFETY: `dst` spans `bytes >= n` bytes; synchronized below before
         // `back` is read or released.
         unsafe {
-            result::memcpy_dtoh_async(&mut back, dst.ptr + (bytes - n) as u64, dev.cu_stream())
-        }
-        .map_err(|e| dev_err("device-to-host copy", e))?;
+            dev.stream
+                .memcpy_dtoh(back.as_mut_ptr(), dst.ptr + (bytes - n) as u64, n)
+        }?;
         dev.sync()?;
         if back != src[bytes - n..] {
             return Err(BackendError::Device(
@@ -126,6 +114,7 @@ pub fn measure_h2d_bandwidth(
     let pageable_ms = time_copies(&pageable)?;
     let med = |t: &[f32]| median_ms(t).map_or(0.0, |ms| gb_per_s(bytes, ms));
     Ok(H2dBandwidth {
+        emulated: dev.drv.is_emulated(),
         device_name,
         bytes,
         reps,

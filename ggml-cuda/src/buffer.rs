@@ -2,30 +2,28 @@
 //! drop.
 
 use std::any::Any;
-use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUdeviceptr};
-use cudarc::driver::{result, CudaContext, CudaStream};
 use ggml_core::backend::check_range;
 use ggml_core::{BackendError, Buffer, BufferUsage};
 
-use crate::dev_err;
+use crate::driver::{self, DevPtr, Device, Stream};
 
-/// One device: its context, the stream kernels (and plain copies) go on,
-/// and a copy stream for uploads that overlap compute.
+/// One device: its context (through the driver interface), the stream
+/// kernels (and plain copies) go on, and a copy stream for uploads that
+/// overlap compute.
 pub(crate) struct Dev {
     pub ordinal: usize,
     pub name: String,
-    pub ctx: Arc<CudaContext>,
-    pub stream: Arc<CudaStream>,
-    pub copy_stream: Arc<CudaStream>,
+    pub drv: Arc<dyn Device>,
+    pub stream: Arc<dyn Stream>,
+    pub copy_stream: Arc<dyn Stream>,
 }
 
 impl Dev {
-    /// Open CUDA device `device` (checked against the driver's count) with
-    /// its compute and copy streams.
+    /// Open CUDA device `device` (checked against the device count; the
+    /// emulator's when it is enabled) with its compute and copy streams.
     pub fn open(device: usize) -> Result<Arc<Dev>, BackendError> {
         let count = crate::cuda_device_count()?;
         if device >= count {
@@ -33,44 +31,29 @@ impl Dev {
                 "no CUDA device {device}: {count} device(s) present"
             )));
         }
-        let ctx = CudaContext::new(device)
-            .map_err(|e| BackendError::NoDevice(format!("CUDA device {device}: {e}")))?;
-        let stream = ctx
-            .new_stream()
-            .map_err(|e| dev_err("creating a stream", e))?;
-        let copy_stream = ctx
-            .new_stream()
-            .map_err(|e| dev_err("creating the copy stream", e))?;
+        let drv = driver::open(device)?;
+        let stream = drv.new_stream("compute")?;
+        let copy_stream = drv.new_stream("copy")?;
         Ok(Arc::new(Dev {
             ordinal: device,
             name: format!("CUDA{device}"),
-            ctx,
+            drv,
             stream,
             copy_stream,
         }))
     }
 
     pub fn bind(&self) -> Result<(), BackendError> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| dev_err("binding the context", e))
-    }
-
-    pub fn cu_stream(&self) -> sys::CUstream {
-        self.stream.cu_stream()
+        self.drv.bind()
     }
 
     pub fn sync(&self) -> Result<(), BackendError> {
-        self.copy_stream
-            .synchronize()
-            .map_err(|e| dev_err("copy stream synchronize", e))?;
-        self.stream
-            .synchronize()
-            .map_err(|e| dev_err("stream synchronize", e))
+        self.copy_stream.synchronize()?;
+        self.stream.synchronize()
     }
 
     /// The CUDA stream behind a backend stream.
-    pub fn stream_of(&self, s: ggml_core::Stream) -> &Arc<CudaStream> {
+    pub fn stream_of(&self, s: ggml_core::Stream) -> &Arc<dyn Stream> {
         match s {
             ggml_core::Stream::Compute => &self.stream,
             ggml_core::Stream::Copy(_) => &self.copy_stream,
@@ -80,7 +63,7 @@ impl Dev {
 
 /// An owned device allocation (`cuMemAlloc` / `cuMemFree`).
 pub(crate) struct DevMem {
-    pub ptr: CUdeviceptr,
+    pub ptr: DevPtr,
     pub size: usize,
     dev: Arc<Dev>,
 }
@@ -88,11 +71,10 @@ pub(crate) struct DevMem {
 impl DevMem {
     /// Allocate `size` bytes (at least 1) of device memory.
     pub fn alloc(dev: &Arc<Dev>, size: usize) -> Result<DevMem, BackendError> {
-        dev.bind()?;
-        // SAFETY: the context is current on this thread; the result is owned
-        // by the returned DevMem and freed exactly once in Drop.
-        let ptr = unsafe { result::malloc_sync(size.max(1)) }
-            .map_err(|e| dev_err(&format!("cuMemAlloc of {size} bytes on {}", dev.name), e))?;
+        let ptr = dev.drv.malloc(size.max(1)).map_err(|e| match e {
+            BackendError::OutOfMemory(m) => BackendError::OutOfMemory(format!("{}: {m}", dev.name)),
+            e => e,
+        })?;
         Ok(DevMem {
             ptr,
             size,
@@ -107,8 +89,9 @@ impl Drop for DevMem {
         // Errors cannot be returned from drop; a failed free leaks at worst.
         let _ = self.dev.bind();
         let _ = self.dev.sync();
-        // SAFETY: `ptr` came from cuMemAlloc in `alloc` and is freed only here.
-        let _ = unsafe { result::free_sync(self.ptr) };
+        // SAFETY: `ptr` came from `malloc` in `alloc` and is freed only
+        // here, after the device's streams finished their work.
+        unsafe { self.dev.drv.free(self.ptr) };
     }
 }
 
@@ -126,15 +109,16 @@ impl CudaBuffer {
     ) -> Result<Self, BackendError> {
         let mem = DevMem::alloc(dev, size)?;
         // zero it, as host buffers are zeroed
-        // SAFETY: `mem` spans at least `size.max(1)` bytes; the memset is
-        // queued on the device's stream, ordered before any later use.
-        unsafe { result::memset_d8_async(mem.ptr, 0, size.max(1), dev.cu_stream()) }
-            .map_err(|e| dev_err("zeroing a new buffer", e))?;
+        // SAFETY: `mem` spans at least `size.max(1)` bytes.
+        unsafe { dev.stream.memset_d8(mem.ptr, 0, size.max(1)) }?;
+        // Waited for here: an upload on the copy stream must not race the
+        // memset (the emulator's hazard detector caught that race).
+        dev.stream.synchronize()?;
         Ok(CudaBuffer { mem, usage })
     }
 
     /// Device address of byte `offset`.
-    pub fn device_ptr(&self) -> CUdeviceptr {
+    pub fn device_ptr(&self) -> DevPtr {
         self.mem.ptr
     }
 
@@ -180,8 +164,10 @@ impl Buffer for CudaBuffer {
         dev.bind()?;
         // SAFETY: the range was checked against the allocation; the stream is
         // synchronized before returning, so `data` outlives the copy.
-        unsafe { result::memcpy_htod_async(self.mem.ptr + offset as u64, data, dev.cu_stream()) }
-            .map_err(|e| dev_err("host-to-device copy", e))?;
+        unsafe {
+            dev.stream
+                .memcpy_htod(self.mem.ptr + offset as u64, data.as_ptr(), data.len())
+        }?;
         dev.sync()
     }
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
@@ -193,8 +179,10 @@ impl Buffer for CudaBuffer {
         dev.bind()?;
         // SAFETY: the range was checked; queued after earlier work on the
         // stream and waited for before `out` is released.
-        unsafe { result::memcpy_dtoh_async(out, self.mem.ptr + offset as u64, dev.cu_stream()) }
-            .map_err(|e| dev_err("device-to-host copy", e))?;
+        unsafe {
+            dev.stream
+                .memcpy_dtoh(out.as_mut_ptr(), self.mem.ptr + offset as u64, out.len())
+        }?;
         dev.sync()
     }
     fn base_ptr(&self) -> Option<*mut u8> {
@@ -226,21 +214,16 @@ impl PinnedBuffer {
         size: usize,
         usage: BufferUsage,
     ) -> Result<Self, BackendError> {
-        dev.bind()?;
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer; the context is current.
-        let r = unsafe { sys::cuMemHostAlloc(&mut p, size.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) };
-        r.result()
-            .map_err(|e| dev_err(&format!("cuMemHostAlloc of {size} bytes"), e))?;
+        let p = dev.drv.host_alloc(size.max(1))?;
         if p.is_null() {
             return Err(BackendError::OutOfMemory(format!(
                 "{size} bytes of pinned memory"
             )));
         }
         // SAFETY: `p` points to at least `size.max(1)` writable bytes.
-        unsafe { std::ptr::write_bytes(p as *mut u8, 0, size.max(1)) };
+        unsafe { std::ptr::write_bytes(p, 0, size.max(1)) };
         Ok(PinnedBuffer {
-            ptr: p as *mut u8,
+            ptr: p,
             size,
             usage,
             dev: Arc::clone(dev),
@@ -261,8 +244,8 @@ impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         let _ = self.dev.bind();
         let _ = self.dev.sync(); // queued copies may still read it
-                                 // SAFETY: `ptr` came from cuMemHostAlloc and is freed only here.
-        let _ = unsafe { sys::cuMemFreeHost(self.ptr as *mut c_void) };
+                                 // SAFETY: `ptr` came from `host_alloc` and is freed only here.
+        unsafe { self.dev.drv.host_free(self.ptr) };
     }
 }
 
@@ -325,30 +308,19 @@ impl HostRegistration {
                 "registering an empty range".into(),
             ));
         }
-        let supported = dev
-            .ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED)
-            .unwrap_or(0);
-        if supported == 0 {
+        if !dev.drv.host_register_supported() {
             return Err(BackendError::Unsupported(format!(
                 "{}: cuMemHostRegister is not supported on this system",
                 dev.name
             )));
         }
         // Mapped model files are read-only: try the read-only flag first.
-        let attempts = [
-            (
-                sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY,
-                true,
-            ),
-            (sys::CU_MEMHOSTREGISTER_PORTABLE, false),
-        ];
         let mut last = None;
-        for (flags, ro) in attempts {
+        for ro in [true, false] {
             // SAFETY: the range is live for as long as `bytes` (held by the
             // returned value, which unregisters before releasing it).
-            let r = unsafe { sys::cuMemHostRegister_v2(s.as_ptr() as *mut c_void, s.len(), flags) };
-            match r.result() {
+            let r = unsafe { dev.drv.host_register(s.as_ptr(), s.len(), ro) };
+            match r {
                 Ok(()) => {
                     return Ok(HostRegistration {
                         bytes: Arc::clone(&bytes),
@@ -388,7 +360,7 @@ impl Drop for HostRegistration {
         let _ = self.dev.sync(); // copies from the range may be queued
         let p = (*self.bytes).as_ref().as_ptr();
         // SAFETY: `p` is the start of the range registered in `new`.
-        let _ = unsafe { sys::cuMemHostUnregister(p as *mut c_void) };
+        unsafe { self.dev.drv.host_unregister(p) };
     }
 }
 

@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaFunction};
-use cudarc::nvrtc::Ptx;
 use ggml_core::BackendError;
+
+use crate::driver::{Device, Function};
 
 /// The kernel source (`kernels.cu`), compiled at run time by NVRTC. It uses
 /// no `#include`, so no CUDA toolkit headers are needed.
@@ -229,41 +229,34 @@ pub fn ptx_for(arch: &str) -> Result<String, BackendError> {
     compiled_for(arch).map(|c| c.ptx.clone())
 }
 
+/// The PTX for a device of compute capability `major.minor`. An NVRTC
+/// older than the device may not know its architecture: then a baseline the
+/// driver can JIT forward ([`FALLBACK_ARCH`]).
+pub fn ptx_for_capability(major: i32, minor: i32) -> Result<String, BackendError> {
+    let arch = format!("compute_{major}{minor}");
+    match ptx_for(&arch) {
+        Ok(p) => Ok(p),
+        Err(first) => ptx_for(FALLBACK_ARCH)
+            .map_err(|e| BackendError::Device(format!("{first}; fallback {FALLBACK_ARCH}: {e}"))),
+    }
+}
+
 /// The kernels loaded into one device context.
 pub struct Kernels {
-    funcs: HashMap<Kernel, CudaFunction>,
+    funcs: HashMap<Kernel, Function>,
 }
 
 impl Kernels {
-    /// Compile (once per process) and load every kernel into `ctx`.
-    pub fn load(ctx: &Arc<CudaContext>) -> Result<Kernels, BackendError> {
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| BackendError::Device(format!("compute capability: {e}")))?;
-        let arch = format!("compute_{major}{minor}");
-        // An NVRTC older than the device may not know its architecture:
-        // fall back to a baseline the driver can JIT forward.
-        let ptx = match ptx_for(&arch) {
-            Ok(p) => p,
-            Err(first) => ptx_for(FALLBACK_ARCH).map_err(|e| {
-                BackendError::Device(format!("{first}; fallback {FALLBACK_ARCH}: {e}"))
-            })?,
-        };
-        let module = ctx
-            .load_module(Ptx::from_src(ptx))
-            .map_err(|e| BackendError::Device(format!("loading the kernel PTX: {e}")))?;
-        let mut funcs = HashMap::new();
-        for k in Kernel::ALL {
-            let f = module
-                .load_function(k.name())
-                .map_err(|e| BackendError::Device(format!("kernel {}: {e}", k.name())))?;
-            funcs.insert(k, f);
-        }
+    /// Load every kernel on `dev` (the driver compiles the source once per
+    /// process and architecture; the emulator has them compiled in).
+    pub(crate) fn load(dev: &dyn Device) -> Result<Kernels, BackendError> {
+        let loaded = dev.load_kernels(KERNEL_NAMES)?;
+        let funcs = Kernel::ALL.into_iter().zip(loaded).collect();
         Ok(Kernels { funcs })
     }
 
     /// A loaded kernel.
-    pub fn get(&self, k: Kernel) -> Result<&CudaFunction, BackendError> {
+    pub(crate) fn get(&self, k: Kernel) -> Result<&Function, BackendError> {
         self.funcs
             .get(&k)
             .ok_or_else(|| BackendError::Device(format!("kernel {} not loaded", k.name())))

@@ -8,6 +8,11 @@
 //!
 //! ## Design
 //!
+//! - **Driver interface.** Every CUDA call goes through [`driver`]
+//!   (`Device`, `Stream`, `Event`), implemented on `cudarc` and by the
+//!   [`emulator`] (`GGML_CUDA_EMULATOR=1` or [`emulator::enable`]): an
+//!   emulated device on which this backend and `kernels.cu` (compiled for
+//!   the CPU, [`emu_kernels`]) run without a GPU, with a hazard detector.
 //! - **Probing.** cudarc panics when a library it needs is missing, so every
 //!   entry point first calls [`probe_driver`] / [`probe_libraries`], which
 //!   only try to `dlopen` `libcuda.so` and `libnvrtc.so` and report
@@ -68,6 +73,9 @@
 pub mod backend;
 pub mod bandwidth;
 mod buffer;
+pub mod driver;
+pub mod emu_kernels;
+pub mod emulator;
 pub mod kernels;
 pub mod libraries;
 pub mod nvrtc;
@@ -129,8 +137,12 @@ pub fn driver_major() -> Option<u32> {
     (r == cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS && v > 0).then_some(v as u32 / 1000)
 }
 
-/// Number of CUDA devices; a clean `NoDevice` error without CUDA.
+/// Number of CUDA devices; a clean `NoDevice` error without CUDA. With the
+/// emulator enabled ([`emulator::enabled`]), the emulated devices'.
 pub fn cuda_device_count() -> Result<usize, BackendError> {
+    if emulator::enabled() {
+        return Ok(emulator::device_count());
+    }
     probe_driver()?;
     cudarc::driver::result::init()
         .map_err(|e| BackendError::NoDevice(format!("no CUDA device: cuInit failed: {e}")))?;
@@ -142,6 +154,9 @@ pub fn cuda_device_count() -> Result<usize, BackendError> {
 /// Why CUDA cannot be used here (`None` when a device is usable): the
 /// reason GPU tests print when they skip.
 pub fn unavailable_reason() -> Option<String> {
+    if emulator::enabled() {
+        return None;
+    }
     if let Err(e) = probe_libraries() {
         return Some(e.to_string());
     }

@@ -1,15 +1,36 @@
 //! Tests that run everywhere: the clean no-device errors, and the pure parts
-//! of the backend (op support, YaRN dims). On a machine with CUDA the
-//! device tests check the real device instead.
+//! of the backend (op support, YaRN dims). The device tests run on the real
+//! device where there is one, else on the emulated `CUDA0` (enabled by
+//! [`device_setup`] after the no-device checks ran, once per process).
 
 use ggml_core::op::{RopeMode, RopeParams};
 use ggml_core::{Backend, BufferUsage, GgmlType, Graph};
 use ggml_cuda::backend::{rope_yarn_corr_dims, supports_node};
 use ggml_cuda::{cuda_device_count, CudaBackend, NO_DRIVER};
+use std::sync::OnceLock;
+
+/// What the machine offered before the emulator was enabled: `None` with a
+/// real device, else the reason there is none.
+fn device_setup() -> &'static Option<String> {
+    static SETUP: OnceLock<Option<String>> = OnceLock::new();
+    SETUP.get_or_init(|| {
+        let reason = ggml_cuda::unavailable_reason();
+        no_device_checks(reason.as_deref());
+        if reason.is_some() {
+            ggml_cuda::emulator::enable();
+        }
+        reason
+    })
+}
 
 #[test]
 fn new_without_cuda_is_a_clean_no_device_error() {
-    match ggml_cuda::unavailable_reason() {
+    // the checks run inside the setup, before any test enables the emulator
+    let _ = device_setup();
+}
+
+fn no_device_checks(reason: Option<&str>) {
+    match reason {
         Some(reason) => {
             let err = CudaBackend::new(0).err().expect("no device here");
             let msg = err.to_string();
@@ -44,11 +65,9 @@ fn new_without_cuda_is_a_clean_no_device_error() {
 
 #[test]
 fn buffers_and_events_on_a_device() {
-    if let Some(reason) = ggml_cuda::unavailable_reason() {
-        println!("skipped: {reason}");
-        return;
-    }
+    device_setup();
     let be = CudaBackend::new(0).unwrap();
+    println!("{}", be.device_name().unwrap());
     let buf = be.alloc_buffer(1000, BufferUsage::Compute).unwrap();
     assert!(!buf.is_host());
     assert!(buf.base_ptr().is_none());
@@ -146,6 +165,7 @@ fn h2d_bandwidth_measures_or_says_no_device() {
     );
     let small = 16 << 20;
     let driverless = ggml_cuda::probe_driver().is_err();
+    let emulated = device_setup().is_some();
     match ggml_cuda::measure_h2d_bandwidth(0, small, 2) {
         Ok(r) => {
             println!(
@@ -157,6 +177,10 @@ fn h2d_bandwidth_measures_or_says_no_device() {
             );
             assert!(r.pinned_gbs > 0.0 && r.pageable_gbs > 0.0, "{r:?}");
             assert_eq!((r.bytes, r.reps), (small, 2));
+            assert_eq!(r.emulated, emulated);
+            if emulated {
+                assert!(r.device_name.contains("emulated"), "{r:?}");
+            }
         }
         Err(ggml_core::BackendError::NoDevice(m)) => {
             assert!(m.starts_with("no CUDA device"), "{m}");
@@ -194,6 +218,18 @@ fn h2d_bandwidth_measures_or_says_no_device() {
         assert!(o.status.success());
         let out = String::from_utf8_lossy(&o.stdout);
         assert_eq!(out.trim(), format!("{{\"skipped\": \"{NO_DRIVER}\"}}"));
+        // GGML_CUDA_EMULATOR=1: the emulated device, labelled as such
+        let o = std::process::Command::new(&ex)
+            .args(["--mib", "1", "--reps", "1"])
+            .env("GGML_CUDA_EMULATOR", "1")
+            .output()
+            .expect("run h2d-bandwidth");
+        assert!(o.status.success(), "{o:?}");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("emulated CUDA device 0") && out.contains("not a GPU measurement"),
+            "{out}"
+        );
     } else if ggml_cuda::unavailable_reason().is_none() {
         let o = run(&["--json", "--mib", "16", "--reps", "2"]);
         assert!(o.status.success(), "{o:?}");

@@ -1,8 +1,9 @@
 //! Every op and type the CUDA backend claims, computed on random inputs on
 //! both `CpuBackend` and `CUDA0` through the graph API, compared by NMSE
 //! (< 1e-6 for F32, < 1e-4 for F16/BF16 and quantized weights). Without a GPU
-//! it prints `skipped: <reason>`. Ops the CPU backend does not implement yet
-//! are reported and skipped (the CPU kernels land on other branches).
+//! `CUDA0` is the emulated device (`ggml_cuda::emulator`), so these run in
+//! CI. Ops the CPU backend does not implement yet are reported and skipped
+//! (the CPU kernels land on other branches).
 
 use ggml_core::op::{GluOp, RopeMode, RopeParams, SortOrder};
 use ggml_core::tensor::TensorData;
@@ -446,15 +447,67 @@ fn cases() -> Vec<Case> {
             ));
         }
     }
+    // the expert cache's chain: slots = get_rows(I32 slot map, selected ids)
+    // on the device, then mul_mat_id over a bank holding fewer experts
+    // (slot-remapped ids); hybrid's: the CPU map sends device experts to -1
+    // (rows skipped, exact zeros), then add_id by the router's ids
+    let (n_expert, n_used) = (8i64, 2i64);
+    let cached = [1i32, 3, 4, 6];
+    for ty in WEIGHT_TYPES {
+        for n_tok in [1i64, 6] {
+            for hybrid in [false, true] {
+                let mut b = next();
+                let sel: Vec<i32> = (0..n_used * n_tok)
+                    .map(|_| cached[b.r.below(4) as usize])
+                    .collect();
+                let map: Vec<i32> = (0..n_expert as i32)
+                    .map(|e| match cached.iter().position(|&c| c == e) {
+                        // hybrid: expert 3 runs on the device, so -1 here
+                        Some(_) if hybrid && e == 3 => -1,
+                        Some(slot) => slot as i32,
+                        None => -1,
+                    })
+                    .collect();
+                let sel = b.i32s(&[n_used, n_tok], &sel);
+                let map = b.i32s(&[1, n_expert], &map);
+                let flat = b.g.reshape(sel, &[n_used * n_tok, 1]);
+                let slots = b.g.get_rows(map, flat);
+                let slots = b.g.reshape(slots, &[n_used, n_tok]);
+                let bank = b.rand(ty, &[256, 16, cached.len() as i64]);
+                let x = b.rand(GgmlType::F32, &[256, 1, n_tok]);
+                let mut o = b.g.mul_mat_id(bank, x, slots);
+                if hybrid {
+                    let bias = b.rand(GgmlType::F32, &[16, n_expert]);
+                    o = b.g.add_id(o, bias, sel);
+                }
+                let what = if hybrid {
+                    "hybrid -1 rows + add_id"
+                } else {
+                    "cache slot-remapped"
+                };
+                v.push(b.done(
+                    format!("get_rows I32 map -> mul_mat_id {ty} {what} tokens={n_tok}"),
+                    o,
+                    tol_for(ty),
+                ));
+            }
+        }
+    }
     v
+}
+
+/// Without a usable GPU, `CUDA0` is the emulated device: the real backend
+/// and `kernels.cu` run on the CPU.
+fn use_emulator_without_gpu() {
+    if let Some(reason) = ggml_cuda::unavailable_reason() {
+        println!("no GPU ({reason}): running on the emulated CUDA0");
+        ggml_cuda::emulator::enable();
+    }
 }
 
 #[test]
 fn ops_match_cpu() {
-    if let Some(reason) = ggml_cuda::unavailable_reason() {
-        println!("skipped: {reason}");
-        return;
-    }
+    use_emulator_without_gpu();
     let gpu = CudaBackend::new(0).expect("CUDA device 0");
     let cpu = CpuBackend::new(2);
     let (mut passed, mut skipped) = (0, 0);
@@ -502,14 +555,17 @@ fn ops_match_cpu() {
         failures.len()
     );
     assert!(failures.is_empty(), "failures:\n{}", failures.join("\n"));
+    if gpu.is_emulated() {
+        let st = ggml_cuda::emulator::stats(0);
+        println!("emulated CUDA0: {} kernel launches", st.launches);
+        assert!(st.launches as usize >= passed, "{st:?}");
+        assert!(ggml_cuda::emulator::take_hazards().is_empty());
+    }
 }
 
 #[test]
 fn bad_expert_id_is_an_error_not_a_read() {
-    if let Some(reason) = ggml_cuda::unavailable_reason() {
-        println!("skipped: {reason}");
-        return;
-    }
+    use_emulator_without_gpu();
     let gpu = CudaBackend::new(0).expect("CUDA device 0");
     let mut b = B::new(99);
     let w = b.rand(GgmlType::Q8_0, &[64, 8, 4]);

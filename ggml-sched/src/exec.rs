@@ -138,7 +138,10 @@ impl Exec<'_> {
                 .flatten()
                 .and_then(|j| self.st.done[j].as_ref())
             {
-                src_be.wait_event_on(rs, ev)?;
+                // (a test-only planted bug may drop this wait: `planted_drop_wait`)
+                if !src_be.planted_drop_wait("readback") {
+                    src_be.wait_event_on(rs, ev)?;
+                }
             }
             src_be.set_label(&self.g.tensor(src).name);
             src_be.read_on(rs, &sd, 0, &mut tmp)?;

@@ -129,8 +129,8 @@ impl CacheShared {
 /// (an earlier split) still read. Free in practice: the hook has just read
 /// the router's ids, which the last queued split computes.
 fn after_queued_compute(cx: &HookCtx<'_>) -> Result<(), HookError> {
-    if cx.stream() != Stream::Compute {
-        let be = cx.backend();
+    let be = cx.backend();
+    if cx.stream() != Stream::Compute && !be.planted_drop_wait("slot") {
         let ev = be.record_event_on(Stream::Compute)?;
         be.wait_event_on(cx.stream(), &ev)?;
     }

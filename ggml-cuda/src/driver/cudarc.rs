@@ -1,0 +1,310 @@
+//! The real driver behind [`super::Device`]: `cudarc`'s context, streams
+//! and events, and its raw `result` calls. Each method is one driver call
+//! plus error mapping (module loading also compiles `kernels.cu` with NVRTC
+//! for the device's architecture, cached per process by `kernels.rs`).
+//! None of this runs without a GPU: the emulator replaces it in CI.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUdeviceptr};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaStream};
+use cudarc::nvrtc::Ptx;
+use ggml_core::BackendError;
+
+use super::{Access, DevPtr, Device, Event, Function, KernelArg, LaunchDims, Stream};
+use crate::dev_err;
+
+/// A CUDA device's primary context.
+pub struct CudaDevice {
+    ctx: Arc<CudaContext>,
+}
+
+impl CudaDevice {
+    /// Open device `ordinal` (the caller checked it against the count).
+    pub fn open(ordinal: usize) -> Result<Arc<dyn Device>, BackendError> {
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| BackendError::NoDevice(format!("CUDA device {ordinal}: {e}")))?;
+        Ok(Arc::new(CudaDevice { ctx }))
+    }
+}
+
+impl Device for CudaDevice {
+    fn is_emulated(&self) -> bool {
+        false
+    }
+
+    fn bind(&self) -> Result<(), BackendError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| dev_err("binding the context", e))
+    }
+
+    fn name(&self) -> Result<String, BackendError> {
+        self.ctx.name().map_err(|e| dev_err("device name", e))
+    }
+
+    fn mem_info(&self) -> Result<(usize, usize), BackendError> {
+        self.ctx
+            .mem_get_info()
+            .map_err(|e| dev_err("cuMemGetInfo", e))
+    }
+
+    fn total_mem(&self) -> Result<usize, BackendError> {
+        self.ctx.total_mem().map_err(|e| dev_err("total memory", e))
+    }
+
+    fn new_stream(&self, _label: &str) -> Result<Arc<dyn Stream>, BackendError> {
+        let s = self
+            .ctx
+            .new_stream()
+            .map_err(|e| dev_err("creating a stream", e))?;
+        Ok(Arc::new(CudaStreamH {
+            ctx: Arc::clone(&self.ctx),
+            s,
+        }))
+    }
+
+    fn malloc(&self, size: usize) -> Result<DevPtr, BackendError> {
+        self.bind()?;
+        // SAFETY: the context is current on this thread; the caller owns the
+        // result and frees it once with `free`.
+        unsafe { result::malloc_sync(size) }
+            .map_err(|e| dev_err(&format!("cuMemAlloc of {size} bytes"), e))
+    }
+
+    unsafe fn free(&self, ptr: DevPtr) {
+        let _ = self.bind();
+        // SAFETY: the caller guarantees `ptr` came from `malloc`, once.
+        let _ = unsafe { result::free_sync(ptr as CUdeviceptr) };
+    }
+
+    fn host_alloc(&self, size: usize) -> Result<*mut u8, BackendError> {
+        self.bind()?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer; the context is current.
+        let r = unsafe { sys::cuMemHostAlloc(&mut p, size, sys::CU_MEMHOSTALLOC_PORTABLE) };
+        r.result()
+            .map_err(|e| dev_err(&format!("cuMemHostAlloc of {size} bytes"), e))?;
+        Ok(p as *mut u8)
+    }
+
+    unsafe fn host_free(&self, ptr: *mut u8) {
+        let _ = self.bind();
+        // SAFETY: the caller guarantees `ptr` came from `host_alloc`, once.
+        let _ = unsafe { sys::cuMemFreeHost(ptr as *mut c_void) };
+    }
+
+    fn host_register_supported(&self) -> bool {
+        self.ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED)
+            .unwrap_or(0)
+            != 0
+    }
+
+    unsafe fn host_register(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        read_only: bool,
+    ) -> Result<(), BackendError> {
+        self.bind()?;
+        let mut flags = sys::CU_MEMHOSTREGISTER_PORTABLE;
+        if read_only {
+            flags |= sys::CU_MEMHOSTREGISTER_READ_ONLY;
+        }
+        // SAFETY: the caller keeps the range allocated until unregistered.
+        unsafe { sys::cuMemHostRegister_v2(ptr as *mut c_void, len, flags) }
+            .result()
+            .map_err(|e| dev_err(&format!("cuMemHostRegister of {len} bytes"), e))
+    }
+
+    unsafe fn host_unregister(&self, ptr: *const u8) {
+        let _ = self.bind();
+        // SAFETY: the caller passes the start of a registered range.
+        let _ = unsafe { sys::cuMemHostUnregister(ptr as *mut c_void) };
+    }
+
+    fn load_kernels(&self, names: &[&'static str]) -> Result<Vec<Function>, BackendError> {
+        let (major, minor) = self
+            .ctx
+            .compute_capability()
+            .map_err(|e| BackendError::Device(format!("compute capability: {e}")))?;
+        let ptx = crate::kernels::ptx_for_capability(major, minor)?;
+        let module = self
+            .ctx
+            .load_module(Ptx::from_src(ptx))
+            .map_err(|e| BackendError::Device(format!("loading the kernel PTX: {e}")))?;
+        names
+            .iter()
+            .map(|&name| {
+                let f = module
+                    .load_function(name)
+                    .map_err(|e| BackendError::Device(format!("kernel {name}: {e}")))?;
+                Ok(Function {
+                    name,
+                    handle: Box::new(f),
+                })
+            })
+            .collect()
+    }
+}
+
+/// A CUDA stream of a context.
+struct CudaStreamH {
+    ctx: Arc<CudaContext>,
+    s: Arc<CudaStream>,
+}
+
+impl CudaStreamH {
+    fn bind(&self) -> Result<(), BackendError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| dev_err("binding the context", e))
+    }
+}
+
+/// A CUDA event.
+struct CudaEventH(CudaEvent);
+
+impl Stream for CudaStreamH {
+    unsafe fn memset_d8(&self, dst: DevPtr, value: u8, n: usize) -> Result<(), BackendError> {
+        self.bind()?;
+        // SAFETY: the caller guarantees the range is live device memory.
+        unsafe { result::memset_d8_async(dst, value, n, self.s.cu_stream()) }
+            .map_err(|e| dev_err("cuMemsetD8Async", e))
+    }
+
+    unsafe fn memcpy_htod(
+        &self,
+        dst: DevPtr,
+        src: *const u8,
+        n: usize,
+    ) -> Result<(), BackendError> {
+        self.bind()?;
+        // SAFETY: the caller keeps `src..src+n` valid until the copy is done.
+        let src = unsafe { std::slice::from_raw_parts(src, n) };
+        // SAFETY: as above; `dst..dst+n` is live device memory.
+        unsafe { result::memcpy_htod_async(dst, src, self.s.cu_stream()) }
+            .map_err(|e| dev_err("host-to-device copy", e))
+    }
+
+    unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevPtr, n: usize) -> Result<(), BackendError> {
+        self.bind()?;
+        // SAFETY: the caller keeps `dst..dst+n` valid and unused until done.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst, n) };
+        // SAFETY: as above; `src..src+n` is live device memory.
+        unsafe { result::memcpy_dtoh_async(dst, src, self.s.cu_stream()) }
+            .map_err(|e| dev_err("device-to-host copy", e))
+    }
+
+    unsafe fn memcpy_dtod(&self, dst: DevPtr, src: DevPtr, n: usize) -> Result<(), BackendError> {
+        self.bind()?;
+        // SAFETY: the caller guarantees both ranges are live device memory.
+        unsafe { result::memcpy_dtod_async(dst, src, n, self.s.cu_stream()) }
+            .map_err(|e| dev_err("device-to-device copy", e))
+    }
+
+    fn record_event(&self, timing: bool) -> Result<Arc<dyn Event>, BackendError> {
+        self.bind()?;
+        let flags = if timing {
+            sys::CUevent_flags::CU_EVENT_DEFAULT
+        } else {
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+        };
+        let ev = self
+            .s
+            .record_event(Some(flags))
+            .map_err(|e| dev_err("recording an event", e))?;
+        Ok(Arc::new(CudaEventH(ev)))
+    }
+
+    fn wait_event(&self, ev: &dyn Event) -> Result<(), BackendError> {
+        let Some(h) = ev.as_any().downcast_ref::<CudaEventH>() else {
+            return Err(BackendError::Device(
+                "waiting on an event of another driver".into(),
+            ));
+        };
+        self.bind()?;
+        // SAFETY: both handles are live (the caller holds the event);
+        // cuStreamWaitEvent accepts events from other contexts.
+        unsafe {
+            result::stream::wait_event(
+                self.s.cu_stream(),
+                h.0.cu_event(),
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(|e| dev_err("waiting on an event", e))
+    }
+
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.bind()?;
+        self.s
+            .synchronize()
+            .map_err(|e| dev_err("stream synchronize", e))
+    }
+
+    unsafe fn launch(
+        &self,
+        f: &Function,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        _access: Option<&[Access]>,
+    ) -> Result<(), BackendError> {
+        let Some(cf) = f.handle.downcast_ref::<CudaFunction>() else {
+            return Err(BackendError::Device(format!(
+                "kernel {} was not loaded by the CUDA driver",
+                f.name
+            )));
+        };
+        self.bind()?;
+        let mut params: Vec<*mut c_void> = args.iter().map(|a| a.as_param() as *mut _).collect();
+        let [gx, gy, gz] = dims.grid;
+        let [bx, by, bz] = dims.block;
+        // SAFETY: the caller guarantees `args` match the kernel's signature;
+        // each parameter pointer points into `args`, alive for the call
+        // (cuLaunchKernel copies the values before returning).
+        unsafe {
+            result::launch_kernel(
+                cf.cu_function(),
+                (gx, gy, gz),
+                (bx, by, bz),
+                dims.shared_bytes,
+                self.s.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(|e| dev_err(&format!("launching {}", f.name), e))
+    }
+}
+
+impl Event for CudaEventH {
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.0
+            .synchronize()
+            .map_err(|e| dev_err("event synchronize", e))
+    }
+
+    fn query(&self) -> Result<bool, BackendError> {
+        self.0
+            .try_is_complete()
+            .map_err(|e| dev_err("event query", e))
+    }
+
+    fn elapsed_ms(&self, end: &dyn Event) -> Result<f32, BackendError> {
+        let Some(end) = end.as_any().downcast_ref::<CudaEventH>() else {
+            return Err(BackendError::Device(
+                "timing against an event of another driver".into(),
+            ));
+        };
+        self.0
+            .elapsed_ms(&end.0)
+            .map_err(|e| dev_err("reading timing events", e))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

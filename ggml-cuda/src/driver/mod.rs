@@ -1,0 +1,235 @@
+//! The one interface between the backend and CUDA: everything `backend.rs`,
+//! `buffer.rs`, `kernels.rs` and `bandwidth.rs` ask of a device goes through
+//! the [`Device`], [`Stream`] and [`Event`] traits below.
+//!
+//! Two implementations:
+//! - [`cudarc`](self::cudarc) (`CudaDevice`): the real driver, each method one
+//!   driver call plus error mapping;
+//! - [`crate::emulator`] (`EmuDevice`): device memory in host allocations,
+//!   one worker thread per stream, CUDA's event semantics, kernels run on
+//!   the CPU by [`crate::emu_kernels`].
+//!
+//! [`open`] picks one per device ordinal: the emulator when it is enabled
+//! (`GGML_CUDA_EMULATOR=1` or [`crate::emulator::enable`]), the driver
+//! otherwise. Data flows as on a GPU: the backend holds device pointers
+//! ([`DevPtr`]), queues copies and launches on streams, and orders streams
+//! with events; the host only sees results after a synchronization.
+//!
+//! Dispatch is dynamic (`Arc<dyn Device>`): one virtual call per driver call,
+//! negligible next to the driver call itself.
+
+pub mod cudarc;
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use ggml_core::BackendError;
+
+/// A device address (`CUdeviceptr`; in the emulator a host address).
+pub type DevPtr = u64;
+
+/// A tensor as the kernels see it: ggml's `ne` and `nb` (`struct T4` in
+/// `kernels.cu`), passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct T4 {
+    /// Elements per dimension.
+    pub ne: [i64; 4],
+    /// Bytes per step in each dimension.
+    pub nb: [i64; 4],
+}
+
+/// One kernel parameter, by value.
+#[derive(Clone, Copy, Debug)]
+pub enum KernelArg {
+    /// A device pointer.
+    Ptr(DevPtr),
+    /// An `int`.
+    I32(i32),
+    /// A `long long`.
+    I64(i64),
+    /// A `float`.
+    F32(f32),
+    /// A `struct T4`.
+    T4(T4),
+}
+
+impl KernelArg {
+    /// A pointer to the value, as CUDA's `kernelParams` wants it: valid for
+    /// as long as `self` is not moved or dropped.
+    pub fn as_param(&self) -> *const c_void {
+        match self {
+            KernelArg::Ptr(v) => v as *const u64 as *const c_void,
+            KernelArg::I32(v) => v as *const i32 as *const c_void,
+            KernelArg::I64(v) => v as *const i64 as *const c_void,
+            KernelArg::F32(v) => v as *const f32 as *const c_void,
+            KernelArg::T4(v) => v as *const T4 as *const c_void,
+        }
+    }
+}
+
+/// One device byte range a launch reads or writes. The backend passes these
+/// with each launch for the emulator's hazard detector; the driver ignores
+/// them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// First byte.
+    pub ptr: DevPtr,
+    /// Length in bytes.
+    pub len: usize,
+    /// Whether the launch writes the range (else it only reads it).
+    pub write: bool,
+}
+
+/// A kernel looked up in a loaded module, named for error messages.
+pub struct Function {
+    /// The kernel's `extern "C"` name.
+    pub name: &'static str,
+    /// The implementation's handle (a `CudaFunction`, or nothing for the
+    /// emulator, which launches by name).
+    pub(crate) handle: Box<dyn Any + Send + Sync>,
+}
+
+/// A launch's geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    /// Blocks per grid dimension.
+    pub grid: [u32; 3],
+    /// Threads per block dimension.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block in bytes.
+    pub shared_bytes: u32,
+}
+
+/// A device and its context.
+pub trait Device: Send + Sync {
+    /// Whether this is the emulator.
+    fn is_emulated(&self) -> bool;
+    /// Make the context current on this thread (the emulator has none).
+    fn bind(&self) -> Result<(), BackendError>;
+    /// The device's name (`NVIDIA H200`, or the emulator's, which says so).
+    fn name(&self) -> Result<String, BackendError>;
+    /// `(free, total)` device memory in bytes.
+    fn mem_info(&self) -> Result<(usize, usize), BackendError>;
+    /// Total device memory in bytes.
+    fn total_mem(&self) -> Result<usize, BackendError>;
+    /// A new stream, ordered only by events with the others (`label`, e.g.
+    /// `compute`, names it in the emulator's messages).
+    fn new_stream(&self, label: &str) -> Result<Arc<dyn Stream>, BackendError>;
+    /// `size` bytes of device memory (`cuMemAlloc`).
+    fn malloc(&self, size: usize) -> Result<DevPtr, BackendError>;
+    /// Free memory from [`Device::malloc`].
+    ///
+    /// # Safety
+    /// `ptr` came from `malloc` on this device, is freed once, and no queued
+    /// work uses it any more.
+    unsafe fn free(&self, ptr: DevPtr);
+    /// `size` bytes of page-locked host memory (`cuMemHostAlloc`, portable).
+    fn host_alloc(&self, size: usize) -> Result<*mut u8, BackendError>;
+    /// Free memory from [`Device::host_alloc`].
+    ///
+    /// # Safety
+    /// `ptr` came from `host_alloc` on this device and is freed once, after
+    /// any queued copy from it is complete.
+    unsafe fn host_free(&self, ptr: *mut u8);
+    /// Whether host ranges can be page-locked in place.
+    fn host_register_supported(&self) -> bool;
+    /// Page-lock `len` bytes at `ptr` (`cuMemHostRegister`, portable,
+    /// optionally read-only).
+    ///
+    /// # Safety
+    /// The range stays allocated until [`Device::host_unregister`].
+    unsafe fn host_register(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        read_only: bool,
+    ) -> Result<(), BackendError>;
+    /// Undo [`Device::host_register`].
+    ///
+    /// # Safety
+    /// `ptr` is the start of a registered range.
+    unsafe fn host_unregister(&self, ptr: *const u8);
+    /// Load the kernels of `kernels.cu` named `names` (the driver compiles
+    /// the source with NVRTC for the device's architecture and loads the
+    /// PTX; the emulator checks it has each compiled in).
+    fn load_kernels(&self, names: &[&'static str]) -> Result<Vec<Function>, BackendError>;
+    /// Test-only: whether the planted bug `GGML_CUDA_EMULATOR_DROP_WAIT`
+    /// drops waits of `kind` on this device (never on a real device).
+    fn planted_drop_wait(&self, _kind: &str) -> bool {
+        false
+    }
+}
+
+/// A stream: work queued on it runs in order, asynchronously to the host.
+pub trait Stream: Send + Sync {
+    /// Queue setting `n` bytes at `dst` to `value`.
+    ///
+    /// # Safety
+    /// `dst..dst+n` lies in live device memory.
+    unsafe fn memset_d8(&self, dst: DevPtr, value: u8, n: usize) -> Result<(), BackendError>;
+    /// Queue a copy of `n` host bytes at `src` to `dst`. The bytes are read
+    /// when the copy runs, not when it is queued.
+    ///
+    /// # Safety
+    /// `dst..dst+n` lies in live device memory; `src..src+n` stays valid and
+    /// unchanged until the copy is complete (an event after it, or a
+    /// synchronize).
+    unsafe fn memcpy_htod(&self, dst: DevPtr, src: *const u8, n: usize)
+        -> Result<(), BackendError>;
+    /// Queue a copy of `n` device bytes at `src` to host memory at `dst`.
+    ///
+    /// # Safety
+    /// `src..src+n` lies in live device memory; `dst..dst+n` stays valid and
+    /// unused by the host until the copy is complete.
+    unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevPtr, n: usize) -> Result<(), BackendError>;
+    /// Queue a device-to-device copy of `n` bytes.
+    ///
+    /// # Safety
+    /// Both ranges lie in live device memory.
+    unsafe fn memcpy_dtod(&self, dst: DevPtr, src: DevPtr, n: usize) -> Result<(), BackendError>;
+    /// Record an event capturing the work queued so far (timing-capable
+    /// when `timing`).
+    fn record_event(&self, timing: bool) -> Result<Arc<dyn Event>, BackendError>;
+    /// Make work queued later on this stream wait for `ev`'s work.
+    fn wait_event(&self, ev: &dyn Event) -> Result<(), BackendError>;
+    /// Block the host until the stream's queued work is complete.
+    fn synchronize(&self) -> Result<(), BackendError>;
+    /// Queue a kernel launch. `access` lists the device ranges the kernel
+    /// reads and writes, for the emulator's hazard detector (the driver
+    /// ignores it).
+    ///
+    /// # Safety
+    /// `args` match the kernel's parameters in number, order and type, and
+    /// every pointer among them covers what the kernel touches.
+    unsafe fn launch(
+        &self,
+        f: &Function,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        access: Option<&[Access]>,
+    ) -> Result<(), BackendError>;
+}
+
+/// A recorded event.
+pub trait Event: Send + Sync {
+    /// Block the host until the event's work is complete.
+    fn synchronize(&self) -> Result<(), BackendError>;
+    /// Whether the event's work is complete (without blocking).
+    fn query(&self) -> Result<bool, BackendError>;
+    /// Milliseconds from this event to `end` (waits for both).
+    fn elapsed_ms(&self, end: &dyn Event) -> Result<f32, BackendError>;
+    /// For the implementation to downcast events it is handed.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Open device `ordinal`: emulated when the emulator is enabled, else the
+/// CUDA driver's (whose libraries must have been probed by the caller).
+pub fn open(ordinal: usize) -> Result<Arc<dyn Device>, BackendError> {
+    if crate::emulator::enabled() {
+        crate::emulator::open(ordinal)
+    } else {
+        cudarc::CudaDevice::open(ordinal)
+    }
+}

@@ -1,0 +1,484 @@
+//! The emulated CUDA device: the [`crate::driver`] interface implemented on
+//! the CPU, so the real backend and the real `kernels.cu` run without a GPU
+//! (Triton's interpreter mode, for this crate).
+//!
+//! - **Selection.** `GGML_CUDA_EMULATOR=1` (or [`enable`], for tests) makes
+//!   every CUDA device emulated: `CUDA0`, plus `CUDA1`, ... with
+//!   `GGML_CUDA_EMULATOR_DEVICES=N`. The device name says it is emulated.
+//! - **Memory.** Device memory is host allocations (a device pointer is the
+//!   host address), counted against a capacity
+//!   (`GGML_CUDA_EMULATOR_MEM_MIB`, default 24576) shared by every context
+//!   of the device, so budget and out-of-memory paths run. Fresh device
+//!   memory is filled with `0xA5` bytes, so a read of memory nobody wrote
+//!   shows. Page-locked allocations and host registrations are recorded; a
+//!   host-to-device copy from any other host memory counts as pageable in
+//!   [`stats`].
+//! - **Streams and events** ([`stream`]): a worker thread per stream, CUDA's
+//!   event semantics, seeded delays (`GGML_CUDA_EMULATOR_SEED=N`).
+//! - **Kernels** run on the stream's worker through
+//!   [`crate::emu_kernels::launch`] (`kernels.cu` compiled for the CPU).
+//! - **Hazards** ([`hazard`]): every queued operation's device ranges are
+//!   checked against unordered conflicting accesses; a hazard fails the call
+//!   that queued the operation and is kept for [`take_hazards`].
+//!   `GGML_CUDA_EMULATOR_HAZARDS=0` turns the detector off.
+//! - **Planted bugs**: `GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging`
+//!   makes [`crate::driver::Device::planted_drop_wait`] say yes for that
+//!   kind, on emulated devices only (tests prove the emulator catches each).
+
+pub mod hazard;
+mod stream;
+
+use std::alloc::Layout;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ggml_core::BackendError;
+
+use crate::driver::{DevPtr, Device, Function, Stream};
+use hazard::Tracker;
+use stream::EmuStream;
+
+/// The planted-bug kinds `GGML_CUDA_EMULATOR_DROP_WAIT` accepts.
+pub const DROP_WAIT_KINDS: [&str; 4] = ["upload", "readback", "slot", "staging"];
+
+/// Device memory alignment (cuMemAlloc's is at least 256 bytes).
+const DEV_ALIGN: usize = 256;
+/// Page-locked host memory alignment.
+const HOST_ALIGN: usize = 4096;
+
+static FORCED: AtomicBool = AtomicBool::new(false);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// How many waits the planted bug has dropped so far (tests check the
+/// dropped wait was on the path they ran).
+pub fn dropped_waits() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Make every CUDA device emulated in this process, as
+/// `GGML_CUDA_EMULATOR=1` does (tests call this when there is no GPU).
+/// Backends opened before the call keep their device.
+pub fn enable() {
+    FORCED.store(true, Ordering::Release);
+}
+
+/// Whether CUDA devices are emulated ([`enable`] or `GGML_CUDA_EMULATOR=1`).
+pub fn enabled() -> bool {
+    FORCED.load(Ordering::Acquire) || env_flag("GGML_CUDA_EMULATOR")
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "off" | "no"))
+}
+
+/// The emulator's settings, read from the environment once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Emulated devices (`GGML_CUDA_EMULATOR_DEVICES`, default 1).
+    pub devices: usize,
+    /// Device memory per device in bytes (`GGML_CUDA_EMULATOR_MEM_MIB`).
+    pub mem_bytes: usize,
+    /// Seed of the per-operation delays (`GGML_CUDA_EMULATOR_SEED`); none:
+    /// no delays.
+    pub seed: Option<u64>,
+    /// Whether the hazard detector runs (`GGML_CUDA_EMULATOR_HAZARDS`,
+    /// default on).
+    pub hazards: bool,
+    /// The planted bug (`GGML_CUDA_EMULATOR_DROP_WAIT`), if any.
+    pub drop_wait: Option<String>,
+}
+
+fn parse_env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().parse() {
+        Ok(x) => Some(x),
+        Err(_) => {
+            eprintln!("warning: ignoring {name}={v:?} (not a number)");
+            None
+        }
+    }
+}
+
+fn config_cell() -> &'static Mutex<Option<Config>> {
+    static C: Mutex<Option<Config>> = Mutex::new(None);
+    &C
+}
+
+/// The configuration: from the environment (read on first use), or what
+/// [`set_config`] set.
+pub fn config() -> Config {
+    let mut c = config_cell()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    c.get_or_insert_with(env_config).clone()
+}
+
+/// Replace the configuration for devices and streams opened from now on
+/// (tests: seeds and planted bugs without environment variables). Device
+/// count and memory size apply to devices not opened yet.
+pub fn set_config(c: Config) {
+    *config_cell()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(c);
+}
+
+fn env_config() -> Config {
+    {
+        let drop_wait = std::env::var("GGML_CUDA_EMULATOR_DROP_WAIT")
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
+        if let Some(d) = &drop_wait {
+            if !DROP_WAIT_KINDS.contains(&d.as_str()) {
+                eprintln!(
+                    "warning: GGML_CUDA_EMULATOR_DROP_WAIT={d:?} is none of {}",
+                    DROP_WAIT_KINDS.join("|")
+                );
+            }
+        }
+        Config {
+            devices: parse_env::<usize>("GGML_CUDA_EMULATOR_DEVICES")
+                .unwrap_or(1)
+                .max(1),
+            mem_bytes: parse_env::<usize>("GGML_CUDA_EMULATOR_MEM_MIB")
+                .unwrap_or(24576)
+                .saturating_mul(1 << 20),
+            seed: parse_env::<u64>("GGML_CUDA_EMULATOR_SEED"),
+            hazards: std::env::var("GGML_CUDA_EMULATOR_HAZARDS")
+                .map_or(true, |v| !matches!(v.trim(), "0" | "false" | "off" | "no")),
+            drop_wait,
+        }
+    }
+}
+
+/// Number of emulated devices.
+pub fn device_count() -> usize {
+    config().devices
+}
+
+/// Copy and launch counts of one emulated device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Host-to-device bytes copied from page-locked or registered memory.
+    pub h2d_pinned_bytes: u64,
+    /// Host-to-device bytes copied from pageable memory.
+    pub h2d_pageable_bytes: u64,
+    /// Device-to-host bytes.
+    pub d2h_bytes: u64,
+    /// Kernel launches queued.
+    pub launches: u64,
+    /// Device bytes allocated now.
+    pub used_bytes: u64,
+    /// Most device bytes allocated at once.
+    pub peak_bytes: u64,
+}
+
+#[derive(Default)]
+struct AtomicStats {
+    h2d_pinned: AtomicU64,
+    h2d_pageable: AtomicU64,
+    d2h: AtomicU64,
+    launches: AtomicU64,
+}
+
+impl AtomicStats {
+    fn count_h2d(&self, n: usize, pinned: bool) {
+        let c = if pinned {
+            &self.h2d_pinned
+        } else {
+            &self.h2d_pageable
+        };
+        c.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    fn count_d2h(&self, n: usize) {
+        self.d2h.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    fn count_launch(&self) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One emulated device, shared by every context opened on it.
+pub(crate) struct DeviceState {
+    ordinal: usize,
+    name: String,
+    capacity: usize,
+    /// Live allocations: address -> layout.
+    allocs: Mutex<(HashMap<u64, Layout>, usize, usize)>,
+    stats: AtomicStats,
+}
+
+/// State shared by all emulated devices: the hazard detector (streams of
+/// every device share one happens-before order) and the hazards found.
+pub(crate) struct World {
+    pub tracker: Tracker,
+    pub hazards: Vec<String>,
+}
+
+pub(crate) fn world() -> &'static Mutex<World> {
+    static W: OnceLock<Mutex<World>> = OnceLock::new();
+    W.get_or_init(|| {
+        Mutex::new(World {
+            tracker: Tracker::default(),
+            hazards: Vec::new(),
+        })
+    })
+}
+
+/// Page-locked host ranges (allocated or registered): start -> length.
+fn host_ranges() -> &'static Mutex<BTreeMap<usize, usize>> {
+    static R: OnceLock<Mutex<BTreeMap<usize, usize>>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(BTreeMap::new()))
+}
+
+/// Whether `[p, p+n)` lies in one page-locked range.
+fn is_page_locked(p: *const u8, n: usize) -> bool {
+    let p = p as usize;
+    let Ok(r) = host_ranges().lock() else {
+        return false;
+    };
+    r.range(..=p)
+        .next_back()
+        .is_some_and(|(&s, &len)| p + n <= s + len)
+}
+
+fn devices() -> &'static Mutex<Vec<Arc<DeviceState>>> {
+    static D: OnceLock<Mutex<Vec<Arc<DeviceState>>>> = OnceLock::new();
+    D.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+fn device_state(ordinal: usize) -> Result<Arc<DeviceState>, BackendError> {
+    let n = device_count();
+    if ordinal >= n {
+        return Err(BackendError::NoDevice(format!(
+            "no CUDA device {ordinal}: {n} emulated device(s) present"
+        )));
+    }
+    let mut d = devices()
+        .lock()
+        .map_err(|_| BackendError::Device("emulator: device list poisoned".into()))?;
+    while d.len() <= ordinal {
+        let i = d.len();
+        d.push(Arc::new(DeviceState {
+            ordinal: i,
+            name: format!("CUDA{i}"),
+            capacity: config().mem_bytes,
+            allocs: Mutex::new((HashMap::new(), 0, 0)),
+            stats: AtomicStats::default(),
+        }));
+    }
+    Ok(Arc::clone(&d[ordinal]))
+}
+
+/// The counts of emulated device `ordinal` so far (zeros for a device never
+/// opened).
+pub fn stats(ordinal: usize) -> Stats {
+    let Ok(d) = devices().lock() else {
+        return Stats::default();
+    };
+    let Some(s) = d.get(ordinal) else {
+        return Stats::default();
+    };
+    let (used, peak) = s.allocs.lock().map(|a| (a.1, a.2)).unwrap_or((0, 0));
+    Stats {
+        h2d_pinned_bytes: s.stats.h2d_pinned.load(Ordering::Relaxed),
+        h2d_pageable_bytes: s.stats.h2d_pageable.load(Ordering::Relaxed),
+        d2h_bytes: s.stats.d2h.load(Ordering::Relaxed),
+        launches: s.stats.launches.load(Ordering::Relaxed),
+        used_bytes: used as u64,
+        peak_bytes: peak as u64,
+    }
+}
+
+/// The hazards found so far (each also failed the call that queued it),
+/// emptying the list.
+pub fn take_hazards() -> Vec<String> {
+    world()
+        .lock()
+        .map(|mut w| std::mem::take(&mut w.hazards))
+        .unwrap_or_default()
+}
+
+/// Open emulated device `ordinal` (a new context on the shared device).
+pub fn open(ordinal: usize) -> Result<Arc<dyn Device>, BackendError> {
+    Ok(Arc::new(EmuDevice {
+        st: device_state(ordinal)?,
+    }))
+}
+
+/// A context on an emulated device.
+struct EmuDevice {
+    st: Arc<DeviceState>,
+}
+
+fn oom(what: String) -> BackendError {
+    BackendError::OutOfMemory(what)
+}
+
+impl Device for EmuDevice {
+    fn is_emulated(&self) -> bool {
+        true
+    }
+
+    fn bind(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn name(&self) -> Result<String, BackendError> {
+        Ok(format!(
+            "emulated CUDA device {} (CPU, {} MiB)",
+            self.st.ordinal,
+            self.st.capacity >> 20
+        ))
+    }
+
+    fn mem_info(&self) -> Result<(usize, usize), BackendError> {
+        let used = self.st.allocs.lock().map(|a| a.1).unwrap_or(0);
+        Ok((self.st.capacity.saturating_sub(used), self.st.capacity))
+    }
+
+    fn total_mem(&self) -> Result<usize, BackendError> {
+        Ok(self.st.capacity)
+    }
+
+    fn new_stream(&self, label: &str) -> Result<Arc<dyn Stream>, BackendError> {
+        Ok(Arc::new(EmuStream::new(&self.st, label)?))
+    }
+
+    fn malloc(&self, size: usize) -> Result<DevPtr, BackendError> {
+        let what = || {
+            format!(
+                "cuMemAlloc of {size} bytes on {} (emulated): CUDA_ERROR_OUT_OF_MEMORY",
+                self.st.name
+            )
+        };
+        let layout = Layout::from_size_align(size.max(1), DEV_ALIGN).map_err(|_| oom(what()))?;
+        let mut a = self
+            .st
+            .allocs
+            .lock()
+            .map_err(|_| BackendError::Device("emulator: allocation table poisoned".into()))?;
+        if a.1.saturating_add(layout.size()) > self.st.capacity {
+            return Err(oom(what()));
+        }
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            return Err(oom(what()));
+        }
+        // SAFETY: `p` points to `layout.size()` writable bytes.
+        unsafe { std::ptr::write_bytes(p, 0xA5, layout.size()) };
+        a.0.insert(p as u64, layout);
+        a.1 += layout.size();
+        a.2 = a.2.max(a.1);
+        drop(a);
+        if let Ok(mut w) = world().lock() {
+            w.tracker.add_alloc(p as u64, layout.size() as u64);
+        }
+        Ok(p as u64)
+    }
+
+    unsafe fn free(&self, ptr: DevPtr) {
+        let Ok(mut a) = self.st.allocs.lock() else {
+            return;
+        };
+        if let Some(layout) = a.0.remove(&ptr) {
+            a.1 -= layout.size();
+            if let Ok(mut w) = world().lock() {
+                w.tracker.remove_alloc(ptr);
+            }
+            // SAFETY: `ptr` was allocated with `layout` in `malloc` and is
+            // removed from the table, so it is freed once.
+            unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+        }
+    }
+
+    fn host_alloc(&self, size: usize) -> Result<*mut u8, BackendError> {
+        let layout = Layout::from_size_align(size.max(1), HOST_ALIGN)
+            .map_err(|_| oom(format!("{size} bytes of pinned memory")))?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(oom(format!("{size} bytes of pinned memory")));
+        }
+        if let Ok(mut r) = host_ranges().lock() {
+            r.insert(p as usize, layout.size());
+        }
+        Ok(p)
+    }
+
+    unsafe fn host_free(&self, ptr: *mut u8) {
+        let len = host_ranges()
+            .lock()
+            .ok()
+            .and_then(|mut r| r.remove(&(ptr as usize)));
+        if let Some(len) = len {
+            if let Ok(layout) = Layout::from_size_align(len, HOST_ALIGN) {
+                // SAFETY: allocated in `host_alloc` with this layout (the
+                // recorded length is the layout's size); removed above, so
+                // freed once.
+                unsafe { std::alloc::dealloc(ptr, layout) };
+            }
+        }
+    }
+
+    fn host_register_supported(&self) -> bool {
+        true
+    }
+
+    unsafe fn host_register(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        _read_only: bool,
+    ) -> Result<(), BackendError> {
+        let mut r = host_ranges()
+            .lock()
+            .map_err(|_| BackendError::Device("emulator: host range table poisoned".into()))?;
+        let p = ptr as usize;
+        let overlaps = r
+            .range(..p.saturating_add(len))
+            .next_back()
+            .is_some_and(|(&s, &l)| s + l > p);
+        if overlaps {
+            return Err(BackendError::Device(format!(
+                "cuMemHostRegister of {len} bytes (emulated): CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"
+            )));
+        }
+        r.insert(p, len);
+        Ok(())
+    }
+
+    unsafe fn host_unregister(&self, ptr: *const u8) {
+        if let Ok(mut r) = host_ranges().lock() {
+            r.remove(&(ptr as usize));
+        }
+    }
+
+    fn load_kernels(&self, names: &[&'static str]) -> Result<Vec<Function>, BackendError> {
+        let have = crate::emu_kernels::kernel_names();
+        names
+            .iter()
+            .map(|&name| {
+                if !have.contains(&name) {
+                    return Err(BackendError::Device(format!(
+                        "kernel {name}: not compiled into the emulator"
+                    )));
+                }
+                Ok(Function {
+                    name,
+                    handle: Box::new(()),
+                })
+            })
+            .collect()
+    }
+
+    fn planted_drop_wait(&self, kind: &str) -> bool {
+        let drop = config().drop_wait.as_deref() == Some(kind);
+        if drop {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+        drop
+    }
+}

@@ -1,0 +1,447 @@
+//! Emulated streams and events. Each stream is a FIFO of jobs run by its own
+//! worker thread, concurrently with the other streams and the host; the host
+//! queues and returns. A job's delay before it runs comes from the stream's
+//! seeded generator (`GGML_CUDA_EMULATOR_SEED`), so work that nothing orders
+//! runs in varying orders.
+//!
+//! Events follow CUDA: recording queues a marker (it completes, stamping the
+//! time, when the stream's earlier work is done); a wait queues a job that
+//! blocks the stream's worker until the marker completed; synchronize blocks
+//! the host. A failed job (a kernel whose launch the emulator refused)
+//! leaves a sticky error that every later synchronize on the stream reports,
+//! as a CUDA context error does.
+//!
+//! Every queued job also goes through the hazard detector ([`super::hazard`])
+//! with the device ranges it touches, before it is queued.
+
+use std::any::Any;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use ggml_core::BackendError;
+
+use super::hazard::Clock;
+use super::{world, DeviceState};
+use crate::driver::{Access, DevPtr, Event, Function, KernelArg, LaunchDims, Stream};
+
+/// A job run on a stream's worker; an error becomes the stream's sticky error.
+type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+/// How far a stream's worker has got.
+#[derive(Default)]
+struct Progress {
+    submitted: u64,
+    completed: u64,
+    error: Option<String>,
+}
+
+/// What the host and the workers share about one stream.
+pub(crate) struct StreamCore {
+    /// Global id (the hazard detector's clock component).
+    id: usize,
+    /// `CUDA0 compute`, for messages.
+    label: String,
+    /// Whether the hazard detector checks this stream's work.
+    hazards: bool,
+    progress: Mutex<Progress>,
+    done: Condvar,
+}
+
+impl StreamCore {
+    /// Block until job `seq` (1-based) has completed; the sticky error, if any.
+    fn wait_for(&self, seq: u64) -> Result<(), String> {
+        let mut p = self.progress.lock().map_err(|_| "stream lock poisoned")?;
+        while p.completed < seq {
+            p = self.done.wait(p).map_err(|_| "stream lock poisoned")?;
+        }
+        match &p.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn completed(&self) -> u64 {
+        self.progress.lock().map(|p| p.completed).unwrap_or(0)
+    }
+}
+
+/// A host pointer moved to a worker.
+struct HostPtr(*mut u8);
+// SAFETY: the pointer is only dereferenced by the job, within the lifetime
+// the queuing call's caller guarantees (see the `Stream` contract).
+unsafe impl Send for HostPtr {}
+
+/// The splitmix64 generator of one stream's delays.
+struct Delays {
+    state: u64,
+}
+
+impl Delays {
+    fn next(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Half the jobs run at once, the rest after up to 400 microseconds.
+    fn delay(&mut self) -> Duration {
+        let r = self.next();
+        if r & 1 == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_micros((r >> 1) % 400)
+        }
+    }
+}
+
+/// An emulated stream.
+pub(crate) struct EmuStream {
+    core: Arc<StreamCore>,
+    tx: Mutex<mpsc::Sender<Job>>,
+    dev: Arc<DeviceState>,
+}
+
+impl EmuStream {
+    /// A new stream of `dev` with its worker thread.
+    pub fn new(dev: &Arc<DeviceState>, label: &str) -> Result<EmuStream, BackendError> {
+        let id = world().lock().map_err(|_| poisoned())?.tracker.add_stream();
+        let cfg = super::config();
+        let core = Arc::new(StreamCore {
+            id,
+            hazards: cfg.hazards,
+            label: format!("{} {label}", dev.name),
+            progress: Mutex::new(Progress::default()),
+            done: Condvar::new(),
+        });
+        let (tx, rx) = mpsc::channel::<Job>();
+        let mut delays = cfg.seed.map(|s| Delays {
+            state: s ^ (id as u64).wrapping_mul(0xd134_2543_de82_ef95),
+        });
+        let worker_core = Arc::clone(&core);
+        std::thread::Builder::new()
+            .name(format!("emu-{}", core.label.replace(' ', "-")))
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    if let Some(d) = delays.as_mut().map(Delays::delay) {
+                        if !d.is_zero() {
+                            std::thread::sleep(d);
+                        }
+                    }
+                    let r = job();
+                    if let Ok(mut p) = worker_core.progress.lock() {
+                        if let (Err(e), None) = (r, &p.error) {
+                            p.error = Some(e);
+                        }
+                        p.completed += 1;
+                    }
+                    worker_core.done.notify_all();
+                }
+            })
+            .map_err(|e| {
+                BackendError::Device(format!("emulator: starting a stream worker: {e}"))
+            })?;
+        Ok(EmuStream {
+            core,
+            tx: Mutex::new(tx),
+            dev: Arc::clone(dev),
+        })
+    }
+
+    /// Check `accesses` of operation `what` with the hazard detector, then
+    /// queue `job`. Returns the job's sequence number and clock.
+    fn submit(
+        &self,
+        what: &str,
+        accesses: &[Access],
+        job: Job,
+    ) -> Result<(u64, Clock), BackendError> {
+        let mut w = world().lock().map_err(|_| poisoned())?;
+        let clk = w.tracker.tick(self.core.id);
+        if self.core.hazards {
+            let op = format!("{what} on {}", self.core.label);
+            for a in accesses {
+                if let Err(e) =
+                    w.tracker
+                        .access(self.core.id, &clk, &op, a.ptr, a.len as u64, a.write)
+                {
+                    let msg = format!("emulator: {e}");
+                    w.hazards.push(msg.clone());
+                    return Err(BackendError::Device(msg));
+                }
+            }
+        }
+        let seq = {
+            let mut p = self.core.progress.lock().map_err(|_| poisoned())?;
+            p.submitted += 1;
+            p.submitted
+        };
+        self.tx
+            .lock()
+            .map_err(|_| poisoned())?
+            .send(job)
+            .map_err(|_| BackendError::Device(format!("{}: worker gone", self.core.label)))?;
+        Ok((seq, clk))
+    }
+}
+
+fn poisoned() -> BackendError {
+    BackendError::Device("emulator: a lock was poisoned".into())
+}
+
+fn sticky(e: String) -> BackendError {
+    BackendError::Device(e)
+}
+
+impl Stream for EmuStream {
+    unsafe fn memset_d8(&self, dst: DevPtr, value: u8, n: usize) -> Result<(), BackendError> {
+        let p = HostPtr(dst as *mut u8);
+        let acc = [Access {
+            ptr: dst,
+            len: n,
+            write: true,
+        }];
+        self.submit(
+            "memset",
+            &acc,
+            Box::new(move || {
+                let p = p;
+                // SAFETY: the caller guarantees `dst..dst+n` is live device
+                // memory (a host allocation of the emulator).
+                unsafe { std::ptr::write_bytes(p.0, value, n) };
+                Ok(())
+            }),
+        )?;
+        Ok(())
+    }
+
+    unsafe fn memcpy_htod(
+        &self,
+        dst: DevPtr,
+        src: *const u8,
+        n: usize,
+    ) -> Result<(), BackendError> {
+        self.dev.stats.count_h2d(n, super::is_page_locked(src, n));
+        let (d, s) = (HostPtr(dst as *mut u8), HostPtr(src as *mut u8));
+        let acc = [Access {
+            ptr: dst,
+            len: n,
+            write: true,
+        }];
+        self.submit(
+            "host-to-device copy",
+            &acc,
+            Box::new(move || {
+                let (d, s) = (d, s);
+                // SAFETY: the caller keeps the host range valid and unchanged
+                // until the copy completes (the bytes are read now, when the
+                // copy runs, as a DMA engine would); `dst` is device memory.
+                unsafe { std::ptr::copy(s.0, d.0, n) };
+                Ok(())
+            }),
+        )?;
+        Ok(())
+    }
+
+    unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevPtr, n: usize) -> Result<(), BackendError> {
+        self.dev.stats.count_d2h(n);
+        let (d, s) = (HostPtr(dst), HostPtr(src as *mut u8));
+        let acc = [Access {
+            ptr: src,
+            len: n,
+            write: false,
+        }];
+        self.submit(
+            "device-to-host copy",
+            &acc,
+            Box::new(move || {
+                let (d, s) = (d, s);
+                // SAFETY: the caller keeps `dst..dst+n` valid and unused
+                // until the copy completes; `src` is device memory.
+                unsafe { std::ptr::copy(s.0, d.0, n) };
+                Ok(())
+            }),
+        )?;
+        Ok(())
+    }
+
+    unsafe fn memcpy_dtod(&self, dst: DevPtr, src: DevPtr, n: usize) -> Result<(), BackendError> {
+        let (d, s) = (HostPtr(dst as *mut u8), HostPtr(src as *mut u8));
+        let acc = [
+            Access {
+                ptr: src,
+                len: n,
+                write: false,
+            },
+            Access {
+                ptr: dst,
+                len: n,
+                write: true,
+            },
+        ];
+        self.submit(
+            "device-to-device copy",
+            &acc,
+            Box::new(move || {
+                let (d, s) = (d, s);
+                // SAFETY: both ranges are device memory (caller's contract);
+                // `copy` tolerates overlap.
+                unsafe { std::ptr::copy(s.0, d.0, n) };
+                Ok(())
+            }),
+        )?;
+        Ok(())
+    }
+
+    fn record_event(&self, _timing: bool) -> Result<Arc<dyn Event>, BackendError> {
+        let stamp = Arc::new(Mutex::new(None));
+        let st = Arc::clone(&stamp);
+        // the marker's clock covers every job queued before it
+        let (seq, clock) = self.submit(
+            "event record",
+            &[],
+            Box::new(move || {
+                if let Ok(mut s) = st.lock() {
+                    *s = Some(Instant::now());
+                }
+                Ok(())
+            }),
+        )?;
+        Ok(Arc::new(EmuEvent {
+            core: Arc::clone(&self.core),
+            seq,
+            clock,
+            stamp,
+        }))
+    }
+
+    fn wait_event(&self, ev: &dyn Event) -> Result<(), BackendError> {
+        let Some(e) = ev.as_any().downcast_ref::<EmuEvent>() else {
+            return Err(BackendError::Device(
+                "emulator: waiting on an event of another driver".into(),
+            ));
+        };
+        world()
+            .lock()
+            .map_err(|_| poisoned())?
+            .tracker
+            .stream_waits(self.core.id, &e.clock);
+        if Arc::ptr_eq(&e.core, &self.core) {
+            return Ok(()); // the stream's own earlier work: already ordered
+        }
+        let (core, seq) = (Arc::clone(&e.core), e.seq);
+        self.submit(
+            "event wait",
+            &[],
+            Box::new(move || {
+                // the waited stream's sticky error stays with that stream
+                let _ = core.wait_for(seq);
+                Ok(())
+            }),
+        )?;
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<(), BackendError> {
+        let seq = self.core.progress.lock().map_err(|_| poisoned())?.submitted;
+        self.core.wait_for(seq).map_err(sticky)?;
+        world()
+            .lock()
+            .map_err(|_| poisoned())?
+            .tracker
+            .host_waits_stream(self.core.id);
+        Ok(())
+    }
+
+    unsafe fn launch(
+        &self,
+        f: &Function,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        access: Option<&[Access]>,
+    ) -> Result<(), BackendError> {
+        self.dev.stats.count_launch();
+        let name = f.name;
+        let args = args.to_vec();
+        self.submit(
+            name,
+            access.unwrap_or(&[]),
+            Box::new(move || {
+                let params: Vec<*const std::ffi::c_void> =
+                    args.iter().map(KernelArg::as_param).collect();
+                // SAFETY: the queuing call's caller guarantees the arguments
+                // match the kernel's parameters and its pointers cover what
+                // it touches; `params` points into `args`, alive here.
+                unsafe {
+                    crate::emu_kernels::launch(
+                        name,
+                        dims.grid,
+                        dims.block,
+                        dims.shared_bytes,
+                        &params,
+                    )
+                }
+                .map_err(|e| format!("launching {name}: {e}"))
+            }),
+        )?;
+        Ok(())
+    }
+}
+
+/// An emulated event: a marker job on a stream and the clock it captured.
+pub(crate) struct EmuEvent {
+    core: Arc<StreamCore>,
+    seq: u64,
+    clock: Clock,
+    stamp: Arc<Mutex<Option<Instant>>>,
+}
+
+impl EmuEvent {
+    fn time(&self) -> Result<Instant, BackendError> {
+        self.synchronize()?;
+        self.stamp
+            .lock()
+            .map_err(|_| poisoned())?
+            .ok_or_else(|| BackendError::Device("emulator: event completed without a time".into()))
+    }
+}
+
+impl Event for EmuEvent {
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.core.wait_for(self.seq).map_err(sticky)?;
+        world()
+            .lock()
+            .map_err(|_| poisoned())?
+            .tracker
+            .host_waits(&self.clock);
+        Ok(())
+    }
+
+    fn query(&self) -> Result<bool, BackendError> {
+        let done = self.core.completed() >= self.seq;
+        if done {
+            self.synchronize()?;
+        }
+        Ok(done)
+    }
+
+    fn elapsed_ms(&self, end: &dyn Event) -> Result<f32, BackendError> {
+        let Some(end) = end.as_any().downcast_ref::<EmuEvent>() else {
+            return Err(BackendError::Device(
+                "emulator: timing against an event of another driver".into(),
+            ));
+        };
+        let (a, b) = (self.time()?, end.time()?);
+        Ok(if b >= a {
+            (b - a).as_secs_f32() * 1e3
+        } else {
+            -((a - b).as_secs_f32() * 1e3)
+        })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,214 @@
+//! The MoE features on CUDA0 (the emulated device without a GPU): the
+//! prefetch look-ahead, hybrid experts, decode prediction, each within the
+//! fixture's bound and, where the feature must not change the numbers,
+//! bit for bit equal to the same device with the feature off; and the
+//! expert bytes `--cpu-moe` uploads on CUDA0 equal to SIM0's for the same
+//! run. Fixtures: qwen3moe (F32 and Q4_K), deepseek2, gpt-oss.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{nmse, or_skip, Fixture};
+use llama::device::open_device;
+use llama::moe_cache::hybrid::CpuShare;
+use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
+use llama::placement::Placement;
+use llama::{Context, ContextParams, Model, ModelParams};
+
+/// gpt-oss's experts are MXFP4, which the CUDA kernels do not implement:
+/// they stay on the CPU even when a batch is offloaded (its attention and
+/// router run on CUDA0), so nothing of them is uploaded or staged.
+const NO_CUDA_EXPERTS: &str = "tiny-gptoss-mxfp4";
+
+const FIXTURES: [&str; 4] = [
+    "tiny-qwen3moe-f32",
+    "tiny-qwen3moe-q4_k",
+    "tiny-deepseek2-f32",
+    "tiny-gptoss-mxfp4",
+];
+
+fn use_emulator_without_gpu() {
+    if let Some(why) = ggml_cuda::unavailable_reason() {
+        println!("no GPU ({why}): CUDA0 is the emulated device");
+        ggml_cuda::emulator::enable();
+    }
+}
+
+/// The model with experts in host memory (`--cpu-moe`) on `device`, every
+/// batch offloaded (`--offload-min-batch 1`).
+fn load(fx: &Fixture, device: &str) -> Arc<Model> {
+    let params = ModelParams {
+        device: open_device(device, 2, 1).expect("device"),
+        placement: Placement {
+            cpu_moe: true,
+            ..Default::default()
+        },
+        progress: None,
+        ..Default::default()
+    };
+    Arc::new(Model::load(&fx.gguf, params).expect("load"))
+}
+
+fn params() -> ContextParams {
+    ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: 512,
+        n_threads: 2,
+        ..Default::default()
+    }
+}
+
+/// Prompt rows, then 4 teacher-forced rows; with the NMSE of each part
+/// against the fixture.
+fn logits(c: &mut Context, fx: &Fixture) -> (Vec<f32>, f64, f64) {
+    c.decode(&fx.tokens, true).expect("prompt");
+    let mut out = Vec::new();
+    for i in 0..fx.tokens.len() {
+        out.extend_from_slice(c.logits(i).expect("row"));
+    }
+    let prompt = out.len();
+    for &t in &fx.gen[..4] {
+        c.decode(&[t], false).expect("decode");
+        out.extend_from_slice(c.logits(0).expect("row"));
+    }
+    let p = nmse(&out[..prompt], &fx.logits);
+    let f = nmse(&out[prompt..], &fx.genlogits[..out.len() - prompt]);
+    (out, p, f)
+}
+
+fn within(fx: &Fixture, what: &str, p: f64, f: f64) {
+    println!(
+        "{} [{what}]: prompt NMSE {p:.2e}, teacher-forced NMSE {f:.2e}",
+        fx.name
+    );
+    assert!(
+        p <= fx.bound && f <= fx.bound,
+        "{} [{what}]: NMSE {p:.2e} / {f:.2e} > {:.0e}",
+        fx.name,
+        fx.bound
+    );
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+#[test]
+fn prefetch_on_cuda0_changes_no_logit() {
+    use_emulator_without_gpu();
+    for name in FIXTURES {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let model = load(&fx, "CUDA0");
+        let (base, ..) = logits(
+            &mut Context::new(Arc::clone(&model), params()).unwrap(),
+            &fx,
+        );
+        for slots in [1, 3] {
+            let mut cp = params();
+            cp.prefetch_experts_slots = slots;
+            cp.moe_cache.max_batch = 1;
+            let mut c = Context::new(Arc::clone(&model), cp).expect("context");
+            let (got, p, f) = logits(&mut c, &fx);
+            within(&fx, &format!("prefetch {slots} slots"), p, f);
+            assert!(
+                same_bits(&got, &base),
+                "{name}: prefetch changed the logits"
+            );
+            let st = c.prefetch_stats().expect("staging");
+            if name == NO_CUDA_EXPERTS {
+                assert_eq!(st.bytes, 0, "{name}: {st:?}");
+            } else {
+                assert!(st.bytes > 0 && st.bytes_used > 0, "{name}: {st:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn hybrid_experts_on_cuda0_within_the_bound() {
+    use_emulator_without_gpu();
+    for name in FIXTURES {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let model = load(&fx, "CUDA0");
+        let g = &model_groups(&model)[0];
+        let bytes = g.bank_bytes(g.n_expert * g.layers.len() as u32 / 2);
+        for share in [CpuShare::Fixed(0.5), CpuShare::Auto] {
+            let mut cp = params();
+            cp.n_ubatch = 5;
+            cp.moe_cache = MoeCacheParams {
+                size: CacheSize::Bytes(bytes),
+                policy: PolicyKind::Lru,
+                max_batch: 32,
+            };
+            cp.moe_hybrid = Some(share);
+            let mut c = Context::new(Arc::clone(&model), cp).expect("context");
+            let (_, p, f) = logits(&mut c, &fx);
+            within(&fx, &format!("hybrid {share:?}"), p, f);
+            let t = c.moe_cache_stats().expect("a cache").total();
+            if share == CpuShare::Fixed(0.5) {
+                assert!(t.cpu() > 0, "{name}: the CPU computed no expert: {t:?}");
+            }
+            c.moe_cache_verify().expect("banks agree with the maps");
+        }
+    }
+}
+
+#[test]
+fn moe_predict_on_cuda0_changes_no_logit() {
+    use_emulator_without_gpu();
+    for name in FIXTURES {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let model = load(&fx, "CUDA0");
+        let mut outs = Vec::new();
+        for on in [false, true] {
+            let mut cp = params();
+            cp.moe_cache = MoeCacheParams {
+                size: CacheSize::Bytes(bytes_for_all(&model_groups(&model)) / 2),
+                ..MoeCacheParams::default()
+            };
+            cp.moe_predict = on;
+            let mut c = Context::new(Arc::clone(&model), cp).expect("context");
+            let (got, p, f) = logits(&mut c, &fx);
+            within(&fx, &format!("--moe-predict {on}"), p, f);
+            c.moe_cache_verify().expect("banks agree with the maps");
+            outs.push(got);
+        }
+        assert!(
+            same_bits(&outs[0], &outs[1]),
+            "{name}: the prediction changed the logits"
+        );
+    }
+}
+
+#[test]
+fn cpu_moe_uploads_the_expert_bytes_sim0_uploads() {
+    use_emulator_without_gpu();
+    for name in FIXTURES {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let mut seen = Vec::new();
+        for dev in ["SIM0", "CUDA0"] {
+            let model = load(&fx, dev);
+            let mut c = Context::new(Arc::clone(&model), params()).expect("context");
+            let _ = logits(&mut c, &fx);
+            let st = c.stats();
+            seen.push((st.h2d_bytes_experts, st.h2d_bytes_full_copy));
+        }
+        println!(
+            "{name}: experts uploaded SIM0 {} B, CUDA0 {} B (full copies {} / {} B)",
+            seen[0].0, seen[1].0, seen[0].1, seen[1].1
+        );
+        assert!(seen[0].0 > 0, "{name}: nothing uploaded");
+        if name == NO_CUDA_EXPERTS {
+            // SIM0 runs every CPU op; CUDA0 leaves the MXFP4 experts there
+            assert!(seen[1].0 < seen[0].0, "{name}: {seen:?}");
+        } else {
+            assert_eq!(
+                seen[0], seen[1],
+                "{name}: CUDA0 and SIM0 upload differently"
+            );
+        }
+    }
+}
