@@ -206,7 +206,7 @@ fn ptx_cache() -> &'static Mutex<HashMap<String, PtxSlot>> {
 }
 
 /// [`KERNELS_SRC`] compiled for `arch` (`"compute_90"`), with its log: the
-/// path [`Kernels::load`] takes (compiled once per process, then cached;
+/// path `Kernels::load` takes (compiled once per process, then cached;
 /// different architectures may compile at the same time).
 pub fn compiled_for(arch: &str) -> Result<Arc<Compiled>, BackendError> {
     let slot = {

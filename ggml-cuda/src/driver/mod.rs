@@ -3,7 +3,7 @@
 //! the [`Device`], [`Stream`] and [`Event`] traits below.
 //!
 //! Two implementations:
-//! - [`cudarc`](self::cudarc) (`CudaDevice`): the real driver, each method one
+//! - [`cudarc`] (`CudaDevice`): the real driver, each method one
 //!   driver call plus error mapping;
 //! - [`crate::emulator`] (`EmuDevice`): device memory in host allocations,
 //!   one worker thread per stream, CUDA's event semantics, kernels run on

@@ -13,7 +13,7 @@
 //!   shows. Page-locked allocations and host registrations are recorded; a
 //!   host-to-device copy from any other host memory counts as pageable in
 //!   [`stats`].
-//! - **Streams and events** ([`stream`]): a worker thread per stream, CUDA's
+//! - **Streams and events** (`stream.rs`): a worker thread per stream, CUDA's
 //!   event semantics, seeded delays (`GGML_CUDA_EMULATOR_SEED=N`).
 //! - **Kernels** run on the stream's worker through
 //!   [`crate::emu_kernels::launch`] (`kernels.cu` compiled for the CPU).
