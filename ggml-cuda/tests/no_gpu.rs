@@ -165,7 +165,9 @@ fn h2d_bandwidth_measures_or_says_no_device() {
     );
     let small = 16 << 20;
     let driverless = ggml_cuda::probe_driver().is_err();
-    let emulated = device_setup().is_some();
+    // emulated: enabled by the setup (no GPU), or by GGML_CUDA_EMULATOR=1
+    let _ = device_setup();
+    let emulated = ggml_cuda::emulator::enabled();
     match ggml_cuda::measure_h2d_bandwidth(0, small, 2) {
         Ok(r) => {
             println!(
