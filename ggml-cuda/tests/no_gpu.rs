@@ -202,9 +202,12 @@ fn h2d_bandwidth_measures_or_says_no_device() {
         println!("skipped the example: not built (run the whole `cargo test -p ggml-cuda`)");
         return;
     };
+    // without the emulator's variable (this test may run under
+    // GGML_CUDA_EMULATOR=1, as the packed GPU check's rehearsal does)
     let run = |args: &[&str]| {
         std::process::Command::new(&ex)
             .args(args)
+            .env_remove("GGML_CUDA_EMULATOR")
             .output()
             .expect("run h2d-bandwidth")
     };
