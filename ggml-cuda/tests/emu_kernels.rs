@@ -373,49 +373,39 @@ fn divergent_barriers_and_shuffles_are_reported_not_hung() {
         return;
     }
     let mut out = vec![0i32; 64];
-    let err = run(
+    // a deadlock of `kernel` on one output buffer, its message holding each
+    // of `needles`
+    let mut deadlock = |kernel: &str, grid: [u32; 3], block: [u32; 3], needles: &[&str]| {
+        let err = run(kernel, grid, block, 0, &[p(&mut out)]).unwrap_err();
+        let text = err.to_string();
+        println!("{text}");
+        assert!(matches!(err, LaunchError::Deadlock { .. }), "{text}");
+        for n in needles {
+            assert!(text.contains(n), "{kernel}: no '{n}' in: {text}");
+        }
+    };
+    deadlock(
         "t_divergent_barrier",
         [2, 1, 1],
         [64, 1, 1],
-        0,
-        &[p(&mut out)],
-    )
-    .unwrap_err();
-    let text = err.to_string();
-    println!("{text}");
-    assert!(matches!(err, LaunchError::Deadlock { .. }), "{text}");
-    assert!(
-        text.contains("t_divergent_barrier") && text.contains("deadlock"),
-        "{text}"
+        &[
+            "t_divergent_barrier",
+            "deadlock",
+            "32 exited",
+            "32 wait at __syncthreads",
+        ],
     );
-    assert!(
-        text.contains("32 exited") && text.contains("32 wait at __syncthreads"),
-        "{text}"
+    deadlock(
+        "t_split_barrier",
+        [1, 1, 1],
+        [64, 1, 1],
+        &["t_split_barrier", "divergent __syncthreads"],
     );
-
-    let err = run("t_split_barrier", [1, 1, 1], [64, 1, 1], 0, &[p(&mut out)]).unwrap_err();
-    let text = err.to_string();
-    println!("{text}");
-    assert!(matches!(err, LaunchError::Deadlock { .. }), "{text}");
-    assert!(
-        text.contains("t_split_barrier") && text.contains("divergent __syncthreads"),
-        "{text}"
-    );
-
-    let err = run(
+    deadlock(
         "t_divergent_shuffle",
         [1, 1, 1],
         [32, 1, 1],
-        0,
-        &[p(&mut out)],
-    )
-    .unwrap_err();
-    let text = err.to_string();
-    println!("{text}");
-    assert!(matches!(err, LaunchError::Deadlock { .. }), "{text}");
-    assert!(
-        text.contains("__shfl_xor_sync") && text.contains("0xffff0000"),
-        "{text}"
+        &["__shfl_xor_sync", "0xffff0000"],
     );
 
     // a full-warp shuffle in a block of 48 threads: lanes 16-31 of warp 1

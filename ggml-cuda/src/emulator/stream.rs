@@ -185,6 +185,35 @@ impl EmuStream {
             .map_err(|_| BackendError::Device(format!("{}: worker gone", self.core.label)))?;
         Ok((seq, clk))
     }
+
+    /// Queue a copy of `n` bytes from `src` to `dst` (host addresses: device
+    /// memory is host memory here), read and written when the job runs.
+    ///
+    /// # Safety
+    /// Both ranges stay valid until the copy completes, and the host does not
+    /// use the destination before then (the [`Stream`] copy contracts).
+    unsafe fn queue_copy(
+        &self,
+        what: &str,
+        accesses: &[Access],
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+    ) -> Result<(), BackendError> {
+        let (d, s) = (HostPtr(dst), HostPtr(src as *mut u8));
+        self.submit(
+            what,
+            accesses,
+            Box::new(move || {
+                let (d, s) = (d, s);
+                // SAFETY: the caller's contract above; `copy` tolerates
+                // overlap (device-to-device copies within one buffer).
+                unsafe { std::ptr::copy(s.0, d.0, n) };
+                Ok(())
+            }),
+        )?;
+        Ok(())
+    }
 }
 
 fn poisoned() -> BackendError {
@@ -224,51 +253,30 @@ impl Stream for EmuStream {
         n: usize,
     ) -> Result<(), BackendError> {
         self.dev.stats.count_h2d(n, super::is_page_locked(src, n));
-        let (d, s) = (HostPtr(dst as *mut u8), HostPtr(src as *mut u8));
         let acc = [Access {
             ptr: dst,
             len: n,
             write: true,
         }];
-        self.submit(
-            "host-to-device copy",
-            &acc,
-            Box::new(move || {
-                let (d, s) = (d, s);
-                // SAFETY: the caller keeps the host range valid and unchanged
-                // until the copy completes (the bytes are read now, when the
-                // copy runs, as a DMA engine would); `dst` is device memory.
-                unsafe { std::ptr::copy(s.0, d.0, n) };
-                Ok(())
-            }),
-        )?;
-        Ok(())
+        // SAFETY: the caller keeps the host range valid and unchanged until
+        // the copy completes (the bytes are read when the copy runs, as a
+        // DMA engine would); `dst` is device memory.
+        unsafe { self.queue_copy("host-to-device copy", &acc, dst as *mut u8, src, n) }
     }
 
     unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevPtr, n: usize) -> Result<(), BackendError> {
         self.dev.stats.count_d2h(n);
-        let (d, s) = (HostPtr(dst), HostPtr(src as *mut u8));
         let acc = [Access {
             ptr: src,
             len: n,
             write: false,
         }];
-        self.submit(
-            "device-to-host copy",
-            &acc,
-            Box::new(move || {
-                let (d, s) = (d, s);
-                // SAFETY: the caller keeps `dst..dst+n` valid and unused
-                // until the copy completes; `src` is device memory.
-                unsafe { std::ptr::copy(s.0, d.0, n) };
-                Ok(())
-            }),
-        )?;
-        Ok(())
+        // SAFETY: the caller keeps `dst..dst+n` valid and unused until the
+        // copy completes; `src` is device memory.
+        unsafe { self.queue_copy("device-to-host copy", &acc, dst, src as *const u8, n) }
     }
 
     unsafe fn memcpy_dtod(&self, dst: DevPtr, src: DevPtr, n: usize) -> Result<(), BackendError> {
-        let (d, s) = (HostPtr(dst as *mut u8), HostPtr(src as *mut u8));
         let acc = [
             Access {
                 ptr: src,
@@ -281,18 +289,16 @@ impl Stream for EmuStream {
                 write: true,
             },
         ];
-        self.submit(
-            "device-to-device copy",
-            &acc,
-            Box::new(move || {
-                let (d, s) = (d, s);
-                // SAFETY: both ranges are device memory (caller's contract);
-                // `copy` tolerates overlap.
-                unsafe { std::ptr::copy(s.0, d.0, n) };
-                Ok(())
-            }),
-        )?;
-        Ok(())
+        // SAFETY: both ranges are device memory (the caller's contract).
+        unsafe {
+            self.queue_copy(
+                "device-to-device copy",
+                &acc,
+                dst as *mut u8,
+                src as *const u8,
+                n,
+            )
+        }
     }
 
     fn record_event(&self, _timing: bool) -> Result<Arc<dyn Event>, BackendError> {
