@@ -156,20 +156,32 @@ fn check_kind(kind: &str) {
         t0.elapsed().as_secs_f64()
     );
     let t0 = std::time::Instant::now();
-    for seed in 1..=SEEDS {
-        match run(&fx, kind, seed, false) {
-            Outcome::Hazard(h) => panic!("{kind} kept, seed {seed}: {h}"),
-            Outcome::Logits(p, f) => assert!(
-                p <= fx.bound && f <= fx.bound,
-                "{kind} kept, seed {seed}: NMSE {p:.2e} / {f:.2e} > {:.0e}",
-                fx.bound
-            ),
-        }
-    }
+    assert_seeds_pass(&fx, kind, false);
     println!(
         "no wait dropped ({kind}'s configuration): {SEEDS} seeds pass in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+    reset_config();
+}
+
+/// Every seed runs hazard-free with logits within the fixture's bound, with
+/// `kind`'s wait dropped or kept.
+fn assert_seeds_pass(fx: &Fixture, kind: &str, drop: bool) {
+    let what = if drop { "dropped" } else { "kept" };
+    for seed in 1..=SEEDS {
+        match run(fx, kind, seed, drop) {
+            Outcome::Hazard(h) => panic!("{kind} {what}, seed {seed}: {h}"),
+            Outcome::Logits(p, f) => assert!(
+                p <= fx.bound && f <= fx.bound,
+                "{kind} {what}, seed {seed}: NMSE {p:.2e} / {f:.2e} > {:.0e}",
+                fx.bound
+            ),
+        }
+    }
+}
+
+/// Back to no planted bug and no delays.
+fn reset_config() {
     let mut c = emulator::config();
     c.drop_wait = None;
     c.seed = None;
@@ -200,15 +212,7 @@ fn check_redundant(kind: &str) {
     let fx = or_skip!(Fixture::load(FIXTURE));
     let t0 = std::time::Instant::now();
     let before = emulator::dropped_waits();
-    for seed in 1..=SEEDS {
-        match run(&fx, kind, seed, true) {
-            Outcome::Hazard(h) => panic!("{kind} dropped, seed {seed}: {h}"),
-            Outcome::Logits(p, f) => assert!(
-                p <= fx.bound && f <= fx.bound,
-                "{kind} dropped, seed {seed}: NMSE {p:.2e} / {f:.2e}"
-            ),
-        }
-    }
+    assert_seeds_pass(&fx, kind, true);
     let dropped = emulator::dropped_waits() - before;
     assert!(
         dropped > 0,
@@ -218,10 +222,7 @@ fn check_redundant(kind: &str) {
         "DROP_WAIT={kind}: {dropped} waits dropped over {SEEDS} seeds, no hazard, logits within the bound ({:.1} s): the wait is implied by the host's synchronization",
         t0.elapsed().as_secs_f64()
     );
-    let mut c = emulator::config();
-    c.drop_wait = None;
-    c.seed = None;
-    emulator::set_config(c);
+    reset_config();
 }
 
 #[test]
