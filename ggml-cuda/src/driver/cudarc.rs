@@ -9,11 +9,13 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdeviceptr};
-use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaStream};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaStream};
 use cudarc::nvrtc::Ptx;
 use ggml_core::BackendError;
 
-use super::{Access, DevPtr, Device, Event, Function, KernelArg, LaunchDims, Stream};
+use super::{
+    Access, DevPtr, Device, Event, Function, GraphExec, KernelArg, LaunchDims, Stream,
+};
 use crate::dev_err;
 
 /// A CUDA device's primary context.
@@ -63,7 +65,16 @@ impl Device for CudaDevice {
         Ok(Arc::new(CudaStreamH {
             ctx: Arc::clone(&self.ctx),
             s,
+            captured: std::sync::Mutex::new(0),
         }))
+    }
+
+    fn new_event(&self) -> Result<Arc<dyn Event>, BackendError> {
+        let ev = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(|e| dev_err("creating an event", e))?;
+        Ok(Arc::new(CudaEventH(ev)))
     }
 
     fn malloc(&self, size: usize) -> Result<DevPtr, BackendError> {
@@ -155,6 +166,12 @@ impl Device for CudaDevice {
 struct CudaStreamH {
     ctx: Arc<CudaContext>,
     s: Arc<CudaStream>,
+    /// Launches since the last [`Stream::begin_capture`].
+    captured: std::sync::Mutex<usize>,
+}
+
+fn lock_err() -> BackendError {
+    BackendError::Device("stream lock poisoned".into())
 }
 
 impl CudaStreamH {
@@ -167,6 +184,25 @@ impl CudaStreamH {
 
 /// A CUDA event.
 struct CudaEventH(CudaEvent);
+
+/// An instantiated CUDA graph and its launch count.
+struct CudaGraphH(CudaGraph, usize);
+
+// SAFETY: a `CUgraphExec` may be launched from any thread; the backend
+// serializes every call on one graph (it keeps them behind a mutex).
+unsafe impl Send for CudaGraphH {}
+// SAFETY: as above: no two threads call into one graph at once.
+unsafe impl Sync for CudaGraphH {}
+
+impl GraphExec for CudaGraphH {
+    fn n_launches(&self) -> usize {
+        self.1
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
 
 impl Stream for CudaStreamH {
     unsafe fn memset_d8(&self, dst: DevPtr, value: u8, n: usize) -> Result<(), BackendError> {
@@ -220,6 +256,43 @@ impl Stream for CudaStreamH {
         Ok(Arc::new(CudaEventH(ev)))
     }
 
+    fn record(&self, ev: &dyn Event) -> Result<(), BackendError> {
+        let Some(h) = ev.as_any().downcast_ref::<CudaEventH>() else {
+            return Err(BackendError::Device(
+                "recording an event of another driver".into(),
+            ));
+        };
+        h.0.record(&self.s)
+            .map_err(|e| dev_err("recording an event", e))
+    }
+
+    fn begin_capture(&self) -> Result<(), BackendError> {
+        self.s
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| dev_err("cuStreamBeginCapture", e))?;
+        *self.captured.lock().map_err(|_| lock_err())? = 0;
+        Ok(())
+    }
+
+    fn end_capture(&self) -> Result<Box<dyn GraphExec>, BackendError> {
+        let g = self
+            .s
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(|e| dev_err("cuStreamEndCapture / cuGraphInstantiate", e))?
+            .ok_or_else(|| BackendError::Device("cuStreamEndCapture: an empty graph".into()))?;
+        let n = std::mem::take(&mut *self.captured.lock().map_err(|_| lock_err())?);
+        Ok(Box::new(CudaGraphH(g, n)))
+    }
+
+    unsafe fn launch_graph(&self, g: &dyn GraphExec) -> Result<(), BackendError> {
+        let Some(h) = g.as_any().downcast_ref::<CudaGraphH>() else {
+            return Err(BackendError::Device(
+                "launching a graph of another driver".into(),
+            ));
+        };
+        h.0.launch().map_err(|e| dev_err("cuGraphLaunch", e))
+    }
+
     fn wait_event(&self, ev: &dyn Event) -> Result<(), BackendError> {
         let Some(h) = ev.as_any().downcast_ref::<CudaEventH>() else {
             return Err(BackendError::Device(
@@ -260,6 +333,9 @@ impl Stream for CudaStreamH {
             )));
         };
         self.bind()?;
+        if let Ok(mut n) = self.captured.lock() {
+            *n += 1;
+        }
         let mut params: Vec<*mut c_void> = args.iter().map(|a| a.as_param() as *mut _).collect();
         let [gx, gy, gz] = dims.grid;
         let [bx, by, bz] = dims.block;
