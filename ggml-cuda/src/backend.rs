@@ -379,7 +379,8 @@ impl CudaBackend {
             }
             Ok(())
         };
-        match graphs.decide(key, plan) {
+        let d = graphs.decide(key, plan);
+        match d {
             Decision::Direct => {
                 self.dev.counters.add_launches(plan.len() as u64);
                 launch_all()
@@ -397,6 +398,36 @@ impl CudaBackend {
                 unsafe { stream.launch_graph(exec.as_ref()) }?;
                 graphs.set_exec(key, exec);
                 Ok(())
+            }
+            Decision::Update(moved) => {
+                let exec = graphs.exec_mut(key).ok_or_else(|| {
+                    BackendError::Device("graph cache: an update without a graph".into())
+                })?;
+                let mut updated = Ok(());
+                for &i in &moved {
+                    let p = &plan[i];
+                    let f = self.kernels.get(p.kernel)?;
+                    // SAFETY: the planned launch's arguments are those
+                    // `launch` checked for this split (see `launch`).
+                    updated = unsafe { exec.set_launch(i, f, p.dims, &p.args, &p.access) };
+                    if updated.is_err() {
+                        break;
+                    }
+                }
+                if updated.is_err() {
+                    // the graph may be half updated: drop it and run the
+                    // split launch by launch (a driver error shows there)
+                    graphs.forget(key);
+                    self.dev.counters.add_launches(plan.len() as u64);
+                    return launch_all();
+                }
+                graphs.set_plan(key, plan);
+                let exec = graphs.exec(key).ok_or_else(|| {
+                    BackendError::Device("graph cache: an update without a graph".into())
+                })?;
+                self.dev.counters.add_graph_replay();
+                // SAFETY: the graph now holds exactly this plan's launches.
+                unsafe { stream.launch_graph(exec) }
             }
             Decision::Replay => {
                 let exec = graphs.exec(key).ok_or_else(|| {

@@ -107,11 +107,7 @@ impl ErrFlag {
         }
         // SAFETY: the word is 4 live device bytes and `host` 4 page-locked
         // bytes, read by the host only after the synchronize that follows.
-        unsafe {
-            self.dev
-                .stream
-                .memcpy_dtoh(self.host, self.dev_word.ptr, 4)
-        }?;
+        unsafe { self.dev.stream.memcpy_dtoh(self.host, self.dev_word.ptr, 4) }?;
         self.copied.store(1, Ordering::Relaxed);
         Ok(())
     }

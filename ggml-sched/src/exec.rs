@@ -38,20 +38,13 @@ use crate::{Applied, SchedError};
 
 /// The stream a backend copies its inputs on.
 fn upload_stream(be: &dyn Backend) -> Stream {
-    if be.n_copy_streams() > 0 {
-        Stream::Copy(0)
-    } else {
-        Stream::Compute
-    }
+    be.upload_stream()
 }
 
 /// The stream a backend's memory is read back on (a second copy engine
 /// where there is one).
 fn download_stream(be: &dyn Backend) -> Stream {
-    match be.n_copy_streams() {
-        0 => Stream::Compute,
-        n => Stream::Copy(1 % n),
-    }
+    be.readback_stream()
 }
 
 /// State of one graph run that outlives each split.

@@ -255,6 +255,20 @@ pub trait Stream: Send + Sync {
 pub trait GraphExec: Send + Sync {
     /// Kernel launches the graph holds.
     fn n_launches(&self) -> usize;
+    /// Replace the parameters of the graph's launch `i` (in capture order)
+    /// for later replays (`cuGraphExecKernelNodeSetParams`): same kernel,
+    /// `args` and geometry as a new launch would take.
+    ///
+    /// # Safety
+    /// As [`Stream::launch`] for `f`, `args` and the graph's later replays.
+    unsafe fn set_launch(
+        &mut self,
+        i: usize,
+        f: &Function,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        access: &[Access],
+    ) -> Result<(), BackendError>;
     /// For the implementation to downcast graphs it is handed.
     fn as_any(&self) -> &dyn Any;
 }

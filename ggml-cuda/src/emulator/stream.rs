@@ -23,9 +23,7 @@ use ggml_core::BackendError;
 
 use super::hazard::Clock;
 use super::{world, DeviceState};
-use crate::driver::{
-    Access, DevPtr, Event, Function, GraphExec, KernelArg, LaunchDims, Stream,
-};
+use crate::driver::{Access, DevPtr, Event, Function, GraphExec, KernelArg, LaunchDims, Stream};
 
 /// A job run on a stream's worker; an error becomes the stream's sticky error.
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
@@ -128,6 +126,35 @@ pub(crate) struct EmuGraph {
 impl GraphExec for EmuGraph {
     fn n_launches(&self) -> usize {
         self.launches.len()
+    }
+
+    unsafe fn set_launch(
+        &mut self,
+        i: usize,
+        f: &Function,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        access: &[Access],
+    ) -> Result<(), BackendError> {
+        let n = self.launches.len();
+        let l = self.launches.get_mut(i).ok_or_else(|| {
+            BackendError::Device(format!(
+                "emulator: a graph of {n} launches has no launch {i} to update"
+            ))
+        })?;
+        if l.name != f.name {
+            return Err(BackendError::Device(format!(
+                "emulator: graph launch {i} is {}, not {} (a node's kernel cannot change)",
+                l.name, f.name
+            )));
+        }
+        *l = CapturedLaunch {
+            name: f.name,
+            dims,
+            args: args.to_vec(),
+            access: access.to_vec(),
+        };
+        Ok(())
     }
 
     fn as_any(&self) -> &dyn Any {
