@@ -162,10 +162,11 @@ pub trait Backend: Send + Sync {
         }
     }
 
-    /// Read bytes of `src` (this backend's memory) into host memory once the
-    /// compute queued so far is done, without a device-wide synchronize:
-    /// the readback stream waits for an event on the compute stream, the
-    /// read goes on it, and the host waits for the read's event only.
+    /// Read bytes of `src` (this backend's memory, written by compute) into
+    /// host memory once the compute queued so far is done, without a
+    /// device-wide synchronize: the readback stream waits for an event on
+    /// the compute stream (not for the uploads, which may go on meanwhile),
+    /// the read goes on it, and the host waits for the read's event only.
     /// Memory of another backend is read with a plain buffer read.
     fn read_after_compute(
         &self,

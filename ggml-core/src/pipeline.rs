@@ -8,7 +8,8 @@
 //! - `id_reads`: reads of router ids into host memory (the expert cache's
 //!   and the selective copy's, through `ggml_sched::HookCtx::read_ids`);
 //! - `launches`: kernel launches the host issued, a graph replay counting as
-//!   one;
+//!   one (a capture counts the launches it records and the graph's first
+//!   launch);
 //! - `graph_replays`: captured kernel sequences replayed.
 //!
 //! A host wait on one event (a read on the readback stream) is not a device
