@@ -28,6 +28,7 @@ pub mod default_model;
 pub mod devices;
 pub mod hybrid_summary;
 pub mod outfile;
+pub mod pipeline_summary;
 pub mod prefetch_report;
 pub mod progress;
 pub mod signals;

@@ -99,6 +99,11 @@ pub struct RunSummary {
     /// `moe_predict_recall` keys).
     #[serde(flatten)]
     pub prefetch: crate::prefetch_report::PrefetchReport,
+    /// The device pipeline's counts per generated token
+    /// (`device_syncs_per_token`, `id_reads_per_token`,
+    /// `launches_per_token`, `graph_replays`, `splits_per_token` keys).
+    #[serde(flatten)]
+    pub pipeline: crate::pipeline_summary::PipelineSummary,
     /// CPU threads the prompt's ubatches ran on (`-tb`; as `-t` without
     /// it), as the CPU backend reports them.
     pub n_threads_batch: usize,
@@ -157,6 +162,7 @@ impl RunSummary {
             t.push_str(&self.hybrid.to_text(&self.device));
         }
         t.push_str(&self.prefetch.to_text());
+        t.push_str(&self.pipeline.to_text(&self.device));
         t
     }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::clock::DeviceClock;
 use crate::graph::Graph;
+use crate::pipeline::PipelineCounters;
 use crate::tensor::{TensorData, TensorId};
 use crate::timeline::Timeline;
 
@@ -139,6 +140,57 @@ pub trait Backend: Send + Sync {
         out: &mut [u8],
     ) -> Result<(), BackendError> {
         self.read_async(src, offset, out)
+    }
+
+    /// The stream this backend's uploads go on: its first copy stream, or
+    /// the compute stream where it has none.
+    fn upload_stream(&self) -> Stream {
+        if self.n_copy_streams() > 0 {
+            Stream::Copy(0)
+        } else {
+            Stream::Compute
+        }
+    }
+
+    /// The stream device data is read back on: a second copy stream where
+    /// there is one (so reads do not queue behind uploads), else the first,
+    /// else the compute stream.
+    fn readback_stream(&self) -> Stream {
+        match self.n_copy_streams() {
+            0 => Stream::Compute,
+            n => Stream::Copy(1 % n),
+        }
+    }
+
+    /// Read bytes of `src` (this backend's memory, written by compute) into
+    /// host memory once the compute queued so far is done, without a
+    /// device-wide synchronize: the readback stream waits for an event on
+    /// the compute stream (not for the uploads, which may go on meanwhile),
+    /// the read goes on it, and the host waits for the read's event only.
+    /// Memory of another backend is read with a plain buffer read.
+    fn read_after_compute(
+        &self,
+        src: &TensorData,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), BackendError> {
+        if src.buffer.is_host() || !self.can_use_buffer(src.buffer.as_ref()) {
+            return src.buffer.read(src.offset + offset, out);
+        }
+        let rs = self.readback_stream();
+        if rs != Stream::Compute && !self.planted_drop_wait("readback") {
+            let ev = self.record_event_on(Stream::Compute)?;
+            self.wait_event_on(rs, &ev)?;
+        }
+        self.read_on(rs, src, offset, out)?;
+        let done = self.record_event_on(rs)?;
+        self.event_synchronize(&done)
+    }
+
+    /// This backend's pipeline counters ([`crate::pipeline`]), where it keeps
+    /// them (device backends); `None` for the CPU.
+    fn pipeline_counters(&self) -> Option<&PipelineCounters> {
+        None
     }
 
     /// Record an event after the work queued so far on `stream`.

@@ -37,6 +37,7 @@ use crate::cpu::pool::ThreadPool;
 use crate::error::BackendError;
 use crate::graph::Graph;
 use crate::offload::offload_host_weight_op;
+use crate::pipeline::PipelineCounters;
 use crate::tensor::{TensorData, TensorId};
 use crate::timeline::{MemRange, SpanDetail};
 use parking_lot::Mutex;
@@ -242,6 +243,7 @@ pub struct SimBackend {
     clock: Arc<SimClock>,
     label: Mutex<String>,
     account: Arc<SimMemory>,
+    pipeline: PipelineCounters,
 }
 
 impl SimBackend {
@@ -257,6 +259,7 @@ impl SimBackend {
             clock: SimClock::new(SimProfile::default_profile()),
             label: Mutex::new(String::new()),
             account: Arc::new(SimMemory::default()),
+            pipeline: PipelineCounters::default(),
         }
     }
 
@@ -466,6 +469,10 @@ impl Backend for SimBackend {
         let prof = self.clock.profile().device;
         for &n in nodes {
             ops::compute_node(&ctx, n)?;
+            let op = g.tensor(n).op;
+            if !(op.is_view() || op == crate::op::Op::None) {
+                self.pipeline.add_launches(1);
+            }
             let w = cost::node_work(g, n);
             let dur = clock::ns(cost::roofline_s(w, prof.flops, prof.mem_bw, prof.launch_s));
             let detail = self.clock.recording().then(|| node_span::node_detail(g, n));
@@ -554,6 +561,7 @@ impl Backend for SimBackend {
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {
+        self.pipeline.add_device_sync();
         self.clock.sync_device(&self.name);
         Ok(())
     }
@@ -581,7 +589,10 @@ impl Backend for SimBackend {
     fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {
         match ev.0.downcast_ref::<ClockEvent>() {
             Some(e) => self.clock.host_wait(&self.name, e.at_ns),
-            None => self.clock.sync_device(&self.name),
+            None => {
+                self.pipeline.add_device_sync();
+                self.clock.sync_device(&self.name)
+            }
         }
         Ok(())
     }
@@ -592,6 +603,10 @@ impl Backend for SimBackend {
             l.clear();
             l.push_str(label);
         }
+    }
+
+    fn pipeline_counters(&self) -> Option<&PipelineCounters> {
+        Some(&self.pipeline)
     }
 
     fn device_clock(&self) -> Option<Arc<dyn DeviceClock>> {

@@ -11,8 +11,10 @@ use ggml_core::{
     Backend, BackendError, Buffer, BufferUsage, GgmlType, Graph, Op, TensorData, TensorId,
 };
 
-use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer};
+use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer, PooledEvent};
 use crate::driver::{self, Access, DevPtr, KernelArg, LaunchDims, T4};
+use crate::err_flag::{self, ErrFlag};
+use crate::graphs::{Decision, GraphCache, Planned};
 use crate::kernels::{Kernel, Kernels, GEMM_TILE, MV_WARPS};
 use crate::probe_libraries;
 
@@ -94,14 +96,19 @@ impl A {
     }
 }
 
-/// A CUDA event behind [`Event`], with the device ordinal and whether it was
-/// recorded on a copy stream (what the planted `upload` bug looks at).
-struct CudaEventHolder(Arc<dyn driver::Event>, usize, bool);
+/// A CUDA event (of the device's pool) behind [`Event`], with the device
+/// ordinal and whether it was recorded on a copy stream (what the planted
+/// `upload` bug looks at).
+struct CudaEventHolder(PooledEvent, usize, bool);
 
-/// Scratch device memory reused across ops (ordered on the one stream).
+/// Scratch device memory reused across ops (ordered on the compute stream).
 #[derive(Default)]
 struct Scratch {
     mem: Option<DevMem>,
+    /// Smaller allocations replaced while a split's launches were being
+    /// planned: planned launches may still use them, so they are freed
+    /// once those are queued.
+    retired: Vec<DevMem>,
 }
 
 /// One span of a CUDA event timeline: two timing events around work on a
@@ -127,13 +134,17 @@ struct Trace {
 pub struct CudaBackend {
     dev: Arc<Dev>,
     kernels: Kernels,
-    err_flag: DevMem,
+    err_flag: ErrFlag,
     scratch: Mutex<Scratch>,
     offload_min_batch: i64,
     trace: Mutex<Option<Trace>>,
     /// The device ranges the node being computed reads and writes, passed
     /// with each of its launches (for the emulator's hazard detector).
     node_access: Mutex<Vec<Access>>,
+    /// While a split is being planned: its launches so far.
+    planning: Mutex<Option<Vec<Planned>>>,
+    /// The splits' captured graphs.
+    graphs: Mutex<GraphCache>,
 }
 
 impl CudaBackend {
@@ -146,10 +157,7 @@ impl CudaBackend {
         }
         let dev = Dev::open(device)?;
         let kernels = Kernels::load(dev.drv.as_ref())?;
-        let err_flag = DevMem::alloc(&dev, 4)?;
-        // SAFETY: err_flag spans 4 bytes; queued on the stream.
-        unsafe { dev.stream.memset_d8(err_flag.ptr, 0, 4) }?;
-        dev.sync()?;
+        let err_flag = ErrFlag::new(&dev)?;
         Ok(CudaBackend {
             dev,
             kernels,
@@ -158,6 +166,8 @@ impl CudaBackend {
             offload_min_batch: 32,
             trace: Mutex::new(None),
             node_access: Mutex::new(Vec::new()),
+            planning: Mutex::new(None),
+            graphs: Mutex::new(GraphCache::new()),
         })
     }
 
@@ -200,7 +210,8 @@ impl CudaBackend {
                     name,
                     stream: match stream {
                         Stream::Compute => "compute",
-                        Stream::Copy(_) => "copy0",
+                        Stream::Copy(k) if k % crate::buffer::N_COPY_STREAMS == 0 => "copy0",
+                        Stream::Copy(_) => "copy1",
                     },
                     kind,
                     bytes,
@@ -328,12 +339,108 @@ impl CudaBackend {
             .node_access
             .lock()
             .map_err(|_| BackendError::Device("access list lock poisoned".into()))?;
+        let mut planning = self
+            .planning
+            .lock()
+            .map_err(|_| BackendError::Device("plan lock poisoned".into()))?;
+        if let Some(plan) = planning.as_mut() {
+            plan.push(Planned {
+                kernel,
+                dims,
+                args,
+                access: access.clone(),
+            });
+            return Ok(());
+        }
+        self.dev.counters.add_launches(1);
         // SAFETY: the argument list matches the kernel's signature in
         // kernels.cu (checked by reading both; each op below passes exactly
         // the parameters in order), every pointer was range-checked against
         // its buffer for the tensor's extents, and the kernels never index
         // past those extents.
         unsafe { self.dev.stream.launch(f, dims, &args, Some(&access)) }
+    }
+
+    /// Queue a split's planned launches: one by one, or captured as a graph,
+    /// or as a replay of the graph captured for the same plan
+    /// ([`GraphCache`]).
+    fn issue(&self, key: u64, plan: &[Planned]) -> Result<(), BackendError> {
+        let mut graphs = self
+            .graphs
+            .lock()
+            .map_err(|_| BackendError::Device("graph cache lock poisoned".into()))?;
+        let stream = &self.dev.stream;
+        let launch_all = || -> Result<(), BackendError> {
+            for p in plan {
+                let f = self.kernels.get(p.kernel)?;
+                // SAFETY: as in `launch`: the plan holds the arguments and
+                // ranges `launch` checked, unchanged.
+                unsafe { stream.launch(f, p.dims, &p.args, Some(&p.access)) }?;
+            }
+            Ok(())
+        };
+        let d = graphs.decide(key, plan);
+        match d {
+            Decision::Direct => {
+                self.dev.counters.add_launches(plan.len() as u64);
+                launch_all()
+            }
+            Decision::Capture => {
+                self.dev.counters.add_launches(plan.len() as u64 + 1);
+                stream.begin_capture()?;
+                let captured = launch_all();
+                // always end the capture, even after a failed launch
+                let exec = stream.end_capture();
+                captured?;
+                let exec = exec?;
+                // SAFETY: the graph holds exactly the launches just planned,
+                // whose pointers are live (see `launch`).
+                unsafe { stream.launch_graph(exec.as_ref()) }?;
+                graphs.set_exec(key, exec);
+                Ok(())
+            }
+            Decision::Update(moved) => {
+                let exec = graphs.exec_mut(key).ok_or_else(|| {
+                    BackendError::Device("graph cache: an update without a graph".into())
+                })?;
+                let mut updated = Ok(());
+                for &i in &moved {
+                    let p = &plan[i];
+                    let f = self.kernels.get(p.kernel)?;
+                    // SAFETY: the planned launch's arguments are those
+                    // `launch` checked for this split (see `launch`).
+                    updated = unsafe { exec.set_launch(i, f, p.dims, &p.args, &p.access) };
+                    if updated.is_err() {
+                        break;
+                    }
+                }
+                if updated.is_err() {
+                    // the graph may be half updated: drop it and run the
+                    // split launch by launch (a driver error shows there)
+                    graphs.forget(key);
+                    self.dev.counters.add_launches(plan.len() as u64);
+                    return launch_all();
+                }
+                graphs.set_plan(key, plan);
+                let exec = graphs.exec(key).ok_or_else(|| {
+                    BackendError::Device("graph cache: an update without a graph".into())
+                })?;
+                self.dev.counters.add_graph_replay();
+                // SAFETY: the graph now holds exactly this plan's launches.
+                unsafe { stream.launch_graph(exec) }
+            }
+            Decision::Replay => {
+                let exec = graphs.exec(key).ok_or_else(|| {
+                    BackendError::Device("graph cache: a replay without a graph".into())
+                })?;
+                self.dev.counters.add_graph_replay();
+                // SAFETY: the stored graph was captured from a plan equal to
+                // this one (every kernel, geometry, parameter and pointer),
+                // so replaying it queues exactly the launches `launch`
+                // checked for this split.
+                unsafe { stream.launch_graph(exec) }
+            }
+        }
     }
 
     /// Launch a grid-stride kernel over `n` items.
@@ -349,8 +456,12 @@ impl CudaBackend {
     fn scratch(&self, s: &mut Scratch, size: usize) -> Result<DevPtr, BackendError> {
         let size = size.max(256);
         if s.mem.as_ref().is_none_or(|m| m.size < size) {
-            // dropping the old allocation waits for queued work using it
-            s.mem = None;
+            // launches planned but not yet queued may use the old
+            // allocation: it is freed after they are (dropping waits for
+            // queued work using it)
+            if let Some(old) = s.mem.take() {
+                s.retired.push(old);
+            }
             s.mem = Some(DevMem::alloc(&self.dev, size + size / 4)?);
         }
         Ok(s.mem.as_ref().map(|m| m.ptr).unwrap_or(0))
@@ -380,27 +491,6 @@ impl CudaBackend {
             ],
         )?;
         Ok((at, td, pad256(n as usize * 4)))
-    }
-
-    fn check_err_flag(&self) -> Result<(), BackendError> {
-        let mut flag = [0u8; 4];
-        // SAFETY: err_flag holds 4 bytes; the copy is waited for below.
-        unsafe {
-            self.dev
-                .stream
-                .memcpy_dtoh(flag.as_mut_ptr(), self.err_flag.ptr, 4)
-        }?;
-        self.dev.sync()?;
-        if u32::from_ne_bytes(flag) != 0 {
-            // SAFETY: as above; clear for the next compute.
-            unsafe { self.dev.stream.memset_d8(self.err_flag.ptr, 0, 4) }?;
-            self.dev.sync()?;
-            return Err(BackendError::InvalidInput(format!(
-                "{}: an index (expert id or row id) was out of range in get_rows, set_rows, add_id or mul_mat_id",
-                self.dev.name
-            )));
-        }
-        Ok(())
     }
 
     /// The device ranges node `n`'s launches access: its destination
@@ -440,7 +530,7 @@ impl CudaBackend {
         }
         if validates_ids(t.op) {
             acc.push(Access {
-                ptr: self.err_flag.ptr,
+                ptr: self.err_flag.dev_word.ptr,
                 len: 4,
                 write: true,
             });
@@ -452,7 +542,7 @@ impl CudaBackend {
         let t = g.tensor(node);
         let src = |i: usize| t.src[i];
         let ty = |id: TensorId| g.tensor(id).ty;
-        let errp = self.err_flag.ptr;
+        let errp = self.err_flag.dev_word.ptr;
         match t.op {
             Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => Ok(()),
             Op::Add | Op::Sub | Op::Mul | Op::Div => {
@@ -962,7 +1052,7 @@ impl Backend for CudaBackend {
             .scratch
             .lock()
             .map_err(|_| BackendError::Device("scratch lock poisoned".into()))?;
-        let mut check = false;
+        let mut bits = 0;
         for &n in nodes {
             let t = g.tensor(n);
             if !supports_node(g, n) {
@@ -973,18 +1063,49 @@ impl Backend for CudaBackend {
                     t.name
                 )));
             }
-            check |= validates_ids(t.op);
-            self.set_node_access(g, n)?;
-            self.traced(
-                Stream::Compute,
-                SpanKind::Op,
-                t.nbytes() as u64,
-                || format!("{} {}", t.op.name(), t.name),
-                || self.compute_node(g, n, &mut s),
-            )?;
+            bits |= err_flag::bit_of(t.op);
         }
-        if check {
-            self.check_err_flag()?;
+        let tracing = self.trace.lock().map(|t| t.is_some()).unwrap_or(false);
+        if tracing {
+            // launch by launch, each op between timing events
+            for &n in nodes {
+                let t = g.tensor(n);
+                self.set_node_access(g, n)?;
+                self.traced(
+                    Stream::Compute,
+                    SpanKind::Op,
+                    t.nbytes() as u64,
+                    || format!("{} {}", t.op.name(), t.name),
+                    || self.compute_node(g, n, &mut s),
+                )?;
+            }
+        } else {
+            // plan the split's launches, then queue them (or their graph)
+            *self
+                .planning
+                .lock()
+                .map_err(|_| BackendError::Device("plan lock poisoned".into()))? = Some(Vec::new());
+            let planned = nodes.iter().try_for_each(|&n| {
+                self.set_node_access(g, n)?;
+                self.compute_node(g, n, &mut s)
+            });
+            let plan = self
+                .planning
+                .lock()
+                .map_err(|_| BackendError::Device("plan lock poisoned".into()))?
+                .take()
+                .unwrap_or_default();
+            planned?;
+            self.issue(GraphCache::key(nodes), &plan)?;
+        }
+        self.err_flag.launched(bits);
+        // allocations replaced while planning: free them now that the
+        // launches using them are queued (dropping waits for them)
+        if !s.retired.is_empty() {
+            if let Ok(mut gc) = self.graphs.lock() {
+                gc.clear();
+            }
+            s.retired.clear();
         }
         Ok(())
     }
@@ -999,7 +1120,7 @@ impl Backend for CudaBackend {
     }
 
     fn n_copy_streams(&self) -> usize {
-        1
+        crate::buffer::N_COPY_STREAMS
     }
 
     fn write_on(
@@ -1077,7 +1198,15 @@ impl Backend for CudaBackend {
 
     fn synchronize(&self) -> Result<(), BackendError> {
         self.dev.bind()?;
-        self.dev.sync()
+        // the out-of-range flag is read at the synchronize that ends the
+        // graph, not inside it
+        self.err_flag.before_sync()?;
+        self.dev.sync()?;
+        self.err_flag.after_sync()
+    }
+
+    fn pipeline_counters(&self) -> Option<&ggml_core::PipelineCounters> {
+        Some(&self.dev.counters)
     }
 
     fn record_event(&self) -> Result<Event, BackendError> {
@@ -1089,7 +1218,7 @@ impl Backend for CudaBackend {
     }
 
     fn record_event_on(&self, stream: Stream) -> Result<Event, BackendError> {
-        let ev = self.dev.stream_of(stream).record_event(false)?;
+        let ev = self.dev.record_pooled(self.dev.stream_of(stream))?;
         let copy = matches!(stream, Stream::Copy(_));
         Ok(Event(Arc::new(CudaEventHolder(ev, self.dev.ordinal, copy))))
     }
@@ -1108,7 +1237,7 @@ impl Backend for CudaBackend {
         {
             return Ok(());
         }
-        self.dev.stream_of(stream).wait_event(h.0.as_ref())
+        self.dev.stream_of(stream).wait_event(h.0.event())
     }
 
     fn planted_drop_wait(&self, kind: &str) -> bool {
@@ -1183,7 +1312,7 @@ impl Backend for CudaBackend {
 
     fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {
         match ev.0.downcast_ref::<CudaEventHolder>() {
-            Some(h) => h.0.synchronize(),
+            Some(h) => h.0.event().synchronize(),
             None => self.synchronize(),
         }
     }
@@ -1225,7 +1354,7 @@ impl Backend for CudaBackend {
         }
         self.dev.bind()?;
         // SAFETY: both ranges were checked against their allocations, which
-        // the TensorData keep alive; the copy is queued on the device's one
+        // the TensorData keep alive; the copy is queued on the device's compute
         // stream, ordered with the compute that reads the destination.
         unsafe {
             self.dev

@@ -1,25 +1,35 @@
-//! Device memory, pinned host memory and host registrations, each freed on
-//! drop.
+//! The device (streams, event pool, counters), and device memory, pinned
+//! host memory and host registrations, each freed on drop.
 
 use std::any::Any;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ggml_core::backend::check_range;
-use ggml_core::{BackendError, Buffer, BufferUsage};
+use ggml_core::{BackendError, Buffer, BufferUsage, PipelineCounters};
 
 use crate::driver::{self, DevPtr, Device, Stream};
 
 /// One device: its context (through the driver interface), the stream
-/// kernels (and plain copies) go on, and a copy stream for uploads that
-/// overlap compute.
+/// kernels (and plain copies) go on, two copy streams (uploads, and reads
+/// back, so a read does not queue behind uploads), the event pool and the
+/// pipeline counters.
 pub(crate) struct Dev {
     pub ordinal: usize,
     pub name: String,
     pub drv: Arc<dyn Device>,
     pub stream: Arc<dyn Stream>,
-    pub copy_stream: Arc<dyn Stream>,
+    /// `Stream::Copy(0)`: uploads.
+    pub upload_stream: Arc<dyn Stream>,
+    /// `Stream::Copy(1)`: reads back to the host.
+    pub readback_stream: Arc<dyn Stream>,
+    /// Events no [`PooledEvent`] holds, re-recorded instead of created.
+    events: Mutex<Vec<Arc<dyn driver::Event>>>,
+    pub counters: PipelineCounters,
 }
+
+/// Copy streams per device (`Backend::n_copy_streams`).
+pub(crate) const N_COPY_STREAMS: usize = 2;
 
 impl Dev {
     /// Open CUDA device `device` (checked against the device count; the
@@ -33,13 +43,17 @@ impl Dev {
         }
         let drv = driver::open(device)?;
         let stream = drv.new_stream("compute")?;
-        let copy_stream = drv.new_stream("copy")?;
+        let upload_stream = drv.new_stream("copy0 (uploads)")?;
+        let readback_stream = drv.new_stream("copy1 (reads back)")?;
         Ok(Arc::new(Dev {
             ordinal: device,
             name: format!("CUDA{device}"),
             drv,
             stream,
-            copy_stream,
+            upload_stream,
+            readback_stream,
+            events: Mutex::new(Vec::new()),
+            counters: PipelineCounters::default(),
         }))
     }
 
@@ -47,8 +61,11 @@ impl Dev {
         self.drv.bind()
     }
 
+    /// Device-wide synchronize: every stream drained (counted).
     pub fn sync(&self) -> Result<(), BackendError> {
-        self.copy_stream.synchronize()?;
+        self.counters.add_device_sync();
+        self.upload_stream.synchronize()?;
+        self.readback_stream.synchronize()?;
         self.stream.synchronize()
     }
 
@@ -56,7 +73,62 @@ impl Dev {
     pub fn stream_of(&self, s: ggml_core::Stream) -> &Arc<dyn Stream> {
         match s {
             ggml_core::Stream::Compute => &self.stream,
-            ggml_core::Stream::Copy(_) => &self.copy_stream,
+            ggml_core::Stream::Copy(k) if k % N_COPY_STREAMS == 0 => &self.upload_stream,
+            ggml_core::Stream::Copy(_) => &self.readback_stream,
+        }
+    }
+
+    /// An event from the pool (a new one when the pool is empty) recorded
+    /// now on `stream`; it goes back to the pool when dropped.
+    pub fn record_pooled(
+        self: &Arc<Self>,
+        stream: &Arc<dyn Stream>,
+    ) -> Result<PooledEvent, BackendError> {
+        let free = self
+            .events
+            .lock()
+            .map_err(|_| BackendError::Device("event pool lock poisoned".into()))?
+            .pop();
+        let ev = match free {
+            Some(ev) => ev,
+            None => self.drv.new_event()?,
+        };
+        let pooled = PooledEvent {
+            ev,
+            dev: Arc::clone(self),
+        };
+        stream.record(pooled.event())?;
+        Ok(pooled)
+    }
+
+    /// Make the compute stream wait for everything queued on the copy
+    /// streams so far.
+    fn compute_after_copies(self: &Arc<Self>) -> Result<(), BackendError> {
+        for s in [&self.upload_stream, &self.readback_stream] {
+            let ev = self.record_pooled(s)?;
+            self.stream.wait_event(ev.event())?;
+        }
+        Ok(())
+    }
+}
+
+/// An event of [`Dev`]'s pool, returned to it on drop (re-recording an
+/// event a wait was queued on is safe: the wait keeps the record it saw).
+pub(crate) struct PooledEvent {
+    ev: Arc<dyn driver::Event>,
+    dev: Arc<Dev>,
+}
+
+impl PooledEvent {
+    pub fn event(&self) -> &dyn driver::Event {
+        self.ev.as_ref()
+    }
+}
+
+impl Drop for PooledEvent {
+    fn drop(&mut self) {
+        if let Ok(mut pool) = self.dev.events.lock() {
+            pool.push(Arc::clone(&self.ev));
         }
     }
 }
@@ -162,13 +234,14 @@ impl Buffer for CudaBuffer {
         }
         let dev = &self.mem.dev;
         dev.bind()?;
-        // SAFETY: the range was checked against the allocation; the stream is
-        // synchronized before returning, so `data` outlives the copy.
+        // SAFETY: the range was checked against the allocation; the copy's
+        // event is waited for before returning, so `data` outlives it.
         unsafe {
             dev.stream
                 .memcpy_htod(self.mem.ptr + offset as u64, data.as_ptr(), data.len())
         }?;
-        dev.sync()
+        // the host waits for this copy (and the compute before it) only
+        dev.record_pooled(&dev.stream)?.event().synchronize()
     }
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
         check_range(self.name(), self.mem.size, offset, out.len())?;
@@ -177,13 +250,16 @@ impl Buffer for CudaBuffer {
         }
         let dev = &self.mem.dev;
         dev.bind()?;
+        // after everything queued on the device's streams, without a
+        // device-wide synchronize: the host waits for this read only
+        dev.compute_after_copies()?;
         // SAFETY: the range was checked; queued after earlier work on the
-        // stream and waited for before `out` is released.
+        // streams and waited for before `out` is released.
         unsafe {
             dev.stream
                 .memcpy_dtoh(out.as_mut_ptr(), self.mem.ptr + offset as u64, out.len())
         }?;
-        dev.sync()
+        dev.record_pooled(&dev.stream)?.event().synchronize()
     }
     fn base_ptr(&self) -> Option<*mut u8> {
         None

@@ -411,8 +411,9 @@ extern "C" __global__ void k_to_f32(float* dst, const u8* src, T4 ts, int tys) {
 }
 
 // get_rows: dst[:, i10, i11, i12] = src[:, ids[i10, i11, i12], i11, i12].
-// One thread per dst element; an id outside [0, src.ne1) sets *err and
-// writes 0.
+// One thread per dst element; an id outside [0, src.ne1) sets bit 1 of *err
+// and writes 0. (set_rows sets bit 2, add_id 4, mul_mat_id 8: err_flag.rs
+// names the op kind from them.)
 extern "C" __global__ void k_get_rows(u8* dst, T4 td, int tyd, const u8* src, T4 ts, int tys,
                                       const u8* ids, T4 ti, u32* err) {
     i64 n = t4_n(td);
@@ -445,7 +446,7 @@ extern "C" __global__ void k_set_rows(u8* dst, T4 td, int tyd, const u8* src, T4
         const u8* pi = idx + t4_off(ti, c[1], c[2] % ti.ne[1], c[3] % ti.ne[2], 0);
         i64 r = tyi == T_I64 ? *(const i64*)pi : (i64)*(const int*)pi;
         if (r < 0 || r >= td.ne[1]) {
-            atomicOr(err, 1u);
+            atomicOr(err, 2u);
             continue;
         }
         float v = load_f(src + t4_off(ts, c[0], c[1], c[2], c[3]), tys);
@@ -708,7 +709,7 @@ extern "C" __global__ void k_add_id(u8* dst, T4 td, const u8* a, T4 ta, int tya,
         float x = load_f(a + t4_off(ta, c[0], c[1], c[2], c[3]), tya);
         float y = 0.0f;
         if (e < 0 || (i64)e >= tb.ne[1]) {
-            atomicOr(err, 1u);
+            atomicOr(err, 4u);
         } else {
             y = load_f(b + t4_off(tb, c[0], e, 0, 0), tyb);
         }
@@ -766,7 +767,7 @@ extern "C" __global__ void k_mul_mat_id_vec(float* dst, T4 td, const u8* as, T4 
         // skipped: an exact zero
     } else if (ex < 0 || (i64)ex >= ta.ne[2]) {
         if (lane == 0) {
-            atomicOr(err, 1u);
+            atomicOr(err, 8u);
         }
     } else {
         const u8* ra = as + t4_off(ta, 0, i0, ex, 0);

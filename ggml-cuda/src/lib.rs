@@ -17,14 +17,20 @@
 //!   entry point first calls [`probe_driver`] / [`probe_libraries`], which
 //!   only try to `dlopen` `libcuda.so` and `libnvrtc.so` and report
 //!   `NoDevice("no CUDA device: libcuda.so (CUDA driver) not found")`.
-//! - **Streams.** Each [`CudaBackend`] owns one CUDA stream; kernels, the
-//!   backend's async copies and its buffers' synchronous copies all go on it,
-//!   so they are ordered without extra events. [`Backend::write_async`]
-//!   queues a host-to-device copy and returns (the caller keeps the bytes
-//!   valid until [`Backend::synchronize`], as the trait requires);
-//!   `read_async` is synchronous (the destination is a borrowed slice).
-//!   Events (`record_event` / `wait_event`) are CUDA events; waiting on an
+//! - **Streams.** Each device has a compute stream and two copy streams
+//!   (`n_copy_streams() == 2`): `Copy(0)` for uploads, `Copy(1)` for reads
+//!   back to the host, so a read does not queue behind uploads.
+//!   [`Backend::write_async`] queues a host-to-device copy on the compute
+//!   stream and returns (the caller keeps the bytes valid until
+//!   [`Backend::synchronize`], as the trait requires). Events
+//!   (`record_event` / `wait_event`) are CUDA events taken from a per-device
+//!   pool and re-recorded (no new driver event per record); waiting on an
 //!   event of a non-CUDA backend is a no-op (that work is already done).
+//! - **Synchronization.** Only [`Backend::synchronize`] (the end of a
+//!   graph) synchronizes the whole device. Buffer reads and writes and
+//!   `read_after_compute` (router id reads) wait for one event;
+//!   [`Backend::pipeline_counters`] counts device synchronizations,
+//!   launches and graph replays.
 //! - **Buffers.** [`CudaBuffer`] is device memory (`cuMemAlloc`, freed on
 //!   drop): `is_host() == false`, `base_ptr() == None`, read and written with
 //!   memcpy on the stream. [`PinnedBuffer`] is page-locked host memory
@@ -38,10 +44,20 @@
 //!   architecture), and loaded once per backend. Kernels take each tensor as
 //!   a pointer plus ggml's `ne`/`nb`, so any strides work.
 //! - **Id validation.** `get_rows`, `set_rows`, `add_id` and `mul_mat_id`
-//!   check every id on the device; a bad id sets an error flag and is never
-//!   used as an address. `compute` then synchronizes and returns
-//!   [`BackendError::InvalidInput`]. Graphs without such ops stay
-//!   asynchronous until `synchronize`.
+//!   check every id on the device; a bad id sets the op kind's bit in an
+//!   error flag and is never used as an address. The flag is copied to
+//!   page-locked memory just before the synchronize that ends the graph and
+//!   checked after it (`err_flag.rs`): `synchronize` then returns
+//!   [`BackendError::InvalidInput`] naming the op kind. Nothing inside a
+//!   graph synchronizes for it.
+//! - **Graphs** (`graphs.rs`). `compute` first plans a split's launches
+//!   (kernel, geometry, parameters). The second time a split plans the same
+//!   launches they are captured as a CUDA graph through the driver interface
+//!   (the emulator records and replays them too); from then on an identical
+//!   plan is one graph launch. Any change in shapes or pointers changes the
+//!   plan and the split runs launch by launch again; the expert cache's slot
+//!   maps are device data, so a replay serves any mapping. Disabled while an
+//!   event timeline is recorded, and by `GGML_CUDA_DISABLE_GRAPHS=1`.
 //! - **Bandwidth.** [`measure_h2d_bandwidth`] times pinned and pageable
 //!   host-to-device copies with CUDA events (the `h2d-bandwidth` example,
 //!   `scripts/gpu-check` step 4); it needs only the driver.
@@ -67,6 +83,7 @@
 //! [`Backend::write_async`]: ggml_core::Backend::write_async
 //! [`Backend::synchronize`]: ggml_core::Backend::synchronize
 //! [`Backend::read_overhang`]: ggml_core::Backend::read_overhang
+//! [`Backend::pipeline_counters`]: ggml_core::Backend::pipeline_counters
 
 #![warn(missing_docs)]
 
@@ -76,6 +93,8 @@ mod buffer;
 pub mod driver;
 pub mod emu_kernels;
 pub mod emulator;
+mod err_flag;
+mod graphs;
 pub mod kernels;
 pub mod libraries;
 pub mod nvrtc;

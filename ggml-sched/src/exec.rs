@@ -10,9 +10,12 @@
 //!    overlap split `i - 1`'s compute).
 //! 2. Inputs that are not host weights are copied on it: host sources are
 //!    staged (as CUDA does with pageable memory, so the CPU may reuse the
-//!    source right away); device sources are read on their backend's copy
-//!    stream after the event of the split that produced them, and the host
-//!    waits only for that read.
+//!    source right away); device sources are read on their backend's
+//!    readback stream (its second copy stream, where it has one) after the
+//!    event of the split that produced them (memory no split wrote, such as
+//!    a cache bank the hook uploads into: after the uploads queued so far),
+//!    so they do not wait for unrelated uploads; the host waits only for
+//!    that read.
 //! 3. Host weights are offered to the copy hook, whose writes go on the
 //!    same stream; declined ones are copied whole.
 //! 4. `B`'s compute stream waits for the copies' event, computes the split,
@@ -38,20 +41,13 @@ use crate::{Applied, SchedError};
 
 /// The stream a backend copies its inputs on.
 fn upload_stream(be: &dyn Backend) -> Stream {
-    if be.n_copy_streams() > 0 {
-        Stream::Copy(0)
-    } else {
-        Stream::Compute
-    }
+    be.upload_stream()
 }
 
 /// The stream a backend's memory is read back on (a second copy engine
 /// where there is one).
 fn download_stream(be: &dyn Backend) -> Stream {
-    match be.n_copy_streams() {
-        0 => Stream::Compute,
-        n => Stream::Copy(1 % n),
-    }
+    be.readback_stream()
 }
 
 /// State of one graph run that outlives each split.
@@ -130,17 +126,27 @@ impl Exec<'_> {
             // this read only
             let rs = download_stream(src_be);
             let root = self.g.view_root(src).index();
-            if let Some(ev) = self
+            let writer = self
                 .st
                 .writer
                 .get(root)
                 .copied()
                 .flatten()
-                .and_then(|j| self.st.done[j].as_ref())
-            {
-                // (a test-only planted bug may drop this wait: `planted_drop_wait`)
-                if !src_be.planted_drop_wait("readback") {
-                    src_be.wait_event_on(rs, ev)?;
+                .and_then(|j| self.st.done[j].as_ref());
+            // (a test-only planted bug may drop this wait: `planted_drop_wait`)
+            if !src_be.planted_drop_wait("readback") {
+                match writer {
+                    Some(ev) => src_be.wait_event_on(rs, ev)?,
+                    None => {
+                        // memory no split of this graph wrote (a cache bank
+                        // the copy hook uploads into): after the uploads
+                        // queued so far
+                        let us = upload_stream(src_be);
+                        if us != rs {
+                            let ev = src_be.record_event_on(us)?;
+                            src_be.wait_event_on(rs, &ev)?;
+                        }
+                    }
                 }
             }
             src_be.set_label(&self.g.tensor(src).name);

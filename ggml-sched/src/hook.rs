@@ -137,11 +137,30 @@ impl<'a> HookCtx<'a> {
         self.stream
     }
 
-    /// Read any allocated tensor (e.g. a consumer's ids, already copied onto
-    /// the split's backend) into host memory. The read waits for the work
-    /// that produces it (a synchronous read of the backend's memory).
+    /// Read any allocated tensor into host memory. In the split's backend's
+    /// memory it is read after the compute queued so far, on the readback
+    /// stream, the host waiting for that read only
+    /// ([`Backend::read_after_compute`]); elsewhere with a plain read.
     pub fn read_tensor(&self, id: TensorId) -> Result<Vec<u8>, HookError> {
-        Ok(self.g.read_bytes(id)?)
+        let len = self.g.tensor(id).nbytes();
+        let d = self
+            .g
+            .data_of(id)
+            .ok_or_else(|| BackendError::NotAllocated(self.g.tensor(id).name.clone()))?;
+        let mut out = vec![0u8; len];
+        self.backend.read_after_compute(&d, 0, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`HookCtx::read_tensor`] of a router's ids (a consumer's ids, on the
+    /// split's backend), counted as an id read in the backend's
+    /// [`Backend::pipeline_counters`].
+    pub fn read_ids(&self, id: TensorId) -> Result<Vec<u8>, HookError> {
+        let r = self.read_tensor(id)?;
+        if let Some(c) = self.backend.pipeline_counters() {
+            c.add_id_read();
+        }
+        Ok(r)
     }
 
     /// The source's bytes, when they are host-addressable.

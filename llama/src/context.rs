@@ -772,6 +772,22 @@ impl Context {
             .and_then(|d| ggml_core::SimClock::of(d.as_ref()))
     }
 
+    /// The device backend's pipeline counters so far (device-wide syncs,
+    /// router id reads, launches, graph replays; [`ggml_core::pipeline`]);
+    /// zeros without a device or on one that keeps none.
+    pub fn pipeline_counts(&self) -> ggml_core::PipelineCounts {
+        self.model
+            .device
+            .as_ref()
+            .and_then(|d| d.pipeline_counters().map(|c| c.snapshot()))
+            .unwrap_or_default()
+    }
+
+    /// Splits of the last graph the scheduler computed.
+    pub fn last_n_splits(&self) -> usize {
+        self.sched.last_stats().n_splits
+    }
+
     /// The scheduler's plan of the last graph (which node on which backend,
     /// splits, inputs), for `--verbose`.
     pub fn plan_dump(&self) -> String {

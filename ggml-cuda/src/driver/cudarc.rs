@@ -9,11 +9,11 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdeviceptr};
-use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaStream};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaStream};
 use cudarc::nvrtc::Ptx;
 use ggml_core::BackendError;
 
-use super::{Access, DevPtr, Device, Event, Function, KernelArg, LaunchDims, Stream};
+use super::{Access, DevPtr, Device, Event, Function, GraphExec, KernelArg, LaunchDims, Stream};
 use crate::dev_err;
 
 /// A CUDA device's primary context.
@@ -63,7 +63,16 @@ impl Device for CudaDevice {
         Ok(Arc::new(CudaStreamH {
             ctx: Arc::clone(&self.ctx),
             s,
+            captured: std::sync::Mutex::new(None),
         }))
+    }
+
+    fn new_event(&self) -> Result<Arc<dyn Event>, BackendError> {
+        let ev = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(|e| dev_err("creating an event", e))?;
+        Ok(Arc::new(CudaEventH(ev)))
     }
 
     fn malloc(&self, size: usize) -> Result<DevPtr, BackendError> {
@@ -155,6 +164,13 @@ impl Device for CudaDevice {
 struct CudaStreamH {
     ctx: Arc<CudaContext>,
     s: Arc<CudaStream>,
+    /// The kernel nodes captured since the last [`Stream::begin_capture`],
+    /// in capture order (`None`: not capturing).
+    captured: std::sync::Mutex<Option<Vec<Node>>>,
+}
+
+fn lock_err() -> BackendError {
+    BackendError::Device("stream lock poisoned".into())
 }
 
 impl CudaStreamH {
@@ -167,6 +183,72 @@ impl CudaStreamH {
 
 /// A CUDA event.
 struct CudaEventH(CudaEvent);
+
+/// An instantiated CUDA graph and its kernel nodes in capture order.
+struct CudaGraphH(CudaGraph, Vec<Node>);
+
+/// A graph node handle (owned by its graph).
+#[derive(Clone, Copy)]
+struct Node(sys::CUgraphNode);
+// SAFETY: a node handle is an opaque id into its graph; the backend
+// serializes every call on one graph.
+unsafe impl Send for Node {}
+
+// SAFETY: a `CUgraphExec` may be launched from any thread; the backend
+// serializes every call on one graph (it keeps them behind a mutex).
+unsafe impl Send for CudaGraphH {}
+// SAFETY: as above: no two threads call into one graph at once.
+unsafe impl Sync for CudaGraphH {}
+
+impl GraphExec for CudaGraphH {
+    fn n_launches(&self) -> usize {
+        self.1.len()
+    }
+
+    unsafe fn set_launch(
+        &mut self,
+        i: usize,
+        f: &Function,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        _access: &[Access],
+    ) -> Result<(), BackendError> {
+        let Some(cf) = f.handle.downcast_ref::<CudaFunction>() else {
+            return Err(BackendError::Device(format!(
+                "kernel {} was not loaded by the CUDA driver",
+                f.name
+            )));
+        };
+        let node = self.1.get(i).copied().ok_or_else(|| {
+            BackendError::Device(format!("the graph has no launch {i} to update"))
+        })?;
+        let mut params: Vec<*mut c_void> = args.iter().map(|a| a.as_param() as *mut _).collect();
+        let p = sys::CUDA_KERNEL_NODE_PARAMS {
+            func: cf.cu_function(),
+            gridDimX: dims.grid[0],
+            gridDimY: dims.grid[1],
+            gridDimZ: dims.grid[2],
+            blockDimX: dims.block[0],
+            blockDimY: dims.block[1],
+            blockDimZ: dims.block[2],
+            sharedMemBytes: dims.shared_bytes,
+            kernelParams: params.as_mut_ptr(),
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        };
+        // SAFETY: `node` is a kernel node of this graph's exec (recorded in
+        // capture order); the caller guarantees `args` match the kernel;
+        // the parameter values are copied before the call returns.
+        unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.0.cu_graph_exec(), node.0, &p) }
+            .result()
+            .map_err(|e| dev_err(&format!("updating graph launch {i} ({})", f.name), e))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
 
 impl Stream for CudaStreamH {
     unsafe fn memset_d8(&self, dst: DevPtr, value: u8, n: usize) -> Result<(), BackendError> {
@@ -218,6 +300,48 @@ impl Stream for CudaStreamH {
             .record_event(Some(flags))
             .map_err(|e| dev_err("recording an event", e))?;
         Ok(Arc::new(CudaEventH(ev)))
+    }
+
+    fn record(&self, ev: &dyn Event) -> Result<(), BackendError> {
+        let Some(h) = ev.as_any().downcast_ref::<CudaEventH>() else {
+            return Err(BackendError::Device(
+                "recording an event of another driver".into(),
+            ));
+        };
+        h.0.record(&self.s)
+            .map_err(|e| dev_err("recording an event", e))
+    }
+
+    fn begin_capture(&self) -> Result<(), BackendError> {
+        self.s
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| dev_err("cuStreamBeginCapture", e))?;
+        *self.captured.lock().map_err(|_| lock_err())? = Some(Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self) -> Result<Box<dyn GraphExec>, BackendError> {
+        let g = self
+            .s
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(|e| dev_err("cuStreamEndCapture / cuGraphInstantiate", e))?
+            .ok_or_else(|| BackendError::Device("cuStreamEndCapture: an empty graph".into()))?;
+        let nodes = self
+            .captured
+            .lock()
+            .map_err(|_| lock_err())?
+            .take()
+            .unwrap_or_default();
+        Ok(Box::new(CudaGraphH(g, nodes)))
+    }
+
+    unsafe fn launch_graph(&self, g: &dyn GraphExec) -> Result<(), BackendError> {
+        let Some(h) = g.as_any().downcast_ref::<CudaGraphH>() else {
+            return Err(BackendError::Device(
+                "launching a graph of another driver".into(),
+            ));
+        };
+        h.0.launch().map_err(|e| dev_err("cuGraphLaunch", e))
     }
 
     fn wait_event(&self, ev: &dyn Event) -> Result<(), BackendError> {
@@ -276,7 +400,40 @@ impl Stream for CudaStreamH {
                 &mut params,
             )
         }
-        .map_err(|e| dev_err(&format!("launching {}", f.name), e))
+        .map_err(|e| dev_err(&format!("launching {}", f.name), e))?;
+        let mut captured = self.captured.lock().map_err(|_| lock_err())?;
+        if let Some(nodes) = captured.as_mut() {
+            // while capturing, the stream's dependency set is the node just
+            // added: remember it, in order, for `set_launch`
+            let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            let mut id: sys::cuuint64_t = 0;
+            let mut graph: sys::CUgraph = std::ptr::null_mut();
+            let mut deps: *const sys::CUgraphNode = std::ptr::null();
+            let mut n_deps: usize = 0;
+            // SAFETY: every out-pointer points to a local of its type; the
+            // dependency array is owned by the capture and read right away.
+            unsafe {
+                sys::cuStreamGetCaptureInfo_v2(
+                    self.s.cu_stream(),
+                    &mut status,
+                    &mut id,
+                    &mut graph,
+                    &mut deps,
+                    &mut n_deps,
+                )
+            }
+            .result()
+            .map_err(|e| dev_err("cuStreamGetCaptureInfo", e))?;
+            if n_deps != 1 || deps.is_null() {
+                return Err(BackendError::Device(format!(
+                    "capturing {}: {n_deps} capture dependencies after a launch (expected the launch's node)",
+                    f.name
+                )));
+            }
+            // SAFETY: `deps` points to `n_deps` (1) node handles.
+            nodes.push(Node(unsafe { *deps }));
+        }
+        Ok(())
     }
 }
 

@@ -40,7 +40,8 @@ pub struct T4 {
     pub nb: [i64; 4],
 }
 
-/// One kernel parameter, by value.
+/// One kernel parameter, by value. Equality compares floats by their bits
+/// (two launches are the same launch when every parameter is bit-equal).
 #[derive(Clone, Copy, Debug)]
 pub enum KernelArg {
     /// A device pointer.
@@ -54,6 +55,21 @@ pub enum KernelArg {
     /// A `struct T4`.
     T4(T4),
 }
+
+impl PartialEq for KernelArg {
+    fn eq(&self, o: &KernelArg) -> bool {
+        match (self, o) {
+            (KernelArg::Ptr(a), KernelArg::Ptr(b)) => a == b,
+            (KernelArg::I32(a), KernelArg::I32(b)) => a == b,
+            (KernelArg::I64(a), KernelArg::I64(b)) => a == b,
+            (KernelArg::F32(a), KernelArg::F32(b)) => a.to_bits() == b.to_bits(),
+            (KernelArg::T4(a), KernelArg::T4(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for KernelArg {}
 
 impl KernelArg {
     /// A pointer to the value, as CUDA's `kernelParams` wants it: valid for
@@ -117,6 +133,10 @@ pub trait Device: Send + Sync {
     /// A new stream, ordered only by events with the others (`label`, e.g.
     /// `compute`, names it in the emulator's messages).
     fn new_stream(&self, label: &str) -> Result<Arc<dyn Stream>, BackendError>;
+    /// A new event with nothing recorded, without timing
+    /// (`cuEventCreate`, `CU_EVENT_DISABLE_TIMING`): what the backend's
+    /// event pool holds and re-records with [`Stream::record`].
+    fn new_event(&self) -> Result<Arc<dyn Event>, BackendError>;
     /// `size` bytes of device memory (`cuMemAlloc`).
     fn malloc(&self, size: usize) -> Result<DevPtr, BackendError>;
     /// Free memory from [`Device::malloc`].
@@ -192,6 +212,10 @@ pub trait Stream: Send + Sync {
     /// Record an event capturing the work queued so far (timing-capable
     /// when `timing`).
     fn record_event(&self, timing: bool) -> Result<Arc<dyn Event>, BackendError>;
+    /// Record `ev` (from [`Device::new_event`] of this device) after the
+    /// work queued so far (`cuEventRecord`): a wait or synchronize issued
+    /// later sees this record; waits issued before keep the earlier one.
+    fn record(&self, ev: &dyn Event) -> Result<(), BackendError>;
     /// Make work queued later on this stream wait for `ev`'s work.
     fn wait_event(&self, ev: &dyn Event) -> Result<(), BackendError>;
     /// Block the host until the stream's queued work is complete.
@@ -210,6 +234,43 @@ pub trait Stream: Send + Sync {
         args: &[KernelArg],
         access: Option<&[Access]>,
     ) -> Result<(), BackendError>;
+    /// Start capturing (`cuStreamBeginCapture`, thread-local mode): the
+    /// launches queued next are recorded into a graph, not run. Only
+    /// launches may be queued while capturing.
+    fn begin_capture(&self) -> Result<(), BackendError>;
+    /// End the capture and instantiate its graph (`cuStreamEndCapture`,
+    /// `cuGraphInstantiate`); dropping the result destroys both.
+    fn end_capture(&self) -> Result<Box<dyn GraphExec>, BackendError>;
+    /// Queue a replay of a graph captured on this stream (`cuGraphLaunch`):
+    /// its launches run in order, as if launched again with the same
+    /// parameters.
+    ///
+    /// # Safety
+    /// Every device pointer the captured launches use is still live and
+    /// holds what their kernels expect (as for [`Stream::launch`]).
+    unsafe fn launch_graph(&self, g: &dyn GraphExec) -> Result<(), BackendError>;
+}
+
+/// An instantiated graph of captured launches (`CUgraphExec`).
+pub trait GraphExec: Send + Sync {
+    /// Kernel launches the graph holds.
+    fn n_launches(&self) -> usize;
+    /// Replace the parameters of the graph's launch `i` (in capture order)
+    /// for later replays (`cuGraphExecKernelNodeSetParams`): same kernel,
+    /// `args` and geometry as a new launch would take.
+    ///
+    /// # Safety
+    /// As [`Stream::launch`] for `f`, `args` and the graph's later replays.
+    unsafe fn set_launch(
+        &mut self,
+        i: usize,
+        f: &Function,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        access: &[Access],
+    ) -> Result<(), BackendError>;
+    /// For the implementation to downcast graphs it is handed.
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// A recorded event.

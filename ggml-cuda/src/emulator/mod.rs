@@ -14,7 +14,12 @@
 //!   host-to-device copy from any other host memory counts as pageable in
 //!   [`stats`].
 //! - **Streams and events** (`stream.rs`): a worker thread per stream, CUDA's
-//!   event semantics, seeded delays (`GGML_CUDA_EMULATOR_SEED=N`).
+//!   event semantics (re-recording included: a wait keeps the record it
+//!   saw), seeded delays (`GGML_CUDA_EMULATOR_SEED=N`).
+//! - **Graphs** (`stream.rs`): a capture records a stream's launches instead
+//!   of running them (anything else queued while capturing is an error, as
+//!   CUDA's capture isolation makes it); a replay queues them again, each
+//!   checked by the hazard detector.
 //! - **Kernels** run on the stream's worker through
 //!   [`crate::emu_kernels::launch`] (`kernels.cu` compiled for the CPU).
 //! - **Hazards** ([`hazard`]): every queued operation's device ranges are
@@ -166,8 +171,13 @@ pub struct Stats {
     pub h2d_pageable_bytes: u64,
     /// Device-to-host bytes.
     pub d2h_bytes: u64,
-    /// Kernel launches queued.
+    /// Kernel launches queued (each kernel of a replayed graph included).
     pub launches: u64,
+    /// Graphs replayed (`cuGraphLaunch`).
+    pub graph_replays: u64,
+    /// Events created (new events and one-shot records; the backend's pool
+    /// re-records its events instead).
+    pub events_created: u64,
     /// Device bytes allocated now.
     pub used_bytes: u64,
     /// Most device bytes allocated at once.
@@ -180,6 +190,8 @@ struct AtomicStats {
     h2d_pageable: AtomicU64,
     d2h: AtomicU64,
     launches: AtomicU64,
+    graph_replays: AtomicU64,
+    events: AtomicU64,
 }
 
 impl AtomicStats {
@@ -196,6 +208,12 @@ impl AtomicStats {
     }
     fn count_launch(&self) {
         self.launches.fetch_add(1, Ordering::Relaxed);
+    }
+    fn count_graph_replay(&self) {
+        self.graph_replays.fetch_add(1, Ordering::Relaxed);
+    }
+    fn count_event(&self) {
+        self.events.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -286,6 +304,8 @@ pub fn stats(ordinal: usize) -> Stats {
         h2d_pageable_bytes: s.stats.h2d_pageable.load(Ordering::Relaxed),
         d2h_bytes: s.stats.d2h.load(Ordering::Relaxed),
         launches: s.stats.launches.load(Ordering::Relaxed),
+        graph_replays: s.stats.graph_replays.load(Ordering::Relaxed),
+        events_created: s.stats.events.load(Ordering::Relaxed),
         used_bytes: used as u64,
         peak_bytes: peak as u64,
     }
@@ -344,6 +364,11 @@ impl Device for EmuDevice {
 
     fn new_stream(&self, label: &str) -> Result<Arc<dyn Stream>, BackendError> {
         Ok(Arc::new(EmuStream::new(&self.st, label)?))
+    }
+
+    fn new_event(&self) -> Result<Arc<dyn crate::driver::Event>, BackendError> {
+        self.st.stats.count_event();
+        Ok(Arc::new(stream::EmuEvent::new()))
     }
 
     fn malloc(&self, size: usize) -> Result<DevPtr, BackendError> {

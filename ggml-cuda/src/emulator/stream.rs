@@ -23,7 +23,7 @@ use ggml_core::BackendError;
 
 use super::hazard::Clock;
 use super::{world, DeviceState};
-use crate::driver::{Access, DevPtr, Event, Function, KernelArg, LaunchDims, Stream};
+use crate::driver::{Access, DevPtr, Event, Function, GraphExec, KernelArg, LaunchDims, Stream};
 
 /// A job run on a stream's worker; an error becomes the stream's sticky error.
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
@@ -102,6 +102,64 @@ pub(crate) struct EmuStream {
     core: Arc<StreamCore>,
     tx: Mutex<mpsc::Sender<Job>>,
     dev: Arc<DeviceState>,
+    /// The launches captured since [`Stream::begin_capture`], while
+    /// capturing.
+    capture: Mutex<Option<Vec<CapturedLaunch>>>,
+}
+
+/// One launch recorded by a capture, replayed as it was queued.
+#[derive(Clone)]
+struct CapturedLaunch {
+    name: &'static str,
+    dims: LaunchDims,
+    args: Vec<KernelArg>,
+    access: Vec<Access>,
+}
+
+/// An emulated graph: the launches of one capture.
+pub(crate) struct EmuGraph {
+    launches: Vec<CapturedLaunch>,
+    /// The stream that captured it (a graph replays on its own stream).
+    stream: usize,
+}
+
+impl GraphExec for EmuGraph {
+    fn n_launches(&self) -> usize {
+        self.launches.len()
+    }
+
+    unsafe fn set_launch(
+        &mut self,
+        i: usize,
+        f: &Function,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        access: &[Access],
+    ) -> Result<(), BackendError> {
+        let n = self.launches.len();
+        let l = self.launches.get_mut(i).ok_or_else(|| {
+            BackendError::Device(format!(
+                "emulator: a graph of {n} launches has no launch {i} to update"
+            ))
+        })?;
+        if l.name != f.name {
+            return Err(BackendError::Device(format!(
+                "emulator: graph launch {i} is {}, not {} (a node's kernel cannot change)",
+                l.name, f.name
+            )));
+        }
+        *l = CapturedLaunch {
+            name: f.name,
+            dims,
+            args: args.to_vec(),
+            access: access.to_vec(),
+        };
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
 }
 
 impl EmuStream {
@@ -147,6 +205,80 @@ impl EmuStream {
             core,
             tx: Mutex::new(tx),
             dev: Arc::clone(dev),
+            capture: Mutex::new(None),
+        })
+    }
+
+    /// An error when the stream is capturing: only launches may be captured
+    /// (CUDA refuses the rest with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`).
+    fn not_capturing(&self, what: &str) -> Result<(), BackendError> {
+        if self.capture.lock().map_err(|_| poisoned())?.is_some() {
+            return Err(BackendError::Device(format!(
+                "emulator: {what} on {} while it is capturing a graph (only launches are captured)",
+                self.core.label
+            )));
+        }
+        Ok(())
+    }
+
+    /// Check a launch's accesses and queue it (a launch, or one of a
+    /// replayed graph).
+    ///
+    /// # Safety
+    /// As [`Stream::launch`].
+    unsafe fn queue_launch(
+        &self,
+        name: &'static str,
+        dims: LaunchDims,
+        args: Vec<KernelArg>,
+        access: &[Access],
+    ) -> Result<(), BackendError> {
+        self.dev.stats.count_launch();
+        self.submit(
+            name,
+            access,
+            Box::new(move || {
+                let params: Vec<*const std::ffi::c_void> =
+                    args.iter().map(KernelArg::as_param).collect();
+                // SAFETY: the queuing call's caller guarantees the arguments
+                // match the kernel's parameters and its pointers cover what
+                // it touches; `params` points into `args`, alive here.
+                unsafe {
+                    crate::emu_kernels::launch(
+                        name,
+                        dims.grid,
+                        dims.block,
+                        dims.shared_bytes,
+                        &params,
+                    )
+                }
+                .map_err(|e| format!("launching {name}: {e}"))
+            }),
+        )?;
+        Ok(())
+    }
+
+    /// Queue the marker job of an event record; the record it makes.
+    fn mark(&self) -> Result<Recorded, BackendError> {
+        self.not_capturing("an event record")?;
+        let stamp = Arc::new(Mutex::new(None));
+        let st = Arc::clone(&stamp);
+        // the marker's clock covers every job queued before it
+        let (seq, clock) = self.submit(
+            "event record",
+            &[],
+            Box::new(move || {
+                if let Ok(mut s) = st.lock() {
+                    *s = Some(Instant::now());
+                }
+                Ok(())
+            }),
+        )?;
+        Ok(Recorded {
+            core: Arc::clone(&self.core),
+            seq,
+            clock,
+            stamp,
         })
     }
 
@@ -200,6 +332,7 @@ impl EmuStream {
         src: *const u8,
         n: usize,
     ) -> Result<(), BackendError> {
+        self.not_capturing(what)?;
         let (d, s) = (HostPtr(dst), HostPtr(src as *mut u8));
         self.submit(
             what,
@@ -226,6 +359,7 @@ fn sticky(e: String) -> BackendError {
 
 impl Stream for EmuStream {
     unsafe fn memset_d8(&self, dst: DevPtr, value: u8, n: usize) -> Result<(), BackendError> {
+        self.not_capturing("memset")?;
         let p = HostPtr(dst as *mut u8);
         let acc = [Access {
             ptr: dst,
@@ -302,25 +436,22 @@ impl Stream for EmuStream {
     }
 
     fn record_event(&self, _timing: bool) -> Result<Arc<dyn Event>, BackendError> {
-        let stamp = Arc::new(Mutex::new(None));
-        let st = Arc::clone(&stamp);
-        // the marker's clock covers every job queued before it
-        let (seq, clock) = self.submit(
-            "event record",
-            &[],
-            Box::new(move || {
-                if let Ok(mut s) = st.lock() {
-                    *s = Some(Instant::now());
-                }
-                Ok(())
-            }),
-        )?;
+        self.dev.stats.count_event();
+        let r = self.mark()?;
         Ok(Arc::new(EmuEvent {
-            core: Arc::clone(&self.core),
-            seq,
-            clock,
-            stamp,
+            rec: Mutex::new(Some(r)),
         }))
+    }
+
+    fn record(&self, ev: &dyn Event) -> Result<(), BackendError> {
+        let Some(e) = ev.as_any().downcast_ref::<EmuEvent>() else {
+            return Err(BackendError::Device(
+                "emulator: recording an event of another driver".into(),
+            ));
+        };
+        let r = self.mark()?;
+        *e.rec.lock().map_err(|_| poisoned())? = Some(r);
+        Ok(())
     }
 
     fn wait_event(&self, ev: &dyn Event) -> Result<(), BackendError> {
@@ -328,6 +459,12 @@ impl Stream for EmuStream {
             return Err(BackendError::Device(
                 "emulator: waiting on an event of another driver".into(),
             ));
+        };
+        self.not_capturing("an event wait")?;
+        // the record as it is now (a later re-record does not change what
+        // this wait waits for)
+        let Some(e) = e.recorded()? else {
+            return Ok(()); // nothing recorded: complete
         };
         world()
             .lock()
@@ -351,6 +488,7 @@ impl Stream for EmuStream {
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {
+        self.not_capturing("a synchronize")?;
         let seq = self.core.progress.lock().map_err(|_| poisoned())?.submitted;
         self.core.wait_for(seq).map_err(sticky)?;
         world()
@@ -368,65 +506,135 @@ impl Stream for EmuStream {
         args: &[KernelArg],
         access: Option<&[Access]>,
     ) -> Result<(), BackendError> {
-        self.dev.stats.count_launch();
-        let name = f.name;
-        let args = args.to_vec();
-        self.submit(
-            name,
-            access.unwrap_or(&[]),
-            Box::new(move || {
-                let params: Vec<*const std::ffi::c_void> =
-                    args.iter().map(KernelArg::as_param).collect();
-                // SAFETY: the queuing call's caller guarantees the arguments
-                // match the kernel's parameters and its pointers cover what
-                // it touches; `params` points into `args`, alive here.
-                unsafe {
-                    crate::emu_kernels::launch(
-                        name,
-                        dims.grid,
-                        dims.block,
-                        dims.shared_bytes,
-                        &params,
-                    )
-                }
-                .map_err(|e| format!("launching {name}: {e}"))
-            }),
-        )?;
+        if let Some(c) = self.capture.lock().map_err(|_| poisoned())?.as_mut() {
+            c.push(CapturedLaunch {
+                name: f.name,
+                dims,
+                args: args.to_vec(),
+                access: access.unwrap_or(&[]).to_vec(),
+            });
+            return Ok(());
+        }
+        // SAFETY: the caller's contract (`Stream::launch`).
+        unsafe { self.queue_launch(f.name, dims, args.to_vec(), access.unwrap_or(&[])) }
+    }
+
+    fn begin_capture(&self) -> Result<(), BackendError> {
+        let mut c = self.capture.lock().map_err(|_| poisoned())?;
+        if c.is_some() {
+            return Err(BackendError::Device(format!(
+                "emulator: {} is already capturing a graph",
+                self.core.label
+            )));
+        }
+        *c = Some(Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&self) -> Result<Box<dyn GraphExec>, BackendError> {
+        let launches = self
+            .capture
+            .lock()
+            .map_err(|_| poisoned())?
+            .take()
+            .ok_or_else(|| {
+                BackendError::Device(format!(
+                    "emulator: {} ends a capture it did not begin",
+                    self.core.label
+                ))
+            })?;
+        if launches.is_empty() {
+            return Err(BackendError::Device(format!(
+                "emulator: {}: an empty graph",
+                self.core.label
+            )));
+        }
+        Ok(Box::new(EmuGraph {
+            launches,
+            stream: self.core.id,
+        }))
+    }
+
+    unsafe fn launch_graph(&self, g: &dyn GraphExec) -> Result<(), BackendError> {
+        let Some(g) = g.as_any().downcast_ref::<EmuGraph>() else {
+            return Err(BackendError::Device(
+                "emulator: launching a graph of another driver".into(),
+            ));
+        };
+        if g.stream != self.core.id {
+            return Err(BackendError::Device(format!(
+                "emulator: a graph captured on another stream launched on {}",
+                self.core.label
+            )));
+        }
+        self.not_capturing("a graph launch")?;
+        self.dev.stats.count_graph_replay();
+        for l in &g.launches {
+            // SAFETY: the caller guarantees the captured launches' pointers
+            // are live and hold what the kernels expect (`launch_graph`).
+            unsafe { self.queue_launch(l.name, l.dims, l.args.clone(), &l.access) }?;
+        }
         Ok(())
     }
 }
 
-/// An emulated event: a marker job on a stream and the clock it captured.
-pub(crate) struct EmuEvent {
+/// One record of an emulated event: a marker job on a stream and the
+/// clock it captured.
+#[derive(Clone)]
+struct Recorded {
     core: Arc<StreamCore>,
     seq: u64,
     clock: Clock,
     stamp: Arc<Mutex<Option<Instant>>>,
 }
 
+/// An emulated event: its latest record (none: complete, as a CUDA event
+/// never recorded is).
+pub(crate) struct EmuEvent {
+    rec: Mutex<Option<Recorded>>,
+}
+
 impl EmuEvent {
+    /// A new event with nothing recorded.
+    pub(crate) fn new() -> EmuEvent {
+        EmuEvent {
+            rec: Mutex::new(None),
+        }
+    }
+
+    fn recorded(&self) -> Result<Option<Recorded>, BackendError> {
+        Ok(self.rec.lock().map_err(|_| poisoned())?.clone())
+    }
+
     fn time(&self) -> Result<Instant, BackendError> {
         self.synchronize()?;
-        self.stamp
-            .lock()
-            .map_err(|_| poisoned())?
-            .ok_or_else(|| BackendError::Device("emulator: event completed without a time".into()))
+        let r = self
+            .recorded()?
+            .ok_or_else(|| BackendError::Device("emulator: timing an unrecorded event".into()))?;
+        let t = *r.stamp.lock().map_err(|_| poisoned())?;
+        t.ok_or_else(|| BackendError::Device("emulator: event completed without a time".into()))
     }
 }
 
 impl Event for EmuEvent {
     fn synchronize(&self) -> Result<(), BackendError> {
-        self.core.wait_for(self.seq).map_err(sticky)?;
+        let Some(r) = self.recorded()? else {
+            return Ok(());
+        };
+        r.core.wait_for(r.seq).map_err(sticky)?;
         world()
             .lock()
             .map_err(|_| poisoned())?
             .tracker
-            .host_waits(&self.clock);
+            .host_waits(&r.clock);
         Ok(())
     }
 
     fn query(&self) -> Result<bool, BackendError> {
-        let done = self.core.completed() >= self.seq;
+        let Some(r) = self.recorded()? else {
+            return Ok(true);
+        };
+        let done = r.core.completed() >= r.seq;
         if done {
             self.synchronize()?;
         }

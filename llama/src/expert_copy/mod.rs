@@ -99,7 +99,7 @@ impl ExpertCopyPolicy {
                 t.name, t.ty
             )));
         }
-        let raw = cx.read_tensor(ids)?;
+        let raw = cx.read_ids(ids)?;
         let mut vals = Vec::with_capacity(t.nelements().max(0) as usize);
         for i1 in 0..t.ne[1].max(0) as usize {
             for i0 in 0..t.ne[0].max(0) as usize {

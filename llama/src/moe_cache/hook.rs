@@ -260,7 +260,7 @@ impl MoeCacheHook {
                 t.name, t.ty
             )));
         }
-        let raw = cx.read_tensor(ids)?;
+        let raw = cx.read_ids(ids)?;
         let mut vals: Vec<i32> = raw
             .chunks_exact(4)
             .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))

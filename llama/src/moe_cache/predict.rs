@@ -212,7 +212,17 @@ impl PredictShared {
         if cx.nodes().contains(&pred) || self.current.is_none() {
             return Ok(false);
         }
-        let raw = g.read_bytes(pred)?;
+        // the predicted ids, read after the compute queued so far on the
+        // readback stream (the host waits for that read only): an id read
+        let len = g.tensor(pred).nbytes();
+        let pd = g.data_of(pred).ok_or_else(|| {
+            HookError::msg(format!("'{}' has no memory", pred_name(layer as usize)))
+        })?;
+        let mut raw = vec![0u8; len];
+        cx.backend().read_after_compute(&pd, 0, &mut raw)?;
+        if let Some(c) = cx.backend().pipeline_counters() {
+            c.add_id_read();
+        }
         let mut experts: Vec<u32> = Vec::with_capacity(raw.len() / 4);
         for (i, b) in raw.chunks_exact(4).enumerate() {
             let id = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);

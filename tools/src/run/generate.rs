@@ -217,6 +217,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         emit(&mut out, &prompt);
     }
     let stats_prompt = ctx.stats();
+    let pipeline_prompt = ctx.pipeline_counts();
 
     // generation
     let n_ctx = ctx.n_ctx();
@@ -348,6 +349,11 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     s.set_cache(ctx.moe_cache_stats());
+    s.pipeline = common::pipeline_summary::PipelineSummary::of(
+        &ctx.pipeline_counts().since(&pipeline_prompt),
+        gen_decodes,
+        ctx.last_n_splits(),
+    );
     s.prefetch = common::prefetch_report::PrefetchReport::with_predict(
         &stats_total,
         ctx.prefetch_stats(),
