@@ -25,7 +25,8 @@
 //!
 //! - **Traces** ([`trace`], [`synth_trace`]): recorded routing in a small
 //!   binary file, and synthetic routing (random, Zipf, or topic-shaped
-//!   like a trained model's) generated from a model's shape.
+//!   like a trained model's) generated from a model's shape; [`forced`]
+//!   makes a model route by a trace (`--expert-trace-in`).
 //!
 //! - **Hybrid experts** ([`hybrid`], [`hybrid_graph`], [`cost`]): a miss
 //!   can be computed on the CPU from host memory instead of uploaded; the
@@ -37,6 +38,7 @@
 
 pub mod bank;
 pub mod cost;
+pub mod forced;
 pub mod graph;
 pub mod hook;
 pub mod hybrid;
