@@ -17,7 +17,7 @@
 //! [`hybrid_summary`], the [`prefetch_report`], simulated time from
 //! [`simtime`]); files it writes go through [`outfile`] (atomic).
 //! [`devices`] lists what `--device` can name; [`tok`] is the one place
-//! the tools touch the tokenizer.
+//! the tools touch the tokenizer. [`forced`] reads `--expert-trace-in`.
 
 #![warn(missing_docs)]
 
@@ -26,6 +26,7 @@ pub mod chat;
 pub mod cli;
 pub mod default_model;
 pub mod devices;
+pub mod forced;
 pub mod hybrid_summary;
 pub mod outfile;
 pub mod pipeline_summary;

@@ -109,6 +109,12 @@ pub struct RunSummary {
     pub n_threads_batch: usize,
     /// CPU threads the one-token decodes ran on (`-t`).
     pub n_threads: usize,
+    /// The MoE layers were routed by a trace (`--expert-trace-in`): the
+    /// text is not the model's.
+    pub forced_routing: bool,
+    /// The summary's line about the forced routing (text summary only).
+    #[serde(skip)]
+    pub forced_routing_text: Option<String>,
 }
 
 /// `b - a`, field by field.
@@ -156,7 +162,8 @@ impl RunSummary {
 
     /// The summary as llama.cpp-style lines.
     pub fn to_text(&self) -> String {
-        let mut t = self.traffic_text();
+        let mut t = self.forced_routing_text.clone().unwrap_or_default();
+        t.push_str(&self.traffic_text());
         if let Some(c) = &self.moe_cache {
             t.push_str(&cache_text(c, &self.device));
             t.push_str(&self.hybrid.to_text(&self.device));

@@ -69,6 +69,10 @@ pub struct ContextParams {
     /// (`--moe-predict on`; needs the expert cache; off by default,
     /// [`crate::moe_cache::predict`]).
     pub moe_predict: bool,
+    /// Route every MoE layer by a trace's expert ids instead of its router's
+    /// (`--expert-trace-in`, [`crate::moe_cache::forced`]); `None` (the
+    /// default): the model's own routing.
+    pub forced_routing: Option<Arc<crate::moe_cache::forced::ForcedRouting>>,
 }
 
 impl Default for ContextParams {
@@ -88,6 +92,7 @@ impl Default for ContextParams {
             moe_hybrid: None,
             prefetch_experts_slots: 0,
             moe_predict: false,
+            forced_routing: None,
         }
     }
 }
@@ -634,7 +639,9 @@ impl Context {
             b.moe_hybrid = c.hybrid.as_ref().map(|h| Arc::clone(&h.maps));
         }
         b.moe_predict = self.predict.is_some();
+        b.forced_routing = self.params.forced_routing.is_some();
         let dg = b.build_decoder(&self.kv, n_tokens, cell0, n_kv, out_rows.len());
+        let forced_ids = std::mem::take(&mut b.forced_ids);
         if let Some(p) = &self.prefetch {
             p.lock().begin_ubatch(n_tokens);
         }
@@ -642,7 +649,7 @@ impl Context {
             c.lock().note_bypassed(&b.moe_cache_bypassed);
         }
         let mut g = b.g;
-        self.bind_inputs(&mut g, &dg, batch, r, n_kv, out_rows)?;
+        self.bind_inputs(&mut g, &dg, batch, r, n_kv, out_rows, &forced_ids)?;
         // llama.cpp: n_threads for a token, n_threads_batch for a batch
         let n_threads = self.params.n_threads.max(1);
         self.cpu_be.set_n_threads(if n_tokens > 1 {
@@ -677,7 +684,9 @@ impl Context {
     /// Put the ubatch's inputs in a host buffer and bind the input tensors
     /// to it. The mask lets a token see the cells of its own sequence at
     /// positions up to its own (and, through a sliding window, after
-    /// `pos - n_swa`).
+    /// `pos - n_swa`). With forced routing, each MoE layer's ids come from
+    /// the trace at its rows' positions.
+    #[allow(clippy::too_many_arguments)]
     fn bind_inputs(
         &mut self,
         g: &mut Graph,
@@ -686,6 +695,7 @@ impl Context {
         r: std::ops::Range<usize>,
         n_kv: usize,
         out_rows: &[i32],
+        forced_ids: &[(usize, TensorId)],
     ) -> Result<()> {
         let n = r.len();
         let ub = &batch.tokens[r.clone()];
@@ -719,6 +729,18 @@ impl Context {
         }
         if let (Some(t), Some(m)) = (dg.mask_swa, &mask_swa) {
             parts.push((t, bytemuck::cast_slice(m).to_vec()));
+        }
+        if let Some(f) = &self.params.forced_routing {
+            for &(il, t) in forced_ids {
+                // the last layer routes only the output rows
+                let rows = g.tensor(t).ne[1] as usize;
+                let bytes = if rows == n {
+                    f.ids(il, pos.iter().copied())
+                } else {
+                    f.ids(il, out_rows.iter().map(|&o| pos[o as usize]))
+                };
+                parts.push((t, bytes.map_err(LlamaError::Invalid)?));
+            }
         }
         for t in [dg.k_rot, dg.v_rot].into_iter().flatten() {
             let n = g.tensor(t).ne[0] as usize;

@@ -267,7 +267,7 @@ impl GraphBuilder<'_> {
         self.name(logits, "ffn_moe_logits", Some(il));
         let probs = self.g.soft_max_ext(logits, None, 1.0, 0.0);
         self.name(probs, "ffn_moe_probs", Some(il));
-        let selected = self.g.top_k(probs, n_used as i32);
+        let selected = self.moe_select(probs, n_used as i32, il);
         self.name(selected, "ffn_moe_topk", Some(il));
         self.moe_predict_next(il, cur);
         let p3 = self.g.reshape_3d(probs, 1, n_expert, nt);

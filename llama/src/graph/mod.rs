@@ -37,6 +37,11 @@ pub struct GraphBuilder<'m> {
     /// Predict the next cached layer's experts (`--moe-predict on`, see
     /// [`crate::moe_cache::predict`]).
     pub moe_predict: bool,
+    /// Route by a trace (`--expert-trace-in`): MoE selections are inputs
+    /// ([`crate::moe_cache::forced`]).
+    pub forced_routing: bool,
+    /// With forced routing, each MoE layer's ids input, for the context.
+    pub forced_ids: Vec<(usize, TensorId)>,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -50,6 +55,8 @@ impl<'m> GraphBuilder<'m> {
             moe_cache_bypassed: Vec::new(),
             moe_hybrid: None,
             moe_predict: false,
+            forced_routing: false,
+            forced_ids: Vec::new(),
             leafs: HashMap::new(),
         }
     }

@@ -83,7 +83,7 @@ impl GraphBuilder<'_> {
         if hp.n_expert_groups > 1 {
             sel = self.mask_expert_groups(sel, nt, il);
         }
-        let selected = self.g.top_k(sel, n_used as i32);
+        let selected = self.moe_select(sel, n_used as i32, il);
         self.name(selected, "ffn_moe_topk", Some(il));
         let p3 = self.g.reshape_3d(probs, 1, n_expert, nt);
         let mut weights = self.g.get_rows(p3, selected);

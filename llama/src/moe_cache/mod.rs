@@ -23,6 +23,11 @@
 //! - **Policies** ([`policy`]): pure functions of the access sequence, so
 //!   a routing-trace replay ([`replay`]) runs this very code.
 //!
+//! - **Traces** ([`trace`], [`synth_trace`]): recorded routing in a small
+//!   binary file, and synthetic routing (random, Zipf, or topic-shaped
+//!   like a trained model's) generated from a model's shape; [`forced`]
+//!   makes a model route by a trace (`--expert-trace-in`).
+//!
 //! - **Hybrid experts** ([`hybrid`], [`hybrid_graph`], [`cost`]): a miss
 //!   can be computed on the CPU from host memory instead of uploaded; the
 //!   hook decides per layer per ubatch, from a cost model or a fixed share.
@@ -33,6 +38,7 @@
 
 pub mod bank;
 pub mod cost;
+pub mod forced;
 pub mod graph;
 pub mod hook;
 pub mod hybrid;
@@ -43,6 +49,7 @@ pub mod predict;
 pub mod prefetch;
 pub mod replay;
 pub mod stats;
+pub mod synth_trace;
 pub mod trace;
 
 use std::fmt;

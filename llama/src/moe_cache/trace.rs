@@ -211,6 +211,25 @@ impl Trace {
         Ok(())
     }
 
+    /// A trace of one-token ubatches: `tokens[t][l]` holds token `t`'s ids
+    /// at the header's `l`-th MoE layer (as
+    /// [`super::synth_trace::generate`] returns them). Ids are not checked.
+    pub fn from_tokens(header: TraceHeader, tokens: &[Vec<Vec<u32>>]) -> Trace {
+        let ubatches = tokens
+            .iter()
+            .map(|tok| TraceUbatch {
+                n_tokens: 1,
+                layers: header
+                    .layers
+                    .iter()
+                    .zip(tok)
+                    .map(|(l, ids)| (l.layer, ids.clone()))
+                    .collect(),
+            })
+            .collect();
+        Trace { header, ubatches }
+    }
+
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let h = &self.header;

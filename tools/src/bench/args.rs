@@ -44,6 +44,9 @@ pub struct Params {
     /// `--expert-trace-out`: the routing trace of the last repetition of
     /// the last test (for llama-moe-cache).
     pub expert_trace_out: Option<std::path::PathBuf>,
+    /// `--expert-trace-in`: route every MoE layer by this trace's ids
+    /// (forced routing, `llama::moe_cache::forced`).
+    pub expert_trace_in: Option<std::path::PathBuf>,
 }
 
 impl Params {
@@ -93,6 +96,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
         no_expert_copy: false,
         timeline_out: None,
         expert_trace_out: None,
+        expert_trace_in: None,
     };
     let mut it = args.into_iter().peekable();
     while let Some(raw) = it.next() {
@@ -165,6 +169,9 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
             }
             "--expert-trace-out" => {
                 p.expert_trace_out = Some(value(&mut it, &flag)?.into());
+            }
+            "--expert-trace-in" => {
+                p.expert_trace_in = Some(value(&mut it, &flag)?.into());
             }
             "--timeline-out" => {
                 p.timeline_out = Some(value(&mut it, &flag)?.into());
@@ -245,6 +252,8 @@ pub fn usage() -> String {
         "  --delay <0...N>                       seconds of pause before each test (default: 0)",
         "  --timeline-out FILE.json              simulated timeline of the last repetition on a sim device (Chrome trace)",
         "  --expert-trace-out FILE               routing trace of the last repetition (for llama-moe-cache)",
+        "  --expert-trace-in FILE                forced routing: every MoE layer uses this trace's expert ids",
+        "                                        (token i takes trace token i, wrapping); weights stay the router's",
         "  -o, --output <csv|json|jsonl|md|sql>  format on stdout (default: md)",
         "  -oe, --output-err <csv|json|jsonl|md|sql>",
         "                                        format on stderr (default: none)",

@@ -227,6 +227,8 @@ pub struct TestResult {
     pub no_expert_copy: bool,
     /// Which of our own parameters were given (aligned with `PARAMS`).
     pub given: Vec<bool>,
+    /// The MoE layers routed by a trace (`--expert-trace-in`).
+    pub forced_routing: bool,
 }
 
 impl TestResult {
@@ -355,6 +357,9 @@ impl TestResult {
                 out.push((name, ty, format!("{v:.3}")));
             }
         }
+        if self.forced_routing {
+            out.push(("forced_routing", Bool, "1".into()));
+        }
         if let Some(sm) = &self.sim {
             let vals = [
                 sm.avg_ts,
@@ -436,6 +441,9 @@ pub fn own_columns(p: &Params, insts: &[Instance]) -> Vec<(&'static str, FieldTy
         out.extend_from_slice(CACHE_FIELDS);
         out.extend_from_slice(HYBRID_FIELDS);
     }
+    if p.expert_trace_in.is_some() {
+        out.push(("forced_routing", Bool));
+    }
     if insts.iter().any(|i| {
         i.device()
             .is_some_and(|d| d.to_ascii_uppercase().starts_with("SIM"))
@@ -498,6 +506,7 @@ mod tests {
             cache: None,
             no_expert_copy: false,
             given: vec![false; PARAMS.len()],
+            forced_routing: false,
         };
         assert_eq!(r.median(), (2_000_000_000, 5.0));
         r.samples_ns.push(3_000_000_000);

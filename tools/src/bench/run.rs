@@ -301,6 +301,10 @@ fn run_test(
         },
         prefetch_experts_slots: inst.int("prefetch_experts_slots") as i32,
         moe_predict: inst.int("moe_predict") == 1,
+        forced_routing: match &p.expert_trace_in {
+            Some(path) => Some(Arc::new(common::forced::load(path, model)?)),
+            None => None,
+        },
         ..ContextParams::default()
     };
     let mut ctx = Context::new(Arc::clone(model), params).with_context(|| {
@@ -421,5 +425,6 @@ fn run_test(
         traffic: inst.device().map(|_| traffic),
         no_expert_copy: p.no_expert_copy,
         given: p.given.clone(),
+        forced_routing: p.expert_trace_in.is_some(),
     })
 }

@@ -1,8 +1,12 @@
 //! `llama-moe-cache`: replay a routing trace (`--expert-trace-out`) through
 //! every cache policy at several sizes, compare each with Belady's optimum,
 //! draw the curves and advise a `--moe-cache-mib` / `--moe-cache-policy`.
+//! It also makes traces: from an external JSONL file (`--import-jsonl`,
+//! [`import`]) or synthetic (`--synth-trace`,
+//! [`llama::moe_cache::synth_trace`]), for a model's shape.
 
 pub mod advise;
+pub mod import;
 pub mod plot;
 pub mod sweep;
 
@@ -11,7 +15,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use llama::moe_cache::{PolicyKind, Trace, DEFAULT_MAX_BATCH};
+use llama::moe_cache::synth_trace::{self, SynthKind, SynthParams};
+use llama::moe_cache::{PolicyKind, Trace, TraceHeader, DEFAULT_MAX_BATCH};
 
 use sweep::{Row, SweepPolicy};
 
@@ -20,11 +25,66 @@ use sweep::{Row, SweepPolicy};
 #[command(
     name = "llama-moe-cache",
     version,
-    about = "Replay a routing trace through every expert cache policy and Belady's optimum."
+    about = "Replay a routing trace through every expert cache policy and Belady's optimum; import or synthesize traces."
 )]
 pub struct Args {
     /// the trace written by llama-run / llama-bench --expert-trace-out
-    pub trace: PathBuf,
+    /// (none with --import-jsonl or --synth-trace)
+    #[arg(required_unless_present_any = ["import_jsonl", "synth_trace"], conflicts_with_all = ["import_jsonl", "synth_trace"])]
+    pub trace: Option<PathBuf>,
+    /// convert a JSONL routing trace (one {"layer", "token_pos", "experts"}
+    /// object a line, optional "seq" / "problem_id") for the model of -m
+    #[arg(
+        long = "import-jsonl",
+        value_name = "IN.jsonl",
+        requires = "model",
+        conflicts_with = "synth_trace"
+    )]
+    pub import_jsonl: Option<PathBuf>,
+    /// generate a synthetic trace for the shape of -m's model: random, zipf
+    /// or topic (trained-like)
+    #[arg(long = "synth-trace", value_name = "KIND", requires = "model", value_parser = parse_kind)]
+    pub synth_trace: Option<SynthKind>,
+    /// tokens of the synthetic trace
+    #[arg(
+        long = "tokens",
+        value_name = "N",
+        default_value_t = 4000,
+        requires = "synth_trace"
+    )]
+    pub tokens: usize,
+    /// write the imported or synthetic trace to this file
+    #[arg(long = "trace-out", value_name = "OUT.trace")]
+    pub trace_out: Option<PathBuf>,
+    /// only write the imported or synthetic trace (no replay)
+    #[arg(long = "no-replay")]
+    pub no_replay: bool,
+    /// seed of the synthetic trace
+    #[arg(
+        long = "seed",
+        value_name = "N",
+        default_value_t = 1,
+        requires = "synth_trace"
+    )]
+    pub seed: u64,
+    /// Zipf exponent of each layer's expert popularity (zipf, topic)
+    #[arg(long = "zipf-s", value_name = "S", requires = "synth_trace")]
+    pub zipf_s: Option<f64>,
+    /// mean tokens of a topic (topic)
+    #[arg(long = "topic-len", value_name = "N", requires = "synth_trace")]
+    pub topic_len: Option<f64>,
+    /// experts of a topic's working set per layer, 0 = 3 x n_used (topic)
+    #[arg(long = "topic-experts", value_name = "N", requires = "synth_trace")]
+    pub topic_experts: Option<u32>,
+    /// probability a pick repeats one of the previous token's (topic)
+    #[arg(long = "p-repeat", value_name = "P", requires = "synth_trace")]
+    pub p_repeat: Option<f64>,
+    /// probability a pick follows the previous layer's picks (topic)
+    #[arg(long = "p-layer", value_name = "P", requires = "synth_trace")]
+    pub p_layer: Option<f64>,
+    /// probability a pick comes from the layer's whole popularity (topic)
+    #[arg(long = "p-global", value_name = "P", requires = "synth_trace")]
+    pub p_global: Option<f64>,
     /// cache sizes in slots per group, comma-separated (default: n_used to
     /// n_expert slots per layer)
     #[arg(long = "sizes", value_name = "N,..", value_parser = parse_slots, conflicts_with = "mib")]
@@ -89,24 +149,129 @@ fn parse_mib(s: &str) -> Result<List<f64>, String> {
     })
 }
 
+fn parse_kind(s: &str) -> Result<SynthKind, String> {
+    s.parse()
+}
+
 fn parse_policies(s: &str) -> Result<List<PolicyKind>, String> {
     list(s, |t| t.parse::<PolicyKind>())
 }
 
+/// The synthesis parameters the flags give.
+pub fn synth_params(a: &Args, kind: SynthKind) -> SynthParams {
+    let d = SynthParams::new(kind);
+    SynthParams {
+        kind,
+        seed: a.seed,
+        zipf_s: a.zipf_s.unwrap_or(d.zipf_s),
+        topic_len: a.topic_len.unwrap_or(d.topic_len),
+        topic_experts: a.topic_experts.unwrap_or(d.topic_experts),
+        p_repeat: a.p_repeat.unwrap_or(d.p_repeat),
+        p_layer: a.p_layer.unwrap_or(d.p_layer),
+        p_global: a.p_global.unwrap_or(d.p_global),
+    }
+}
+
+fn model_header(m: &std::path::Path) -> Result<TraceHeader> {
+    let loaded = common::cli::load_model(
+        "llama-moe-cache",
+        Some(m),
+        &common::cli::PlacementArgs::default(),
+        1,
+    )?;
+    Ok(TraceHeader::from_model(&loaded.model))
+}
+
+/// The trace to replay: read, imported or synthesized (and written to
+/// `--trace-out`), with the name to give it in messages.
+fn make_trace(a: &Args) -> Result<(Trace, String)> {
+    let (trace, name) = match (&a.trace, &a.import_jsonl, a.synth_trace, &a.model) {
+        (Some(t), _, _, _) => {
+            let trace = Trace::read(t).map_err(anyhow::Error::msg)?;
+            (trace, t.display().to_string())
+        }
+        (None, Some(inp), _, Some(m)) => {
+            let header = model_header(m)?;
+            if header.layers.is_empty() {
+                bail!("{} has no MoE layer to import a trace for", m.display());
+            }
+            let text = std::fs::read_to_string(inp)
+                .with_context(|| format!("cannot read {}", inp.display()))?;
+            let imp = import::import_jsonl(&text, header)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", inp.display()))?;
+            eprintln!(
+                "llama-moe-cache: imported {} records: {} tokens in {} sequence(s), {} MoE layers",
+                imp.records,
+                imp.trace.ubatches.len(),
+                imp.sequences,
+                imp.trace.header.layers.len()
+            );
+            (imp.trace, inp.display().to_string())
+        }
+        (None, None, Some(kind), Some(m)) => {
+            if a.tokens == 0 {
+                bail!("--tokens 0: give 1 or more tokens");
+            }
+            let header = model_header(m)?;
+            if header.layers.is_empty() {
+                bail!("{} has no MoE layer to synthesize a trace for", m.display());
+            }
+            let p = synth_params(a, kind);
+            p.check(header.n_expert, header.n_expert_used)
+                .map_err(|e| anyhow::anyhow!("--synth-trace {kind}: {e}"))?;
+            let tokens = synth_trace::generate(
+                &p,
+                header.layers.len(),
+                header.n_expert,
+                header.n_expert_used,
+                a.tokens,
+            );
+            let n = a.tokens.min(1300);
+            eprintln!(
+                "llama-moe-cache: synthesized {} tokens of {kind} routing ({}): {:.1}% of (layer, expert) pairs active within {n} tokens, median reuse distance {}",
+                a.tokens,
+                header.shape(),
+                100.0 * synth_trace::active_fraction(&tokens, n, header.n_expert),
+                synth_trace::median_reuse_distance(&tokens, header.n_expert)
+                    .map_or("-".to_string(), |d| format!("{d} tokens"))
+            );
+            (
+                Trace::from_tokens(header, &tokens),
+                format!("synthetic {kind} trace"),
+            )
+        }
+        _ => bail!(
+            "give a trace file, --import-jsonl IN.jsonl -m MODEL, or --synth-trace KIND -m MODEL"
+        ),
+    };
+    if let Some(out) = &a.trace_out {
+        if a.trace.is_some() {
+            bail!("--trace-out: give it with --import-jsonl or --synth-trace (the trace file is already one)");
+        }
+        std::fs::write(out, trace.to_bytes())
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        eprintln!("llama-moe-cache: wrote {}", out.display());
+    }
+    Ok((trace, name))
+}
+
 /// Run the tool.
 pub fn run(a: &Args) -> Result<()> {
-    let trace = Trace::read(&a.trace).map_err(anyhow::Error::msg)?;
-    if trace.ubatches.is_empty() {
-        bail!("{}: the trace holds no ubatch", a.trace.display());
+    if a.no_replay && a.trace_out.is_none() {
+        bail!("--no-replay without --trace-out: nothing to do (give --trace-out OUT.trace)");
     }
-    if let Some(m) = &a.model {
-        let loaded = common::cli::load_model(
-            "llama-moe-cache",
-            Some(m),
-            &common::cli::PlacementArgs::default(),
-            1,
-        )?;
-        let h = llama::moe_cache::TraceHeader::from_model(&loaded.model);
+    if a.no_replay && a.trace.is_some() {
+        bail!("--no-replay: give it with --import-jsonl or --synth-trace");
+    }
+    let (trace, name) = make_trace(a)?;
+    if a.no_replay {
+        return Ok(());
+    }
+    if trace.ubatches.is_empty() {
+        bail!("{name}: the trace holds no ubatch");
+    }
+    if let (Some(m), Some(tp)) = (&a.model, &a.trace) {
+        let h = model_header(m)?;
         let tl: Vec<u32> = trace.header.layers.iter().map(|l| l.layer).collect();
         let ml: Vec<u32> = h.layers.iter().map(|l| l.layer).collect();
         if h.n_layer != trace.header.n_layer
@@ -116,7 +281,7 @@ pub fn run(a: &Args) -> Result<()> {
         {
             bail!(
                 "{} was recorded on another model: the trace has {}, {} has {}",
-                a.trace.display(),
+                tp.display(),
                 trace.header.shape(),
                 m.display(),
                 h.shape()
@@ -128,7 +293,7 @@ pub fn run(a: &Args) -> Result<()> {
     }
     let groups = trace.header.groups();
     if groups.is_empty() {
-        bail!("{}: no layer of the trace can be cached", a.trace.display());
+        bail!("{name}: no layer of the trace can be cached");
     }
     let sizes = match (&a.sizes, &a.mib) {
         (Some(s), _) => sweep::sizes_from_slots(&groups, &s.0)?,

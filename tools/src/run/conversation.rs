@@ -55,6 +55,12 @@ pub(crate) fn conversation(
             .params()
             .n_threads_batch
             .unwrap_or(ctx.params().n_threads),
+        forced_routing: ctx.params().forced_routing.is_some(),
+        forced_routing_text: ctx
+            .params()
+            .forced_routing
+            .as_deref()
+            .map(common::forced::summary_line),
         ..Default::default()
     };
     eprintln!();

@@ -157,6 +157,13 @@ pub struct Args {
     #[arg(long = "expert-trace-out", value_name = "FILE")]
     pub(crate) expert_trace_out: Option<PathBuf>,
 
+    /// forced routing: every MoE layer uses this trace's expert ids instead
+    /// of its router's (token i takes trace token i, wrapping; weights stay
+    /// the router's); for measuring the offload path: the text is not the
+    /// model's
+    #[arg(long = "expert-trace-in", value_name = "FILE")]
+    pub(crate) expert_trace_in: Option<PathBuf>,
+
     /// write the summary as one JSON object
     #[arg(long = "stats-out", value_name = "FILE")]
     pub(crate) stats_out: Option<PathBuf>,

@@ -5,6 +5,7 @@
 //! the requested files written.
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
@@ -87,6 +88,17 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     ctx_params.moe_hybrid = a.moe_cache.hybrid()?;
     ctx_params.prefetch_experts_slots = a.prefetch.slots()?;
     ctx_params.moe_predict = a.prefetch.predict();
+    ctx_params.forced_routing = match &a.expert_trace_in {
+        Some(p) => Some(Arc::new(common::forced::load(p, model)?)),
+        None => None,
+    };
+    let forced_text = ctx_params
+        .forced_routing
+        .as_deref()
+        .map(common::forced::summary_line);
+    if let Some(t) = &forced_text {
+        eprint!("{TOOL}: {t}");
+    }
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
     ctx_params.flash_attn |= fa_auto && kv_type_v.is_quantized();
@@ -339,6 +351,8 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         } else {
             ctx.params().n_threads
         },
+        forced_routing: forced_text.is_some(),
+        forced_routing_text: forced_text,
         ..Default::default()
     };
     if let (Some(d), Some(p)) = (&event_timeline, &a.timeline_out) {

@@ -1,0 +1,144 @@
+//! Forced routing (`ContextParams::forced_routing`): a trace recorded from
+//! the model's own routing, forced back, gives its logits bit for bit (on
+//! the CPU and with host experts on the sim device, through the cache); a
+//! foreign trace routes every MoE layer by its ids, token i by trace token
+//! i, wrapping around; a trace that cannot drive the model is refused.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{or_skip, Fixture, MODELS};
+use llama::device::open_device;
+use llama::moe_cache::forced::ForcedRouting;
+use llama::moe_cache::synth_trace::{generate, SynthKind, SynthParams};
+use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind, Trace, TraceHeader};
+use llama::placement::Placement;
+use llama::{Context, ContextParams, Model, ModelParams};
+
+fn load(fx: &Fixture, device: Option<&str>) -> Arc<Model> {
+    let dev = device.and_then(|d| open_device(d, 2, 1).expect("device"));
+    let params = ModelParams {
+        device: dev,
+        placement: Placement {
+            cpu_moe: device.is_some(),
+            ..Default::default()
+        },
+        progress: None,
+        ..Default::default()
+    };
+    Arc::new(Model::load(&fx.gguf, params).expect("load"))
+}
+
+fn ctx(model: &Arc<Model>, forced: Option<ForcedRouting>) -> Context {
+    let cache = if model.device.is_some() {
+        MoeCacheParams {
+            size: CacheSize::Auto,
+            policy: PolicyKind::Lru,
+            max_batch: 32,
+        }
+    } else {
+        MoeCacheParams::default()
+    };
+    let p = ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: 8,
+        n_threads: 2,
+        moe_cache: cache,
+        forced_routing: forced.map(Arc::new),
+        ..Default::default()
+    };
+    Context::new(Arc::clone(model), p).expect("context")
+}
+
+/// Prompt logits (every row, in ubatches of 8) then 4 decoded rows, and the
+/// routing trace of the run.
+fn run(c: &mut Context, fx: &Fixture) -> (Vec<f32>, Trace) {
+    c.start_expert_trace();
+    c.decode(&fx.tokens, true).expect("prompt");
+    let mut out = Vec::new();
+    for i in 0..fx.tokens.len() {
+        out.extend_from_slice(c.logits(i).expect("row"));
+    }
+    for &t in &fx.gen[..4] {
+        c.decode(&[t], false).expect("decode");
+        out.extend_from_slice(c.logits(0).expect("row"));
+    }
+    (out, c.take_expert_trace().expect("trace"))
+}
+
+#[test]
+fn the_models_own_routing_forced_back_gives_its_logits_bit_for_bit() {
+    for name in MODELS {
+        let fx = or_skip!(Fixture::load(name));
+        for device in [None, Some("SIM0")] {
+            let model = load(&fx, device);
+            let (want, trace) = run(&mut ctx(&model, None), &fx);
+            let forced = ForcedRouting::new(&trace, &model).expect("forced");
+            let (got, again) = run(&mut ctx(&model, Some(forced)), &fx);
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{name} on {device:?}: forced own routing changed the logits"
+            );
+            assert_eq!(again, trace, "{name} on {device:?}: the routing");
+        }
+    }
+}
+
+#[test]
+fn a_foreign_trace_routes_every_layer_wrapping_around() {
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
+    for device in [None, Some("SIM0")] {
+        let model = load(&fx, device);
+        let header = TraceHeader::from_model(&model);
+        let (n_moe, ne, nu) = (header.layers.len(), header.n_expert, header.n_expert_used);
+        // 5 tokens, fewer than the run's: positions wrap around
+        let tokens = generate(&SynthParams::new(SynthKind::Random), n_moe, ne, nu, 5);
+        let trace = Trace::from_tokens(header, &tokens);
+        let forced = ForcedRouting::new(&trace, &model).expect("forced");
+        assert_eq!(forced.n_tokens(), 5);
+        let (own, _) = run(&mut ctx(&model, None), &fx);
+        let (got, rec) = run(&mut ctx(&model, Some(forced)), &fx);
+        assert_ne!(got, own, "forced routing changed nothing");
+        assert!(got.iter().all(|v| v.is_finite()));
+        // every recorded row is the trace's token at its position
+        let mut pos = 0usize;
+        for ub in &rec.ubatches {
+            let nt = ub.n_tokens as usize;
+            for (j, (_, ids)) in ub.layers.iter().enumerate() {
+                let rows = ids.len() / nu as usize;
+                let first = pos + nt - rows; // the last layer: output rows only
+                for r in 0..rows {
+                    let want = &tokens[(first + r) % 5][j];
+                    assert_eq!(&ids[r * nu as usize..(r + 1) * nu as usize], &want[..]);
+                }
+            }
+            pos += nt;
+        }
+        assert_eq!(pos, fx.tokens.len() + 4);
+    }
+}
+
+#[test]
+fn a_trace_that_cannot_drive_the_model_is_refused() {
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
+    let model = load(&fx, None);
+    let mut h = TraceHeader::from_model(&model);
+    h.n_expert_used += 1;
+    let t = Trace::from_tokens(h.clone(), &[]);
+    let e = ForcedRouting::new(&t, &model).unwrap_err();
+    assert!(e.contains("picks 3 experts per token, the model 2"), "{e}");
+    h.n_expert_used -= 1;
+    h.n_expert *= 2;
+    let e = ForcedRouting::new(&Trace::from_tokens(h.clone(), &[]), &model).unwrap_err();
+    assert!(
+        e.contains("16 experts per layer, more than the model's 8"),
+        "{e}"
+    );
+    h.n_expert /= 2;
+    let e = ForcedRouting::new(&Trace::from_tokens(h, &[]), &model).unwrap_err();
+    assert!(e.contains("no token"), "{e}");
+}
