@@ -175,7 +175,7 @@ pub struct Job {
 /// What the decode thread is asked to do.
 pub enum Task {
     /// Generate.
-    Generate(Job),
+    Generate(Box<Job>),
     /// Act on an idle slot (`/slots/{id}?action=...`).
     Slot(SlotTask),
 }
@@ -446,7 +446,7 @@ pub fn run(
             metrics.queued.store(rx.len() as u64, Relaxed);
             match rx.blocking_recv() {
                 Some(Task::Generate(job)) => {
-                    held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter)
+                    held = assign(&mut ctx, &mut slots, *job, &metrics, &mut seed_counter)
                 }
                 Some(Task::Slot(t)) => {
                     slot_task(&mut ctx, &mut slots, t, n_ubatch, cfg.n_slot_ctx);
@@ -459,7 +459,7 @@ pub fn run(
             while held.is_none() && slots.iter().any(|s| s.active.is_none()) {
                 match rx.try_recv() {
                     Ok(Task::Generate(job)) => {
-                        held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter)
+                        held = assign(&mut ctx, &mut slots, *job, &metrics, &mut seed_counter)
                     }
                     Ok(Task::Slot(t)) => {
                         slot_task(&mut ctx, &mut slots, t, n_ubatch, cfg.n_slot_ctx)
@@ -573,10 +573,11 @@ pub fn run(
                     let mut l = post_sampling_logprobs(&dist, t, n);
                     // as llama.cpp: n alternatives even when the chain
                     // kept fewer (greedy), the dropped ones at probability 0
+                    // (log 0 written as the most negative f32: JSON has no -inf)
                     if l.top.len() < n {
                         for (alt, _) in token_logprobs(logits, t, n).top {
                             if l.top.len() < n && !l.top.iter().any(|x| x.0 == alt) {
-                                l.top.push((alt, f32::NEG_INFINITY));
+                                l.top.push((alt, f32::MIN));
                             }
                         }
                     }

@@ -640,7 +640,7 @@ fn submit(
         more_choices: more_tx,
     };
     let id = request_id(st, kind);
-    if let Err(e) = st.jobs.try_send(Task::Generate(job)) {
+    if let Err(e) = st.jobs.try_send(Task::Generate(Box::new(job))) {
         return Err(match e {
             mpsc::error::TrySendError::Full(_) => {
                 ApiError::unavailable("every slot is busy and the queue is full; retry later")

@@ -11,6 +11,23 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
+/// How long [`bind`] waits for a port in use to be freed.
+pub const BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Listen on `addr`; a port still held (a server on it exiting) is tried
+/// again for up to [`BIND_WAIT`] before the error is returned.
+pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match TcpListener::bind(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && t0.elapsed() < BIND_WAIT => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Serve `router` on `listener` until `shutdown` completes.
 pub async fn serve(
     listener: TcpListener,

@@ -261,7 +261,8 @@ fn server_end_to_end() {
         .collect();
     assert_eq!(streamed, o, "{body}");
     // post_sampling_probs (llama.cpp's): the distribution the token was
-    // drawn from. Greedy: the chosen token with probability 1.
+    // drawn from. Greedy: the chosen token with probability 1, and (as
+    // llama.cpp lists n alternatives) the next ones at probability 0.
     let req = json!({"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0, "logprobs": 3, "post_sampling_probs": true});
     let (code, body) = curl(&s, "/v1/completions", Some(&req.to_string()), Some(KEY));
     assert_eq!(code, 200, "{body}");
@@ -270,17 +271,23 @@ fn server_end_to_end() {
     assert_eq!(lp["content"][0]["prob"], 1.0, "{lp}");
     assert_eq!(
         lp["content"][0]["top_probs"].as_array().map(Vec::len),
-        Some(1),
+        Some(3),
         "{lp}"
     );
-    // sampled with top-k 3: at most 3 alternatives, summing to 1
+    assert_eq!(lp["content"][0]["top_probs"][1]["prob"], 0.0, "{lp}");
+    // sampled with top-k 3: 5 alternatives, at most 3 above 0, summing to 1
     let req = json!({"prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "top_k": 3, "top_p": 1.0, "min_p": 0.0, "seed": 5, "logprobs": 5, "post_sampling_probs": true});
     let (code, body) = curl(&s, "/v1/completions", Some(&req.to_string()), Some(KEY));
     assert_eq!(code, 200, "{body}");
     let v = json_of(&body);
     for c in v["choices"][0]["logprobs"]["content"].as_array().unwrap() {
         let top = c["top_probs"].as_array().unwrap();
-        assert!(!top.is_empty() && top.len() <= 3, "{c}");
+        assert_eq!(top.len(), 5, "{c}");
+        let kept = top
+            .iter()
+            .filter(|t| t["prob"].as_f64() > Some(0.0))
+            .count();
+        assert!((1..=3).contains(&kept), "{c}");
         let sum: f64 = top.iter().map(|t| t["prob"].as_f64().unwrap()).sum();
         assert!(
             (sum - 1.0).abs() < 1e-4,
@@ -493,7 +500,7 @@ fn server_end_to_end() {
     );
 
     // faults, each followed by a request that succeeds
-    let cases: [(&str, String, u16, &str); 7] = [
+    let cases: [(&str, String, u16, &str); 5] = [
         (
             "/v1/completions",
             "{\"prompt\": \"x\", ".into(),
@@ -709,7 +716,9 @@ assert cl.text_offset[0] == 0 and abs(cl.token_logprobs[0] - max(cl.top_logprobs
 post = c.completions.create(model=model, prompt="Once upon a time", max_tokens=4, temperature=1.0, top_p=1.0, seed=3, logprobs=5,
                             extra_body={"top_k": 2, "min_p": 0.0, "post_sampling_probs": True}).choices[0].logprobs
 for e in post.model_extra["content"]:
-    assert len(e["top_probs"]) <= 2 and abs(sum(t["prob"] for t in e["top_probs"]) - 1) < 1e-4, e
+    # top_k 2 keeps two tokens; the other three of the five asked for are at 0
+    assert len(e["top_probs"]) == 5 and sum(t["prob"] > 0 for t in e["top_probs"]) <= 2, e
+    assert abs(sum(t["prob"] for t in e["top_probs"]) - 1) < 1e-4, e
 parts = [k.choices[0].delta.content or "" for k in c.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=5, temperature=0, stream=True)]
 assert "".join(parts) == ch.choices[0].message.content, parts
 try:

@@ -138,7 +138,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
         let addr = format!("{}:{}", a.host, a.port);
-        let listener = tokio::net::TcpListener::bind(&addr)
+        let listener = server::serve::bind(&addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
