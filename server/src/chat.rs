@@ -106,9 +106,49 @@ pub fn make_render(text: &str, bos: String, eos: String) -> Result<ChatRender> {
         if let Some(t) = tools {
             opts.extra.push(("tools".into(), to_value(t.clone())));
         }
-        tmpl.render_value(msgs, &opts)
-            .map_err(|e| anyhow::anyhow!("chat template: {e}"))
+        match tmpl.render_value(msgs, &opts) {
+            // a template that refuses the system role (Gemma): its text
+            // opens the next user message instead, as llama.cpp does
+            Err(llama::chat::ChatError::Raised(_))
+                if messages.iter().any(|m| m.role == "system") =>
+            {
+                let merged = merge_system(messages);
+                let msgs = Value::from(merged.iter().map(message_value).collect::<Vec<_>>());
+                tmpl.render_value(msgs, &opts)
+            }
+            r => r,
+        }
+        .map_err(|e| anyhow::anyhow!("chat template: {e}"))
     }))
+}
+
+/// The messages with each system message's text moved to the start of
+/// the next user message (or kept as a user message when none follows).
+pub fn merge_system(messages: &[Message]) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::new();
+    let mut pending = String::new();
+    for m in messages {
+        if m.role == "system" {
+            if !pending.is_empty() {
+                pending.push('\n');
+            }
+            pending.push_str(&m.content);
+            continue;
+        }
+        let mut m = m.clone();
+        if m.role == "user" && !pending.is_empty() {
+            m.content = if m.content.is_empty() {
+                std::mem::take(&mut pending)
+            } else {
+                format!("{}\n{}", std::mem::take(&mut pending), m.content)
+            };
+        }
+        out.push(m);
+    }
+    if !pending.is_empty() {
+        out.push(Message::new("user", &pending));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -152,5 +192,16 @@ mod tests {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "f"}}]);
         assert_eq!(r(&m, Some(&tools), false).unwrap(), "f;");
         assert!(make_render("{% if %}", String::new(), String::new()).is_err());
+        // a template that refuses system messages gets them in the user turn
+        let r = make_render(
+            "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}[{{ m.role }}:{{ m.content }}]{% endfor %}",
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            r(&m, None, false).unwrap(),
+            "[user:You are a test.\nHi there]"
+        );
     }
 }

@@ -496,7 +496,7 @@ async fn chat_completions(
         check_key(&st, &h)?;
         let m = body_of(&st, body)?;
         let params = st.params(&m)?;
-        let msgs = parse_messages(&m)?;
+        let mut msgs = parse_messages(&m)?;
         let tools = tools::parse_tools(&m)?;
         if tools.is_some() && params.stream {
             return Err(ApiError::bad_request(
@@ -506,9 +506,20 @@ async fn chat_completions(
         let use_tools = tools
             .as_ref()
             .filter(|t| t.choice != tools::ToolChoice::None);
+        let generic =
+            use_tools.is_some() && ToolFormat::detect(&st.chat_template) == ToolFormat::Generic;
+        if let (true, Some(t)) = (generic, use_tools) {
+            // a template without a tool format: the tools and llama.cpp's
+            // generic JSON answer format described in a system message
+            tools::describe_generic(&mut msgs, t);
+        }
         let text = (st.chat_render)(&msgs, use_tools.map(|t| &t.tools), true)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let prompt = tokenize_prompt(&st, &text, true)?;
+        // the format the answer is parsed in; `tool_choice: required` (or a
+        // named function) is enforced by constraining the output to
+        // `tools::required_call(format, tools)` where the constrained
+        // decoder is wired in
         let format = use_tools.map(|_| ToolFormat::detect(&st.chat_template));
         Ok((prompt, params, format))
     })();

@@ -173,6 +173,23 @@ pub fn parse_tools(m: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiErr
     }))
 }
 
+/// For a template without a tool call format (llama.cpp's generic
+/// format): tell the model the tools and the JSON answer expected, in the
+/// system message (a new first one when there is none).
+pub fn describe_generic(messages: &mut Vec<crate::chat_fallback::Message>, req: &ToolRequest) {
+    let text = format!(
+        "You can call any of the following tools to satisfy the user's requests: {}\n\nRespond in JSON format, either with `tool_call` (a request to call tools) or with `response` reply to the user's request",
+        req.tools
+    );
+    match messages.iter_mut().find(|m| m.role == "system") {
+        Some(m) => {
+            m.content.push_str("\n\n");
+            m.content.push_str(&text);
+        }
+        None => messages.insert(0, crate::chat_fallback::Message::new("system", &text)),
+    }
+}
+
 /// A parsed tool call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolCall {
@@ -471,6 +488,148 @@ pub fn parse_output(format: ToolFormat, text: &str) -> Parsed {
     p
 }
 
+/// What `tool_choice: required` (or a named function) must make the model
+/// write: a tool call in the template's format, for the constrained
+/// decoder to enforce (llama.cpp builds the same from its grammar). JSON
+/// formats as a JSON schema; tagged ones as a Lark grammar in llguidance's
+/// syntax (`%json {...}` for the JSON parts).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RequiredCall {
+    /// The whole output is JSON matching this schema.
+    JsonSchema(Value),
+    /// The output matches this Lark grammar.
+    Lark(String),
+}
+
+/// A Lark string literal.
+fn lit(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// The grammar a required tool call must follow, or `None` when the
+/// choice leaves the model free (`auto`, `none`).
+pub fn required_call(format: ToolFormat, req: &ToolRequest) -> Option<RequiredCall> {
+    let only = match &req.choice {
+        ToolChoice::Required => None,
+        ToolChoice::Function(n) => Some(n.as_str()),
+        ToolChoice::Auto | ToolChoice::None => return None,
+    };
+    // (name, parameters schema) of the tools the model may call
+    let tools: Vec<(String, Value)> = req
+        .tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let name = t.pointer("/function/name")?.as_str()?;
+            let params = t
+                .pointer("/function/parameters")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object"}));
+            Some((name.to_string(), params))
+        })
+        .filter(|(n, _)| only.is_none_or(|o| o == n))
+        .collect();
+    if tools.is_empty() {
+        return None;
+    }
+    // one call object: {name_key: const name, args_key: parameters}
+    let call = |name_key: &str, args_key: &str| -> Value {
+        json!({"anyOf": tools.iter().map(|(n, p)| json!({
+            "type": "object",
+            "properties": {name_key: {"const": n}, args_key: p},
+            "required": [name_key, args_key],
+        })).collect::<Vec<_>>()})
+    };
+    let array = |item: Value| -> Value {
+        let mut a = json!({"type": "array", "items": item, "minItems": 1});
+        if !req.parallel {
+            a["maxItems"] = json!(1);
+        }
+        a
+    };
+    let rep = if req.parallel { "+" } else { "" };
+    // Lark: a rule per tool from a prefix, the name, a middle and a suffix
+    let per_tool = |pre: &dyn Fn(&str) -> String, post: &str, outer: (&str, &str)| -> String {
+        let mut g = format!("start: {} (call){rep} {}\n", outer.0, outer.1)
+            .replace("  ", " ")
+            .replace(" \n", "\n");
+        let alts: Vec<String> = (0..tools.len()).map(|i| format!("call_{i}")).collect();
+        g.push_str(&format!("call: {}\n", alts.join(" | ")));
+        for (i, (n, p)) in tools.iter().enumerate() {
+            let post = if post.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", lit(post))
+            };
+            g.push_str(&format!(
+                "call_{i}: {} args_{i}{post}\nargs_{i}: %json {}\n",
+                pre(n),
+                p
+            ));
+        }
+        g
+    };
+    Some(match format {
+        ToolFormat::Generic => {
+            if req.parallel {
+                RequiredCall::JsonSchema(json!({
+                    "type": "object",
+                    "properties": {"tool_calls": array(call("name", "arguments"))},
+                    "required": ["tool_calls"],
+                }))
+            } else {
+                RequiredCall::JsonSchema(json!({
+                    "type": "object",
+                    "properties": {"tool_call": call("name", "arguments")},
+                    "required": ["tool_call"],
+                }))
+            }
+        }
+        ToolFormat::Llama3 => RequiredCall::JsonSchema(call("name", "parameters")),
+        ToolFormat::Hermes => RequiredCall::Lark(format!(
+            "start: (\"<tool_call>\\n\" call \"\\n</tool_call>\"){rep}\ncall: %json {}\n",
+            call("name", "arguments")
+        )),
+        ToolFormat::Mistral => RequiredCall::Lark(format!(
+            "start: \"[TOOL_CALLS]\" calls\ncalls: %json {}\n",
+            array(call("name", "arguments"))
+        )),
+        ToolFormat::FireFunction => RequiredCall::Lark(format!(
+            "start: \" functools\" calls\ncalls: %json {}\n",
+            array(call("name", "arguments"))
+        )),
+        ToolFormat::CommandR => {
+            let item = json!({"anyOf": tools.iter().map(|(n, p)| json!({
+                "type": "object",
+                "properties": {"tool_call_id": {"type": "string"}, "tool_name": {"const": n}, "parameters": p},
+                "required": ["tool_call_id", "tool_name", "parameters"],
+            })).collect::<Vec<_>>()});
+            RequiredCall::Lark(format!(
+                "start: \"<|START_ACTION|>\" calls \"<|END_ACTION|>\"\ncalls: %json {}\n",
+                array(item)
+            ))
+        }
+        ToolFormat::FunctionaryV32 => {
+            RequiredCall::Lark(per_tool(&|n| lit(&format!(">>>{n}\n")), "", ("", "")))
+        }
+        ToolFormat::FunctionaryV31 => RequiredCall::Lark(per_tool(
+            &|n| lit(&format!("<function={n}>")),
+            "</function>",
+            ("", ""),
+        )),
+        ToolFormat::DeepSeekR1 => RequiredCall::Lark(per_tool(
+            &|n| {
+                lit(&format!(
+                    "<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n"
+                ))
+            },
+            "\n```<｜tool▁call▁end｜>",
+            ("\"<｜tool▁calls▁begin｜>\"", "\"<｜tool▁calls▁end｜>\""),
+        )),
+    })
+}
+
 /// The OpenAI `tool_calls` of an answer (ids `call_<k>` where the model
 /// gave none).
 pub fn tool_calls_json(calls: &[ToolCall], request_id: &str) -> Value {
@@ -624,6 +783,76 @@ mod tests {
         // text that is no call stays text
         let p = parse_output(ToolFormat::Hermes, "just words");
         assert_eq!((p.content.as_str(), p.calls.len()), ("just words", 0));
+    }
+
+    #[test]
+    fn required_calls_follow_the_format() {
+        let m = |v: Value| v.as_object().unwrap().clone();
+        let req = |choice: Value, parallel: bool| {
+            parse_tools(&m(json!({
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}},
+                          {"type": "function", "function": {"name": "g"}}],
+                "tool_choice": choice,
+                "parallel_tool_calls": parallel,
+            })))
+            .unwrap()
+            .unwrap()
+        };
+        assert_eq!(
+            required_call(ToolFormat::Hermes, &req(json!("auto"), true)),
+            None
+        );
+        // generic: one tool_call object whose name is one of the tools
+        let Some(RequiredCall::JsonSchema(s)) =
+            required_call(ToolFormat::Generic, &req(json!("required"), false))
+        else {
+            panic!("generic is a schema")
+        };
+        let alts = s
+            .pointer("/properties/tool_call/anyOf")
+            .unwrap()
+            .as_array()
+            .unwrap();
+        assert_eq!(alts.len(), 2);
+        assert_eq!(alts[0].pointer("/properties/name/const"), Some(&json!("f")));
+        // a named function: only it
+        let Some(RequiredCall::JsonSchema(s)) = required_call(
+            ToolFormat::Llama3,
+            &req(
+                json!({"type": "function", "function": {"name": "g"}}),
+                false,
+            ),
+        ) else {
+            panic!("llama 3 is a schema")
+        };
+        assert_eq!(s["anyOf"].as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            s.pointer("/anyOf/0/properties/name/const"),
+            Some(&json!("g"))
+        );
+        // tagged formats: Lark with the tags and %json parts
+        let Some(RequiredCall::Lark(g)) =
+            required_call(ToolFormat::Hermes, &req(json!("required"), true))
+        else {
+            panic!("hermes is lark")
+        };
+        assert!(
+            g.starts_with("start: (\"<tool_call>\\n\" call \"\\n</tool_call>\")+\ncall: %json {"),
+            "{g}"
+        );
+        let Some(RequiredCall::Lark(g)) =
+            required_call(ToolFormat::FunctionaryV31, &req(json!("required"), false))
+        else {
+            panic!("functionary is lark")
+        };
+        assert!(
+            g.contains("call_0: \"<function=f>\" args_0 \"</function>\"\nargs_0: %json {"),
+            "{g}"
+        );
+        assert!(
+            g.starts_with("start: (call)\ncall: call_0 | call_1\n"),
+            "{g}"
+        );
     }
 
     #[test]
