@@ -1,7 +1,9 @@
 //! llama.cpp's server endpoints besides generation: `GET /props` (and
 //! `POST /props` with `--props`), `/slots` (with `--slots`) and
 //! `/slots/{id}?action=save|restore|erase` (with `--slot-save-path`),
-//! `/apply-template`, and the embedding endpoints' answer.
+//! `/apply-template`, and the embeddings (`/embedding`, `/v1/embeddings`,
+//! with `--embedding`): the last hidden states of the prompt's tokens
+//! (the final norm's output), pooled by `--pooling`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,11 +18,12 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use crate::engine::{SlotAction, SlotTask, Task};
+use crate::args::Pooling;
+use crate::engine::{EmbedTask, SlotAction, SlotTask, Task};
 use crate::error::ApiError;
-use crate::http::{body_of, check_key, fail, AppState};
+use crate::http::{body_of, check_key, fail, tokenize_prompt, AppState};
 use crate::native::params_json;
-use crate::request::{parse_messages, parse_params_with, Defaults};
+use crate::request::{parse_messages, parse_params_with, parse_prompts, Defaults, Piece};
 
 type Shared = Arc<AppState>;
 
@@ -32,7 +35,7 @@ pub fn routes(r: Router<Shared>) -> Router<Shared> {
         .route("/apply-template", post(apply_template))
         .route("/embedding", post(embeddings))
         .route("/embeddings", post(embeddings))
-        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/embeddings", post(embeddings_oai))
 }
 
 /// 501, llama.cpp's `not_supported_error`.
@@ -313,24 +316,227 @@ async fn apply_template(
     r.map_or_else(|e| fail(&st, e), IntoResponse::into_response)
 }
 
-async fn embeddings(State(st): State<Shared>, h: HeaderMap) -> Response {
-    let r = (|| -> Result<Response, ApiError> {
+async fn embeddings(
+    State(st): State<Shared>,
+    h: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    embed(st, h, body, false).await
+}
+
+async fn embeddings_oai(
+    State(st): State<Shared>,
+    h: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    embed(st, h, body, true).await
+}
+
+/// One vector of unit length (a zero vector stays zero).
+fn normalized(v: &[f32]) -> Vec<f32> {
+    let n = v
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
+    if n == 0.0 {
+        v.to_vec()
+    } else {
+        v.iter().map(|&x| (f64::from(x) / n) as f32).collect()
+    }
+}
+
+/// Pool the rows of one prompt (`None` pooling: every row, as is; else one
+/// vector of unit length, as llama.cpp's default normalization).
+pub fn pool(rows: &[Vec<f32>], pooling: Pooling) -> Vec<Vec<f32>> {
+    let Some(first) = rows.first() else {
+        return Vec::new();
+    };
+    let v = match pooling {
+        Pooling::None => return rows.to_vec(),
+        Pooling::Cls => first.clone(),
+        Pooling::Last => rows[rows.len() - 1].clone(),
+        Pooling::Mean => {
+            let mut m = vec![0.0f64; first.len()];
+            for r in rows {
+                for (a, &x) in m.iter_mut().zip(r) {
+                    *a += f64::from(x);
+                }
+            }
+            m.iter().map(|&a| (a / rows.len() as f64) as f32).collect()
+        }
+    };
+    vec![normalized(&v)]
+}
+
+/// Standard base64 of the little-endian bytes of `v` (`encoding_format: base64`).
+pub fn base64_f32(v: &[f32]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for k in 0..4 {
+            if k <= c.len() {
+                out.push(A[(n >> (18 - 6 * k) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `/embedding`, `/embeddings` (llama.cpp's: a list of `{index,
+/// embedding}`, the embedding a list of vectors) and `/v1/embeddings`
+/// (OpenAI's; pooling `none` is refused there, as llama.cpp).
+async fn embed(
+    st: Shared,
+    h: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    oai: bool,
+) -> Response {
+    let prep = (|| {
         check_key(&st, &h)?;
         if !st.embedding {
             return Err(not_supported(
                 "this server does not serve embeddings; start it with --embedding",
             ));
         }
-        Err(not_supported(
-            "embeddings need the model's last hidden states, which the llama crate's context does not return yet",
-        ))
+        if oai && st.pooling == Pooling::None {
+            return Err(ApiError::bad_request(
+                "pooling type 'none' is not OpenAI-compatible; start the server with --pooling mean, cls or last",
+            ));
+        }
+        let m = body_of(&st, body)?;
+        let key = if m.contains_key("input") {
+            "input"
+        } else {
+            "content"
+        };
+        let base64 = match m.get("encoding_format") {
+            None | Some(Value::Null) => false,
+            Some(Value::String(s)) if s == "float" => false,
+            Some(Value::String(s)) if s == "base64" => true,
+            Some(v) => {
+                return Err(ApiError::bad_request(format!(
+                    "'encoding_format' is {v}: must be float or base64"
+                )))
+            }
+        };
+        let prompts = parse_prompts(&m, key)?;
+        let mut all = Vec::new();
+        for p in &prompts {
+            let mut toks = Vec::new();
+            for (i, piece) in p.iter().enumerate() {
+                match piece {
+                    Piece::Text(t) => toks.extend(tokenize_prompt(&st, t, i == 0)?),
+                    Piece::Token(t) => toks.push(*t),
+                }
+            }
+            let n_vocab = st.model.hparams.n_vocab;
+            if let Some(bad) = toks.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+                return Err(ApiError::bad_request(format!(
+                    "input token id {bad} is out of range (vocabulary of {n_vocab})"
+                )));
+            }
+            if toks.is_empty() {
+                return Err(ApiError::bad_request("the input is empty (no token)"));
+            }
+            if toks.len() > st.n_slot_ctx {
+                return Err(ApiError::bad_request(format!(
+                    "the input is too large to process: {} tokens, more than a slot's context of {} tokens (-c / -np)",
+                    toks.len(),
+                    st.n_slot_ctx
+                )));
+            }
+            all.push(toks);
+        }
+        Ok((all, base64))
     })();
-    r.unwrap_or_else(|e| fail(&st, e))
+    let (prompts, base64) = match prep {
+        Ok(x) => x,
+        Err(e) => return fail(&st, e),
+    };
+    let mut results = Vec::with_capacity(prompts.len());
+    for toks in &prompts {
+        let (tx, rx) = oneshot::channel();
+        let task = Task::Embed(EmbedTask {
+            tokens: toks.clone(),
+            reply: tx,
+        });
+        if st.jobs.send(task).await.is_err() {
+            return fail(&st, ApiError::internal("the decode thread has stopped"));
+        }
+        match tokio::time::timeout(st.timeout, rx).await {
+            Ok(Ok(Ok(rows))) => results.push(pool(&rows, st.pooling)),
+            Ok(Ok(Err(e))) => return fail(&st, ApiError::internal(e)),
+            Ok(Err(_)) => {
+                return fail(
+                    &st,
+                    ApiError::internal("the decode thread dropped the request"),
+                )
+            }
+            Err(_) => {
+                return fail(
+                    &st,
+                    ApiError::new(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "no answer within --timeout",
+                        "timeout_error",
+                    ),
+                )
+            }
+        }
+    }
+    let n_tokens: usize = prompts.iter().map(Vec::len).sum();
+    if !oai {
+        let v: Vec<Value> = results
+            .iter()
+            .enumerate()
+            .map(|(i, e)| json!({"index": i, "embedding": e}))
+            .collect();
+        return Json(Value::Array(v)).into_response();
+    }
+    let data: Vec<Value> = results
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let v = e.first().map(Vec::as_slice).unwrap_or_default();
+            let emb = if base64 {
+                json!(base64_f32(v))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": emb})
+        })
+        .collect();
+    Json(json!({
+        "object": "list",
+        "model": st.model_id,
+        "data": data,
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+    }))
+    .into_response()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pooling_and_base64() {
+        let rows = vec![vec![3.0f32, 0.0], vec![0.0, 4.0]];
+        assert_eq!(pool(&rows, Pooling::Cls), vec![vec![1.0, 0.0]]);
+        assert_eq!(pool(&rows, Pooling::Last), vec![vec![0.0, 1.0]]);
+        assert_eq!(pool(&rows, Pooling::Mean), vec![vec![0.6, 0.8]]);
+        assert_eq!(pool(&rows, Pooling::None), rows);
+        // 1.0f32 = 00 00 80 3f
+        assert_eq!(base64_f32(&[1.0]), "AACAPw==");
+        assert_eq!(base64_f32(&[1.0, 1.0]), "AACAPwAAgD8=");
+    }
 
     #[test]
     fn slot_file_names() {

@@ -178,6 +178,17 @@ pub enum Task {
     Generate(Box<Job>),
     /// Act on an idle slot (`/slots/{id}?action=...`).
     Slot(SlotTask),
+    /// The last hidden states of a prompt's tokens (embeddings), computed
+    /// in an idle slot.
+    Embed(EmbedTask),
+}
+
+/// A prompt to embed and where its hidden states go.
+pub struct EmbedTask {
+    /// The prompt (checked: non-empty, in the vocabulary, shorter than a slot).
+    pub tokens: Vec<i32>,
+    /// Each token's last hidden state (`n_embd` values), or why not.
+    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
 }
 
 /// An action on one slot and where its answer goes.
@@ -385,6 +396,40 @@ fn slot_task(
     let _ = t.reply.send(r);
 }
 
+/// Decode a prompt in an idle slot with every row's hidden state kept,
+/// answer them, and leave the slot empty.
+fn embed_task(ctx: &mut Context, s: &mut Slot, t: EmbedTask, n_ubatch: usize) {
+    let n_ub = n_ubatch.max(1);
+    ctx.seq_rm(s.seq, 0, -1);
+    s.cache.clear();
+    ctx.set_embeddings(true);
+    let mut rows = Vec::with_capacity(t.tokens.len());
+    let mut batch = Batch::new();
+    let mut r = Ok(());
+    'chunks: for (k, chunk) in t.tokens.chunks(n_ub).enumerate() {
+        batch.clear();
+        for (i, &tok) in chunk.iter().enumerate() {
+            batch.add(tok, (k * n_ub + i) as i32, s.seq, true);
+        }
+        if let Err(e) = ctx.decode_batch(&batch) {
+            r = Err(format!("decoding the input failed: {e}"));
+            break;
+        }
+        for j in 0..chunk.len() {
+            match ctx.batch_embeddings(j) {
+                Some(e) => rows.push(e.to_vec()),
+                None => {
+                    r = Err("the context returned no hidden state".into());
+                    break 'chunks;
+                }
+            }
+        }
+    }
+    ctx.set_embeddings(false);
+    ctx.seq_rm(s.seq, 0, -1);
+    let _ = t.reply.send(r.map(|()| rows));
+}
+
 fn common_prefix(a: &[i32], b: &[i32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -414,6 +459,8 @@ pub fn run(
     // a request of several choices waiting for enough idle slots (it keeps
     // its place: later requests wait behind it)
     let mut held: Option<Job> = None;
+    // prompts to embed, waiting for an idle slot
+    let mut embeds: std::collections::VecDeque<EmbedTask> = Default::default();
     loop {
         // leave: requests whose client went away
         for s in &mut slots {
@@ -435,6 +482,15 @@ pub fn run(
                 }
             }
         }
+        // embeddings: in an idle slot, between decodes
+        while !embeds.is_empty() {
+            let Some(si) = slots.iter().rposition(|s| s.active.is_none()) else {
+                break;
+            };
+            if let Some(t) = embeds.pop_front() {
+                embed_task(&mut ctx, &mut slots[si], t, n_ubatch);
+            }
+        }
         // join: idle slots take queued requests
         if let Some(job) = held.take() {
             held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter);
@@ -452,6 +508,7 @@ pub fn run(
                     slot_task(&mut ctx, &mut slots, t, n_ubatch, cfg.n_slot_ctx);
                     publish(&cfg.view, &slots);
                 }
+                Some(Task::Embed(t)) => embeds.push_back(t),
                 None => return,
             }
         }
@@ -464,6 +521,7 @@ pub fn run(
                     Ok(Task::Slot(t)) => {
                         slot_task(&mut ctx, &mut slots, t, n_ubatch, cfg.n_slot_ctx)
                     }
+                    Ok(Task::Embed(t)) => embeds.push_back(t),
                     Err(_) => break,
                 }
             }

@@ -93,6 +93,8 @@ pub struct AppState {
     pub verbose: bool,
     /// `--embedding`.
     pub embedding: bool,
+    /// `--pooling`.
+    pub pooling: crate::args::Pooling,
     /// The slots' state (`/slots`).
     pub view: SlotsView,
 }

@@ -1084,7 +1084,16 @@ fn native_api_and_bad_input() {
     let _ = std::fs::remove_dir_all(&dir);
 
     // no context shift, no --slots, no --slot-save-path
-    let s = start(&["-np", "1", "-c", "64", "--no-context-shift"]);
+    let s = start(&[
+        "-np",
+        "1",
+        "-c",
+        "64",
+        "--no-context-shift",
+        "--embedding",
+        "--pooling",
+        "mean",
+    ]);
     let (code, body) = curl(
         &s,
         "/completion",
@@ -1118,4 +1127,36 @@ fn native_api_and_bad_input() {
     );
     assert_eq!(code, 501, "{body}");
     assert!(body.contains("--slot-save-path"), "{body}");
+    // embeddings: pooled (mean), of unit length, the same for the same input
+    let (code, body) = curl(
+        &s,
+        "/v1/embeddings",
+        Some(r#"{"input": ["Once upon a time", "Once upon a time", "other"]}"#),
+        None,
+    );
+    let v = json_of(&body);
+    assert_eq!(code, 200, "{v}");
+    let e: Vec<Vec<f64>> = (0..3)
+        .map(|i| {
+            v["data"][i]["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
+        .collect();
+    assert!(e[0].len() > 1);
+    assert!((e[0].iter().map(|x| x * x).sum::<f64>() - 1.0).abs() < 1e-4);
+    assert_eq!(e[0], e[1]);
+    assert_ne!(e[0], e[2]);
+    assert!(v["usage"]["prompt_tokens"].as_u64() > Some(0));
+    let (code, body) = curl(
+        &s,
+        "/v1/embeddings",
+        Some(&json!({"input": "a b ".repeat(100)}).to_string()),
+        None,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("too large"), "{body}");
 }

@@ -37,6 +37,9 @@ pub struct GraphBuilder<'m> {
     /// Predict the next cached layer's experts (`--moe-predict on`, see
     /// [`crate::moe_cache::predict`]).
     pub moe_predict: bool,
+    /// Keep the final norm's output (the last hidden states of the output
+    /// rows) as a graph output ([`decoder::DecoderGraph::embd`]).
+    pub want_embd: bool,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -50,6 +53,7 @@ impl<'m> GraphBuilder<'m> {
             moe_cache_bypassed: Vec::new(),
             moe_hybrid: None,
             moe_predict: false,
+            want_embd: false,
             leafs: HashMap::new(),
         }
     }

@@ -129,6 +129,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         webui: !a.no_webui,
         verbose: a.verbose,
         embedding: a.embedding,
+        pooling: a.pooling()?,
         view,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
