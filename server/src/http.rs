@@ -125,6 +125,7 @@ type Shared = Arc<AppState>;
 pub fn router(state: Shared) -> Router {
     crate::endpoints::routes(Router::new())
         .route("/completion", post(native_completion))
+        .route("/infill", post(infill))
         .route("/health", get(health))
         .route("/v1/health", get(health))
         .route("/v1/models", get(models))
@@ -486,6 +487,102 @@ async fn prompt_generation(
                 .collect();
             oai_response(&st, &a0, choices, usage.as_ref())
         }
+    }
+}
+
+/// `/infill` (llama.cpp's): fill in the middle. `input_prefix`,
+/// `input_suffix`, `prompt` (the start of the middle) and `input_extra`
+/// (`[{"filename", "text"}]`, context files) become
+/// `[extra] FIM_PRE prefix FIM_SUF suffix FIM_MID prompt`, answered as
+/// `/completion`. A model without fill-in-the-middle tokens gets a 501.
+async fn infill(
+    State(st): State<Shared>,
+    h: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let prep = (|| {
+        check_key(&st, &h)?;
+        let m = body_of(&st, body)?;
+        let text = |key: &str| -> Result<String, ApiError> {
+            match m.get(key) {
+                None | Some(Value::Null) => Ok(String::new()),
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(v) => Err(ApiError::bad_request(format!(
+                    "'{key}' must be a string, not {}",
+                    crate::request::type_name(v)
+                ))),
+            }
+        };
+        let (prefix, suffix, prompt) = (
+            text("input_prefix")?,
+            text("input_suffix")?,
+            text("prompt")?,
+        );
+        let mut extra = Vec::new();
+        match m.get("input_extra") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) => {
+                for (i, c) in a.iter().enumerate() {
+                    let t = c.get("text").and_then(Value::as_str).ok_or_else(|| {
+                        ApiError::bad_request(format!("'input_extra[{i}]' needs a string 'text'"))
+                    })?;
+                    let f = match c.get("filename") {
+                        None | Some(Value::Null) => "",
+                        Some(Value::String(s)) => s.as_str(),
+                        Some(_) => {
+                            return Err(ApiError::bad_request(format!(
+                                "'input_extra[{i}].filename' must be a string"
+                            )))
+                        }
+                    };
+                    extra.push((f.to_string(), t.to_string()));
+                }
+            }
+            Some(v) => {
+                return Err(ApiError::bad_request(format!(
+                    "'input_extra' must be an array of {{\"filename\", \"text\"}}, not {}",
+                    crate::request::type_name(v)
+                )))
+            }
+        }
+        let sp = st.model.tokenizer.special_tokens();
+        let (Some(pre), Some(suf), Some(mid)) = (sp.fim_pre, sp.fim_suf, sp.fim_mid) else {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "infill is not supported by this model: it has no fill-in-the-middle tokens (tokenizer.ggml.fim_pre / fim_suf / fim_mid_token_id)",
+                "not_supported_error",
+            ));
+        };
+        let params = st.params(&m)?;
+        let mut toks = Vec::new();
+        if let Some(b) = st.model.tokenizer.bos() {
+            toks.push(b);
+        }
+        for (f, t) in &extra {
+            match (sp.fim_rep, sp.fim_sep) {
+                (Some(rep), Some(sep)) => {
+                    toks.push(rep);
+                    toks.extend(tokenize_prompt(&st, f, false)?);
+                    toks.push(sep);
+                }
+                _ => toks.extend(tokenize_prompt(&st, &format!("{f}\n"), false)?),
+            }
+            toks.extend(tokenize_prompt(&st, t, false)?);
+        }
+        toks.push(pre);
+        toks.extend(tokenize_prompt(&st, &prefix, false)?);
+        toks.push(suf);
+        toks.extend(tokenize_prompt(&st, &suffix, false)?);
+        toks.push(mid);
+        toks.extend(tokenize_prompt(&st, &prompt, false)?);
+        Ok((toks, params))
+    })();
+    match prep {
+        Ok((toks, params)) => {
+            let model = st.model_id.clone();
+            generate(st, Kind::Native, model, toks, params, None).await
+        }
+        Err(e) => fail(&st, e),
     }
 }
 
