@@ -182,6 +182,10 @@ pub struct ServerArgs {
     #[arg(long = "embedding", alias = "embeddings")]
     pub embedding: bool,
 
+    /// serve /rerank (needs a model with a classification head: rank pooling)
+    #[arg(long = "reranking", alias = "rerank")]
+    pub reranking: bool,
+
     /// pooling of the embeddings: none, mean, cls or last (default: mean)
     #[arg(long = "pooling", value_name = "TYPE")]
     pub pooling: Option<String>,

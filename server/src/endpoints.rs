@@ -36,6 +36,10 @@ pub fn routes(r: Router<Shared>) -> Router<Shared> {
         .route("/embedding", post(embeddings))
         .route("/embeddings", post(embeddings))
         .route("/v1/embeddings", post(embeddings_oai))
+        .route("/rerank", post(rerank))
+        .route("/reranking", post(rerank))
+        .route("/v1/rerank", post(rerank))
+        .route("/v1/reranking", post(rerank))
 }
 
 /// 501, llama.cpp's `not_supported_error`.
@@ -330,6 +334,46 @@ async fn embeddings_oai(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     embed(st, h, body, true).await
+}
+
+/// `/rerank` (with `--reranking`): `query` and `documents` are checked
+/// (400 naming the field), then answered 501: ranking needs a model with a
+/// classification head (llama.cpp's rank pooling), which the llama crate
+/// does not load.
+async fn rerank(
+    State(st): State<Shared>,
+    h: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let r = (|| -> Result<Response, ApiError> {
+        check_key(&st, &h)?;
+        if !st.reranking {
+            return Err(not_supported(
+                "this server does not rerank; start it with --reranking",
+            ));
+        }
+        let m = body_of(&st, body)?;
+        if !m.get("query").is_some_and(Value::is_string) {
+            return Err(ApiError::bad_request("'query' must be a string"));
+        }
+        let docs_key = if m.contains_key("texts") {
+            "texts"
+        } else {
+            "documents"
+        };
+        match m.get(docs_key) {
+            Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_string) => {}
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "'{docs_key}' must be a non-empty array of strings"
+                )))
+            }
+        }
+        Err(not_supported(
+            "reranking needs a model with a classification head (rank pooling), which this server does not load",
+        ))
+    })();
+    r.unwrap_or_else(|e| fail(&st, e))
 }
 
 /// One vector of unit length (a zero vector stays zero).

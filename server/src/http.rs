@@ -95,6 +95,8 @@ pub struct AppState {
     pub embedding: bool,
     /// `--pooling`.
     pub pooling: crate::args::Pooling,
+    /// `--reranking`.
+    pub reranking: bool,
     /// The slots' state (`/slots`).
     pub view: SlotsView,
 }

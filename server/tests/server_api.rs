@@ -1093,6 +1093,7 @@ fn native_api_and_bad_input() {
         "--embedding",
         "--pooling",
         "mean",
+        "--reranking",
     ]);
     let (code, body) = curl(
         &s,
@@ -1159,4 +1160,35 @@ fn native_api_and_bad_input() {
     );
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("too large"), "{body}");
+    // rerank and infill: bad input is a 400 naming it; this model can do neither (501)
+    for (path, body, want, msg) in [
+        (
+            "/rerank",
+            r#"{"query": "q", "documents": [1, 2]}"#,
+            400,
+            "'documents'",
+        ),
+        (
+            "/rerank",
+            r#"{"query": "q", "documents": ["a", "b"]}"#,
+            501,
+            "classification head",
+        ),
+        (
+            "/infill",
+            r#"{"input_extra": [{"filename": 1, "text": "x"}]}"#,
+            400,
+            "input_extra[0].filename",
+        ),
+        (
+            "/infill",
+            r#"{"input_prefix": "a", "input_suffix": "b"}"#,
+            501,
+            "fill-in-the-middle",
+        ),
+    ] {
+        let (code, b) = curl(&s, path, Some(body), None);
+        assert_eq!(code, want, "{path} {body}: {b}");
+        assert!(b.contains(msg), "{path}: {b}");
+    }
 }

@@ -130,6 +130,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         verbose: a.verbose,
         embedding: a.embedding,
         pooling: a.pooling()?,
+        reranking: a.reranking,
         view,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
