@@ -143,8 +143,8 @@ pub struct ServerArgs {
     )]
     pub chat_template_file: Option<PathBuf>,
 
-    /// [-v] log each request, and add `__verbose` (the prompt as rendered) to
-    /// answers
+    /// [-v] add `__verbose` (the prompt as rendered, special tokens
+    /// shown) to OpenAI answers
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
 
