@@ -133,6 +133,10 @@ pub struct Context {
     policy_base: ExpertCopyStats,
     input_buf: Option<Arc<dyn ggml_core::Buffer>>,
     logits: Vec<f32>,
+    /// Keep the output rows' last hidden states ([`Context::set_embeddings`]).
+    embeddings: bool,
+    /// Those hidden states, `n_embd` per output row, in output order.
+    embd: Vec<f32>,
     n_outputs: usize,
     output_of: Vec<i32>,
     last_expert_ids: Vec<Vec<i32>>,
@@ -218,6 +222,8 @@ impl Context {
             policy_base: ExpertCopyStats::default(),
             input_buf: None,
             logits: Vec::new(),
+            embeddings: false,
+            embd: Vec::new(),
             n_outputs: 0,
             output_of: Vec::new(),
             last_expert_ids: Vec::new(),
@@ -473,6 +479,7 @@ impl Context {
         let mut logits = Vec::with_capacity(n_total_out * n_vocab);
         self.last_expert_ids.clear();
         let mut stored: Vec<(usize, usize)> = Vec::new();
+        self.embd.clear();
         let r = self.decode_ubatches(batch, &mut logits, &mut stored);
         if let Err(e) = r {
             // a failed batch leaves the cache as it was
@@ -480,6 +487,7 @@ impl Context {
                 self.kv.release(c, n);
             }
             self.logits.clear();
+            self.embd.clear();
             self.n_outputs = 0;
             self.output_of.clear();
             return Err(e);
@@ -640,6 +648,7 @@ impl Context {
         }
         b.moe_predict = self.predict.is_some();
         b.forced_routing = self.params.forced_routing.is_some();
+        b.want_embd = self.embeddings;
         let dg = b.build_decoder(&self.kv, n_tokens, cell0, n_kv, out_rows.len());
         let forced_ids = std::mem::take(&mut b.forced_ids);
         if let Some(p) = &self.prefetch {
@@ -677,6 +686,9 @@ impl Context {
         }
         if n_out == 0 {
             return Ok(Vec::new());
+        }
+        if let Some(e) = dg.embd {
+            self.embd.extend_from_slice(&g.read_f32(e)?);
         }
         Ok(g.read_f32(dg.logits)?)
     }
@@ -834,6 +846,25 @@ impl Context {
     /// policy reads, before validation. For tests that poison ids.
     pub fn set_expert_id_filter(&mut self, f: Option<IdFilter>) {
         self.policy.lock().id_filter = f;
+    }
+
+    /// Keep (or not) the last hidden states (the final norm's output) of
+    /// the output rows of each decode, for embeddings
+    /// ([`Context::batch_embeddings`]).
+    pub fn set_embeddings(&mut self, on: bool) {
+        self.embeddings = on;
+        if !on {
+            self.embd.clear();
+        }
+    }
+
+    /// The last hidden state (`n_embd` values) of batch token `j` of the
+    /// last `decode_batch`, when embeddings are on and its logits were
+    /// asked for.
+    pub fn batch_embeddings(&self, j: usize) -> Option<&[f32]> {
+        let n = self.model.hparams.n_embd;
+        let row = usize::try_from(*self.output_of.get(j)?).ok()?;
+        self.embd.get(row * n..(row + 1) * n)
     }
 
     /// Logits of output row `i` of the last `decode` (every token's row with

@@ -112,6 +112,126 @@ pub struct ServerArgs {
     /// /metrics is always served (accepted for llama.cpp compatibility)
     #[arg(long = "metrics")]
     pub metrics: bool,
+
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    /// [--keep] tokens of the prompt kept when the context shifts (-1: all)
+    #[arg(
+        long = "keep",
+        value_name = "N",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub keep: i64,
+
+    /// accepted for llama.cpp compatibility: chat templates are always Jinja here
+    #[arg(long = "jinja")]
+    pub jinja: bool,
+
+    /// chat template: a built-in name (chatml, llama3, command-r, ...; see
+    /// `--chat-template list`), a template of the model
+    /// (tokenizer.chat_template.NAME), or the Jinja text itself
+    #[arg(long = "chat-template", value_name = "NAME|TEMPLATE")]
+    pub chat_template: Option<String>,
+
+    /// read the chat template from a file
+    #[arg(
+        long = "chat-template-file",
+        value_name = "FILE",
+        conflicts_with = "chat_template"
+    )]
+    pub chat_template_file: Option<PathBuf>,
+
+    /// [-v] add `__verbose` (the prompt as rendered, special tokens
+    /// shown) to OpenAI answers
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+
+    /// serve /slots (off by default, as llama.cpp)
+    #[arg(long = "slots", overrides_with = "no_slots")]
+    pub slots: bool,
+
+    /// do not serve /slots (the default)
+    #[arg(long = "no-slots")]
+    pub no_slots: bool,
+
+    /// folder where /slots/{id}?action=save|restore keep their files
+    #[arg(long = "slot-save-path", value_name = "PATH")]
+    pub slot_save_path: Option<PathBuf>,
+
+    /// do not serve the web UI at /
+    #[arg(long = "no-webui")]
+    pub no_webui: bool,
+
+    /// let POST /props change the server's default generation settings
+    #[arg(long = "props")]
+    pub props: bool,
+
+    /// context shift on (the default): a generation that fills a slot's
+    /// context drops the oldest tokens after --keep and goes on
+    #[arg(long = "context-shift", overrides_with = "no_context_shift")]
+    pub context_shift: bool,
+
+    /// no context shift: a generation stops when the slot's context is
+    /// full, and a prompt longer than the context is refused
+    #[arg(long = "no-context-shift")]
+    pub no_context_shift: bool,
+
+    /// serve /embedding and /v1/embeddings
+    #[arg(long = "embedding", alias = "embeddings")]
+    pub embedding: bool,
+
+    /// serve /rerank (needs a model with a classification head: rank pooling)
+    #[arg(long = "reranking", alias = "rerank")]
+    pub reranking: bool,
+
+    /// pooling of the embeddings: none, mean, cls or last (default: mean)
+    #[arg(long = "pooling", value_name = "TYPE")]
+    pub pooling: Option<String>,
+
+    /// reasoning format of the answers: deepseek (thoughts in
+    /// `reasoning_content`) or none
+    #[arg(long = "reasoning-format", value_name = "FORMAT")]
+    pub reasoning_format: Option<String>,
+}
+
+/// The sampling flags: the server's defaults for a request that sets none
+/// (llama.cpp's meanings and defaults).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// temperature (0: greedy)
+    #[arg(long = "temp", value_name = "T", default_value_t = 0.8)]
+    pub temp: f32,
+
+    /// [-s] RNG seed (-1: a fresh one per request)
+    #[arg(short = 's', long = "seed", value_name = "N", default_value_t = -1, allow_negative_numbers = true)]
+    pub seed: i64,
+
+    /// top-k sampling (0: off)
+    #[arg(
+        long = "top-k",
+        value_name = "N",
+        default_value_t = 40,
+        allow_negative_numbers = true
+    )]
+    pub top_k: i32,
+
+    /// top-p sampling (1.0: off)
+    #[arg(long = "top-p", value_name = "P", default_value_t = 0.95)]
+    pub top_p: f32,
+
+    /// min-p sampling (0.0: off)
+    #[arg(long = "min-p", value_name = "P", default_value_t = 0.05)]
+    pub min_p: f32,
+
+    /// penalty of repeated tokens (1.0: off)
+    #[arg(long = "repeat-penalty", value_name = "P", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+
+    /// tokens the repeat penalty looks back on
+    #[arg(long = "repeat-last-n", value_name = "N", default_value_t = 64)]
+    pub repeat_last_n: usize,
 }
 
 impl ServerArgs {
@@ -172,10 +292,53 @@ impl ServerArgs {
             );
         }
         self.cache_types()?;
+        self.pooling()?;
+        if let Some(f) = &self.reasoning_format {
+            if !matches!(f.as_str(), "deepseek" | "none") {
+                bail!("--reasoning-format {f}: must be deepseek or none");
+            }
+        }
+        let s = &self.sampling;
+        if !(s.temp.is_finite() && (0.0..=1.0).contains(&s.top_p) && (0.0..=1.0).contains(&s.min_p))
+        {
+            bail!(
+                "--temp {} --top-p {} --min-p {}: the temperature must be a number, top-p and min-p in [0, 1]",
+                s.temp,
+                s.top_p,
+                s.min_p
+            );
+        }
+        if self.keep < -1 {
+            bail!(
+                "--keep {}: must be -1 (the whole prompt) or at least 0",
+                self.keep
+            );
+        }
         self.moe_cache.params(&self.placement)?;
         self.moe_cache.hybrid()?;
         self.prefetch.slots()?;
         Ok(())
+    }
+
+    /// Whether /slots is served.
+    pub fn slots_enabled(&self) -> bool {
+        self.slots && !self.no_slots
+    }
+
+    /// Whether a full context shifts (llama.cpp's default) rather than stops.
+    pub fn context_shift(&self) -> bool {
+        !self.no_context_shift
+    }
+
+    /// The pooling of embeddings (`--pooling`, default mean).
+    pub fn pooling(&self) -> Result<Pooling> {
+        match self.pooling.as_deref().unwrap_or("mean") {
+            "mean" => Ok(Pooling::Mean),
+            "cls" => Ok(Pooling::Cls),
+            "last" => Ok(Pooling::Last),
+            "none" => Ok(Pooling::None),
+            p => bail!("--pooling {p}: supported poolings are none, mean, cls and last"),
+        }
     }
 
     /// Whether continuous batching is on.
@@ -195,6 +358,19 @@ impl ServerArgs {
             parse("--cache-type-v", &self.cache_type_v)?,
         ))
     }
+}
+
+/// How the hidden states of a prompt become one embedding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooling {
+    /// One embedding per token.
+    None,
+    /// The mean over the tokens.
+    Mean,
+    /// The first token's.
+    Cls,
+    /// The last token's.
+    Last,
 }
 
 #[cfg(test)]
@@ -235,6 +411,17 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("one size"));
+        // llama.cpp's server flags as its test suite passes them
+        let a = parse("llama-server --temp 0.0 --seed 42 --jinja --chat-template chatml --slots --slot-save-path ./tmp --no-context-shift --verbose --no-webui --props --embedding --pooling last --keep 4").unwrap();
+        assert_eq!((a.sampling.temp, a.sampling.seed, a.keep), (0.0, 42, 4));
+        assert!(a.slots_enabled() && !a.context_shift() && a.verbose && a.no_webui && a.props);
+        assert_eq!(a.pooling().unwrap(), Pooling::Last);
+        assert!(!parse("llama-server").unwrap().slots_enabled());
+        assert!(parse("llama-server").unwrap().context_shift());
+        assert!(parse("llama-server --pooling rank")
+            .unwrap_err()
+            .to_string()
+            .contains("--pooling rank"));
         assert!(parse("llama-server --moe-cache-policy nope")
             .unwrap_err()
             .to_string()

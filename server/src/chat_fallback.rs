@@ -1,10 +1,6 @@
-//! A minimal ChatML rendering of chat messages, used by
-//! `/v1/chat/completions` until the shared chat-template module
-//! (`llama::chat`, the model's own Jinja template) is merged: the server
-//! calls chat rendering only through a [`ChatRender`] function, so the
-//! integrator swaps [`render_chatml_fallback`] for the template renderer
-//! at one place (`chat_render` of `llama-server`'s `main`, stored in
-//! [`crate::http::AppState::chat_render`]).
+//! Chat messages as the server reads them, the [`ChatRender`] function
+//! type the endpoints render them with (the Jinja template of
+//! [`crate::chat`]), and a plain ChatML rendering for tests.
 
 use anyhow::{bail, Result};
 
@@ -15,16 +11,37 @@ pub struct Message {
     pub role: String,
     /// The text.
     pub content: String,
+    /// Its other fields as given (`tool_calls`, with their arguments as
+    /// objects; `tool_call_id`; `name`), passed to the template.
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Renders messages into a prompt; `add_generation_prompt` opens the
-/// assistant's turn. A closure, so that a compiled template (the model's
-/// `tokenizer.chat_template` with its BOS/EOS text) can be captured.
-pub type ChatRender = std::sync::Arc<dyn Fn(&[Message], bool) -> Result<String> + Send + Sync>;
+impl Message {
+    /// A message of a role and text.
+    pub fn new(role: &str, content: &str) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+            extra: serde_json::Map::new(),
+        }
+    }
+}
+
+/// Renders messages (and the request's `tools`, when given) into a prompt;
+/// `add_generation_prompt` opens the assistant's turn. A closure, so that
+/// a compiled template (the model's `tokenizer.chat_template` with its
+/// BOS/EOS text) can be captured.
+pub type ChatRender = std::sync::Arc<
+    dyn Fn(&[Message], Option<&serde_json::Value>, bool) -> Result<String> + Send + Sync,
+>;
 
 /// ChatML: `<|im_start|>ROLE\nCONTENT<|im_end|>\n` per message, then
 /// `<|im_start|>assistant\n` when asked. A stand-in for the model's template.
-pub fn render_chatml_fallback(messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+pub fn render_chatml_fallback(
+    messages: &[Message],
+    _tools: Option<&serde_json::Value>,
+    add_generation_prompt: bool,
+) -> Result<String> {
     if messages.is_empty() {
         bail!("'messages' must hold at least one message");
     }
@@ -58,25 +75,16 @@ mod tests {
     #[test]
     fn chatml_layout() {
         let m = [
-            Message {
-                role: "system".into(),
-                content: "Be brief.".into(),
-            },
-            Message {
-                role: "user".into(),
-                content: "Hi".into(),
-            },
+            Message::new("system", "Be brief."),
+            Message::new("user", "Hi"),
         ];
         assert_eq!(
-            render_chatml_fallback(&m, true).unwrap(),
+            render_chatml_fallback(&m, None, true).unwrap(),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
-        assert!(render_chatml_fallback(&[], true).is_err());
-        let bad = [Message {
-            role: "wizard".into(),
-            content: String::new(),
-        }];
-        assert!(render_chatml_fallback(&bad, true)
+        assert!(render_chatml_fallback(&[], None, true).is_err());
+        let bad = [Message::new("wizard", "")];
+        assert!(render_chatml_fallback(&bad, None, true)
             .unwrap_err()
             .to_string()
             .contains("role 'wizard'"));

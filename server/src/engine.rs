@@ -10,13 +10,21 @@
 //! ubatch for another request's prompt. Requests join between decodes;
 //! a request whose client is gone (its event channel closed) leaves its
 //! slot before the next decode.
+//!
+//! A slot whose context fills while its request may still generate shifts
+//! its context (llama.cpp's context shift): it keeps the first `n_keep`
+//! tokens, drops half of the rest, and decodes the kept tokens again into
+//! emptied cells (recomputed, so the kept tokens' keys are exact, where
+//! llama.cpp re-rotates them in place). Slot actions (`/slots/{id}`:
+//! save, restore, erase) run on this thread between decodes ([`Task`]).
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use llama::{Batch, Context, Sampler, SamplerParams, SeqId};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Metrics;
 use crate::request::GenParams;
@@ -34,6 +42,8 @@ pub enum Event {
         text: String,
         /// Its log-probability and the top alternatives, when asked for.
         logprobs: Option<TokenLogprobs>,
+        /// The request's timings so far.
+        timings: Timings,
     },
     /// Text released at the end, not tied to a new token.
     Text(String),
@@ -104,11 +114,36 @@ pub fn post_sampling_logprobs(dist: &[(i32, f32)], tok: i32, n: usize) -> TokenL
     }
 }
 
+/// llama.cpp's `timings` of a request: prompt tokens decoded and the time
+/// to the first token, tokens generated and the time since.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Timings {
+    /// Prompt tokens decoded (the cached prefix not counted).
+    pub prompt_n: usize,
+    /// Milliseconds from the slot taking the request to the first token.
+    pub prompt_ms: f64,
+    /// Tokens generated.
+    pub predicted_n: usize,
+    /// Milliseconds from the first token to the last.
+    pub predicted_ms: f64,
+}
+
 /// Token counts of a finished request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Usage {
     /// `stop` (end of generation token or stop string) or `length`.
     pub finish_reason: &'static str,
+    /// llama.cpp's `stop_type`: `eos`, `word` (a stop string) or `limit`.
+    pub stop_type: &'static str,
+    /// The stop string that ended the generation (`word`), else empty.
+    pub stopping_word: String,
+    /// The prompt was cut to fit, or the context shifted, or the
+    /// generation stopped at the end of the slot's context.
+    pub truncated: bool,
+    /// The slot that served the request.
+    pub id_slot: usize,
+    /// Timings of the request.
+    pub timings: Timings,
     /// Prompt tokens.
     pub prompt_tokens: usize,
     /// Of those, tokens reused from the cache.
@@ -127,11 +162,73 @@ pub struct Job {
     pub max_tokens: usize,
     /// Where the events go; a closed channel cancels the request.
     pub events: mpsc::UnboundedSender<Event>,
+    /// The prompt was cut to fit the slot (reported as `truncated`).
+    pub prompt_truncated: bool,
+    /// Shift the context when it fills (else stop there).
+    pub ctx_shift: bool,
     /// The event channels of further choices (`n` > 1), one each: they
     /// take idle slots of their own, share the prompt's cells (`seq_cp`
     /// after the prompt is decoded once) and sample from its logits on.
     pub more_choices: Vec<mpsc::UnboundedSender<Event>>,
 }
+
+/// What the decode thread is asked to do.
+pub enum Task {
+    /// Generate.
+    Generate(Box<Job>),
+    /// Act on an idle slot (`/slots/{id}?action=...`).
+    Slot(SlotTask),
+    /// The last hidden states of a prompt's tokens (embeddings), computed
+    /// in an idle slot.
+    Embed(EmbedTask),
+}
+
+/// A prompt to embed and where its hidden states go.
+pub struct EmbedTask {
+    /// The prompt (checked: non-empty, in the vocabulary, shorter than a slot).
+    pub tokens: Vec<i32>,
+    /// Each token's last hidden state (`n_embd` values), or why not.
+    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
+}
+
+/// An action on one slot and where its answer goes.
+pub struct SlotTask {
+    /// The slot.
+    pub id: usize,
+    /// What to do.
+    pub action: SlotAction,
+    /// The answer: tokens saved / restored / erased, or why not.
+    pub reply: oneshot::Sender<Result<usize, String>>,
+}
+
+/// `/slots/{id}?action=...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotAction {
+    /// Write the slot's tokens to this file.
+    Save(PathBuf),
+    /// Read tokens from this file and decode them into the slot.
+    Restore(PathBuf),
+    /// Empty the slot's cells.
+    Erase,
+}
+
+/// What `/slots` shows of one slot.
+#[derive(Clone, Debug, Default)]
+pub struct SlotView {
+    /// Serving a request now.
+    pub is_processing: bool,
+    /// Tokens in its cells.
+    pub n_past: usize,
+    /// Tokens generated for the current (or last) request.
+    pub n_decoded: usize,
+    /// Requests this slot has taken.
+    pub n_tasks: u64,
+    /// The settings of the current (or last) request.
+    pub params: Option<GenParams>,
+}
+
+/// The slots' state, shared with the HTTP side (`/slots`).
+pub type SlotsView = Arc<Mutex<Vec<SlotView>>>;
 
 /// How the decode thread runs.
 #[derive(Clone, Debug)]
@@ -142,12 +239,24 @@ pub struct EngineConfig {
     pub n_slot_ctx: usize,
     /// Let requests join while others run.
     pub cont_batching: bool,
+    /// Where `/slots` reads the slots' state.
+    pub view: SlotsView,
 }
 
 struct Active {
     job: Job,
-    /// Next prompt index to decode.
+    /// Tokens to decode before sampling: the prompt, or after a context
+    /// shift the kept tokens.
+    feed: Vec<i32>,
+    /// Next index of `feed` to decode.
     prompt_pos: usize,
+    /// When the slot took the request, and when the first token came.
+    t_start: Instant,
+    t_first: Option<Instant>,
+    /// Prompt tokens decoded (not cached).
+    prompt_n: usize,
+    /// The context shifted.
+    shifted: bool,
     cached: usize,
     sampler: Sampler,
     /// The sampled token not yet decoded.
@@ -165,6 +274,160 @@ struct Slot {
     /// Tokens in this slot's cells, in position order.
     cache: Vec<i32>,
     active: Option<Active>,
+    /// Requests taken.
+    n_tasks: u64,
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Copy the slots' state to the view `/slots` reads.
+fn publish(view: &SlotsView, slots: &[Slot]) {
+    let Ok(mut v) = view.lock() else { return };
+    v.resize_with(slots.len(), SlotView::default);
+    for (s, out) in slots.iter().zip(v.iter_mut()) {
+        out.is_processing = s.active.is_some();
+        out.n_past = s.cache.len();
+        out.n_tasks = s.n_tasks;
+        if let Some(a) = &s.active {
+            out.n_decoded = a.n_gen;
+            if out.params.as_ref() != Some(&a.job.params) {
+                out.params = Some(a.job.params.clone());
+            }
+        }
+    }
+}
+
+/// The file a slot is saved to: its tokens as JSON.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SlotFile {
+    /// What the file is.
+    format: String,
+    /// Vocabulary size of the model that wrote it.
+    n_vocab: usize,
+    /// The slot's tokens, in position order.
+    tokens: Vec<i32>,
+}
+
+const SLOT_FILE_FORMAT: &str = "ggml-rs llama-server slot tokens v1";
+
+/// Run a slot action (the slot must be idle) and answer it.
+fn slot_task(
+    ctx: &mut Context,
+    slots: &mut [Slot],
+    t: SlotTask,
+    n_ubatch: usize,
+    n_slot_ctx: usize,
+) {
+    let r = (|| -> Result<usize, String> {
+        let n_slots = slots.len();
+        let s = slots
+            .get_mut(t.id)
+            .ok_or_else(|| format!("no slot {}: the server has {n_slots} slots", t.id))?;
+        if s.active.is_some() {
+            return Err(format!("slot {} is busy with a request", t.id));
+        }
+        match &t.action {
+            SlotAction::Erase => {
+                let n = s.cache.len();
+                ctx.seq_rm(s.seq, 0, -1);
+                s.cache.clear();
+                Ok(n)
+            }
+            SlotAction::Save(path) => {
+                let f = SlotFile {
+                    format: SLOT_FILE_FORMAT.into(),
+                    n_vocab: ctx.model().hparams.n_vocab,
+                    tokens: s.cache.clone(),
+                };
+                let text = serde_json::to_string(&f).map_err(|e| e.to_string())?;
+                std::fs::write(path, text)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                Ok(s.cache.len())
+            }
+            SlotAction::Restore(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                let f: SlotFile = serde_json::from_str(&text)
+                    .map_err(|e| format!("{} is not a saved slot: {e}", path.display()))?;
+                let n_vocab = ctx.model().hparams.n_vocab;
+                if f.format != SLOT_FILE_FORMAT || f.n_vocab != n_vocab {
+                    return Err(format!(
+                        "{} is not a slot saved by this model (format '{}', vocabulary {} where the model has {n_vocab})",
+                        path.display(),
+                        f.format,
+                        f.n_vocab
+                    ));
+                }
+                if let Some(bad) = f.tokens.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+                    return Err(format!(
+                        "{}: token {bad} is out of the vocabulary",
+                        path.display()
+                    ));
+                }
+                if f.tokens.len() >= n_slot_ctx {
+                    return Err(format!(
+                        "{}: {} tokens do not fit a slot of {n_slot_ctx}",
+                        path.display(),
+                        f.tokens.len()
+                    ));
+                }
+                // the file holds tokens: their cells are computed again
+                ctx.seq_rm(s.seq, 0, -1);
+                s.cache.clear();
+                let mut batch = Batch::new();
+                for chunk in f.tokens.chunks(n_ubatch.max(1)) {
+                    batch.clear();
+                    for &tok in chunk {
+                        batch.add(tok, s.cache.len() as i32, s.seq, false);
+                        s.cache.push(tok);
+                    }
+                    if let Err(e) = ctx.decode_batch(&batch) {
+                        ctx.seq_rm(s.seq, 0, -1);
+                        s.cache.clear();
+                        return Err(format!("decoding the restored tokens failed: {e}"));
+                    }
+                }
+                Ok(s.cache.len())
+            }
+        }
+    })();
+    let _ = t.reply.send(r);
+}
+
+/// Decode a prompt in an idle slot with every row's hidden state kept,
+/// answer them, and leave the slot empty.
+fn embed_task(ctx: &mut Context, s: &mut Slot, t: EmbedTask, n_ubatch: usize) {
+    let n_ub = n_ubatch.max(1);
+    ctx.seq_rm(s.seq, 0, -1);
+    s.cache.clear();
+    ctx.set_embeddings(true);
+    let mut rows = Vec::with_capacity(t.tokens.len());
+    let mut batch = Batch::new();
+    let mut r = Ok(());
+    'chunks: for (k, chunk) in t.tokens.chunks(n_ub).enumerate() {
+        batch.clear();
+        for (i, &tok) in chunk.iter().enumerate() {
+            batch.add(tok, (k * n_ub + i) as i32, s.seq, true);
+        }
+        if let Err(e) = ctx.decode_batch(&batch) {
+            r = Err(format!("decoding the input failed: {e}"));
+            break;
+        }
+        for j in 0..chunk.len() {
+            match ctx.batch_embeddings(j) {
+                Some(e) => rows.push(e.to_vec()),
+                None => {
+                    r = Err("the context returned no hidden state".into());
+                    break 'chunks;
+                }
+            }
+        }
+    }
+    ctx.set_embeddings(false);
+    ctx.seq_rm(s.seq, 0, -1);
+    let _ = t.reply.send(r.map(|()| rows));
 }
 
 fn common_prefix(a: &[i32], b: &[i32]) -> usize {
@@ -174,7 +437,7 @@ fn common_prefix(a: &[i32], b: &[i32]) -> usize {
 /// Run the decode loop until the job channel closes.
 pub fn run(
     mut ctx: Context,
-    mut rx: mpsc::Receiver<Job>,
+    mut rx: mpsc::Receiver<Task>,
     metrics: Arc<Metrics>,
     cfg: EngineConfig,
 ) {
@@ -184,6 +447,7 @@ pub fn run(
             seq: i as SeqId,
             cache: Vec::new(),
             active: None,
+            n_tasks: 0,
         })
         .collect();
     let n_ubatch = ctx.params().n_ubatch;
@@ -195,6 +459,8 @@ pub fn run(
     // a request of several choices waiting for enough idle slots (it keeps
     // its place: later requests wait behind it)
     let mut held: Option<Job> = None;
+    // prompts to embed, waiting for an idle slot
+    let mut embeds: std::collections::VecDeque<EmbedTask> = Default::default();
     loop {
         // leave: requests whose client went away
         for s in &mut slots {
@@ -216,30 +482,52 @@ pub fn run(
                 }
             }
         }
+        // embeddings: in an idle slot, between decodes
+        while !embeds.is_empty() {
+            let Some(si) = slots.iter().rposition(|s| s.active.is_none()) else {
+                break;
+            };
+            if let Some(t) = embeds.pop_front() {
+                embed_task(&mut ctx, &mut slots[si], t, n_ubatch);
+            }
+        }
         // join: idle slots take queued requests
         if let Some(job) = held.take() {
             held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter);
         }
         let any_active = slots.iter().any(|s| s.active.is_some());
         if !any_active && held.is_none() {
+            publish(&cfg.view, &slots);
             metrics.slots_busy.store(0, Relaxed);
             metrics.queued.store(rx.len() as u64, Relaxed);
             match rx.blocking_recv() {
-                Some(job) => held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter),
+                Some(Task::Generate(job)) => {
+                    held = assign(&mut ctx, &mut slots, *job, &metrics, &mut seed_counter)
+                }
+                Some(Task::Slot(t)) => {
+                    slot_task(&mut ctx, &mut slots, t, n_ubatch, cfg.n_slot_ctx);
+                    publish(&cfg.view, &slots);
+                }
+                Some(Task::Embed(t)) => embeds.push_back(t),
                 None => return,
             }
         }
         if cfg.cont_batching || !any_active {
             while held.is_none() && slots.iter().any(|s| s.active.is_none()) {
                 match rx.try_recv() {
-                    Ok(job) => {
-                        held = assign(&mut ctx, &mut slots, job, &metrics, &mut seed_counter)
+                    Ok(Task::Generate(job)) => {
+                        held = assign(&mut ctx, &mut slots, *job, &metrics, &mut seed_counter)
                     }
+                    Ok(Task::Slot(t)) => {
+                        slot_task(&mut ctx, &mut slots, t, n_ubatch, cfg.n_slot_ctx)
+                    }
+                    Ok(Task::Embed(t)) => embeds.push_back(t),
                     Err(_) => break,
                 }
             }
         }
         let busy = slots.iter().filter(|s| s.active.is_some()).count();
+        publish(&cfg.view, &slots);
         metrics.slots_busy.store(busy as u64, Relaxed);
         metrics.queued.store(rx.len() as u64, Relaxed);
         if busy == 0 {
@@ -260,13 +548,16 @@ pub fn run(
         for (si, s) in slots.iter_mut().enumerate() {
             let room = n_ubatch.saturating_sub(batch.len());
             let Some(a) = s.active.as_mut() else { continue };
-            if a.prompt_pos >= a.job.prompt.len() || room == 0 {
+            if a.prompt_pos >= a.feed.len() || room == 0 {
                 continue;
             }
-            let k = room.min(a.job.prompt.len() - a.prompt_pos);
-            for &t in &a.job.prompt[a.prompt_pos..a.prompt_pos + k] {
+            let k = room.min(a.feed.len() - a.prompt_pos);
+            if a.t_first.is_none() {
+                a.prompt_n += k;
+            }
+            for &t in &a.feed[a.prompt_pos..a.prompt_pos + k] {
                 a.prompt_pos += 1;
-                let last = a.prompt_pos == a.job.prompt.len();
+                let last = a.prompt_pos == a.feed.len();
                 if last {
                     rows.push((si, batch.len()));
                 }
@@ -337,7 +628,18 @@ pub fn run(
                 None => (a.sampler.sample(logits), None),
                 Some(n) if a.job.params.post_sampling_probs => {
                     let (t, dist) = a.sampler.sample_with_probs(logits);
-                    (t, Some(post_sampling_logprobs(&dist, t, n)))
+                    let mut l = post_sampling_logprobs(&dist, t, n);
+                    // as llama.cpp: n alternatives even when the chain
+                    // kept fewer (greedy), the dropped ones at probability 0
+                    // (log 0 written as the most negative f32: JSON has no -inf)
+                    if l.top.len() < n {
+                        for (alt, _) in token_logprobs(logits, t, n).top {
+                            if l.top.len() < n && !l.top.iter().any(|x| x.0 == alt) {
+                                l.top.push((alt, f32::MIN));
+                            }
+                        }
+                    }
+                    (t, Some(l))
                 }
                 Some(n) => {
                     let t = a.sampler.sample(logits);
@@ -345,10 +647,14 @@ pub fn run(
                 }
             };
             a.sampler.accept(tok);
-            let finish = if a.job.max_tokens == 0 {
-                Some("length")
-            } else if model.tokenizer.is_eog(tok) {
-                Some("stop")
+            let now = Instant::now();
+            let t_first = *a.t_first.get_or_insert(now);
+            // (finish_reason, stop_type, stopping word, stopped at the context's end)
+            let mut finish: Option<(&'static str, &'static str, String, bool)> = None;
+            if a.job.max_tokens == 0 {
+                finish = Some(("length", "limit", String::new(), false));
+            } else if model.tokenizer.is_eog(tok) && !a.job.params.ignore_eos {
+                finish = Some(("stop", "eos", String::new(), false));
             } else {
                 a.n_gen += 1;
                 metrics.predicted_tokens.fetch_add(1, Relaxed);
@@ -364,22 +670,60 @@ pub fn run(
                     None => (safe_len(valid, stops), false),
                 };
                 let text = valid.get(a.sent..end.max(a.sent)).unwrap_or("").to_string();
+                let word = if stopped {
+                    stops
+                        .iter()
+                        .filter(|w| !w.is_empty())
+                        .find(|w| valid[end..].starts_with(w.as_str()))
+                        .cloned()
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
                 a.sent = end.max(a.sent);
+                let timings = Timings {
+                    prompt_n: a.prompt_n,
+                    prompt_ms: ms(t_first - a.t_start),
+                    predicted_n: a.n_gen,
+                    predicted_ms: ms(now - t_first),
+                };
                 let _ = a.job.events.send(Event::Token {
                     id: tok,
                     text,
                     logprobs,
+                    timings,
                 });
                 if stopped {
-                    Some("stop")
-                } else if a.n_gen >= a.job.max_tokens || s.cache.len() + 1 >= cfg.n_slot_ctx {
-                    Some("length")
+                    finish = Some(("stop", "word", word, false));
+                } else if a.n_gen >= a.job.max_tokens {
+                    finish = Some(("length", "limit", String::new(), false));
+                } else if s.cache.len() + 1 >= cfg.n_slot_ctx {
+                    if a.job.ctx_shift {
+                        // keep n_keep tokens, drop half of the rest, and
+                        // decode what is kept (and the new token) again
+                        let n = s.cache.len();
+                        let n_keep = match a.job.params.n_keep {
+                            k if k < 0 => a.job.prompt.len(),
+                            k => k as usize,
+                        }
+                        .min(n.saturating_sub(2));
+                        let n_discard = (n - n_keep) / 2;
+                        let mut feed = s.cache[..n_keep].to_vec();
+                        feed.extend_from_slice(&s.cache[n_keep + n_discard..]);
+                        feed.push(tok);
+                        ctx.seq_rm(s.seq, 0, -1);
+                        s.cache.clear();
+                        a.feed = feed;
+                        a.prompt_pos = 0;
+                        a.shifted = true;
+                    } else {
+                        finish = Some(("length", "limit", String::new(), true));
+                    }
                 } else {
                     a.pending = Some(tok);
-                    None
                 }
-            };
-            if let Some(reason) = finish {
+            }
+            if let Some((reason, stop_type, word, at_end)) = finish {
                 if let Some(a) = s.active.take() {
                     // release what was held back (a stop string's possible
                     // start that never completed, a cut UTF-8 sequence)
@@ -391,6 +735,16 @@ pub fn run(
                     }
                     let _ = a.job.events.send(Event::Done(Usage {
                         finish_reason: reason,
+                        stop_type,
+                        stopping_word: word,
+                        truncated: a.job.prompt_truncated || a.shifted || at_end,
+                        id_slot: si,
+                        timings: Timings {
+                            prompt_n: a.prompt_n,
+                            prompt_ms: ms(t_first - a.t_start),
+                            predicted_n: a.n_gen,
+                            predicted_ms: ms(now - t_first),
+                        },
                         prompt_tokens: a.job.prompt.len(),
                         cached_tokens: a.cached,
                         completion_tokens: a.n_gen,
@@ -432,25 +786,48 @@ fn assign(
         metrics.requests_failed.fetch_add(1, Relaxed);
         return None;
     }
+    if let Some(id) = job.params.id_slot {
+        if id >= slots.len() {
+            let msg = format!(
+                "'id_slot' is {id}: the server has {} slots (0..{})",
+                slots.len(),
+                slots.len()
+            );
+            let _ = job.events.send(Event::Error(msg));
+            metrics.requests_failed.fetch_add(1, Relaxed);
+            return None;
+        }
+        if slots[id].active.is_some() {
+            return Some(job);
+        }
+    }
     if slots.iter().filter(|s| s.active.is_none()).count() < need {
         return Some(job);
     }
-    let best = slots
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.active.is_none())
-        .max_by_key(|(i, s)| {
-            (
-                common_prefix(&s.cache, &job.prompt),
-                usize::MAX - s.cache.len(),
-                usize::MAX - i,
-            )
-        })
-        .map(|(i, _)| i)?;
+    let best = match job.params.id_slot {
+        Some(id) => id,
+        None => slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.active.is_none())
+            .max_by_key(|(i, s)| {
+                (
+                    common_prefix(&s.cache, &job.prompt),
+                    usize::MAX - s.cache.len(),
+                    usize::MAX - i,
+                )
+            })
+            .map(|(i, _)| i)?,
+    };
     let more = std::mem::take(&mut job.more_choices);
     let s = &mut slots[best];
+    s.n_tasks += 1;
     // keep the common prefix; at least the last prompt token is decoded
-    let keep = common_prefix(&s.cache, &job.prompt).min(job.prompt.len() - 1);
+    let keep = if job.params.cache_prompt {
+        common_prefix(&s.cache, &job.prompt).min(job.prompt.len() - 1)
+    } else {
+        0
+    };
     ctx.seq_rm(s.seq, keep as i32, -1);
     s.cache.truncate(keep);
     metrics.prompt_tokens_cached.fetch_add(keep as u64, Relaxed);
@@ -468,8 +845,8 @@ fn assign(
             top_k: p.top_k,
             top_p: p.top_p,
             min_p: p.min_p,
-            repeat_penalty: 1.0,
-            repeat_last_n: 64,
+            repeat_penalty: p.repeat_penalty,
+            repeat_last_n: p.repeat_last_n,
             seed,
         })
     };
@@ -482,15 +859,23 @@ fn assign(
     for (k, (events, fi)) in more.into_iter().zip(idle).enumerate() {
         ctx.seq_rm(slots[fi].seq, 0, -1);
         slots[fi].cache.clear();
+        slots[fi].n_tasks += 1;
         slots[fi].active = Some(Active {
             job: Job {
                 prompt: job.prompt.clone(),
                 params: job.params.clone(),
                 max_tokens: job.max_tokens,
                 events,
+                prompt_truncated: job.prompt_truncated,
+                ctx_shift: job.ctx_shift,
                 more_choices: Vec::new(),
             },
+            feed: job.prompt.clone(),
             prompt_pos: job.prompt.len(),
+            t_start: Instant::now(),
+            t_first: None,
+            prompt_n: 0,
+            shifted: false,
             cached: 0,
             sampler: sampler(seed.wrapping_add(k as u64 + 1)),
             pending: None,
@@ -501,8 +886,13 @@ fn assign(
         });
     }
     slots[best].active = Some(Active {
-        job,
+        feed: job.prompt.clone(),
         prompt_pos: keep,
+        t_start: Instant::now(),
+        t_first: None,
+        prompt_n: 0,
+        shifted: false,
+        job,
         cached: keep,
         sampler: first,
         pending: None,

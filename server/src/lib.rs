@@ -5,15 +5,25 @@
 //! side ([`http`], [`request`]), queued, and served by one decode thread
 //! ([`engine`]) that batches every active slot's tokens into each decode
 //! (continuous batching over a KV cache holding one sequence per slot).
-//! [`metrics`] keeps the counters `/metrics` prints; [`chat_fallback`]
-//! renders chat messages until the shared chat-template module lands;
-//! [`args`] holds the flags; [`error`] the OpenAI-style JSON errors.
+//! llama.cpp's native answers are in [`native`], its other endpoints
+//! (`/props`, `/slots`, `/apply-template`) in [`endpoints`], CORS in
+//! [`cors`]; [`chat`] picks and compiles the chat template, whose
+//! messages are [`chat_fallback`]'s; [`tools`] reads tool calls back out of
+//! the generated text. [`metrics`] keeps the counters `/metrics` prints;
+//! [`args`] holds the flags; [`error`] the OpenAI-style JSON errors;
+//! [`serve`] the accept loop.
 
 pub mod args;
+pub mod chat;
 pub mod chat_fallback;
+pub mod cors;
+pub mod endpoints;
 pub mod engine;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod native;
 pub mod request;
+pub mod serve;
 pub mod stop;
+pub mod tools;

@@ -41,18 +41,75 @@ pub struct GenParams {
     /// token was drawn from (after top-k, top-p, min-p and temperature)
     /// instead of the model's (log-softmax of the logits, the default).
     pub post_sampling_probs: bool,
+    /// `repeat_penalty` (the server's `--repeat-penalty`, 1.0: off).
+    pub repeat_penalty: f32,
+    /// `repeat_last_n` (the server's `--repeat-last-n`).
+    pub repeat_last_n: usize,
+    /// `n_keep`: prompt tokens kept when the context shifts (-1: all; the
+    /// server's `--keep`).
+    pub n_keep: i64,
+    /// `cache_prompt` (true): reuse the slot's cached prefix of the prompt.
+    pub cache_prompt: bool,
+    /// `id_slot`: the slot to run in (`None` or -1: the idle slot with the
+    /// longest common prefix).
+    pub id_slot: Option<usize>,
+    /// `response_fields` of `/completion`: only these fields (`a/b` reaches
+    /// into an object) are answered.
+    pub response_fields: Vec<String>,
+    /// `timings_per_token`: streamed chunks carry the timings so far.
+    pub timings_per_token: bool,
+    /// `ignore_eos`: generate past the end-of-generation token.
+    pub ignore_eos: bool,
+}
+
+/// The server's generation defaults (its sampling flags), for fields a
+/// request leaves out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Defaults {
+    /// `--temp`.
+    pub temperature: f32,
+    /// `--top-k`.
+    pub top_k: i32,
+    /// `--top-p`.
+    pub top_p: f32,
+    /// `--min-p`.
+    pub min_p: f32,
+    /// `--seed` (`None`: a fresh one per request).
+    pub seed: Option<u64>,
+    /// `--repeat-penalty`.
+    pub repeat_penalty: f32,
+    /// `--repeat-last-n`.
+    pub repeat_last_n: usize,
+    /// `--keep`.
+    pub n_keep: i64,
+}
+
+impl Default for Defaults {
+    /// llama.cpp's defaults.
+    fn default() -> Defaults {
+        Defaults {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            seed: None,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            n_keep: 0,
+        }
+    }
 }
 
 /// Most alternatives `logprobs` / `top_logprobs` may ask for.
 pub const MAX_TOP_LOGPROBS: i64 = 20;
 
-/// A completion prompt: text or token ids.
+/// One piece of a prompt: text (tokenized) or a token id.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Prompt {
-    /// Text, tokenized with the model's BOS rules.
+pub enum Piece {
+    /// Text, tokenized with the model's BOS rules when it opens the prompt.
     Text(String),
-    /// Token ids as given.
-    Tokens(Vec<i32>),
+    /// A token id as given.
+    Token(i32),
 }
 
 /// The JSON object of a body, or 400.
@@ -127,8 +184,14 @@ fn opt_bool(m: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError>
     }
 }
 
-/// The sampling, stopping and streaming fields shared by both endpoints.
+/// The sampling, stopping and streaming fields shared by the generation
+/// endpoints, with llama.cpp's defaults.
 pub fn parse_params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
+    parse_params_with(m, &Defaults::default())
+}
+
+/// [`parse_params`] with the server's defaults `d` for absent fields.
+pub fn parse_params_with(m: &Map<String, Value>, d: &Defaults) -> Result<GenParams, ApiError> {
     let model = match m.get("model") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -161,13 +224,15 @@ pub fn parse_params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
     Ok(GenParams {
         model,
         max_tokens,
-        temperature: opt_f32(m, "temperature", 0.0, 100.0)?.unwrap_or(0.8),
-        top_p: opt_f32(m, "top_p", 0.0, 1.0)?.unwrap_or(0.95),
-        top_k: opt_int(m, "top_k", -1)?.map_or(40, |k| k.min(i32::MAX as i64) as i32),
-        min_p: opt_f32(m, "min_p", 0.0, 1.0)?.unwrap_or(0.05),
+        temperature: opt_f32(m, "temperature", 0.0, 100.0)?.unwrap_or(d.temperature),
+        top_p: opt_f32(m, "top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
+        top_k: opt_int(m, "top_k", -1)?.map_or(d.top_k, |k| k.min(i32::MAX as i64) as i32),
+        min_p: opt_f32(m, "min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
         seed: match opt_int(m, "seed", i64::MIN)? {
-            Some(s) if s >= 0 => Some(s as u64),
-            _ => None,
+            // llama.cpp's LLAMA_DEFAULT_SEED (0xFFFFFFFF) is "random" too
+            Some(s) if s >= 0 && s != 0xFFFF_FFFF => Some(s as u64),
+            Some(_) => None,
+            None => d.seed,
         },
         stop,
         stream: opt_bool(m, "stream")?.unwrap_or(false),
@@ -175,6 +240,30 @@ pub fn parse_params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
         return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
         logprobs: parse_logprobs(m)?,
         post_sampling_probs: opt_bool(m, "post_sampling_probs")?.unwrap_or(false),
+        repeat_penalty: opt_f32(m, "repeat_penalty", 0.0, 100.0)?.unwrap_or(d.repeat_penalty),
+        repeat_last_n: match opt_int(m, "repeat_last_n", -1)? {
+            Some(n) if n >= 0 => n as usize,
+            _ => d.repeat_last_n,
+        },
+        n_keep: opt_int(m, "n_keep", -1)?.unwrap_or(d.n_keep),
+        cache_prompt: opt_bool(m, "cache_prompt")?.unwrap_or(true),
+        id_slot: match opt_int(m, "id_slot", -1)? {
+            Some(n) if n >= 0 => Some(n as usize),
+            _ => None,
+        },
+        response_fields: match m.get("response_fields") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    v => Err(wrong("response_fields[]", "a string", v)),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(v) => return Err(wrong("response_fields", "an array of strings", v)),
+        },
+        timings_per_token: opt_bool(m, "timings_per_token")?.unwrap_or(false),
+        ignore_eos: opt_bool(m, "ignore_eos")?.unwrap_or(false),
     })
 }
 
@@ -198,29 +287,50 @@ fn parse_logprobs(m: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
     }
 }
 
-/// `/v1/completions`: the prompt (a string, one string in an array, or token ids).
-pub fn parse_prompt(m: &Map<String, Value>) -> Result<Prompt, ApiError> {
-    match m.get("prompt") {
-        None | Some(Value::Null) => Err(ApiError::bad_request("'prompt' is required")),
-        Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
-        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
-            Ok(Prompt::Text(a[0].as_str().unwrap_or_default().to_string()))
+/// The prompts of `/completion`, `/v1/completions` and the embedding
+/// endpoints (field `key`), as llama.cpp reads them: a string; an array of
+/// token ids and strings (one prompt, its pieces joined); or an array of
+/// strings and such arrays (several prompts).
+pub fn parse_prompts(m: &Map<String, Value>, key: &str) -> Result<Vec<Vec<Piece>>, ApiError> {
+    let piece = |v: &Value, at: &str| -> Result<Piece, ApiError> {
+        match v {
+            Value::String(s) => Ok(Piece::Text(s.clone())),
+            Value::Number(n) => n
+                .as_i64()
+                .and_then(|t| i32::try_from(t).ok())
+                .map(Piece::Token)
+                .ok_or_else(|| ApiError::bad_request(format!("'{at}': {v} is not a token id"))),
+            v => Err(wrong(at, "a string or a token id", v)),
         }
-        Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_number) => a
+    };
+    let mixed = |a: &[Value], at: &str| -> Result<Vec<Piece>, ApiError> {
+        a.iter().map(|v| piece(v, at)).collect()
+    };
+    match m.get(key) {
+        None | Some(Value::Null) => Err(ApiError::bad_request(format!("'{key}' is required"))),
+        Some(Value::String(s)) => Ok(vec![vec![Piece::Text(s.clone())]]),
+        Some(Value::Array(a)) if a.is_empty() => {
+            Err(ApiError::bad_request(format!("'{key}' is an empty array")))
+        }
+        // token ids, possibly mixed with strings: one prompt
+        Some(Value::Array(a)) if a.iter().any(Value::is_number) => {
+            Ok(vec![mixed(a, &format!("{key}[]"))?])
+        }
+        // several prompts: strings and arrays of token ids / strings
+        Some(Value::Array(a)) => a
             .iter()
-            .map(|v| {
-                v.as_i64()
-                    .and_then(|t| i32::try_from(t).ok())
-                    .ok_or_else(|| {
-                        ApiError::bad_request(format!("'prompt' token {v} is not a token id"))
-                    })
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(vec![Piece::Text(s.clone())]),
+                Value::Array(inner) if !inner.is_empty() => mixed(inner, &format!("{key}[{i}]")),
+                v => Err(wrong(
+                    &format!("{key}[{i}]"),
+                    "a string or a non-empty array of token ids",
+                    v,
+                )),
             })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Prompt::Tokens),
-        Some(Value::Array(_)) => Err(ApiError::bad_request(
-            "'prompt' must be a string, an array of one string, or an array of token ids",
-        )),
-        Some(v) => Err(wrong("prompt", "a string or an array of token ids", v)),
+            .collect(),
+        Some(v) => Err(wrong(key, "a string or an array of token ids", v)),
     }
 }
 
@@ -266,9 +376,37 @@ pub fn parse_messages(m: &Map<String, Value>) -> Result<Vec<Message>, ApiError> 
                 }
                 Some(v) => return Err(wrong(&format!("messages[{i}].content"), "a string or an array of parts", v)),
             };
-            Ok(Message { role, content })
+            let mut extra = Map::new();
+            for (k, v) in o {
+                if k == "role" || k == "content" {
+                    continue;
+                }
+                let v = if k == "tool_calls" { tool_calls_for_template(v) } else { v.clone() };
+                extra.insert(k.clone(), v);
+            }
+            Ok(Message { role, content, extra })
         })
         .collect()
+}
+
+/// An assistant message's `tool_calls` as chat templates read them: each
+/// `function.arguments` JSON string parsed into an object (kept as given
+/// when it is not JSON).
+fn tool_calls_for_template(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(calls) = v.as_array_mut() {
+        for c in calls {
+            if let Some(a) = c.pointer_mut("/function/arguments") {
+                if let Some(parsed) = a
+                    .as_str()
+                    .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                {
+                    *a = parsed;
+                }
+            }
+        }
+    }
+    v
 }
 
 #[cfg(test)]
@@ -355,11 +493,46 @@ mod tests {
             .unwrap_err()
             .message
             .contains("not an array"));
-        assert!(parse_prompt(&obj(json!({"prompt": 5}))).is_err());
+        let pp = |v: Value| parse_prompts(&obj(json!({ "prompt": v })), "prompt");
+        assert!(pp(json!(5)).is_err());
+        assert!(pp(json!([])).unwrap_err().message.contains("empty array"));
+        assert!(pp(json!([true])).unwrap_err().message.contains("prompt[0]"));
         assert_eq!(
-            parse_prompt(&obj(json!({"prompt": [1, 2]}))).unwrap(),
-            Prompt::Tokens(vec![1, 2])
+            pp(json!([1, 2])).unwrap(),
+            vec![vec![Piece::Token(1), Piece::Token(2)]]
         );
+        // mixed ids and text: one prompt
+        assert_eq!(
+            pp(json!([1, "a", 2])).unwrap(),
+            vec![vec![
+                Piece::Token(1),
+                Piece::Text("a".into()),
+                Piece::Token(2)
+            ]]
+        );
+        // several prompts
+        assert_eq!(
+            pp(json!([[1, 2], "a"])).unwrap(),
+            vec![
+                vec![Piece::Token(1), Piece::Token(2)],
+                vec![Piece::Text("a".into())]
+            ]
+        );
+        assert_eq!(pp(json!(["a"])).unwrap().len(), 1);
+        // the server's defaults fill absent fields
+        let d = Defaults {
+            temperature: 0.0,
+            seed: Some(42),
+            ..Defaults::default()
+        };
+        let p = parse_params_with(&obj(json!({})), &d).unwrap();
+        assert_eq!((p.temperature, p.seed), (0.0, Some(42)));
+        let p = parse_params_with(
+            &obj(json!({"seed": -1, "id_slot": 1, "cache_prompt": false})),
+            &d,
+        )
+        .unwrap();
+        assert_eq!((p.seed, p.id_slot, p.cache_prompt), (None, Some(1), false));
         let e = parse_messages(&obj(json!({"messages": [{"role": "user", "content": 3}]})))
             .unwrap_err();
         assert!(e.message.contains("messages[0].content"), "{}", e.message);

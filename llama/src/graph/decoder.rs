@@ -30,6 +30,9 @@ pub struct DecoderGraph {
     pub out_ids: Option<TensorId>,
     /// Logits, F32 `[n_vocab, n_outputs]` (output).
     pub logits: TensorId,
+    /// The final norm's output, F32 `[n_embd, n_outputs]` (an output when
+    /// [`GraphBuilder::want_embd`]).
+    pub embd: Option<TensorId>,
     /// Each layer's selected experts, I32 `[n_used, n_tokens']` (`None`
     /// for a dense layer).
     pub expert_ids: Vec<Option<TensorId>>,
@@ -153,6 +156,10 @@ impl GraphBuilder<'_> {
         }
         let cur = self.rms_norm_w(inp_l, m.output_norm);
         self.name(cur, "result_norm", None);
+        let embd = self.want_embd.then(|| {
+            self.g.set_output(cur);
+            cur
+        });
         let logits = self.linear(m.output, cur, None);
         self.name(logits, "result_output", None);
         self.g.set_output(logits);
@@ -166,6 +173,7 @@ impl GraphBuilder<'_> {
             v_rot,
             out_ids,
             logits,
+            embd,
             expert_ids,
         }
     }

@@ -42,6 +42,9 @@ pub struct GraphBuilder<'m> {
     pub forced_routing: bool,
     /// With forced routing, each MoE layer's ids input, for the context.
     pub forced_ids: Vec<(usize, TensorId)>,
+    /// Keep the final norm's output (the last hidden states of the output
+    /// rows) as a graph output ([`decoder::DecoderGraph::embd`]).
+    pub want_embd: bool,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -57,6 +60,7 @@ impl<'m> GraphBuilder<'m> {
             moe_predict: false,
             forced_routing: false,
             forced_ids: Vec::new(),
+            want_embd: false,
             leafs: HashMap::new(),
         }
     }

@@ -9,10 +9,10 @@ use anyhow::{Context as _, Result};
 use common::cli;
 use llama::Context;
 use server::args::ServerArgs;
-use server::chat_fallback::{render_chatml_fallback, ChatRender};
 use server::engine::{self, EngineConfig};
 use server::http::{router, AppState};
 use server::metrics::Metrics;
+use server::request::Defaults;
 
 const TOOL: &str = "llama-server";
 
@@ -58,10 +58,40 @@ fn serve(a: &ServerArgs) -> Result<()> {
         .max(1);
     let metrics = Arc::new(Metrics::default());
     let (jobs, rx) = tokio::sync::mpsc::channel(a.max_queue.max(1));
+    let view: engine::SlotsView = Arc::default();
     let cfg = EngineConfig {
         n_slots: a.parallel,
         n_slot_ctx,
         cont_batching: a.continuous_batching(),
+        view: Arc::clone(&view),
+    };
+    let template = server::chat::template_text(
+        a.chat_template.as_deref(),
+        a.chat_template_file.as_deref(),
+        &model.file,
+    )?;
+    let tok = &model.tokenizer;
+    let chat_render = server::chat::make_render(
+        &template,
+        common::chat::token_text(tok, tok.bos()),
+        common::chat::token_text(tok, tok.eos()),
+    )?;
+    if let Some(dir) = &a.slot_save_path {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--slot-save-path {}", dir.display()))?;
+    }
+    let s = &a.sampling;
+    let defaults = Defaults {
+        temperature: s.temp,
+        top_k: s.top_k,
+        top_p: s.top_p,
+        min_p: s.min_p,
+        seed: u64::try_from(s.seed)
+            .ok()
+            .filter(|&x| x != server::native::DEFAULT_SEED),
+        repeat_penalty: s.repeat_penalty,
+        repeat_last_n: s.repeat_last_n,
+        n_keep: a.keep,
     };
     let m2 = Arc::clone(&metrics);
     let decoder = std::thread::Builder::new()
@@ -83,11 +113,25 @@ fn serve(a: &ServerArgs) -> Result<()> {
         n_slots: a.parallel,
         default_max_tokens: usize::try_from(a.n_predict).ok(),
         timeout: Duration::from_secs(a.timeout),
-        chat_render: model_chat_render(&model),
+        chat_render,
         max_token_bytes,
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        has_alias: a.alias.is_some(),
+        model_path: loaded.path.display().to_string(),
+        chat_template: template,
+        defaults: std::sync::RwLock::new(defaults),
+        ctx_shift: a.context_shift(),
+        slots_enabled: a.slots_enabled(),
+        slot_save_path: a.slot_save_path.clone(),
+        props_enabled: a.props,
+        webui: !a.no_webui,
+        verbose: a.verbose,
+        embedding: a.embedding,
+        pooling: a.pooling()?,
+        reranking: a.reranking,
+        view,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -96,7 +140,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
         let addr = format!("{}:{}", a.host, a.port);
-        let listener = tokio::net::TcpListener::bind(&addr)
+        let listener = server::serve::bind(&addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
@@ -108,54 +152,12 @@ fn serve(a: &ServerArgs) -> Result<()> {
             if a.continuous_batching() { "on" } else { "off" }
         );
         eprintln!("server listening on http://{}:{}", a.host, local.port());
-        axum::serve(listener, router(state))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .context("server failed")
+        server::serve::serve(listener, router(state), async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .context("server failed")
     })?;
     drop(decoder);
     Ok(())
-}
-
-/// The model's own chat template (`tokenizer.chat_template`, rendered by
-/// `llama::chat` as transformers does), or ChatML when it has none or the
-/// template does not compile (said once on stderr).
-fn model_chat_render(model: &llama::Model) -> ChatRender {
-    let text = match llama::chat::template_from_gguf(&model.file, None) {
-        Ok(Some(t)) => t,
-        _ => return Arc::new(render_chatml_fallback),
-    };
-    let tmpl = match llama::chat::ChatTemplate::new(&text) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!(
-                "llama-server: the model's chat template does not compile ({e}); using ChatML"
-            );
-            return Arc::new(render_chatml_fallback);
-        }
-    };
-    let tok = &model.tokenizer;
-    let (bos, eos) = (
-        common::chat::token_text(tok, tok.bos()),
-        common::chat::token_text(tok, tok.eos()),
-    );
-    Arc::new(move |messages, add_generation_prompt| {
-        if messages.is_empty() {
-            anyhow::bail!("'messages' must hold at least one message");
-        }
-        let msgs: Vec<llama::chat::Message> = messages
-            .iter()
-            .map(|m| llama::chat::Message::new(m.role.clone(), m.content.clone()))
-            .collect();
-        let opts = llama::chat::RenderOptions {
-            add_generation_prompt,
-            bos_token: bos.clone(),
-            eos_token: eos.clone(),
-            ..Default::default()
-        };
-        tmpl.render(&msgs, &opts)
-            .map_err(|e| anyhow::anyhow!("chat template: {e}"))
-    })
 }
