@@ -13,7 +13,7 @@ use ggml_core::{
 
 use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer};
 use crate::driver::{self, Access, DevPtr, KernelArg, LaunchDims, T4};
-use crate::kernels::{Kernel, Kernels, GEMM_TILE, MV_WARPS};
+use crate::kernels::{Kernel, Kernels, GEMM_TILE, MV_WARPS, Q8_1_BLOCK};
 use crate::probe_libraries;
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
@@ -69,13 +69,38 @@ fn is_float(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
-/// Weight types the mat-mul and get_rows kernels dequantize.
+/// Weight types the mat-mul and get_rows kernels dequantize (and the MMVQ
+/// kernels take int8 dot products with).
 fn is_weight_type(ty: GgmlType) -> bool {
+    use GgmlType as T;
     is_float(ty)
         || matches!(
             ty,
-            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K
+            T::Q4_0
+                | T::Q4_1
+                | T::Q5_0
+                | T::Q5_1
+                | T::Q8_0
+                | T::Q2K
+                | T::Q3K
+                | T::Q4K
+                | T::Q5K
+                | T::Q6K
+                | T::IQ4NL
+                | T::IQ4XS
+                | T::MXFP4
         )
+}
+
+/// Elements per activation scale of `k_quantize_q8_1` for weights of `ty`:
+/// 256 where the CPU backend's activation type is Q8_K (the K-quants and
+/// IQ4_XS), else 32 (Q8_0 / Q8_1).
+fn q8_group(ty: GgmlType) -> i32 {
+    use GgmlType as T;
+    match ty {
+        T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4XS => 256,
+        _ => 32,
+    }
 }
 
 fn pad256(n: usize) -> usize {
@@ -716,6 +741,7 @@ impl CudaBackend {
                 )
             }
             Op::MulMat => self.mul_mat(g, node, s),
+            Op::MulMatId if g.tensor(node).ne[2] <= MMV_MAX_COLS => self.mmvq(g, node, s),
             Op::MulMatId => {
                 let (w, b, ids) = (src(0), src(1), src(2));
                 let need = pad256(g.tensor(b).nelements() as usize * 4);
@@ -749,6 +775,68 @@ impl CudaBackend {
         }
     }
 
+    /// Decode `mul_mat` / `mul_mat_id` (at most [`MMV_MAX_COLS`] columns,
+    /// or tokens for `mul_mat_id`): quantized weights get their
+    /// activations quantized once (`k_quantize_q8_1`) and int8 dot
+    /// products (`k_mmvq`, `k_mmvq_id`); float weights read F32 rows.
+    fn mmvq(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let (a, b) = (t.src[0], t.src[1]);
+        let (at, bt) = (g.tensor(a), g.tensor(b));
+        let td = T4::of(g, node);
+        let (bp, tb, q8, ds) = if is_float(at.ty) {
+            let base = self.scratch(s, pad256(bt.nelements() as usize * 4))?;
+            let (bp, tb, _) = self.f32_rows(g, b, base)?;
+            (bp, tb, 0, 0)
+        } else {
+            let n = bt.nelements();
+            let q_bytes = pad256(n as usize);
+            let base = self.scratch(s, q_bytes + pad256((n / Q8_1_BLOCK) as usize * 4))?;
+            let ds = base + q_bytes as u64;
+            let warps = n / Q8_1_BLOCK;
+            self.launch(
+                Kernel::QuantizeQ8_1,
+                ((warps as u64).div_ceil(8) as u32, 1, 1),
+                (256, 1, 1),
+                &[
+                    &[A::P(base), A::P(ds)],
+                    &self.tensor_args(g, b)?,
+                    &[A::I(q8_group(at.ty))],
+                ],
+            )?;
+            (self.ptr(g, b)?, T4::of(g, b), base, ds)
+        };
+        let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS);
+        let out = self.tensor_args_untyped(g, node)?;
+        let weights = self.tensor_args(g, a)?;
+        let acts = [A::P(bp), A::T(tb), A::P(q8), A::P(ds)];
+        if t.op == Op::MulMatId {
+            let pairs = (td.ne[1] * td.ne[2]) as u32;
+            self.launch(
+                Kernel::MmvqId,
+                (blocks_x, pairs, 1),
+                (32 * MV_WARPS, 1, 1),
+                &[
+                    &out,
+                    &weights,
+                    &acts,
+                    &self.tensor_args_untyped(g, t.src[2])?,
+                    &[A::P(self.err_flag.ptr)],
+                ],
+            )
+        } else {
+            let r2 = (bt.ne[2] / at.ne[2]).max(1);
+            let r3 = (bt.ne[3] / at.ne[3]).max(1);
+            let grid_z = (td.ne[2] * td.ne[3]) as u32;
+            self.launch(
+                Kernel::Mmvq,
+                (blocks_x, 1, grid_z),
+                (32 * MV_WARPS, 1, 1),
+                &[&out, &weights, &acts, &[A::L(r2), A::L(r3)]],
+            )
+        }
+    }
+
     fn mul_mat(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
         let t = g.tensor(node);
         let (a, b) = (t.src[0], t.src[1]);
@@ -756,9 +844,11 @@ impl CudaBackend {
         let td = T4::of(g, node);
         let r2 = (bt.ne[2] / at.ne[2]).max(1);
         let r3 = (bt.ne[3] / at.ne[3]).max(1);
+        if bt.ne[1] <= MMV_MAX_COLS {
+            return self.mmvq(g, node, s);
+        }
         let b_bytes = pad256(bt.nelements() as usize * 4);
-        let vec = bt.ne[1] <= MMV_MAX_COLS;
-        let a_bytes = if !vec && at.ty.is_quantized() {
+        let a_bytes = if at.ty.is_quantized() {
             pad256(at.nelements() as usize * 4)
         } else {
             0
@@ -767,23 +857,6 @@ impl CudaBackend {
         let (bp, tb, used) = self.f32_rows(g, b, base)?;
         let ap = self.ptr(g, a)?;
         let grid_z = (td.ne[2] * td.ne[3]) as u32;
-        if vec {
-            let grid = (
-                (td.ne[0] as u32).div_ceil(MV_WARPS),
-                td.ne[1] as u32,
-                grid_z,
-            );
-            return self.launch(
-                Kernel::MulMatVec,
-                grid,
-                (32 * MV_WARPS, 1, 1),
-                &[
-                    &self.tensor_args_untyped(g, node)?,
-                    &[A::P(ap), A::T(T4::of(g, a)), tid(at.ty)],
-                    &[A::P(bp), A::T(tb), A::L(r2), A::L(r3)],
-                ],
-            );
-        }
         let (ap, ta, aty) = if at.ty.is_quantized() {
             let dq = base + used as u64;
             let ta = T4::of(g, a);

@@ -10,9 +10,20 @@ use ggml_core::BackendError;
 
 use crate::driver::{Device, Function};
 
-/// The kernel source (`kernels.cu`), compiled at run time by NVRTC. It uses
-/// no `#include`, so no CUDA toolkit headers are needed.
-pub const KERNELS_SRC: &str = include_str!("kernels.cu");
+/// The parts of the kernel source, in order: `kernels.cu` (types, helpers
+/// and the first kernels), then each kernel family of `src/kernels/`, in
+/// file-name order (`build.rs` compiles the same files for the emulator).
+pub const KERNEL_PARTS: &[(&str, &str)] = &[
+    ("kernels.cu", include_str!("kernels.cu")),
+    ("kernels/mmvq.cu", include_str!("kernels/mmvq.cu")),
+];
+
+/// The kernel source ([`KERNEL_PARTS`] joined), compiled at run time by
+/// NVRTC. It uses no `#include`, so no CUDA toolkit headers are needed.
+pub const KERNELS_SRC: &str = concat!(
+    include_str!("kernels.cu"),
+    include_str!("kernels/mmvq.cu"),
+);
 
 /// The file name NVRTC is given for the source (it names it in its log).
 pub const KERNELS_FILE_NAME: &str = "ggml_cuda_kernels.cu";
@@ -62,11 +73,18 @@ pub enum Kernel {
     MulMatIdVec,
     /// `k_mul_mat_tiled`: tiled F32 GEMM.
     MulMatTiled,
+    /// `k_quantize_q8_1`: activations to 8-bit values with a scale per 32.
+    QuantizeQ8_1,
+    /// `k_mmvq`: decode mat-vec, int8 dot products (float path for
+    /// F32/F16/BF16 weights), up to 8 columns per weight read.
+    Mmvq,
+    /// `k_mmvq_id`: decode `mul_mat_id`, columns grouped by expert.
+    MmvqId,
 }
 
 impl Kernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [Kernel; 17] = [
+    pub const ALL: [Kernel; 20] = [
         Kernel::Binary,
         Kernel::Unary,
         Kernel::Glu,
@@ -84,6 +102,9 @@ impl Kernel {
         Kernel::MulMatVec,
         Kernel::MulMatIdVec,
         Kernel::MulMatTiled,
+        Kernel::QuantizeQ8_1,
+        Kernel::Mmvq,
+        Kernel::MmvqId,
     ];
 
     /// The kernel's `extern "C"` name in `kernels.cu` (its PTX entry point).
@@ -106,6 +127,9 @@ impl Kernel {
             Kernel::MulMatVec => "k_mul_mat_vec",
             Kernel::MulMatIdVec => "k_mul_mat_id_vec",
             Kernel::MulMatTiled => "k_mul_mat_tiled",
+            Kernel::QuantizeQ8_1 => "k_quantize_q8_1",
+            Kernel::Mmvq => "k_mmvq",
+            Kernel::MmvqId => "k_mmvq_id",
         }
     }
 }
@@ -123,6 +147,11 @@ pub const KERNEL_NAMES: &[&str] = &{
 
 /// Warps per block of the matrix-vector kernels (`MV_WARPS` in the source).
 pub const MV_WARPS: u32 = 4;
+/// Columns `k_mmvq` / `k_mmvq_id` multiply per weight read
+/// (`MMVQ_MAX_COLS` in the source).
+pub const MMVQ_MAX_COLS: u32 = 8;
+/// Activation elements per scale of `k_quantize_q8_1`.
+pub const Q8_1_BLOCK: i64 = 32;
 /// Tile edge of `k_mul_mat_tiled` (`GT` in the source).
 pub const GEMM_TILE: u32 = 16;
 

@@ -346,7 +346,12 @@ ptxas info    : Compile time = 6.699 ms
 
 /// The kernels that must not spill: the matrix-vector products that
 /// decode runs.
-const NO_SPILL: &[Kernel] = &[Kernel::MulMatVec, Kernel::MulMatIdVec];
+const NO_SPILL: &[Kernel] = &[
+    Kernel::MulMatVec,
+    Kernel::MulMatIdVec,
+    Kernel::Mmvq,
+    Kernel::MmvqId,
+];
 
 /// `ptxas -arch=sm_90 -v` (plus `extra`) on `ptx`: its info output.
 fn ptxas_info(ptxas: &std::path::Path, ptx: &str, tag: &str, extra: &[&str]) -> String {

@@ -3,7 +3,8 @@
 //! (< 1e-6 for F32, < 1e-4 for F16/BF16 and quantized weights). Without a GPU
 //! `CUDA0` is the emulated device (`ggml_cuda::emulator`), so these run in
 //! CI. Ops the CPU backend does not implement yet are reported and skipped
-//! (the CPU kernels land on other branches).
+//! (the CPU kernels land on other branches). `OPS_PRINT=1` prints every
+//! case's NMSE.
 
 use ggml_core::op::{GluOp, RopeMode, RopeParams, SortOrder};
 use ggml_core::tensor::TensorData;
@@ -54,12 +55,31 @@ fn rand_bytes(r: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
                 }
                 let d = 0.002 + 0.01 * r.f().abs();
                 match q {
-                    GgmlType::Q8_0 | GgmlType::Q4_0 => b[0..2].copy_from_slice(&f16b(d)),
+                    GgmlType::Q8_0
+                    | GgmlType::Q4_0
+                    | GgmlType::Q5_0
+                    | GgmlType::IQ4NL
+                    | GgmlType::IQ4XS => b[0..2].copy_from_slice(&f16b(d)),
+                    GgmlType::Q4_1 => {
+                        b[0..2].copy_from_slice(&f16b(d));
+                        b[2..4].copy_from_slice(&f16b(-8.0 * d));
+                    }
+                    GgmlType::Q5_1 => {
+                        b[0..2].copy_from_slice(&f16b(d));
+                        b[2..4].copy_from_slice(&f16b(-16.0 * d));
+                    }
                     GgmlType::Q4K | GgmlType::Q5K => {
                         b[0..2].copy_from_slice(&f16b(d));
                         b[2..4].copy_from_slice(&f16b(d * 0.5));
                     }
+                    GgmlType::Q2K => {
+                        b[80..82].copy_from_slice(&f16b(d));
+                        b[82..84].copy_from_slice(&f16b(d * 0.5));
+                    }
+                    GgmlType::Q3K => b[108..110].copy_from_slice(&f16b(d)),
                     GgmlType::Q6K => b[208..210].copy_from_slice(&f16b(d)),
+                    // E8M0 scale 2^(e - 128): 2^-8 .. 2^-5
+                    GgmlType::MXFP4 => b[0] = 120 + r.below(4) as u8,
                     other => panic!("no generator for {other}"),
                 }
             }
@@ -165,15 +185,24 @@ fn nmse(got: &[f32], want: &[f32]) -> f64 {
     }
 }
 
-const WEIGHT_TYPES: [GgmlType; 8] = [
+/// Every weight type the fixtures use.
+const WEIGHT_TYPES: [GgmlType; 16] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
-    GgmlType::Q8_0,
     GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::Q6K,
+    GgmlType::IQ4NL,
+    GgmlType::IQ4XS,
+    GgmlType::MXFP4,
 ];
 
 fn tol_for(ty: GgmlType) -> f64 {
@@ -430,6 +459,45 @@ fn cases() -> Vec<Case> {
         let o = b.g.mul_mat(a, xt);
         v.push(b.done(format!("mul_mat {ty} strided b"), o, tol_for(ty)));
     }
+    // decode (MMVQ): 1, 2 and 8 columns over rows of 1280 (a partial
+    // staging chunk), and mul_mat_id with 8 of 128 experts for 1, 2 and 8
+    // tokens: ids repeat across tokens (one weight read per expert group),
+    // some are -1 (exact zeros), and b is shared or per slot
+    for ty in WEIGHT_TYPES {
+        for n in [1i64, 2, 8] {
+            let mut b = next();
+            let a = b.rand(ty, &[1280, 12]);
+            let x = b.rand(GgmlType::F32, &[1280, n]);
+            let o = b.g.mul_mat(a, x);
+            v.push(b.done(format!("mmvq {ty} cols={n}"), o, tol_for(ty)));
+        }
+        for (n_tok, b_ne1) in [(1i64, 1i64), (2, 8), (8, 1)] {
+            let mut b = next();
+            let (n_expert, n_used) = (128i64, 8i64);
+            let w = b.rand(ty, &[256, 8, n_expert]);
+            let x = b.rand(GgmlType::F32, &[256, b_ne1, n_tok]);
+            let mut ids = Vec::new();
+            for t in 0..n_tok {
+                for e in 0..n_used {
+                    // a pool of 12 experts so tokens share some; slot 5 of
+                    // every other token is -1
+                    let id = if e == 5 && t % 2 == 1 {
+                        -1
+                    } else {
+                        (b.r.below(12) * 10 + e as u64) as i32 % n_expert as i32
+                    };
+                    ids.push(id);
+                }
+            }
+            let ids = b.i32s(&[n_used, n_tok], &ids);
+            let o = b.g.mul_mat_id(w, x, ids);
+            v.push(b.done(
+                format!("mmvq_id {ty} 8 of 128 tokens={n_tok} b.ne1={b_ne1}"),
+                o,
+                tol_for(ty),
+            ));
+        }
+    }
     // mul_mat_id: every weight type, b shared (ne1 = 1) or per expert
     for ty in WEIGHT_TYPES {
         for (b_ne1, n_tok) in [(1i64, 1i64), (2, 5), (1, 40)] {
@@ -537,6 +605,9 @@ fn ops_match_cpu() {
             (Ok(got), Ok(want)) => {
                 let e = nmse(&got, &want);
                 let finite = got.iter().all(|x| x.is_finite());
+                if std::env::var_os("OPS_PRINT").is_some() {
+                    println!("{}: NMSE {e:.3e}", c.name);
+                }
                 if e <= c.tol && finite && got.len() == want.len() {
                     passed += 1;
                 } else {
