@@ -13,7 +13,7 @@ use ggml_core::{
 
 use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer};
 use crate::driver::{self, Access, DevPtr, KernelArg, LaunchDims, T4};
-use crate::kernels::{Kernel, Kernels, GEMM_TILE, MV_WARPS, Q8_1_BLOCK};
+use crate::kernels::{Kernel, Kernels, GEMM_TILE, MMQ_TILE, MV_WARPS, Q8_1_BLOCK};
 use crate::probe_libraries;
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
@@ -742,6 +742,7 @@ impl CudaBackend {
             }
             Op::MulMat => self.mul_mat(g, node, s),
             Op::MulMatId if g.tensor(node).ne[2] <= MMV_MAX_COLS => self.mmvq(g, node, s),
+            Op::MulMatId if g.tensor(src(0)).ty.is_quantized() => self.mmq_id(g, node, s),
             Op::MulMatId => {
                 let (w, b, ids) = (src(0), src(1), src(2));
                 let need = pad256(g.tensor(b).nelements() as usize * 4);
@@ -789,22 +790,9 @@ impl CudaBackend {
             let (bp, tb, _) = self.f32_rows(g, b, base)?;
             (bp, tb, 0, 0)
         } else {
-            let n = bt.nelements();
-            let q_bytes = pad256(n as usize);
-            let base = self.scratch(s, q_bytes + pad256((n / Q8_1_BLOCK) as usize * 4))?;
-            let ds = base + q_bytes as u64;
-            let warps = n / Q8_1_BLOCK;
-            self.launch(
-                Kernel::QuantizeQ8_1,
-                ((warps as u64).div_ceil(8) as u32, 1, 1),
-                (256, 1, 1),
-                &[
-                    &[A::P(base), A::P(ds)],
-                    &self.tensor_args(g, b)?,
-                    &[A::I(q8_group(at.ty))],
-                ],
-            )?;
-            (self.ptr(g, b)?, T4::of(g, b), base, ds)
+            let base = self.scratch(s, q8_scratch(bt.nelements()))?;
+            let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
+            (self.ptr(g, b)?, T4::of(g, b), q8, ds)
         };
         let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS);
         let out = self.tensor_args_untyped(g, node)?;
@@ -837,6 +825,9 @@ impl CudaBackend {
         }
     }
 
+    /// Prompt `mul_mat` (more than [`MMV_MAX_COLS`] columns): quantized
+    /// weights take int8 tiles on quantized activations (`k_mmq`), float
+    /// weights the tiled float GEMM.
     fn mul_mat(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
         let t = g.tensor(node);
         let (a, b) = (t.src[0], t.src[1]);
@@ -847,28 +838,27 @@ impl CudaBackend {
         if bt.ne[1] <= MMV_MAX_COLS {
             return self.mmvq(g, node, s);
         }
-        let b_bytes = pad256(bt.nelements() as usize * 4);
-        let a_bytes = if at.ty.is_quantized() {
-            pad256(at.nelements() as usize * 4)
-        } else {
-            0
-        };
-        let base = self.scratch(s, b_bytes + a_bytes)?;
-        let (bp, tb, used) = self.f32_rows(g, b, base)?;
-        let ap = self.ptr(g, a)?;
         let grid_z = (td.ne[2] * td.ne[3]) as u32;
-        let (ap, ta, aty) = if at.ty.is_quantized() {
-            let dq = base + used as u64;
-            let ta = T4::of(g, a);
-            self.launch_n(
-                Kernel::ToF32,
-                ta.n(),
-                &[&[A::P(dq), A::P(ap), A::T(ta), tid(at.ty)]],
-            )?;
-            (dq, T4::dense(GgmlType::F32, at.ne), GgmlType::F32)
-        } else {
-            (ap, T4::of(g, a), at.ty)
-        };
+        if at.ty.is_quantized() {
+            let base = self.scratch(s, q8_scratch(bt.nelements()))?;
+            let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
+            return self.launch(
+                Kernel::Mmq,
+                (
+                    (td.ne[0] as u32).div_ceil(MMQ_TILE),
+                    (td.ne[1] as u32).div_ceil(MMQ_TILE),
+                    grid_z,
+                ),
+                (256, 1, 1),
+                &[
+                    &self.tensor_args_untyped(g, node)?,
+                    &self.tensor_args(g, a)?,
+                    &[A::T(T4::of(g, b)), A::P(q8), A::P(ds), A::L(r2), A::L(r3)],
+                ],
+            );
+        }
+        let base = self.scratch(s, pad256(bt.nelements() as usize * 4))?;
+        let (bp, tb, _) = self.f32_rows(g, b, base)?;
         let grid = (
             (td.ne[0] as u32).div_ceil(GEMM_TILE),
             (td.ne[1] as u32).div_ceil(GEMM_TILE),
@@ -880,11 +870,112 @@ impl CudaBackend {
             (GEMM_TILE, GEMM_TILE, 1),
             &[
                 &self.tensor_args_untyped(g, node)?,
-                &[A::P(ap), A::T(ta), tid(aty)],
+                &self.tensor_args(g, a)?,
                 &[A::P(bp), A::T(tb), A::L(r2), A::L(r3)],
             ],
         )
     }
+
+    /// Quantize `b` (activations for weights of type `wty`) into scratch
+    /// at `base` (at least [`q8_scratch`] bytes): returns the int8 values
+    /// and the scales (`k_quantize_q8_1`).
+    fn quantize_acts(
+        &self,
+        g: &Graph,
+        b: TensorId,
+        wty: GgmlType,
+        base: DevPtr,
+    ) -> Result<(DevPtr, DevPtr), BackendError> {
+        let n = g.tensor(b).nelements();
+        let ds = base + pad256(n as usize) as u64;
+        let warps = n / Q8_1_BLOCK;
+        self.launch(
+            Kernel::QuantizeQ8_1,
+            ((warps as u64).div_ceil(8) as u32, 1, 1),
+            (256, 1, 1),
+            &[
+                &[A::P(base), A::P(ds)],
+                &self.tensor_args(g, b)?,
+                &[A::I(q8_group(wty))],
+            ],
+        )?;
+        Ok((base, ds))
+    }
+
+    /// Prompt `mul_mat_id` with quantized experts, grouped by expert:
+    /// `k_moe_group` sorts the (slot, token) pairs by id on the device and
+    /// lists tiles of one expert; `k_mmq_id` runs them (id -1: zeros).
+    fn mmq_id(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let (a, b, ids) = (t.src[0], t.src[1], t.src[2]);
+        let (at, bt) = (g.tensor(a), g.tensor(b));
+        let td = T4::of(g, node);
+        let n_expert = at.ne[2];
+        let pairs = td.ne[1] * td.ne[2];
+        let max_tiles = mmq_id_max_tiles(pairs, n_expert);
+        let q8_bytes = q8_scratch(bt.nelements());
+        let ints = |n: i64| pad256(n as usize * 4);
+        let group_bytes = 2 * ints(n_expert + 2) + ints(n_expert + 2) + ints(pairs) + ints(2 * max_tiles) + ints(1);
+        let base = self.scratch(s, q8_bytes + group_bytes)?;
+        let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
+        let cnt = base + q8_bytes as u64;
+        let fill = cnt + ints(n_expert + 2) as u64;
+        let off = fill + ints(n_expert + 2) as u64;
+        let sorted = off + ints(n_expert + 2) as u64;
+        let tiles = sorted + ints(pairs) as u64;
+        let n_tiles = tiles + ints(2 * max_tiles) as u64;
+        self.launch(
+            Kernel::MoeGroup,
+            (1, 1, 1),
+            (1024, 1, 1),
+            &[
+                &self.tensor_args_untyped(g, ids)?,
+                &[
+                    A::I(n_expert as i32),
+                    A::P(cnt),
+                    A::P(fill),
+                    A::P(off),
+                    A::P(sorted),
+                    A::P(tiles),
+                    A::P(n_tiles),
+                    A::P(self.err_flag.ptr),
+                ],
+            ],
+        )?;
+        self.launch(
+            Kernel::MmqId,
+            (
+                (td.ne[0] as u32).div_ceil(MMQ_TILE),
+                max_tiles as u32,
+                1,
+            ),
+            (256, 1, 1),
+            &[
+                &self.tensor_args_untyped(g, node)?,
+                &self.tensor_args(g, a)?,
+                &[
+                    A::T(T4::of(g, b)),
+                    A::P(q8),
+                    A::P(ds),
+                    A::P(off),
+                    A::P(sorted),
+                    A::P(tiles),
+                    A::P(n_tiles),
+                ],
+            ],
+        )
+    }
+}
+
+/// Upper bound of `k_moe_group`'s tiles for `pairs` (slot, token) pairs
+/// over `n_expert` experts plus the skip bucket (the `k_mmq_id` grid).
+fn mmq_id_max_tiles(pairs: i64, n_expert: i64) -> i64 {
+    (pairs + MMQ_TILE as i64 - 1) / MMQ_TILE as i64 + n_expert + 1
+}
+
+/// Scratch bytes of `k_quantize_q8_1`'s output for `n` activations.
+fn q8_scratch(n: i64) -> usize {
+    pad256(n as usize) + pad256((n / Q8_1_BLOCK) as usize * 4)
 }
 
 /// `ggml_rope_yarn_corr_dims`: the dimension range YaRN ramps over (the
@@ -982,6 +1073,7 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
                 && f32_dst
                 && t.ne[1] <= GRID_YZ_MAX
                 && t.ne[2] <= GRID_YZ_MAX
+                && mmq_id_max_tiles(t.ne[1] * t.ne[2], a.ne[2]) <= GRID_YZ_MAX
         }
         Op::FlashAttnExt { .. } => false,
     }

@@ -368,6 +368,19 @@ __device__ __forceinline__ void store_f(u8* p, int ty, float v) {
     }
 }
 
+// An F32 activation rounded to the precision of F16 or BF16 weights (as the
+// CPU backend converts activations to the weight type before the dot
+// product); F32 weights keep it.
+__device__ __forceinline__ float act_round(float x, int wty) {
+    if (wty == T_F16) {
+        return h2f(f2h(x));
+    }
+    if (wty == T_BF16) {
+        return bf2f(f2bf(x));
+    }
+    return x;
+}
+
 __device__ __forceinline__ i64 t4_n(const T4& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
 
 // Split a flat ggml-order index into coordinates.
@@ -918,7 +931,7 @@ extern "C" __global__ void k_mul_mat_id_vec(float* dst, T4 td, const u8* as, T4 
         const u8* ra = as + t4_off(ta, 0, i0, ex, 0);
         const float* rb = (const float*)(b + t4_off(tb, 0, e % tb.ne[1], t, 0));
         for (i64 k = lane; k < ta.ne[0]; k += 32) {
-            s += load_row_elem(ra, tya, k) * rb[k];
+            s += load_row_elem(ra, tya, k) * act_round(rb[k], tya);
         }
         s = warp_sum(s);
     }
@@ -929,8 +942,8 @@ extern "C" __global__ void k_mul_mat_id_vec(float* dst, T4 td, const u8* as, T4 
 
 #define GT 16
 
-// Tiled GEMM for prompt batches: same contract as k_mul_mat_vec but `a` is
-// F32 or F16 (quantized weights are dequantized to F32 first). Block
+// Tiled GEMM for prompt batches with float weights: same contract as
+// k_mul_mat_vec, `a` F32, F16 or BF16 (activations rounded to its type). Block
 // (GT, GT); grid (ceil(ne0 / GT), ceil(ne1 / GT), ne2 * ne3).
 extern "C" __global__ void k_mul_mat_tiled(float* dst, T4 td, const u8* a, T4 ta, int tya,
                                            const u8* b, T4 tb, i64 r2, i64 r3) {
@@ -954,7 +967,7 @@ extern "C" __global__ void k_mul_mat_tiled(float* dst, T4 td, const u8* a, T4 ta
             va = load_f(a + t4_off(ta, k, ra, i2 / r2, i3 / r3), tya);
         }
         if (k < K && cb < tb.ne[1]) {
-            vb = *(const float*)(b + t4_off(tb, k, cb, i2, i3));
+            vb = act_round(*(const float*)(b + t4_off(tb, k, cb, i2, i3)), tya);
         }
         sa[ty][tx] = va;
         sb[ty][tx] = vb;

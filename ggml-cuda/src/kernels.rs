@@ -15,6 +15,8 @@ use crate::driver::{Device, Function};
 /// file-name order (`build.rs` compiles the same files for the emulator).
 pub const KERNEL_PARTS: &[(&str, &str)] = &[
     ("kernels.cu", include_str!("kernels.cu")),
+    ("kernels/dot_q8.cu", include_str!("kernels/dot_q8.cu")),
+    ("kernels/mmq.cu", include_str!("kernels/mmq.cu")),
     ("kernels/mmvq.cu", include_str!("kernels/mmvq.cu")),
 ];
 
@@ -22,6 +24,8 @@ pub const KERNEL_PARTS: &[(&str, &str)] = &[
 /// NVRTC. It uses no `#include`, so no CUDA toolkit headers are needed.
 pub const KERNELS_SRC: &str = concat!(
     include_str!("kernels.cu"),
+    include_str!("kernels/dot_q8.cu"),
+    include_str!("kernels/mmq.cu"),
     include_str!("kernels/mmvq.cu"),
 );
 
@@ -80,11 +84,18 @@ pub enum Kernel {
     Mmvq,
     /// `k_mmvq_id`: decode `mul_mat_id`, columns grouped by expert.
     MmvqId,
+    /// `k_mmq`: prompt mul_mat with quantized weights, int8 tiles.
+    Mmq,
+    /// `k_moe_group`: a ubatch's (slot, token) pairs sorted by expert id.
+    MoeGroup,
+    /// `k_mmq_id`: prompt `mul_mat_id`, one int8 tile of one expert per
+    /// block.
+    MmqId,
 }
 
 impl Kernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [Kernel; 20] = [
+    pub const ALL: [Kernel; 23] = [
         Kernel::Binary,
         Kernel::Unary,
         Kernel::Glu,
@@ -105,6 +116,9 @@ impl Kernel {
         Kernel::QuantizeQ8_1,
         Kernel::Mmvq,
         Kernel::MmvqId,
+        Kernel::Mmq,
+        Kernel::MoeGroup,
+        Kernel::MmqId,
     ];
 
     /// The kernel's `extern "C"` name in `kernels.cu` (its PTX entry point).
@@ -130,6 +144,9 @@ impl Kernel {
             Kernel::QuantizeQ8_1 => "k_quantize_q8_1",
             Kernel::Mmvq => "k_mmvq",
             Kernel::MmvqId => "k_mmvq_id",
+            Kernel::Mmq => "k_mmq",
+            Kernel::MoeGroup => "k_moe_group",
+            Kernel::MmqId => "k_mmq_id",
         }
     }
 }
@@ -152,6 +169,9 @@ pub const MV_WARPS: u32 = 4;
 pub const MMVQ_MAX_COLS: u32 = 8;
 /// Activation elements per scale of `k_quantize_q8_1`.
 pub const Q8_1_BLOCK: i64 = 32;
+/// Weight rows and columns of one `k_mmq` / `k_mmq_id` tile (`MMQ_TM`,
+/// `MMQ_TN` in the source).
+pub const MMQ_TILE: u32 = 32;
 /// Tile edge of `k_mul_mat_tiled` (`GT` in the source).
 pub const GEMM_TILE: u32 = 16;
 

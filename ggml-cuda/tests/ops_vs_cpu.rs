@@ -498,6 +498,57 @@ fn cases() -> Vec<Case> {
             ));
         }
     }
+    // prompts (MMQ, grouped mul_mat_id): 17 and 512 columns; mul_mat_id
+    // with 8 of 128 experts, -1 rows, and slot-remapped ids (a bank of 16
+    // slots, ids through an I32 map on the device)
+    for ty in WEIGHT_TYPES {
+        for n in [17i64, 512] {
+            let mut b = next();
+            let a = b.rand(ty, &[512, 40]);
+            let x = b.rand(GgmlType::F32, &[512, n]);
+            let o = b.g.mul_mat(a, x);
+            v.push(b.done(format!("mmq {ty} cols={n}"), o, tol_for(ty)));
+        }
+        for n_tok in [17i64, 512] {
+            for remap in [false, true] {
+                let mut b = next();
+                let (n_expert, n_used) = (128i64, 8i64);
+                let n_bank = if remap { 16 } else { n_expert };
+                let w = b.rand(ty, &[256, 40, n_bank]);
+                let x = b.rand(GgmlType::F32, &[256, 1, n_tok]);
+                let mut sel = Vec::new();
+                for t in 0..n_tok {
+                    for e in 0..n_used {
+                        let id = if e == 3 && t % 3 == 0 {
+                            -1
+                        } else {
+                            (b.r.below(16) * 8 + e as u64) as i32
+                        };
+                        sel.push(id);
+                    }
+                }
+                let o = if remap {
+                    // the cache's map: expert 8k + e sits in slot (k + e) % 16
+                    let map: Vec<i32> = (0..n_expert as i32).map(|x| (x / 8 + x % 8) % 16).collect();
+                    let sel: Vec<i32> = sel.iter().map(|&x| x.max(0)).collect();
+                    let sel = b.i32s(&[n_used * n_tok, 1], &sel);
+                    let map = b.i32s(&[1, n_expert], &map);
+                    let slots = b.g.get_rows(map, sel);
+                    let slots = b.g.reshape(slots, &[n_used, n_tok]);
+                    b.g.mul_mat_id(w, x, slots)
+                } else {
+                    let ids = b.i32s(&[n_used, n_tok], &sel);
+                    b.g.mul_mat_id(w, x, ids)
+                };
+                let what = if remap { "slot-remapped" } else { "with -1 rows" };
+                v.push(b.done(
+                    format!("mmq_id {ty} 8 of 128 tokens={n_tok} {what}"),
+                    o,
+                    tol_for(ty),
+                ));
+            }
+        }
+    }
     // mul_mat_id: every weight type, b shared (ne1 = 1) or per expert
     for ty in WEIGHT_TYPES {
         for (b_ne1, n_tok) in [(1i64, 1i64), (2, 5), (1, 40)] {
