@@ -60,6 +60,7 @@ const PRELUDE: &str = r#"
 struct dim3 { unsigned x, y, z; };
 static dim3 threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
 static inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned o = *p; *p |= v; return o; }
+static inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
 #define __constant__ static
 struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
