@@ -915,7 +915,11 @@ impl CudaBackend {
         let max_tiles = mmq_id_max_tiles(pairs, n_expert);
         let q8_bytes = q8_scratch(bt.nelements());
         let ints = |n: i64| pad256(n as usize * 4);
-        let group_bytes = 2 * ints(n_expert + 2) + ints(n_expert + 2) + ints(pairs) + ints(2 * max_tiles) + ints(1);
+        let group_bytes = 2 * ints(n_expert + 2)
+            + ints(n_expert + 2)
+            + ints(pairs)
+            + ints(2 * max_tiles)
+            + ints(1);
         let base = self.scratch(s, q8_bytes + group_bytes)?;
         let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
         let cnt = base + q8_bytes as u64;
@@ -944,11 +948,7 @@ impl CudaBackend {
         )?;
         self.launch(
             Kernel::MmqId,
-            (
-                (td.ne[0] as u32).div_ceil(MMQ_TILE),
-                max_tiles as u32,
-                1,
-            ),
+            ((td.ne[0] as u32).div_ceil(MMQ_TILE), max_tiles as u32, 1),
             (256, 1, 1),
             &[
                 &self.tensor_args_untyped(g, node)?,
@@ -996,7 +996,6 @@ pub fn rope_yarn_corr_dims(
 /// limits). Pure: needs no device, so it is tested without a GPU.
 pub fn supports_node(g: &Graph, node: TensorId) -> bool {
     let t = g.tensor(node);
-    let st = |i: usize| g.tensor(t.src[i]);
     let f32_dst = t.ty == GgmlType::F32;
     let grid_ok = |n: i64| n <= i32::MAX as i64; // grid.x limit
     match t.op {

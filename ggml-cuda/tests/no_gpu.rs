@@ -120,7 +120,10 @@ fn supports_op_is_truthful_about_types() {
     let mm1 = g.mul_mat(w1, x);
     let mm8k = g.mul_mat(w8k, x);
     assert!(supports_node(&g, mm));
-    assert!(supports_node(&g, mm1), "Q4_1 has MMVQ and dequantize kernels");
+    assert!(
+        supports_node(&g, mm1),
+        "Q4_1 has MMVQ and dequantize kernels"
+    );
     assert!(
         !supports_node(&g, mm8k),
         "Q8_K (an activation type) has no CUDA weight kernel"

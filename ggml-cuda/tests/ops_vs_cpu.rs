@@ -529,7 +529,8 @@ fn cases() -> Vec<Case> {
                 }
                 let o = if remap {
                     // the cache's map: expert 8k + e sits in slot (k + e) % 16
-                    let map: Vec<i32> = (0..n_expert as i32).map(|x| (x / 8 + x % 8) % 16).collect();
+                    let map: Vec<i32> =
+                        (0..n_expert as i32).map(|x| (x / 8 + x % 8) % 16).collect();
                     let sel: Vec<i32> = sel.iter().map(|&x| x.max(0)).collect();
                     let sel = b.i32s(&[n_used * n_tok, 1], &sel);
                     let map = b.i32s(&[1, n_expert], &map);
@@ -540,7 +541,11 @@ fn cases() -> Vec<Case> {
                     let ids = b.i32s(&[n_used, n_tok], &sel);
                     b.g.mul_mat_id(w, x, ids)
                 };
-                let what = if remap { "slot-remapped" } else { "with -1 rows" };
+                let what = if remap {
+                    "slot-remapped"
+                } else {
+                    "with -1 rows"
+                };
                 v.push(b.done(
                     format!("mmq_id {ty} 8 of 128 tokens={n_tok} {what}"),
                     o,
@@ -548,6 +553,30 @@ fn cases() -> Vec<Case> {
                 ));
             }
         }
+    }
+    {
+        // deepseek2's absorbed MLA product: a 3D Q5_0 weight per head, b a
+        // permuted view of part of each q row; then heavy-tailed activations
+        let mut b = next();
+        let a = b.rand(GgmlType::Q5_0, &[64, 256, 4]);
+        let xf = b.rand(GgmlType::F32, &[96, 4, 34]);
+        let x = b.g.view(xf, &[64, 4, 34], &[384, 1536], 0);
+        let xp = b.g.permute(x, [0, 2, 1, 3]);
+        let o = b.g.mul_mat(a, xp);
+        v.push(b.done("mmq q5_0 per head, b a permuted row view", o, LOW_TOL));
+        let mut b = next();
+        let a = b.rand(GgmlType::Q4K, &[256, 384]);
+        let n = 256 * 34;
+        let xs: Vec<u8> = (0..n)
+            .flat_map(|i| {
+                let u = b.r.f();
+                let v = if i % 97 == 0 { u * 40.0 } else { u * u * u };
+                v.to_le_bytes()
+            })
+            .collect();
+        let x = b.data(GgmlType::F32, &[256, 34], xs);
+        let o = b.g.mul_mat(a, x);
+        v.push(b.done("mmq q4_K heavy-tailed activations", o, LOW_TOL));
     }
     // mul_mat_id: every weight type, b shared (ne1 = 1) or per expert
     for ty in WEIGHT_TYPES {
