@@ -996,6 +996,7 @@ pub fn rope_yarn_corr_dims(
 /// limits). Pure: needs no device, so it is tested without a GPU.
 pub fn supports_node(g: &Graph, node: TensorId) -> bool {
     let t = g.tensor(node);
+    let st = |i: usize| g.tensor(t.src[i]);
     let f32_dst = t.ty == GgmlType::F32;
     let grid_ok = |n: i64| n <= i32::MAX as i64; // grid.x limit
     match t.op {
