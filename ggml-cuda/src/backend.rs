@@ -13,7 +13,9 @@ use ggml_core::{
 
 use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer};
 use crate::driver::{self, Access, DevPtr, KernelArg, LaunchDims, T4};
-use crate::kernels::{Kernel, Kernels, GEMM_TILE, MMQ_TILE, MV_WARPS, Q8_1_BLOCK};
+use crate::kernels::{
+    Kernel, Kernels, FA_DMAX, FA_WARPS, GEMM_TILE, MMQ_TILE, MV_WARPS, Q8_1_BLOCK,
+};
 use crate::probe_libraries;
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
@@ -740,6 +742,56 @@ impl CudaBackend {
                     ],
                 )
             }
+            Op::FlashAttnExt {
+                scale,
+                max_bias,
+                softcap,
+            } => {
+                let (q, k, v) = (src(0), src(1), src(2));
+                let (mp, tm, tym, has_mask) = match t.src.get(3) {
+                    Some(&m) => (self.ptr(g, m)?, T4::of(g, m), ty(m), 1),
+                    None => (0, T4::default(), GgmlType::F32, 0),
+                };
+                let (sp, has_sinks) = match t.src.get(4) {
+                    Some(&sk) => (self.ptr(g, sk)?, 1),
+                    None => (0, 0),
+                };
+                let (mut scale, max_bias, softcap) = (scale.get(), max_bias.get(), softcap.get());
+                if softcap != 0.0 {
+                    scale /= softcap;
+                }
+                let tq = T4::of(g, q);
+                let n_head = tq.ne[2].max(1) as u32;
+                let n_head_log2 = 1u32 << (31 - n_head.leading_zeros());
+                let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
+                let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+                let rows = tq.ne[1] * tq.ne[2] * tq.ne[3];
+                self.launch(
+                    Kernel::FlashAttn,
+                    ((rows as u64).div_ceil(FA_WARPS as u64) as u32, 1, 1),
+                    (32 * FA_WARPS, 1, 1),
+                    &[
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, q)?,
+                        &self.tensor_args(g, k)?,
+                        &self.tensor_args(g, v)?,
+                        &[
+                            A::P(mp),
+                            A::T(tm),
+                            tid(tym),
+                            A::I(has_mask),
+                            A::P(sp),
+                            A::I(has_sinks),
+                            A::F(scale),
+                            A::F(max_bias),
+                            A::F(m0),
+                            A::F(m1),
+                            A::I(n_head_log2 as i32),
+                            A::F(softcap),
+                        ],
+                    ],
+                )
+            }
             Op::MulMat => self.mul_mat(g, node, s),
             Op::MulMatId if g.tensor(node).ne[2] <= MMV_MAX_COLS => self.mmvq(g, node, s),
             Op::MulMatId if g.tensor(src(0)).ty.is_quantized() => self.mmq_id(g, node, s),
@@ -767,12 +819,6 @@ impl CudaBackend {
                     ],
                 )
             }
-            op => Err(BackendError::Unsupported(format!(
-                "op {} on {} (tensor '{}')",
-                op.name(),
-                self.dev.name,
-                t.name
-            ))),
         }
     }
 
@@ -1075,7 +1121,56 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
                 && t.ne[2] <= GRID_YZ_MAX
                 && mmq_id_max_tiles(t.ne[1] * t.ne[2], a.ne[2]) <= GRID_YZ_MAX
         }
-        Op::FlashAttnExt { .. } => false,
+        Op::FlashAttnExt { .. } => {
+            let (q, k, v) = (st(0), st(1), st(2));
+            // k: float, or a 32-element block type (q quantized per 32 as
+            // the CPU's Q8_0 / Q8_1)
+            let k_ok = is_float(k.ty)
+                || (matches!(
+                    k.ty,
+                    GgmlType::Q8_0
+                        | GgmlType::Q4_0
+                        | GgmlType::Q4_1
+                        | GgmlType::Q5_0
+                        | GgmlType::Q5_1
+                        | GgmlType::IQ4NL
+                ) && k.rows_contiguous()
+                    && q.ne[0] % 32 == 0);
+            let shapes = q.ne[0] == k.ne[0]
+                && k.ne[1] == v.ne[1]
+                && k.ne[2] == v.ne[2]
+                && k.ne[3] == v.ne[3]
+                && k.ne[2] > 0
+                && k.ne[3] > 0
+                && q.ne[2] % k.ne[2] == 0
+                && q.ne[3] % k.ne[3] == 0
+                && q.ne[0] <= FA_DMAX
+                && v.ne[0] <= FA_DMAX
+                && t.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]];
+            let mask_ok = t.src.get(3).is_none_or(|&m| {
+                let m = g.tensor(m);
+                matches!(m.ty, GgmlType::F32 | GgmlType::F16)
+                    && m.ne[0] >= k.ne[1]
+                    && m.ne[1] >= q.ne[1]
+                    && m.ne[2] > 0
+                    && m.ne[3] > 0
+                    && q.ne[2] % m.ne[2] == 0
+                    && q.ne[3] % m.ne[3] == 0
+            });
+            let sinks_ok = t.src.get(4).is_none_or(|&sk| {
+                let sk = g.tensor(sk);
+                sk.ty == GgmlType::F32 && sk.is_contiguous() && sk.ne[0] >= q.ne[2]
+            });
+            f32_dst
+                && is_float(q.ty)
+                && k_ok
+                && is_weight_type(v.ty)
+                && (is_float(v.ty) || v.rows_contiguous())
+                && shapes
+                && mask_ok
+                && sinks_ok
+                && grid_ok(q.ne[1] * q.ne[2] * q.ne[3])
+        }
     }
 }
 

@@ -16,6 +16,10 @@ use crate::driver::{Device, Function};
 pub const KERNEL_PARTS: &[(&str, &str)] = &[
     ("kernels.cu", include_str!("kernels.cu")),
     ("kernels/dot_q8.cu", include_str!("kernels/dot_q8.cu")),
+    (
+        "kernels/flash_attn.cu",
+        include_str!("kernels/flash_attn.cu"),
+    ),
     ("kernels/mmq.cu", include_str!("kernels/mmq.cu")),
     ("kernels/mmvq.cu", include_str!("kernels/mmvq.cu")),
 ];
@@ -25,6 +29,7 @@ pub const KERNEL_PARTS: &[(&str, &str)] = &[
 pub const KERNELS_SRC: &str = concat!(
     include_str!("kernels.cu"),
     include_str!("kernels/dot_q8.cu"),
+    include_str!("kernels/flash_attn.cu"),
     include_str!("kernels/mmq.cu"),
     include_str!("kernels/mmvq.cu"),
 );
@@ -91,11 +96,13 @@ pub enum Kernel {
     /// `k_mmq_id`: prompt `mul_mat_id`, one int8 tile of one expert per
     /// block.
     MmqId,
+    /// `k_flash_attn`: flash_attn_ext, one warp per query row.
+    FlashAttn,
 }
 
 impl Kernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [Kernel; 23] = [
+    pub const ALL: [Kernel; 24] = [
         Kernel::Binary,
         Kernel::Unary,
         Kernel::Glu,
@@ -119,6 +126,7 @@ impl Kernel {
         Kernel::Mmq,
         Kernel::MoeGroup,
         Kernel::MmqId,
+        Kernel::FlashAttn,
     ];
 
     /// The kernel's `extern "C"` name in `kernels.cu` (its PTX entry point).
@@ -147,6 +155,7 @@ impl Kernel {
             Kernel::Mmq => "k_mmq",
             Kernel::MoeGroup => "k_moe_group",
             Kernel::MmqId => "k_mmq_id",
+            Kernel::FlashAttn => "k_flash_attn",
         }
     }
 }
@@ -172,6 +181,10 @@ pub const Q8_1_BLOCK: i64 = 32;
 /// Weight rows and columns of one `k_mmq` / `k_mmq_id` tile (`MMQ_TM`,
 /// `MMQ_TN` in the source).
 pub const MMQ_TILE: u32 = 32;
+/// Query rows (warps) per `k_flash_attn` block (`FA_WARPS`).
+pub const FA_WARPS: u32 = 4;
+/// Largest head dimension `k_flash_attn` takes (`FA_DMAX`: MLA's 576).
+pub const FA_DMAX: i64 = 576;
 /// Tile edge of `k_mul_mat_tiled` (`GT` in the source).
 pub const GEMM_TILE: u32 = 16;
 

@@ -64,6 +64,7 @@ static inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
 #define __constant__ static
 struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
+template <class T> static inline T __shfl_sync(unsigned, T v, int) { return v; }
 static inline void __syncthreads() {}
 static inline void __syncwarp(unsigned = 0xffffffffu) {}
 static inline int __dp4a(int a, int b, int c) {

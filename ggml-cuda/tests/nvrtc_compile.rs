@@ -396,10 +396,10 @@ fn ptxas_sm_90_resources_per_kernel_and_no_spills_in_matvec() {
     };
     report(&format!("ptxas: {}", ptxas.display()));
     let c = compiled_for("compute_90").expect("compute_90 compiles");
-    // the same PTX squeezed to sm_90's lowest register budget (24), where
+    // the same PTX squeezed to 32 registers (the int8 MMA needs at least 25), where
     // the matvec kernels do spill: shows the spill check reads real output
     let (text, squeezed) = std::thread::scope(|s| {
-        let squeezed = s.spawn(|| ptxas_info(&ptxas, &c.ptx, "squeezed", &["--maxrregcount=24"]));
+        let squeezed = s.spawn(|| ptxas_info(&ptxas, &c.ptx, "squeezed", &["--maxrregcount=32"]));
         let text = ptxas_info(&ptxas, &c.ptx, "plain", &[]);
         (text, squeezed.join().expect("ptxas thread"))
     });
@@ -433,7 +433,7 @@ fn ptxas_sm_90_resources_per_kernel_and_no_spills_in_matvec() {
         let r = tight.get(k.name()).copied().unwrap_or_default();
         assert!(
             spills(&r),
-            "{} under --maxrregcount=24 should spill, read {r:?}:\n{squeezed}",
+            "{} under --maxrregcount=32 should spill, read {r:?}:\n{squeezed}",
             k.name()
         );
     }

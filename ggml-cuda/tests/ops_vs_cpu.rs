@@ -578,6 +578,80 @@ fn cases() -> Vec<Case> {
         let o = b.g.mul_mat(a, x);
         v.push(b.done("mmq q4_K heavy-tailed activations", o, LOW_TOL));
     }
+    // flash attention: 1, 17 and 512 queries over 1 to 4096 cached cells,
+    // causal F16 mask, GQA (4 heads over 2), F32/F16/BF16 and quantized
+    // K/V caches, sinks (gpt-oss), ALiBi and softcap, MLA's head shapes
+    // (k 576, v 512, one k/v head: deepseek2)
+    let fa_cases: [(i64, i64, GgmlType, GgmlType); 12] = [
+        (1, 1, GgmlType::F16, GgmlType::F16),
+        (1, 4096, GgmlType::F16, GgmlType::F16),
+        (17, 4096, GgmlType::F16, GgmlType::F16),
+        (512, 512, GgmlType::F16, GgmlType::F16),
+        (17, 300, GgmlType::F32, GgmlType::F32),
+        (17, 300, GgmlType::BF16, GgmlType::BF16),
+        (1, 1000, GgmlType::Q8_0, GgmlType::Q8_0),
+        (17, 300, GgmlType::Q4_0, GgmlType::Q4_0),
+        (17, 300, GgmlType::Q4_1, GgmlType::Q5_1),
+        (17, 300, GgmlType::Q5_0, GgmlType::IQ4NL),
+        (512, 600, GgmlType::Q8_0, GgmlType::F16),
+        (1, 64, GgmlType::IQ4NL, GgmlType::Q8_0),
+    ];
+    for (i, (n_q, n_kv, kty, vty)) in fa_cases.into_iter().enumerate() {
+        let mut b = next();
+        let (d, n_head, n_head_kv) = (64i64, 4i64, 2i64);
+        let q = b.rand(GgmlType::F32, &[d, n_q, n_head]);
+        let k = b.rand(kty, &[d, n_kv, n_head_kv]);
+        let vc = b.rand(vty, &[d, n_kv, n_head_kv]);
+        // causal: query j sees cells up to n_kv - n_q + j
+        let mask: Vec<u8> = (0..n_q)
+            .flat_map(|j| {
+                (0..n_kv).flat_map(move |c| {
+                    let m = if c > n_kv - n_q + j {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    };
+                    f16b(m)
+                })
+            })
+            .collect();
+        let mask = b.data(GgmlType::F16, &[n_kv, n_q], mask);
+        let (max_bias, softcap) = if i == 4 { (8.0, 30.0) } else { (0.0, 0.0) };
+        let o =
+            b.g.flash_attn_ext(q, k, vc, Some(mask), 0.125, max_bias, softcap);
+        let with_sinks = i == 3 || i == 7;
+        if with_sinks {
+            let sinks = b.rand(GgmlType::F32, &[n_head]);
+            b.g.flash_attn_ext_add_sinks(o, sinks);
+        }
+        let tol = if kty == GgmlType::F32 && vty == GgmlType::F32 {
+            F32_TOL
+        } else {
+            LOW_TOL
+        };
+        v.push(b.done(
+            format!(
+                "flash_attn q={n_q} cells={n_kv} k={kty} v={vty}{}{}",
+                if with_sinks { " sinks" } else { "" },
+                if i == 4 { " alibi softcap" } else { "" }
+            ),
+            o,
+            tol,
+        ));
+    }
+    for (n_q, n_kv) in [(1i64, 256i64), (17, 256)] {
+        let mut b = next();
+        let n_head = 4i64;
+        let q = b.rand(GgmlType::F32, &[576, n_q, n_head]);
+        let k = b.rand(GgmlType::F16, &[576, n_kv, 1]);
+        let vc = b.rand(GgmlType::F16, &[512, n_kv, 1]);
+        let o = b.g.flash_attn_ext(q, k, vc, None, 0.04, 0.0, 0.0);
+        v.push(b.done(
+            format!("flash_attn MLA 576/512 q={n_q} cells={n_kv}"),
+            o,
+            LOW_TOL,
+        ));
+    }
     // mul_mat_id: every weight type, b shared (ne1 = 1) or per expert
     for ty in WEIGHT_TYPES {
         for (b_ne1, n_tok) in [(1i64, 1i64), (2, 5), (1, 40)] {

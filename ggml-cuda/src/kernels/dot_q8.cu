@@ -232,3 +232,38 @@ extern "C" __global__ void k_quantize_q8_1(i8* q, float* ds, const u8* b, T4 tb,
     }
 }
 
+
+// Tensor-core int8 product of one warp: c (16 x 8, int32) += A (16 x 16
+// int8) * B (16 x 8 int8), as PTX `mma.sync.aligned.m16n8k16.row.col.s32.
+// s8.s8.s32`. Fragments (g = lane / 4, t = lane % 4): a[0] = A[g][4t..4t+3]
+// and a[1] = A[g + 8][4t..4t+3] (4 int8 each), b = B[4t..4t+3][g],
+// c[0..1] = C[g][2t..2t+1] and c[2..3] = C[g + 8][2t..2t+1]. The MMA
+// instruction needs sm_80; elsewhere (sm_75, and the CPU emulator, which
+// runs this path with the same fragment semantics) the warp gathers the
+// fragments with shuffles and takes the products with `__dp4a`. Every lane
+// of the warp must call it.
+__device__ __forceinline__ void mma_s8_16x8x16(int* c, const int* a, int b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b));
+#else
+    int lane = threadIdx.x & 31;
+    int g = lane >> 2;
+    int t = lane & 3;
+    for (int j = 0; j < 4; j++) {
+        // k = 4j..4j+3: rows g and g + 8 of A from lane 4g + j, columns 2t
+        // and 2t + 1 of B from lanes 8t + j and 8t + 4 + j
+        int a0 = __shfl_sync(0xffffffffu, a[0], 4 * g + j);
+        int a1 = __shfl_sync(0xffffffffu, a[1], 4 * g + j);
+        int b0 = __shfl_sync(0xffffffffu, b, 8 * t + j);
+        int b1 = __shfl_sync(0xffffffffu, b, 8 * t + 4 + j);
+        c[0] = __dp4a(a0, b0, c[0]);
+        c[1] = __dp4a(a0, b1, c[1]);
+        c[2] = __dp4a(a1, b0, c[2]);
+        c[3] = __dp4a(a1, b1, c[3]);
+    }
+#endif
+}

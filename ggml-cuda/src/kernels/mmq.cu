@@ -4,10 +4,13 @@
 // quantized weights, after llama.cpp's MMQ design: the activations are
 // quantized once per op (`k_quantize_q8_1`, the same rounding as the CPU
 // backend's activation types), and each block computes a tile of
-// MMQ_TM weight rows x MMQ_TN columns with int8 dot products (`__dp4a`):
-// per K step of MMQ_TK elements the block unpacks its rows' sub-blocks to
-// int8 in shared memory (with the affine map of each 16-element half) and
-// stages the columns' int8 values and scales beside them.
+// MMQ_TM weight rows x MMQ_TN columns on int8 tensor cores: per K step of
+// MMQ_TK elements the block unpacks its rows' sub-blocks to int8 in shared
+// memory (with the affine map of each 16-element half) and stages the
+// columns' int8 values and scales beside them; each of the 8 warps then
+// takes one 16 x 8 sub-tile through `mma_s8_16x8x16` (m16n8k16 int8 MMA on
+// sm_80+, its shuffle + `__dp4a` form elsewhere), one product per 16
+// elements, scaled per half into f32 accumulators.
 //
 // `mul_mat_id` for prompts is grouped by expert: `k_moe_group` counts the
 // ubatch's (slot, token) pairs per expert id on the device, sorts them by
@@ -45,8 +48,12 @@ __device__ void mmq_tile(const u8* a_base, i64 nbr, int ty, i64 nrows, i64 row0,
     int ts = type_size(ty);
     i64 nsub_row = K >> 5;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int r = tid & 31;      // this thread's row in the tile
-    int cw = tid >> 5;     // its columns: cw, cw + 8, cw + 16, cw + 24
+    int lane = tid & 31;
+    int wid = tid >> 5;
+    int g = lane >> 2;
+    int t = lane & 3;
+    int wr = 16 * (wid & 1); // this warp's 16 x 8 sub-tile
+    int wc = 8 * (wid >> 1);
     for (i64 k0 = 0; k0 < K; k0 += MMQ_TK) {
         // stage: thread -> (row or column tid / 8, sub-block tid % 8)
         {
@@ -102,31 +109,33 @@ __device__ void mmq_tile(const u8* a_base, i64 nbr, int ty, i64 nrows, i64 row0,
             sm.xs[c * 16 + 2 * s + 1] = (float)s1;
         }
         __syncthreads();
-        for (int j = 0; j < 4; j++) {
-            int c = cw + 8 * j;
-            float sum = 0.0f;
-            for (int s = 0; s < 8; s++) {
-                const int* pw = sm.w + r * MMQ_ROW_INTS + s * 8;
-                const int* px = sm.x + c * MMQ_ROW_INTS + s * 8;
-                int si0 = 0, si1 = 0;
+        // warp wid: rows 16 * (wid & 1).., columns 8 * (wid >> 1)..; one
+        // tensor-core product per 16-element half (each half has its own
+        // weight scale)
+        for (int s = 0; s < 8; s++) {
+            for (int h = 0; h < 2; h++) {
+                int k4 = s * 8 + h * 4 + t;
+                int a[2] = {sm.w[(wr + g) * MMQ_ROW_INTS + k4],
+                            sm.w[(wr + g + 8) * MMQ_ROW_INTS + k4]};
+                int bq = sm.x[(wc + g) * MMQ_ROW_INTS + k4];
+                int ci[4] = {0, 0, 0, 0};
+                mma_s8_16x8x16(ci, a, bq);
                 for (int i = 0; i < 4; i++) {
-                    si0 = __dp4a(pw[i], px[i], si0);
-                    si1 = __dp4a(pw[4 + i], px[4 + i], si1);
+                    int rr = wr + g + 8 * (i >> 1);
+                    int cc = wc + 2 * t + (i & 1);
+                    acc[i] += sm.xd[cc * 8 + s] *
+                              (sm.wa[rr * 16 + 2 * s + h] * (float)ci[i] +
+                               sm.wm[rr * 16 + 2 * s + h] * sm.xs[cc * 16 + 2 * s + h]);
                 }
-                float v = sm.wa[r * 16 + 2 * s] * (float)si0 +
-                          sm.wa[r * 16 + 2 * s + 1] * (float)si1 +
-                          sm.wm[r * 16 + 2 * s] * sm.xs[c * 16 + 2 * s] +
-                          sm.wm[r * 16 + 2 * s + 1] * sm.xs[c * 16 + 2 * s + 1];
-                sum += sm.xd[c * 8 + s] * v;
             }
-            acc[j] += sum;
         }
         __syncthreads();
     }
-    for (int j = 0; j < 4; j++) {
-        int c = cw + 8 * j;
-        if (c < ncols && row0 + r < nrows) {
-            *(float*)(dst + dsto[c] + (row0 + r) * nb0d) = acc[j];
+    for (int i = 0; i < 4; i++) {
+        int rr = wr + g + 8 * (i >> 1);
+        int cc = wc + 2 * t + (i & 1);
+        if (cc < ncols && row0 + rr < nrows) {
+            *(float*)(dst + dsto[cc] + (row0 + rr) * nb0d) = acc[i];
         }
     }
 }
