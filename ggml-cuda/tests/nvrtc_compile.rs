@@ -9,7 +9,9 @@
 //! - a warning in a source is caught, a deprecation notice is let through;
 //! - `ptxas` assembles the `compute_90` PTX for `sm_90`: registers, shared
 //!   memory, stack and spills per kernel, and no spills in the matvec
-//!   kernels.
+//!   kernels;
+//! - `ptxas` assembles the PTX of every architecture in [`ARCHS`] for its
+//!   `sm_XY`: no kernel spills on any of them.
 //!
 //! Without a system `libnvrtc.so` (or `ptxas` on `PATH`) the tests install
 //! PyPI's `nvidia-cuda-nvrtc-cu12` (`nvidia-cuda-nvcc-cu12`) into a cache
@@ -35,9 +37,11 @@ use ggml_cuda::kernels::{
 /// The architectures every CI run compiles for.
 const ARCHS: &[&str] = &[
     "compute_75",
+    "compute_80",
     "compute_86",
     "compute_89",
     "compute_90",
+    "compute_100",
     "compute_120",
 ];
 
@@ -355,15 +359,27 @@ const NO_SPILL: &[Kernel] = &[
 
 /// `ptxas -arch=sm_90 -v` (plus `extra`) on `ptx`: its info output.
 fn ptxas_info(ptxas: &std::path::Path, ptx: &str, tag: &str, extra: &[&str]) -> String {
+    ptxas_info_for(ptxas, "sm_90", ptx, tag, extra)
+}
+
+/// `ptxas -arch=SM -v` (plus `extra`) on `ptx`: its info output.
+fn ptxas_info_for(
+    ptxas: &std::path::Path,
+    sm: &str,
+    ptx: &str,
+    tag: &str,
+    extra: &[&str],
+) -> String {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let file = dir.join(format!(
-        "ggml-cuda-kernels-{}-{tag}.ptx",
+        "ggml-cuda-kernels-{}-{tag}-{sm}.ptx",
         std::process::id()
     ));
     let cubin = file.with_extension("cubin");
     std::fs::write(&file, ptx).expect("write the PTX");
     let out = Command::new(ptxas)
-        .args(["-arch=sm_90", "-v"])
+        .arg(format!("-arch={sm}"))
+        .arg("-v")
         .args(extra)
         .arg("-o")
         .arg(&cubin)
@@ -437,4 +453,49 @@ fn ptxas_sm_90_resources_per_kernel_and_no_spills_in_matvec() {
             k.name()
         );
     }
+}
+
+#[test]
+fn ptxas_every_arch_no_kernel_spills() {
+    if !nvrtc_or_skip("ptxas_every_arch") {
+        return;
+    }
+    let ptxas = match cuda_wheels::ensure_ptxas() {
+        Ok(p) => p,
+        Err(why) => return skip("ptxas_every_arch", &why),
+    };
+    let mut problems = Vec::new();
+    for arch in ARCHS {
+        let sm = arch.replace("compute_", "sm_");
+        let c = match compiled_for(arch) {
+            Ok(c) => c,
+            Err(e) => {
+                problems.push(format!("{arch}: {e}"));
+                continue;
+            }
+        };
+        let text = ptxas_info_for(&ptxas, &sm, &c.ptx, "arch", &[]);
+        let res = parse_ptxas_info(&text);
+        let mut worst = (0u32, "");
+        for k in Kernel::ALL {
+            match res.get(k.name()) {
+                None => problems.push(format!("{sm}: ptxas reported nothing for {}", k.name())),
+                Some(r) => {
+                    if r.spill_stores > 0 || r.spill_loads > 0 {
+                        problems.push(format!("{sm}: {} spills: {r:?}", k.name()));
+                    }
+                    if r.registers > worst.0 {
+                        worst = (r.registers, k.name());
+                    }
+                }
+            }
+        }
+        report(&format!(
+            "ptxas {sm}: {} kernels, no spills checked, most registers {} ({})",
+            res.len(),
+            worst.0,
+            worst.1
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
