@@ -1,6 +1,7 @@
-//! Build script of ggml-cuda: compiles `src/kernels.cu` (the source NVRTC
-//! also gets, unchanged) and `emu/test_kernels.cu` as C++ for the CPU
-//! emulator (`ggml_cuda::emu_kernels`).
+//! Build script of ggml-cuda: compiles `src/kernels.cu` followed by the
+//! kernel families in `src/kernels/*.cu` (the source NVRTC also gets,
+//! unchanged) and `emu/test_kernels.cu` as C++ for the CPU emulator
+//! (`ggml_cuda::emu_kernels`).
 //!
 //! Data flow: both sources are parsed for their `extern "C" __global__`
 //! kernels (name, parameters, `__launch_bounds__`, `__shared__`
@@ -47,6 +48,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(ggml_cuda_emu)");
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-changed=src/kernels.cu");
+    println!("cargo::rerun-if-changed=src/kernels");
     println!("cargo::rerun-if-changed=emu");
     println!("cargo::rerun-if-env-changed=CXX");
     println!("cargo::rerun-if-env-changed=GGML_CUDA_EMU_UCONTEXT");
@@ -54,19 +56,39 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
     let emu = manifest.join("emu");
 
+    // The kernel source NVRTC gets is `src/kernels.cu` followed by the
+    // kernel families in `src/kernels/*.cu` in name order (`KERNELS_SRC` in
+    // kernels.rs concatenates the same files; a test checks the two agree).
+    let mut main_parts = vec![manifest.join("src/kernels.cu")];
+    let mut families: Vec<PathBuf> = fs::read_dir(manifest.join("src/kernels"))
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+                .collect()
+        })
+        .unwrap_or_default();
+    families.sort();
+    main_parts.extend(families);
     let sources = [
-        ("main", manifest.join("src/kernels.cu"), false),
-        ("test", emu.join("test_kernels.cu"), true),
+        ("main", main_parts, false),
+        ("test", vec![emu.join("test_kernels.cu")], true),
     ];
     let mut table = Vec::new();
     let mut wrappers = Vec::new();
-    for (tag, path, test_only) in &sources {
-        let src =
-            fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    for (tag, parts, test_only) in &sources {
+        let mut src = String::new();
+        let mut copy_text = String::new();
+        for path in parts {
+            let part = fs::read_to_string(path)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            copy_text.push_str(&rewrite_dynamic_shared(&part, path));
+            src.push_str(&part);
+        }
+        let path = &parts[0];
         let kernels = parse_kernels(&src).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let wrapper = out.join(format!("emu_kernels_{tag}.cpp"));
         let copy = out.join(format!("emu_kernels_{tag}.cu.inc"));
-        fs::write(&copy, rewrite_dynamic_shared(&src, path)).expect("writing the source copy");
+        fs::write(&copy, copy_text).expect("writing the source copy");
         fs::write(&wrapper, wrapper_source(&emu, &copy, &kernels)).expect("writing a wrapper");
         wrappers.push(wrapper);
         for k in kernels {
@@ -252,6 +274,9 @@ impl Consts {
             "char" | "signed char" | "unsigned char" | "bool" | "int8_t" | "uint8_t" => 1,
             "short" | "unsigned short" | "short int" | "int16_t" | "uint16_t" => 2,
             "int" | "unsigned" | "unsigned int" | "float" | "int32_t" | "uint32_t" => 4,
+            // CUDA's built-in vector types, at their alignment
+            "float2" | "int2" | "uint2" => return Ok((8, 8)),
+            "float4" | "int4" | "uint4" => return Ok((16, 16)),
             "long" | "unsigned long" | "long long" | "unsigned long long" | "double" | "size_t"
             | "int64_t" | "uint64_t" => 8,
             _ => return Err(format!("unknown type '{t}' in a __shared__ declaration")),

@@ -15,7 +15,9 @@ use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer, Poo
 use crate::driver::{self, Access, DevPtr, KernelArg, LaunchDims, T4};
 use crate::err_flag::{self, ErrFlag};
 use crate::graphs::{Decision, GraphCache, Planned};
-use crate::kernels::{Kernel, Kernels, GEMM_TILE, MV_WARPS};
+use crate::kernels::{
+    Kernel, Kernels, FA_DMAX, FA_WARPS, GEMM_TILE, MMQ_TILE, MV_WARPS, Q8_1_BLOCK,
+};
 use crate::probe_libraries;
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
@@ -71,13 +73,38 @@ fn is_float(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
-/// Weight types the mat-mul and get_rows kernels dequantize.
+/// Weight types the mat-mul and get_rows kernels dequantize (and the MMVQ
+/// kernels take int8 dot products with).
 fn is_weight_type(ty: GgmlType) -> bool {
+    use GgmlType as T;
     is_float(ty)
         || matches!(
             ty,
-            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K
+            T::Q4_0
+                | T::Q4_1
+                | T::Q5_0
+                | T::Q5_1
+                | T::Q8_0
+                | T::Q2K
+                | T::Q3K
+                | T::Q4K
+                | T::Q5K
+                | T::Q6K
+                | T::IQ4NL
+                | T::IQ4XS
+                | T::MXFP4
         )
+}
+
+/// Elements per activation scale of `k_quantize_q8_1` for weights of `ty`:
+/// 256 where the CPU backend's activation type is Q8_K (the K-quants and
+/// IQ4_XS), else 32 (Q8_0 / Q8_1).
+fn q8_group(ty: GgmlType) -> i32 {
+    use GgmlType as T;
+    match ty {
+        T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4XS => 256,
+        _ => 32,
+    }
 }
 
 fn pad256(n: usize) -> usize {
@@ -805,7 +832,59 @@ impl CudaBackend {
                     ],
                 )
             }
+            Op::FlashAttnExt {
+                scale,
+                max_bias,
+                softcap,
+            } => {
+                let (q, k, v) = (src(0), src(1), src(2));
+                let (mp, tm, tym, has_mask) = match t.src.get(3) {
+                    Some(&m) => (self.ptr(g, m)?, T4::of(g, m), ty(m), 1),
+                    None => (0, T4::default(), GgmlType::F32, 0),
+                };
+                let (sp, has_sinks) = match t.src.get(4) {
+                    Some(&sk) => (self.ptr(g, sk)?, 1),
+                    None => (0, 0),
+                };
+                let (mut scale, max_bias, softcap) = (scale.get(), max_bias.get(), softcap.get());
+                if softcap != 0.0 {
+                    scale /= softcap;
+                }
+                let tq = T4::of(g, q);
+                let n_head = tq.ne[2].max(1) as u32;
+                let n_head_log2 = 1u32 << (31 - n_head.leading_zeros());
+                let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
+                let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+                let rows = tq.ne[1] * tq.ne[2] * tq.ne[3];
+                self.launch(
+                    Kernel::FlashAttn,
+                    ((rows as u64).div_ceil(FA_WARPS as u64) as u32, 1, 1),
+                    (32 * FA_WARPS, 1, 1),
+                    &[
+                        &self.tensor_args_untyped(g, node)?,
+                        &self.tensor_args(g, q)?,
+                        &self.tensor_args(g, k)?,
+                        &self.tensor_args(g, v)?,
+                        &[
+                            A::P(mp),
+                            A::T(tm),
+                            tid(tym),
+                            A::I(has_mask),
+                            A::P(sp),
+                            A::I(has_sinks),
+                            A::F(scale),
+                            A::F(max_bias),
+                            A::F(m0),
+                            A::F(m1),
+                            A::I(n_head_log2 as i32),
+                            A::F(softcap),
+                        ],
+                    ],
+                )
+            }
             Op::MulMat => self.mul_mat(g, node, s),
+            Op::MulMatId if g.tensor(node).ne[2] <= MMV_MAX_COLS => self.mmvq(g, node, s),
+            Op::MulMatId if g.tensor(src(0)).ty.is_quantized() => self.mmq_id(g, node, s),
             Op::MulMatId => {
                 let (w, b, ids) = (src(0), src(1), src(2));
                 let need = pad256(g.tensor(b).nelements() as usize * 4);
@@ -830,15 +909,61 @@ impl CudaBackend {
                     ],
                 )
             }
-            op => Err(BackendError::Unsupported(format!(
-                "op {} on {} (tensor '{}')",
-                op.name(),
-                self.dev.name,
-                t.name
-            ))),
         }
     }
 
+    /// Decode `mul_mat` / `mul_mat_id` (at most [`MMV_MAX_COLS`] columns,
+    /// or tokens for `mul_mat_id`): quantized weights get their
+    /// activations quantized once (`k_quantize_q8_1`) and int8 dot
+    /// products (`k_mmvq`, `k_mmvq_id`); float weights read F32 rows.
+    fn mmvq(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let (a, b) = (t.src[0], t.src[1]);
+        let (at, bt) = (g.tensor(a), g.tensor(b));
+        let td = T4::of(g, node);
+        let (bp, tb, q8, ds) = if is_float(at.ty) {
+            let base = self.scratch(s, pad256(bt.nelements() as usize * 4))?;
+            let (bp, tb, _) = self.f32_rows(g, b, base)?;
+            (bp, tb, 0, 0)
+        } else {
+            let base = self.scratch(s, q8_scratch(bt.nelements()))?;
+            let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
+            (self.ptr(g, b)?, T4::of(g, b), q8, ds)
+        };
+        let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS);
+        let out = self.tensor_args_untyped(g, node)?;
+        let weights = self.tensor_args(g, a)?;
+        let acts = [A::P(bp), A::T(tb), A::P(q8), A::P(ds)];
+        if t.op == Op::MulMatId {
+            let pairs = (td.ne[1] * td.ne[2]) as u32;
+            self.launch(
+                Kernel::MmvqId,
+                (blocks_x, pairs, 1),
+                (32 * MV_WARPS, 1, 1),
+                &[
+                    &out,
+                    &weights,
+                    &acts,
+                    &self.tensor_args_untyped(g, t.src[2])?,
+                    &[A::P(self.err_flag.ptr)],
+                ],
+            )
+        } else {
+            let r2 = (bt.ne[2] / at.ne[2]).max(1);
+            let r3 = (bt.ne[3] / at.ne[3]).max(1);
+            let grid_z = (td.ne[2] * td.ne[3]) as u32;
+            self.launch(
+                Kernel::Mmvq,
+                (blocks_x, 1, grid_z),
+                (32 * MV_WARPS, 1, 1),
+                &[&out, &weights, &acts, &[A::L(r2), A::L(r3)]],
+            )
+        }
+    }
+
+    /// Prompt `mul_mat` (more than [`MMV_MAX_COLS`] columns): quantized
+    /// weights take int8 tiles on quantized activations (`k_mmq`), float
+    /// weights the tiled float GEMM.
     fn mul_mat(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
         let t = g.tensor(node);
         let (a, b) = (t.src[0], t.src[1]);
@@ -846,46 +971,30 @@ impl CudaBackend {
         let td = T4::of(g, node);
         let r2 = (bt.ne[2] / at.ne[2]).max(1);
         let r3 = (bt.ne[3] / at.ne[3]).max(1);
-        let b_bytes = pad256(bt.nelements() as usize * 4);
-        let vec = bt.ne[1] <= MMV_MAX_COLS;
-        let a_bytes = if !vec && at.ty.is_quantized() {
-            pad256(at.nelements() as usize * 4)
-        } else {
-            0
-        };
-        let base = self.scratch(s, b_bytes + a_bytes)?;
-        let (bp, tb, used) = self.f32_rows(g, b, base)?;
-        let ap = self.ptr(g, a)?;
+        if bt.ne[1] <= MMV_MAX_COLS {
+            return self.mmvq(g, node, s);
+        }
         let grid_z = (td.ne[2] * td.ne[3]) as u32;
-        if vec {
-            let grid = (
-                (td.ne[0] as u32).div_ceil(MV_WARPS),
-                td.ne[1] as u32,
-                grid_z,
-            );
+        if at.ty.is_quantized() {
+            let base = self.scratch(s, q8_scratch(bt.nelements()))?;
+            let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
             return self.launch(
-                Kernel::MulMatVec,
-                grid,
-                (32 * MV_WARPS, 1, 1),
+                Kernel::Mmq,
+                (
+                    (td.ne[0] as u32).div_ceil(MMQ_TILE),
+                    (td.ne[1] as u32).div_ceil(MMQ_TILE),
+                    grid_z,
+                ),
+                (256, 1, 1),
                 &[
                     &self.tensor_args_untyped(g, node)?,
-                    &[A::P(ap), A::T(T4::of(g, a)), tid(at.ty)],
-                    &[A::P(bp), A::T(tb), A::L(r2), A::L(r3)],
+                    &self.tensor_args(g, a)?,
+                    &[A::T(T4::of(g, b)), A::P(q8), A::P(ds), A::L(r2), A::L(r3)],
                 ],
             );
         }
-        let (ap, ta, aty) = if at.ty.is_quantized() {
-            let dq = base + used as u64;
-            let ta = T4::of(g, a);
-            self.launch_n(
-                Kernel::ToF32,
-                ta.n(),
-                &[&[A::P(dq), A::P(ap), A::T(ta), tid(at.ty)]],
-            )?;
-            (dq, T4::dense(GgmlType::F32, at.ne), GgmlType::F32)
-        } else {
-            (ap, T4::of(g, a), at.ty)
-        };
+        let base = self.scratch(s, pad256(bt.nelements() as usize * 4))?;
+        let (bp, tb, _) = self.f32_rows(g, b, base)?;
         let grid = (
             (td.ne[0] as u32).div_ceil(GEMM_TILE),
             (td.ne[1] as u32).div_ceil(GEMM_TILE),
@@ -897,11 +1006,112 @@ impl CudaBackend {
             (GEMM_TILE, GEMM_TILE, 1),
             &[
                 &self.tensor_args_untyped(g, node)?,
-                &[A::P(ap), A::T(ta), tid(aty)],
+                &self.tensor_args(g, a)?,
                 &[A::P(bp), A::T(tb), A::L(r2), A::L(r3)],
             ],
         )
     }
+
+    /// Quantize `b` (activations for weights of type `wty`) into scratch
+    /// at `base` (at least [`q8_scratch`] bytes): returns the int8 values
+    /// and the scales (`k_quantize_q8_1`).
+    fn quantize_acts(
+        &self,
+        g: &Graph,
+        b: TensorId,
+        wty: GgmlType,
+        base: DevPtr,
+    ) -> Result<(DevPtr, DevPtr), BackendError> {
+        let n = g.tensor(b).nelements();
+        let ds = base + pad256(n as usize) as u64;
+        let warps = n / Q8_1_BLOCK;
+        self.launch(
+            Kernel::QuantizeQ8_1,
+            ((warps as u64).div_ceil(8) as u32, 1, 1),
+            (256, 1, 1),
+            &[
+                &[A::P(base), A::P(ds)],
+                &self.tensor_args(g, b)?,
+                &[A::I(q8_group(wty))],
+            ],
+        )?;
+        Ok((base, ds))
+    }
+
+    /// Prompt `mul_mat_id` with quantized experts, grouped by expert:
+    /// `k_moe_group` sorts the (slot, token) pairs by id on the device and
+    /// lists tiles of one expert; `k_mmq_id` runs them (id -1: zeros).
+    fn mmq_id(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let (a, b, ids) = (t.src[0], t.src[1], t.src[2]);
+        let (at, bt) = (g.tensor(a), g.tensor(b));
+        let td = T4::of(g, node);
+        let n_expert = at.ne[2];
+        let pairs = td.ne[1] * td.ne[2];
+        let max_tiles = mmq_id_max_tiles(pairs, n_expert);
+        let q8_bytes = q8_scratch(bt.nelements());
+        let ints = |n: i64| pad256(n as usize * 4);
+        let group_bytes = 2 * ints(n_expert + 2)
+            + ints(n_expert + 2)
+            + ints(pairs)
+            + ints(2 * max_tiles)
+            + ints(1);
+        let base = self.scratch(s, q8_bytes + group_bytes)?;
+        let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
+        let cnt = base + q8_bytes as u64;
+        let fill = cnt + ints(n_expert + 2) as u64;
+        let off = fill + ints(n_expert + 2) as u64;
+        let sorted = off + ints(n_expert + 2) as u64;
+        let tiles = sorted + ints(pairs) as u64;
+        let n_tiles = tiles + ints(2 * max_tiles) as u64;
+        self.launch(
+            Kernel::MoeGroup,
+            (1, 1, 1),
+            (1024, 1, 1),
+            &[
+                &self.tensor_args_untyped(g, ids)?,
+                &[
+                    A::I(n_expert as i32),
+                    A::P(cnt),
+                    A::P(fill),
+                    A::P(off),
+                    A::P(sorted),
+                    A::P(tiles),
+                    A::P(n_tiles),
+                    A::P(self.err_flag.ptr),
+                ],
+            ],
+        )?;
+        self.launch(
+            Kernel::MmqId,
+            ((td.ne[0] as u32).div_ceil(MMQ_TILE), max_tiles as u32, 1),
+            (256, 1, 1),
+            &[
+                &self.tensor_args_untyped(g, node)?,
+                &self.tensor_args(g, a)?,
+                &[
+                    A::T(T4::of(g, b)),
+                    A::P(q8),
+                    A::P(ds),
+                    A::P(off),
+                    A::P(sorted),
+                    A::P(tiles),
+                    A::P(n_tiles),
+                ],
+            ],
+        )
+    }
+}
+
+/// Upper bound of `k_moe_group`'s tiles for `pairs` (slot, token) pairs
+/// over `n_expert` experts plus the skip bucket (the `k_mmq_id` grid).
+fn mmq_id_max_tiles(pairs: i64, n_expert: i64) -> i64 {
+    (pairs + MMQ_TILE as i64 - 1) / MMQ_TILE as i64 + n_expert + 1
+}
+
+/// Scratch bytes of `k_quantize_q8_1`'s output for `n` activations.
+fn q8_scratch(n: i64) -> usize {
+    pad256(n as usize) + pad256((n / Q8_1_BLOCK) as usize * 4)
 }
 
 /// `ggml_rope_yarn_corr_dims`: the dimension range YaRN ramps over (the
@@ -999,8 +1209,58 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
                 && f32_dst
                 && t.ne[1] <= GRID_YZ_MAX
                 && t.ne[2] <= GRID_YZ_MAX
+                && mmq_id_max_tiles(t.ne[1] * t.ne[2], a.ne[2]) <= GRID_YZ_MAX
         }
-        Op::FlashAttnExt { .. } => false,
+        Op::FlashAttnExt { .. } => {
+            let (q, k, v) = (st(0), st(1), st(2));
+            // k: float, or a 32-element block type (q quantized per 32 as
+            // the CPU's Q8_0 / Q8_1)
+            let k_ok = is_float(k.ty)
+                || (matches!(
+                    k.ty,
+                    GgmlType::Q8_0
+                        | GgmlType::Q4_0
+                        | GgmlType::Q4_1
+                        | GgmlType::Q5_0
+                        | GgmlType::Q5_1
+                        | GgmlType::IQ4NL
+                ) && k.rows_contiguous()
+                    && q.ne[0] % 32 == 0);
+            let shapes = q.ne[0] == k.ne[0]
+                && k.ne[1] == v.ne[1]
+                && k.ne[2] == v.ne[2]
+                && k.ne[3] == v.ne[3]
+                && k.ne[2] > 0
+                && k.ne[3] > 0
+                && q.ne[2] % k.ne[2] == 0
+                && q.ne[3] % k.ne[3] == 0
+                && q.ne[0] <= FA_DMAX
+                && v.ne[0] <= FA_DMAX
+                && t.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]];
+            let mask_ok = t.src.get(3).is_none_or(|&m| {
+                let m = g.tensor(m);
+                matches!(m.ty, GgmlType::F32 | GgmlType::F16)
+                    && m.ne[0] >= k.ne[1]
+                    && m.ne[1] >= q.ne[1]
+                    && m.ne[2] > 0
+                    && m.ne[3] > 0
+                    && q.ne[2] % m.ne[2] == 0
+                    && q.ne[3] % m.ne[3] == 0
+            });
+            let sinks_ok = t.src.get(4).is_none_or(|&sk| {
+                let sk = g.tensor(sk);
+                sk.ty == GgmlType::F32 && sk.is_contiguous() && sk.ne[0] >= q.ne[2]
+            });
+            f32_dst
+                && is_float(q.ty)
+                && k_ok
+                && is_weight_type(v.ty)
+                && (is_float(v.ty) || v.rows_contiguous())
+                && shapes
+                && mask_ok
+                && sinks_ok
+                && grid_ok(q.ne[1] * q.ne[2] * q.ne[3])
+        }
     }
 }
 

@@ -8,8 +8,13 @@
 // - tensors are passed as a base pointer plus a `T4` (ggml's ne and nb, in
 //   elements and bytes), so every kernel handles any strides.
 // - reads never go past the tensor extents: `read_overhang() == 0`.
-// - type ids are GGUF ids (F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, Q4_K = 12,
-//   Q5_K = 13, Q6_K = 14, I32 = 26, I64 = 27, BF16 = 30).
+// - type ids are GGUF ids (F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6,
+//   Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13,
+//   Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, I32 = 26, I64 = 27, BF16 = 30,
+//   MXFP4 = 39).
+//
+// The kernel source is this file followed by the kernel families in
+// `src/kernels/*.cu` (see `kernels::KERNEL_PARTS`), one source for NVRTC.
 //
 // The file also compiles as C++ with a small emulation prelude (the
 // kernel-source test does that with the host g++), so keep it to the common
@@ -18,13 +23,21 @@
 #define T_F32 0
 #define T_F16 1
 #define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q5_0 6
+#define T_Q5_1 7
 #define T_Q8_0 8
+#define T_Q2_K 10
+#define T_Q3_K 11
 #define T_Q4_K 12
 #define T_Q5_K 13
 #define T_Q6_K 14
+#define T_IQ4_NL 20
+#define T_IQ4_XS 23
 #define T_I32 26
 #define T_I64 27
 #define T_BF16 30
+#define T_MXFP4 39
 
 typedef long long i64;
 typedef unsigned long long u64;
@@ -185,9 +198,142 @@ __device__ __forceinline__ float dq_q6_k(const u8* b, int j) {
     return h2f(ld16(b + 208)) * (float)sc[(l >> 4) + 2 * g] * (float)q;
 }
 
+// The non-linear 4-bit value tables of IQ4_NL / IQ4_XS and of MXFP4 (the
+// latter in units of half the E8M0 scale).
+__constant__ i8 KV_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                1,    13,   25,  38,  53,  69,  89,  113};
+__constant__ i8 KV_MXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// E8M0 exponent -> 2^(e - 128): half the MXFP4 block scale (ggml's
+// GGML_E8M0_TO_FP32_HALF, subnormal for e < 2).
+__device__ __forceinline__ float e8m0_half(u8 e) {
+    return u2f(e < 2 ? (0x00200000u << e) : ((u32)(e - 1) << 23));
+}
+
+// block_q4_1 {f16 d, m; u8 qs[16]} (20 B)
+__device__ __forceinline__ float dq_q4_1(const u8* b, int j) {
+    const u8* qs = b + 4;
+    int q = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+    return h2f(ld16(b)) * (float)q + h2f(ld16(b + 2));
+}
+
+// The 5-bit value of element j of a q5_0/q5_1 block: qh (32 bits at `qh`)
+// holds bit 4 of element j at bit j.
+__device__ __forceinline__ int q5_val(const u8* qh, const u8* qs, int j) {
+    int q = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+    return q | (((qh[j >> 3] >> (j & 7)) & 1) << 4);
+}
+
+// block_q5_0 {f16 d; u8 qh[4]; u8 qs[16]} (22 B)
+__device__ __forceinline__ float dq_q5_0(const u8* b, int j) {
+    return h2f(ld16(b)) * (float)(q5_val(b + 2, b + 6, j) - 16);
+}
+
+// block_q5_1 {f16 d, m; u8 qh[4]; u8 qs[16]} (24 B)
+__device__ __forceinline__ float dq_q5_1(const u8* b, int j) {
+    return h2f(ld16(b)) * (float)q5_val(b + 4, b + 8, j) + h2f(ld16(b + 2));
+}
+
+// block_iq4_nl {f16 d; u8 qs[16]} (18 B)
+__device__ __forceinline__ float dq_iq4_nl(const u8* b, int j) {
+    const u8* qs = b + 2;
+    int q = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+    return h2f(ld16(b)) * (float)KV_IQ4NL[q];
+}
+
+// block_mxfp4 {u8 e; u8 qs[16]} (17 B)
+__device__ __forceinline__ float dq_mxfp4(const u8* b, int j) {
+    const u8* qs = b + 1;
+    int q = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+    return e8m0_half(b[0]) * (float)KV_MXFP4[q];
+}
+
+// block_q2_K {u8 scales[16]; u8 qs[64]; f16 d, dmin} (84 B)
+__device__ __forceinline__ float dq_q2_k(const u8* b, int j) {
+    int n = j >> 7;
+    int s = (j >> 5) & 3;
+    int l = j & 31;
+    int q = (b[16 + n * 32 + l] >> (2 * s)) & 3;
+    u8 sc = b[j >> 4];
+    return h2f(ld16(b + 80)) * (float)(sc & 0xF) * (float)q - h2f(ld16(b + 82)) * (float)(sc >> 4);
+}
+
+// The 16 signed 6-bit sub-block scales of a q3_K block (12 bytes at `s`).
+__device__ __forceinline__ int q3k_scale(const u8* s, int j) {
+    int low = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
+    int high = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return (low | (high << 4)) - 32;
+}
+
+// block_q3_K {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d} (110 B)
+__device__ __forceinline__ float dq_q3_k(const u8* b, int j) {
+    int n = j >> 7;
+    int s = (j >> 5) & 3;
+    int l = j & 31;
+    int q = (b[32 + n * 32 + l] >> (2 * s)) & 3;
+    if (!((b[l] >> (j >> 5)) & 1)) {
+        q -= 4;
+    }
+    return h2f(ld16(b + 108)) * (float)q3k_scale(b + 96, j >> 4) * (float)q;
+}
+
+// The 6-bit sub-block scale (minus 32) of sub-block `s` of an iq4_xs block.
+__device__ __forceinline__ int iq4xs_scale(const u8* b, int s) {
+    int h = ld16(b + 2);
+    return (((b[4 + (s >> 1)] >> (4 * (s & 1))) & 0xF) | (((h >> (2 * s)) & 3) << 4)) - 32;
+}
+
+// block_iq4_xs {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]} (136 B)
+__device__ __forceinline__ float dq_iq4_xs(const u8* b, int j) {
+    int s = j >> 5;
+    int l = j & 31;
+    const u8* qs = b + 8 + 16 * s;
+    int q = l < 16 ? (qs[l] & 0xF) : (qs[l - 16] >> 4);
+    return h2f(ld16(b)) * (float)iq4xs_scale(b, s) * (float)KV_IQ4NL[q];
+}
+
+// Elements per block and bytes per block of a weight type (1 and the
+// element size for the plain types).
+__device__ __forceinline__ int blck_size(int ty) {
+    switch (ty) {
+    case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_IQ4_XS: return 256;
+    case T_F32: case T_F16: case T_BF16: case T_I32: return 1;
+    default: return 32;
+    }
+}
+
+__device__ __forceinline__ int type_size(int ty) {
+    switch (ty) {
+    case T_F32: case T_I32: return 4;
+    case T_F16: case T_BF16: return 2;
+    case T_Q4_0: return 18;
+    case T_Q4_1: return 20;
+    case T_Q5_0: return 22;
+    case T_Q5_1: return 24;
+    case T_Q8_0: return 34;
+    case T_Q2_K: return 84;
+    case T_Q3_K: return 110;
+    case T_Q4_K: return 144;
+    case T_Q5_K: return 176;
+    case T_Q6_K: return 210;
+    case T_IQ4_NL: return 18;
+    case T_IQ4_XS: return 136;
+    case T_MXFP4: return 17;
+    default: return 0;
+    }
+}
+
 // Element `i` of a row of type `ty` starting at `row` (any supported type).
 __device__ float load_row_elem(const u8* row, int ty, i64 i) {
     switch (ty) {
+    case T_Q4_1: return dq_q4_1(row + (i >> 5) * 20, (int)(i & 31));
+    case T_Q5_0: return dq_q5_0(row + (i >> 5) * 22, (int)(i & 31));
+    case T_Q5_1: return dq_q5_1(row + (i >> 5) * 24, (int)(i & 31));
+    case T_IQ4_NL: return dq_iq4_nl(row + (i >> 5) * 18, (int)(i & 31));
+    case T_MXFP4: return dq_mxfp4(row + (i >> 5) * 17, (int)(i & 31));
+    case T_Q2_K: return dq_q2_k(row + (i >> 8) * 84, (int)(i & 255));
+    case T_Q3_K: return dq_q3_k(row + (i >> 8) * 110, (int)(i & 255));
+    case T_IQ4_XS: return dq_iq4_xs(row + (i >> 8) * 136, (int)(i & 255));
     case T_F32: return ((const float*)row)[i];
     case T_F16: return h2f(((const u16*)row)[i]);
     case T_BF16: return bf2f(((const u16*)row)[i]);
@@ -220,6 +366,19 @@ __device__ __forceinline__ void store_f(u8* p, int ty, float v) {
     case T_I32: *(int*)p = (int)v; break;
     default: break;
     }
+}
+
+// An F32 activation rounded to the precision of F16 or BF16 weights (as the
+// CPU backend converts activations to the weight type before the dot
+// product); F32 weights keep it.
+__device__ __forceinline__ float act_round(float x, int wty) {
+    if (wty == T_F16) {
+        return h2f(f2h(x));
+    }
+    if (wty == T_BF16) {
+        return bf2f(f2bf(x));
+    }
+    return x;
 }
 
 __device__ __forceinline__ i64 t4_n(const T4& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
@@ -773,7 +932,7 @@ extern "C" __global__ void k_mul_mat_id_vec(float* dst, T4 td, const u8* as, T4 
         const u8* ra = as + t4_off(ta, 0, i0, ex, 0);
         const float* rb = (const float*)(b + t4_off(tb, 0, e % tb.ne[1], t, 0));
         for (i64 k = lane; k < ta.ne[0]; k += 32) {
-            s += load_row_elem(ra, tya, k) * rb[k];
+            s += load_row_elem(ra, tya, k) * act_round(rb[k], tya);
         }
         s = warp_sum(s);
     }
@@ -784,8 +943,8 @@ extern "C" __global__ void k_mul_mat_id_vec(float* dst, T4 td, const u8* as, T4 
 
 #define GT 16
 
-// Tiled GEMM for prompt batches: same contract as k_mul_mat_vec but `a` is
-// F32 or F16 (quantized weights are dequantized to F32 first). Block
+// Tiled GEMM for prompt batches with float weights: same contract as
+// k_mul_mat_vec, `a` F32, F16 or BF16 (activations rounded to its type). Block
 // (GT, GT); grid (ceil(ne0 / GT), ceil(ne1 / GT), ne2 * ne3).
 extern "C" __global__ void k_mul_mat_tiled(float* dst, T4 td, const u8* a, T4 ta, int tya,
                                            const u8* b, T4 tb, i64 r2, i64 r3) {
@@ -809,7 +968,7 @@ extern "C" __global__ void k_mul_mat_tiled(float* dst, T4 td, const u8* a, T4 ta
             va = load_f(a + t4_off(ta, k, ra, i2 / r2, i3 / r3), tya);
         }
         if (k < K && cb < tb.ne[1]) {
-            vb = *(const float*)(b + t4_off(tb, k, cb, i2, i3));
+            vb = act_round(*(const float*)(b + t4_off(tb, k, cb, i2, i3)), tya);
         }
         sa[ty][tx] = va;
         sb[ty][tx] = vb;

@@ -10,9 +10,29 @@ use ggml_core::BackendError;
 
 use crate::driver::{Device, Function};
 
-/// The kernel source (`kernels.cu`), compiled at run time by NVRTC. It uses
-/// no `#include`, so no CUDA toolkit headers are needed.
-pub const KERNELS_SRC: &str = include_str!("kernels.cu");
+/// The parts of the kernel source, in order: `kernels.cu` (types, helpers
+/// and the first kernels), then each kernel family of `src/kernels/`, in
+/// file-name order (`build.rs` compiles the same files for the emulator).
+pub const KERNEL_PARTS: &[(&str, &str)] = &[
+    ("kernels.cu", include_str!("kernels.cu")),
+    ("kernels/dot_q8.cu", include_str!("kernels/dot_q8.cu")),
+    (
+        "kernels/flash_attn.cu",
+        include_str!("kernels/flash_attn.cu"),
+    ),
+    ("kernels/mmq.cu", include_str!("kernels/mmq.cu")),
+    ("kernels/mmvq.cu", include_str!("kernels/mmvq.cu")),
+];
+
+/// The kernel source ([`KERNEL_PARTS`] joined), compiled at run time by
+/// NVRTC. It uses no `#include`, so no CUDA toolkit headers are needed.
+pub const KERNELS_SRC: &str = concat!(
+    include_str!("kernels.cu"),
+    include_str!("kernels/dot_q8.cu"),
+    include_str!("kernels/flash_attn.cu"),
+    include_str!("kernels/mmq.cu"),
+    include_str!("kernels/mmvq.cu"),
+);
 
 /// The file name NVRTC is given for the source (it names it in its log).
 pub const KERNELS_FILE_NAME: &str = "ggml_cuda_kernels.cu";
@@ -62,11 +82,27 @@ pub enum Kernel {
     MulMatIdVec,
     /// `k_mul_mat_tiled`: tiled F32 GEMM.
     MulMatTiled,
+    /// `k_quantize_q8_1`: activations to 8-bit values with a scale per 32.
+    QuantizeQ8_1,
+    /// `k_mmvq`: decode mat-vec, int8 dot products (float path for
+    /// F32/F16/BF16 weights), up to 8 columns per weight read.
+    Mmvq,
+    /// `k_mmvq_id`: decode `mul_mat_id`, columns grouped by expert.
+    MmvqId,
+    /// `k_mmq`: prompt mul_mat with quantized weights, int8 tiles.
+    Mmq,
+    /// `k_moe_group`: a ubatch's (slot, token) pairs sorted by expert id.
+    MoeGroup,
+    /// `k_mmq_id`: prompt `mul_mat_id`, one int8 tile of one expert per
+    /// block.
+    MmqId,
+    /// `k_flash_attn`: flash_attn_ext, one warp per query row.
+    FlashAttn,
 }
 
 impl Kernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [Kernel; 17] = [
+    pub const ALL: [Kernel; 24] = [
         Kernel::Binary,
         Kernel::Unary,
         Kernel::Glu,
@@ -84,6 +120,13 @@ impl Kernel {
         Kernel::MulMatVec,
         Kernel::MulMatIdVec,
         Kernel::MulMatTiled,
+        Kernel::QuantizeQ8_1,
+        Kernel::Mmvq,
+        Kernel::MmvqId,
+        Kernel::Mmq,
+        Kernel::MoeGroup,
+        Kernel::MmqId,
+        Kernel::FlashAttn,
     ];
 
     /// The kernel's `extern "C"` name in `kernels.cu` (its PTX entry point).
@@ -106,6 +149,13 @@ impl Kernel {
             Kernel::MulMatVec => "k_mul_mat_vec",
             Kernel::MulMatIdVec => "k_mul_mat_id_vec",
             Kernel::MulMatTiled => "k_mul_mat_tiled",
+            Kernel::QuantizeQ8_1 => "k_quantize_q8_1",
+            Kernel::Mmvq => "k_mmvq",
+            Kernel::MmvqId => "k_mmvq_id",
+            Kernel::Mmq => "k_mmq",
+            Kernel::MoeGroup => "k_moe_group",
+            Kernel::MmqId => "k_mmq_id",
+            Kernel::FlashAttn => "k_flash_attn",
         }
     }
 }
@@ -123,6 +173,18 @@ pub const KERNEL_NAMES: &[&str] = &{
 
 /// Warps per block of the matrix-vector kernels (`MV_WARPS` in the source).
 pub const MV_WARPS: u32 = 4;
+/// Columns `k_mmvq` / `k_mmvq_id` multiply per weight read
+/// (`MMVQ_MAX_COLS` in the source).
+pub const MMVQ_MAX_COLS: u32 = 8;
+/// Activation elements per scale of `k_quantize_q8_1`.
+pub const Q8_1_BLOCK: i64 = 32;
+/// Weight rows and columns of one `k_mmq` / `k_mmq_id` tile (`MMQ_TM`,
+/// `MMQ_TN` in the source).
+pub const MMQ_TILE: u32 = 32;
+/// Query rows (warps) per `k_flash_attn` block (`FA_WARPS`).
+pub const FA_WARPS: u32 = 4;
+/// Largest head dimension `k_flash_attn` takes (`FA_DMAX`: MLA's 576).
+pub const FA_DMAX: i64 = 576;
 /// Tile edge of `k_mul_mat_tiled` (`GT` in the source).
 pub const GEMM_TILE: u32 = 16;
 

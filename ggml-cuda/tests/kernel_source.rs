@@ -5,7 +5,8 @@
 //!   emulation prelude, and the pieces that run correctly on one host thread
 //!   (grid-stride kernels, the half/bfloat16 conversions, the quant layouts)
 //!   are run and compared with Rust references: `half` for the conversions,
-//!   and dequantizers written here from ggml's `dequantize_row_*` loops.
+//!   and dequantizers written here from ggml's `dequantize_row_*` loops
+//!   (ggml-core's for the types added later).
 //!
 //! Without `g++` the compile-and-run part prints `skipped: <reason>`.
 
@@ -59,8 +60,17 @@ const PRELUDE: &str = r#"
 struct dim3 { unsigned x, y, z; };
 static dim3 threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
 static inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned o = *p; *p |= v; return o; }
-static inline float __shfl_xor_sync(unsigned, float v, int) { return v; }
+static inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
+#define __constant__ static
+struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
+template <class T> static inline T __shfl_sync(unsigned, T v, int) { return v; }
 static inline void __syncthreads() {}
+static inline void __syncwarp(unsigned = 0xffffffffu) {}
+static inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+    return c;
+}
 "#;
 
 const HARNESS: &str = r#"
@@ -386,7 +396,21 @@ fn kernels_compile_and_run_as_cpp() {
     // dequantization of every quant type against ggml's loops
     use ggml_core::GgmlType as T;
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
-    for ty in [T::Q8_0, T::Q4_0, T::Q4K, T::Q5K, T::Q6K] {
+    for ty in [
+        T::Q8_0,
+        T::Q4_0,
+        T::Q4K,
+        T::Q5K,
+        T::Q6K,
+        T::Q4_1,
+        T::Q5_0,
+        T::Q5_1,
+        T::Q2K,
+        T::Q3K,
+        T::IQ4NL,
+        T::IQ4XS,
+        T::MXFP4,
+    ] {
         let nblocks = 6;
         let mut data = vec![0u8; nblocks * ty.type_size()];
         for x in data.iter_mut() {
@@ -401,16 +425,31 @@ fn kernels_compile_and_run_as_cpp() {
             let m = half::f16::from_f32(0.0071).to_le_bytes();
             match ty {
                 T::Q6K => b[208..210].copy_from_slice(&d),
-                T::Q4K | T::Q5K => {
+                T::Q4K | T::Q5K | T::Q4_1 | T::Q5_1 => {
                     b[0..2].copy_from_slice(&d);
                     b[2..4].copy_from_slice(&m);
                 }
+                T::Q2K => {
+                    b[80..82].copy_from_slice(&d);
+                    b[82..84].copy_from_slice(&m);
+                }
+                T::Q3K => b[108..110].copy_from_slice(&d),
+                T::MXFP4 => b[0] = 121,
                 _ => b[0..2].copy_from_slice(&d),
             }
         }
         let n = nblocks * ty.blck_size();
         let got = f32s(&emu.run("deq", &data, &[&(ty.id()).to_string(), &n.to_string()]));
-        let want = dequant_ref(ty, &data);
+        let want = match ty {
+            T::Q8_0 | T::Q4_0 | T::Q4K | T::Q5K | T::Q6K => dequant_ref(ty, &data),
+            // the types without a loop here: ggml-core's dequantizers
+            _ => {
+                let mut v = vec![0f32; n];
+                let traits = ggml_core::quants::cpu_traits(ty).expect("a CPU type");
+                (traits.to_float)(&data, &mut v);
+                v
+            }
+        };
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(

@@ -114,14 +114,28 @@ fn supports_op_is_truthful_about_types() {
     let mut g = Graph::new();
     let w = g.new_tensor_2d(GgmlType::Q4K, 256, 8);
     let w1 = g.new_tensor_2d(GgmlType::Q4_1, 256, 8);
+    let w8k = g.new_tensor_2d(GgmlType::Q8K, 256, 8);
     let x = g.new_tensor_2d(GgmlType::F32, 256, 3);
     let mm = g.mul_mat(w, x);
     let mm1 = g.mul_mat(w1, x);
+    let mm8k = g.mul_mat(w8k, x);
     assert!(supports_node(&g, mm));
-    assert!(!supports_node(&g, mm1), "Q4_1 has no CUDA kernel here");
+    assert!(
+        supports_node(&g, mm1),
+        "Q4_1 has MMVQ and dequantize kernels"
+    );
+    assert!(
+        !supports_node(&g, mm8k),
+        "Q8_K (an activation type) has no CUDA weight kernel"
+    );
     let q = g.new_tensor_3d(GgmlType::F32, 64, 4, 2);
     let fa = g.flash_attn_ext(q, q, q, None, 1.0, 0.0, 0.0);
-    assert!(!supports_node(&g, fa));
+    assert!(supports_node(&g, fa), "k_flash_attn takes F32 q/k/v");
+    // a K-quant K cache: q would need Q8_K rounding, not implemented
+    let kq = g.new_tensor_3d(GgmlType::Q4K, 256, 4, 2);
+    let q256 = g.new_tensor_3d(GgmlType::F32, 256, 4, 2);
+    let fa_k = g.flash_attn_ext(q256, kq, q256, None, 1.0, 0.0, 0.0);
+    assert!(!supports_node(&g, fa_k));
     let pos = g.new_tensor_1d(GgmlType::I32, 2);
     let p = RopeParams {
         n_dims: 32,

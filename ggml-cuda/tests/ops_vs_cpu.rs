@@ -3,7 +3,8 @@
 //! (< 1e-6 for F32, < 1e-4 for F16/BF16 and quantized weights). Without a GPU
 //! `CUDA0` is the emulated device (`ggml_cuda::emulator`), so these run in
 //! CI. Ops the CPU backend does not implement yet are reported and skipped
-//! (the CPU kernels land on other branches).
+//! (the CPU kernels land on other branches). `OPS_PRINT=1` prints every
+//! case's NMSE.
 
 use ggml_core::op::{GluOp, RopeMode, RopeParams, SortOrder};
 use ggml_core::tensor::TensorData;
@@ -54,12 +55,31 @@ fn rand_bytes(r: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
                 }
                 let d = 0.002 + 0.01 * r.f().abs();
                 match q {
-                    GgmlType::Q8_0 | GgmlType::Q4_0 => b[0..2].copy_from_slice(&f16b(d)),
+                    GgmlType::Q8_0
+                    | GgmlType::Q4_0
+                    | GgmlType::Q5_0
+                    | GgmlType::IQ4NL
+                    | GgmlType::IQ4XS => b[0..2].copy_from_slice(&f16b(d)),
+                    GgmlType::Q4_1 => {
+                        b[0..2].copy_from_slice(&f16b(d));
+                        b[2..4].copy_from_slice(&f16b(-8.0 * d));
+                    }
+                    GgmlType::Q5_1 => {
+                        b[0..2].copy_from_slice(&f16b(d));
+                        b[2..4].copy_from_slice(&f16b(-16.0 * d));
+                    }
                     GgmlType::Q4K | GgmlType::Q5K => {
                         b[0..2].copy_from_slice(&f16b(d));
                         b[2..4].copy_from_slice(&f16b(d * 0.5));
                     }
+                    GgmlType::Q2K => {
+                        b[80..82].copy_from_slice(&f16b(d));
+                        b[82..84].copy_from_slice(&f16b(d * 0.5));
+                    }
+                    GgmlType::Q3K => b[108..110].copy_from_slice(&f16b(d)),
                     GgmlType::Q6K => b[208..210].copy_from_slice(&f16b(d)),
+                    // E8M0 scale 2^(e - 128): 2^-8 .. 2^-5
+                    GgmlType::MXFP4 => b[0] = 120 + r.below(4) as u8,
                     other => panic!("no generator for {other}"),
                 }
             }
@@ -165,15 +185,24 @@ fn nmse(got: &[f32], want: &[f32]) -> f64 {
     }
 }
 
-const WEIGHT_TYPES: [GgmlType; 8] = [
+/// Every weight type the fixtures use.
+const WEIGHT_TYPES: [GgmlType; 16] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
-    GgmlType::Q8_0,
     GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::Q6K,
+    GgmlType::IQ4NL,
+    GgmlType::IQ4XS,
+    GgmlType::MXFP4,
 ];
 
 fn tol_for(ty: GgmlType) -> f64 {
@@ -430,6 +459,199 @@ fn cases() -> Vec<Case> {
         let o = b.g.mul_mat(a, xt);
         v.push(b.done(format!("mul_mat {ty} strided b"), o, tol_for(ty)));
     }
+    // decode (MMVQ): 1, 2 and 8 columns over rows of 1280 (a partial
+    // staging chunk), and mul_mat_id with 8 of 128 experts for 1, 2 and 8
+    // tokens: ids repeat across tokens (one weight read per expert group),
+    // some are -1 (exact zeros), and b is shared or per slot
+    for ty in WEIGHT_TYPES {
+        for n in [1i64, 2, 8] {
+            let mut b = next();
+            let a = b.rand(ty, &[1280, 12]);
+            let x = b.rand(GgmlType::F32, &[1280, n]);
+            let o = b.g.mul_mat(a, x);
+            v.push(b.done(format!("mmvq {ty} cols={n}"), o, tol_for(ty)));
+        }
+        for (n_tok, b_ne1) in [(1i64, 1i64), (2, 8), (8, 1)] {
+            let mut b = next();
+            let (n_expert, n_used) = (128i64, 8i64);
+            let w = b.rand(ty, &[256, 8, n_expert]);
+            let x = b.rand(GgmlType::F32, &[256, b_ne1, n_tok]);
+            let mut ids = Vec::new();
+            for t in 0..n_tok {
+                for e in 0..n_used {
+                    // a pool of 12 experts so tokens share some; slot 5 of
+                    // every other token is -1
+                    let id = if e == 5 && t % 2 == 1 {
+                        -1
+                    } else {
+                        (b.r.below(12) * 10 + e as u64) as i32 % n_expert as i32
+                    };
+                    ids.push(id);
+                }
+            }
+            let ids = b.i32s(&[n_used, n_tok], &ids);
+            let o = b.g.mul_mat_id(w, x, ids);
+            v.push(b.done(
+                format!("mmvq_id {ty} 8 of 128 tokens={n_tok} b.ne1={b_ne1}"),
+                o,
+                tol_for(ty),
+            ));
+        }
+    }
+    // prompts (MMQ, grouped mul_mat_id): 17 and 512 columns; mul_mat_id
+    // with 8 of 128 experts, -1 rows, and slot-remapped ids (a bank of 16
+    // slots, ids through an I32 map on the device)
+    for ty in WEIGHT_TYPES {
+        for n in [17i64, 512] {
+            let mut b = next();
+            let a = b.rand(ty, &[512, 40]);
+            let x = b.rand(GgmlType::F32, &[512, n]);
+            let o = b.g.mul_mat(a, x);
+            v.push(b.done(format!("mmq {ty} cols={n}"), o, tol_for(ty)));
+        }
+        for n_tok in [17i64, 512] {
+            for remap in [false, true] {
+                let mut b = next();
+                let (n_expert, n_used) = (128i64, 8i64);
+                let n_bank = if remap { 16 } else { n_expert };
+                let w = b.rand(ty, &[256, 40, n_bank]);
+                let x = b.rand(GgmlType::F32, &[256, 1, n_tok]);
+                let mut sel = Vec::new();
+                for t in 0..n_tok {
+                    for e in 0..n_used {
+                        let id = if e == 3 && t % 3 == 0 {
+                            -1
+                        } else {
+                            (b.r.below(16) * 8 + e as u64) as i32
+                        };
+                        sel.push(id);
+                    }
+                }
+                let o = if remap {
+                    // the cache's map: expert 8k + e sits in slot (k + e) % 16
+                    let map: Vec<i32> =
+                        (0..n_expert as i32).map(|x| (x / 8 + x % 8) % 16).collect();
+                    let sel: Vec<i32> = sel.iter().map(|&x| x.max(0)).collect();
+                    let sel = b.i32s(&[n_used * n_tok, 1], &sel);
+                    let map = b.i32s(&[1, n_expert], &map);
+                    let slots = b.g.get_rows(map, sel);
+                    let slots = b.g.reshape(slots, &[n_used, n_tok]);
+                    b.g.mul_mat_id(w, x, slots)
+                } else {
+                    let ids = b.i32s(&[n_used, n_tok], &sel);
+                    b.g.mul_mat_id(w, x, ids)
+                };
+                let what = if remap {
+                    "slot-remapped"
+                } else {
+                    "with -1 rows"
+                };
+                v.push(b.done(
+                    format!("mmq_id {ty} 8 of 128 tokens={n_tok} {what}"),
+                    o,
+                    tol_for(ty),
+                ));
+            }
+        }
+    }
+    {
+        // deepseek2's absorbed MLA product: a 3D Q5_0 weight per head, b a
+        // permuted view of part of each q row; then heavy-tailed activations
+        let mut b = next();
+        let a = b.rand(GgmlType::Q5_0, &[64, 256, 4]);
+        let xf = b.rand(GgmlType::F32, &[96, 4, 34]);
+        let x = b.g.view(xf, &[64, 4, 34], &[384, 1536], 0);
+        let xp = b.g.permute(x, [0, 2, 1, 3]);
+        let o = b.g.mul_mat(a, xp);
+        v.push(b.done("mmq q5_0 per head, b a permuted row view", o, LOW_TOL));
+        let mut b = next();
+        let a = b.rand(GgmlType::Q4K, &[256, 384]);
+        let n = 256 * 34;
+        let xs: Vec<u8> = (0..n)
+            .flat_map(|i| {
+                let u = b.r.f();
+                let v = if i % 97 == 0 { u * 40.0 } else { u * u * u };
+                v.to_le_bytes()
+            })
+            .collect();
+        let x = b.data(GgmlType::F32, &[256, 34], xs);
+        let o = b.g.mul_mat(a, x);
+        v.push(b.done("mmq q4_K heavy-tailed activations", o, LOW_TOL));
+    }
+    // flash attention: 1, 17 and 512 queries over 1 to 4096 cached cells,
+    // causal F16 mask, GQA (4 heads over 2), F32/F16/BF16 and quantized
+    // K/V caches, sinks (gpt-oss), ALiBi and softcap, MLA's head shapes
+    // (k 576, v 512, one k/v head: deepseek2)
+    let fa_cases: [(i64, i64, GgmlType, GgmlType); 12] = [
+        (1, 1, GgmlType::F16, GgmlType::F16),
+        (1, 4096, GgmlType::F16, GgmlType::F16),
+        (17, 4096, GgmlType::F16, GgmlType::F16),
+        (512, 512, GgmlType::F16, GgmlType::F16),
+        (17, 300, GgmlType::F32, GgmlType::F32),
+        (17, 300, GgmlType::BF16, GgmlType::BF16),
+        (1, 1000, GgmlType::Q8_0, GgmlType::Q8_0),
+        (17, 300, GgmlType::Q4_0, GgmlType::Q4_0),
+        (17, 300, GgmlType::Q4_1, GgmlType::Q5_1),
+        (17, 300, GgmlType::Q5_0, GgmlType::IQ4NL),
+        (512, 600, GgmlType::Q8_0, GgmlType::F16),
+        (1, 64, GgmlType::IQ4NL, GgmlType::Q8_0),
+    ];
+    for (i, (n_q, n_kv, kty, vty)) in fa_cases.into_iter().enumerate() {
+        let mut b = next();
+        let (d, n_head, n_head_kv) = (64i64, 4i64, 2i64);
+        let q = b.rand(GgmlType::F32, &[d, n_q, n_head]);
+        let k = b.rand(kty, &[d, n_kv, n_head_kv]);
+        let vc = b.rand(vty, &[d, n_kv, n_head_kv]);
+        // causal: query j sees cells up to n_kv - n_q + j
+        let mask: Vec<u8> = (0..n_q)
+            .flat_map(|j| {
+                (0..n_kv).flat_map(move |c| {
+                    let m = if c > n_kv - n_q + j {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    };
+                    f16b(m)
+                })
+            })
+            .collect();
+        let mask = b.data(GgmlType::F16, &[n_kv, n_q], mask);
+        let (max_bias, softcap) = if i == 4 { (8.0, 30.0) } else { (0.0, 0.0) };
+        let o =
+            b.g.flash_attn_ext(q, k, vc, Some(mask), 0.125, max_bias, softcap);
+        let with_sinks = i == 3 || i == 7;
+        if with_sinks {
+            let sinks = b.rand(GgmlType::F32, &[n_head]);
+            b.g.flash_attn_ext_add_sinks(o, sinks);
+        }
+        let tol = if kty == GgmlType::F32 && vty == GgmlType::F32 {
+            F32_TOL
+        } else {
+            LOW_TOL
+        };
+        v.push(b.done(
+            format!(
+                "flash_attn q={n_q} cells={n_kv} k={kty} v={vty}{}{}",
+                if with_sinks { " sinks" } else { "" },
+                if i == 4 { " alibi softcap" } else { "" }
+            ),
+            o,
+            tol,
+        ));
+    }
+    for (n_q, n_kv) in [(1i64, 256i64), (17, 256)] {
+        let mut b = next();
+        let n_head = 4i64;
+        let q = b.rand(GgmlType::F32, &[576, n_q, n_head]);
+        let k = b.rand(GgmlType::F16, &[576, n_kv, 1]);
+        let vc = b.rand(GgmlType::F16, &[512, n_kv, 1]);
+        let o = b.g.flash_attn_ext(q, k, vc, None, 0.04, 0.0, 0.0);
+        v.push(b.done(
+            format!("flash_attn MLA 576/512 q={n_q} cells={n_kv}"),
+            o,
+            LOW_TOL,
+        ));
+    }
     // mul_mat_id: every weight type, b shared (ne1 = 1) or per expert
     for ty in WEIGHT_TYPES {
         for (b_ne1, n_tok) in [(1i64, 1i64), (2, 5), (1, 40)] {
@@ -537,6 +759,9 @@ fn ops_match_cpu() {
             (Ok(got), Ok(want)) => {
                 let e = nmse(&got, &want);
                 let finite = got.iter().all(|x| x.is_finite());
+                if std::env::var_os("OPS_PRINT").is_some() {
+                    println!("{}: NMSE {e:.3e}", c.name);
+                }
                 if e <= c.tol && finite && got.len() == want.len() {
                     passed += 1;
                 } else {

@@ -35,11 +35,17 @@ fn fast_on_the_emulator(name: &str) -> bool {
 }
 
 /// tiny-deepseek2-q4_k is the fixtures' most sensitive file (routing flips,
-/// see `model_fixtures.rs`): the CUDA kernels multiply quantized weights
-/// with F32 activations where llama.cpp quantizes the activations (Q8_K on
-/// the CPU), which lands its teacher-forced rows at NMSE 8.7e-3 (prompt rows
-/// 3.3e-3, within 5e-3). Its prompt rows are held to the bound; the
-/// teacher-forced NMSE is printed, and must stay below 1e-2.
+/// see `model_fixtures.rs`). The CUDA kernels now quantize activations as
+/// the CPU backend does (Q8_0 / Q8_K rounding, `k_quantize_q8_1`), which
+/// brought it from prompt 3.3e-3 / teacher-forced 8.7e-3 to 1.4e-3 / 5.8e-3
+/// on the emulator; the CPU backend lands at 2.0e-3 / 2.7e-3. The rest is
+/// the discontinuity of activation rounding: CUDA and CPU sums differ in
+/// their last bits (other summation order), a value near a rounding
+/// boundary then quantizes one step apart, and this file amplifies that
+/// (CUDA vs CPU logits: rows 0-4 agree to 1e-13, later rows differ by
+/// 2e-4..5e-4, two rows with a routing flip by 2e-2). Its prompt rows are
+/// held to the 5e-3 bound; the teacher-forced NMSE is printed, and must stay
+/// below 1e-2.
 const ACTIVATION_SENSITIVE: (&str, f64) = ("tiny-deepseek2-q4_k", 1e-2);
 
 fn fixture_on_cuda0(name: &str) {

@@ -17,11 +17,6 @@ use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
 
-/// gpt-oss's experts are MXFP4, which the CUDA kernels do not implement:
-/// they stay on the CPU even when a batch is offloaded (its attention and
-/// router run on CUDA0), so nothing of them is uploaded or staged.
-const NO_CUDA_EXPERTS: &str = "tiny-gptoss-mxfp4";
-
 const FIXTURES: [&str; 4] = [
     "tiny-qwen3moe-f32",
     "tiny-qwen3moe-q4_k",
@@ -117,12 +112,10 @@ fn prefetch_on_cuda0_changes_no_logit() {
                 same_bits(&got, &base),
                 "{name}: prefetch changed the logits"
             );
+            // every fixture's experts have CUDA kernels (gpt-oss's MXFP4
+            // included), so each one stages experts
             let st = c.prefetch_stats().expect("staging");
-            if name == NO_CUDA_EXPERTS {
-                assert_eq!(st.bytes, 0, "{name}: {st:?}");
-            } else {
-                assert!(st.bytes > 0 && st.bytes_used > 0, "{name}: {st:?}");
-            }
+            assert!(st.bytes > 0 && st.bytes_used > 0, "{name}: {st:?}");
         }
     }
 }
@@ -201,14 +194,9 @@ fn cpu_moe_uploads_the_expert_bytes_sim0_uploads() {
             seen[0].0, seen[1].0, seen[0].1, seen[1].1
         );
         assert!(seen[0].0 > 0, "{name}: nothing uploaded");
-        if name == NO_CUDA_EXPERTS {
-            // SIM0 runs every CPU op; CUDA0 leaves the MXFP4 experts there
-            assert!(seen[1].0 < seen[0].0, "{name}: {seen:?}");
-        } else {
-            assert_eq!(
-                seen[0], seen[1],
-                "{name}: CUDA0 and SIM0 upload differently"
-            );
-        }
+        assert_eq!(
+            seen[0], seen[1],
+            "{name}: CUDA0 and SIM0 upload differently"
+        );
     }
 }
