@@ -945,7 +945,7 @@ impl CudaBackend {
                     &weights,
                     &acts,
                     &self.tensor_args_untyped(g, t.src[2])?,
-                    &[A::P(self.err_flag.ptr)],
+                    &[A::P(self.err_flag.dev_word.ptr)],
                 ],
             )
         } else {
@@ -1078,7 +1078,7 @@ impl CudaBackend {
                     A::P(sorted),
                     A::P(tiles),
                     A::P(n_tiles),
-                    A::P(self.err_flag.ptr),
+                    A::P(self.err_flag.dev_word.ptr),
                 ],
             ],
         )?;

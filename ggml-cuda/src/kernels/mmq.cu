@@ -190,7 +190,7 @@ extern "C" __global__ void k_moe_group(const u8* ids, T4 ti, int n_expert, int* 
         int ex = *(const int*)(ids + t4_off(ti, p % n_used, p / n_used, 0, 0));
         int bucket = (ex >= 0 && ex < n_expert) ? ex : n_expert;
         if (ex < -1 || ex >= n_expert) {
-            atomicOr(err, 1u);
+            atomicOr(err, 8u);
         }
         atomicAdd(&cnt[bucket], 1);
     }

@@ -227,7 +227,7 @@ extern "C" __global__ void k_mmvq_id(float* dst, T4 td, const u8* as, T4 ta, int
     }
     int bad = ex < -1 || (ex >= 0 && (i64)ex >= ta.ne[2]);
     if (bad && lane == 0) {
-        atomicOr(err, 1u);
+        atomicOr(err, 8u);
     }
     const u8* row = (ex >= 0 && !bad) ? as + t4_off(ta, 0, i0, ex, 0) : 0;
     i64 next = p;
