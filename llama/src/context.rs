@@ -1,7 +1,8 @@
 //! The inference context: KV cache (one or several sequences), scheduler
 //! and logits.
 //! A tool, a test or a server drives it: tokenize, decode a batch (split
-//! into ubatches), read the logits of any output row, sample.
+//! into ubatches), read the logits of any output row (and, with
+//! [`Context::set_embeddings`], its last hidden state), sample.
 
 use std::sync::Arc;
 
