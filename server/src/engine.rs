@@ -333,6 +333,25 @@ pub fn run(
             };
             let s = &mut slots[si];
             let Some(a) = s.active.as_mut() else { continue };
+            // a constrained request samples among the tokens its grammar allows
+            let masked;
+            let logits = match a
+                .job
+                .params
+                .constraint
+                .as_mut()
+                .map(|c| c.mask_logits(logits))
+            {
+                None => logits,
+                Some(Ok(m)) => {
+                    masked = m;
+                    &masked[..]
+                }
+                Some(Err(e)) => {
+                    fail_slot(s, &metrics, e);
+                    continue;
+                }
+            };
             let (tok, logprobs) = match a.job.params.logprobs {
                 None => (a.sampler.sample(logits), None),
                 Some(n) if a.job.params.post_sampling_probs => {
@@ -345,6 +364,16 @@ pub fn run(
                 }
             };
             a.sampler.accept(tok);
+            let mut grammar_done = false;
+            if let Some(c) = a.job.params.constraint.as_mut() {
+                if !model.tokenizer.is_eog(tok) {
+                    if let Err(e) = c.commit(tok) {
+                        fail_slot(s, &metrics, e);
+                        continue;
+                    }
+                    grammar_done = c.is_finished();
+                }
+            }
             let finish = if a.job.max_tokens == 0 {
                 Some("length")
             } else if model.tokenizer.is_eog(tok) {
@@ -370,7 +399,7 @@ pub fn run(
                     text,
                     logprobs,
                 });
-                if stopped {
+                if stopped || grammar_done {
                     Some("stop")
                 } else if a.n_gen >= a.job.max_tokens || s.cache.len() + 1 >= cfg.n_slot_ctx {
                     Some("length")
@@ -402,6 +431,14 @@ pub fn run(
             .kv_used
             .store(ctx.kv_cache().used_cells() as u64, Relaxed);
         metrics.update_from_context(&ctx);
+    }
+}
+
+/// End a slot's request with an error event (a constraint that failed).
+fn fail_slot(s: &mut Slot, metrics: &Metrics, msg: String) {
+    if let Some(a) = s.active.take() {
+        let _ = a.job.events.send(Event::Error(msg));
+        metrics.requests_failed.fetch_add(1, Relaxed);
     }
 }
 

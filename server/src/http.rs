@@ -20,6 +20,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use crate::chat_fallback::ChatRender;
+use crate::constraint::{self, Grammars};
 use crate::engine::{Event, Job, TokenLogprobs, Usage};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -56,6 +57,8 @@ pub struct AppState {
     pub max_token_bytes: usize,
     /// Unix time the server started (`created` of /v1/models).
     pub created: u64,
+    /// Compiles `grammar` / `json_schema` / `response_format` for the vocabulary.
+    pub grammars: Arc<Grammars>,
 }
 
 type Shared = Arc<AppState>;
@@ -260,8 +263,9 @@ async fn completions(
     let prep = (|| {
         check_key(&st, &h)?;
         let m = body_of(&st, body)?;
-        let params = parse_params(&m)?;
+        let mut params = parse_params(&m)?;
         check_model(&st, &params)?;
+        params.constraint = constraint::from_request(&st.grammars, &m)?;
         let prompt = match parse_prompt(&m)? {
             Prompt::Text(t) => tokenize_prompt(&st, &t, true)?,
             Prompt::Tokens(t) => t,
@@ -282,8 +286,9 @@ async fn chat_completions(
     let prep = (|| {
         check_key(&st, &h)?;
         let m = body_of(&st, body)?;
-        let params = parse_params(&m)?;
+        let mut params = parse_params(&m)?;
         check_model(&st, &params)?;
+        params.constraint = constraint::from_request(&st.grammars, &m)?;
         let msgs = parse_messages(&m)?;
         let text =
             (st.chat_render)(&msgs, true).map_err(|e| ApiError::bad_request(e.to_string()))?;

@@ -8,12 +8,18 @@
 //! [`metrics`] keeps the counters `/metrics` prints; [`chat_fallback`]
 //! renders chat messages until the shared chat-template module lands;
 //! [`args`] holds the flags; [`error`] the OpenAI-style JSON errors.
+//! [`constraint`] is constrained decoding (`grammar`, `json_schema`,
+//! `response_format`) with llguidance over the vocabulary of
+//! [`token_env`], GBNF read by [`gbnf`].
 
 pub mod args;
 pub mod chat_fallback;
+pub mod constraint;
 pub mod engine;
 pub mod error;
+pub mod gbnf;
 pub mod http;
 pub mod metrics;
 pub mod request;
 pub mod stop;
+pub mod token_env;

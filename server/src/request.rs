@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use crate::chat_fallback::Message;
+use crate::constraint::Constraint;
 use crate::error::ApiError;
 
 /// Sampling and stopping settings of one request (llama.cpp's server
@@ -41,6 +42,9 @@ pub struct GenParams {
     /// token was drawn from (after top-k, top-p, min-p and temperature)
     /// instead of the model's (log-softmax of the logits, the default).
     pub post_sampling_probs: bool,
+    /// `grammar` / `json_schema` / `response_format`, compiled (set by the
+    /// handler with [`crate::constraint::from_request`]; `None`: free text).
+    pub constraint: Option<Constraint>,
 }
 
 /// Most alternatives `logprobs` / `top_logprobs` may ask for.
@@ -175,6 +179,7 @@ pub fn parse_params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
         return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
         logprobs: parse_logprobs(m)?,
         post_sampling_probs: opt_bool(m, "post_sampling_probs")?.unwrap_or(false),
+        constraint: None,
     })
 }
 

@@ -10,6 +10,7 @@ use common::cli;
 use llama::Context;
 use server::args::ServerArgs;
 use server::chat_fallback::{render_chatml_fallback, ChatRender};
+use server::constraint::Grammars;
 use server::engine::{self, EngineConfig};
 use server::http::{router, AppState};
 use server::metrics::Metrics;
@@ -56,6 +57,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         .max()
         .unwrap_or(1)
         .max(1);
+    let grammars = Arc::new(Grammars::new(Arc::clone(&model))?);
     let metrics = Arc::new(Metrics::default());
     let (jobs, rx) = tokio::sync::mpsc::channel(a.max_queue.max(1));
     let cfg = EngineConfig {
@@ -84,6 +86,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         default_max_tokens: usize::try_from(a.n_predict).ok(),
         timeout: Duration::from_secs(a.timeout),
         chat_render: model_chat_render(&model),
+        grammars,
         max_token_bytes,
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
