@@ -112,6 +112,10 @@ pub struct ServerArgs {
     /// /metrics is always served (accepted for llama.cpp compatibility)
     #[arg(long = "metrics")]
     pub metrics: bool,
+
+    /// do not serve the chat page at `/`
+    #[arg(long = "no-webui")]
+    pub no_webui: bool,
 }
 
 impl ServerArgs {

@@ -104,6 +104,21 @@ pub fn post_sampling_logprobs(dist: &[(i32, f32)], tok: i32, n: usize) -> TokenL
     }
 }
 
+/// Times and expert-cache counts of a finished request (llama.cpp's
+/// `timings`, plus the expert cache).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Microseconds from taking a slot to the first sampled token (the
+    /// prompt's decodes, shared with the other slots' tokens in them).
+    pub prompt_us: u64,
+    /// Microseconds from the first sampled token to the end.
+    pub predicted_us: u64,
+    /// Expert-cache hits and misses counted while the request ran (the
+    /// cache is shared: other requests' decodes in that time are counted
+    /// too); `None` without an expert cache.
+    pub expert_cache: Option<(u64, u64)>,
+}
+
 /// Token counts of a finished request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Usage {
@@ -115,6 +130,8 @@ pub struct Usage {
     pub cached_tokens: usize,
     /// Generated tokens.
     pub completion_tokens: usize,
+    /// How long it took, and the expert cache meanwhile.
+    pub timings: Timings,
 }
 
 /// A request for the decode thread.
@@ -158,6 +175,19 @@ struct Active {
     /// A further choice waiting for this slot's prompt to be decoded (it
     /// then shares its cells and samples from its last row).
     follow: Option<usize>,
+    /// When it took the slot, and sampled its first token.
+    t_start: Instant,
+    t_first: Option<Instant>,
+    /// The expert cache's (hits, misses) when it took the slot.
+    cache0: Option<(u64, u64)>,
+}
+
+/// The expert cache's (hits, misses) so far; `None` without a cache.
+fn cache_counts(ctx: &Context) -> Option<(u64, u64)> {
+    ctx.moe_cache_stats().map(|s| {
+        let t = s.total();
+        (t.hits(), t.misses())
+    })
 }
 
 struct Slot {
@@ -333,6 +363,7 @@ pub fn run(
             };
             let s = &mut slots[si];
             let Some(a) = s.active.as_mut() else { continue };
+            a.t_first.get_or_insert_with(Instant::now);
             // a constrained request samples among the tokens its grammar allows
             let masked;
             let logits = match a
@@ -418,11 +449,24 @@ pub fn run(
                         let rest = valid.get(a.sent..end).unwrap_or("").to_string();
                         let _ = a.job.events.send(Event::Text(rest));
                     }
+                    let now = Instant::now();
+                    let first = a.t_first.unwrap_or(now);
+                    let timings = Timings {
+                        prompt_us: first.duration_since(a.t_start).as_micros() as u64,
+                        predicted_us: now.duration_since(first).as_micros() as u64,
+                        expert_cache: match (a.cache0, cache_counts(&ctx)) {
+                            (Some((h0, m0)), Some((h, m))) => {
+                                Some((h.saturating_sub(h0), m.saturating_sub(m0)))
+                            }
+                            _ => None,
+                        },
+                    };
                     let _ = a.job.events.send(Event::Done(Usage {
                         finish_reason: reason,
                         prompt_tokens: a.job.prompt.len(),
                         cached_tokens: a.cached,
                         completion_tokens: a.n_gen,
+                        timings,
                     }));
                 }
             }
@@ -511,6 +555,7 @@ fn assign(
         })
     };
     let first = sampler(seed);
+    let cache0 = cache_counts(ctx);
     // further choices: idle slots of their own, emptied; choice k draws
     // with seed + k
     let idle: Vec<usize> = (0..slots.len())
@@ -535,6 +580,9 @@ fn assign(
             bytes: Vec::new(),
             sent: 0,
             follow: Some(best),
+            t_start: Instant::now(),
+            t_first: None,
+            cache0,
         });
     }
     slots[best].active = Some(Active {
@@ -547,6 +595,9 @@ fn assign(
         bytes: Vec::new(),
         sent: 0,
         follow: None,
+        t_start: Instant::now(),
+        t_first: None,
+        cache0,
     });
     None
 }

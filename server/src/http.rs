@@ -59,6 +59,8 @@ pub struct AppState {
     pub created: u64,
     /// Compiles `grammar` / `json_schema` / `response_format` for the vocabulary.
     pub grammars: Arc<Grammars>,
+    /// Serve the chat page at `/` (off with `--no-webui`).
+    pub webui: bool,
 }
 
 type Shared = Arc<AppState>;
@@ -77,6 +79,7 @@ pub fn router(state: Shared) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/metrics", get(metrics))
+        .route("/", get(webui))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
@@ -140,6 +143,14 @@ async fn not_found() -> Response {
         "invalid_request_error",
     )
     .into_response()
+}
+
+async fn webui(State(st): State<Shared>) -> Response {
+    if st.webui {
+        crate::webui::page()
+    } else {
+        not_found().await
+    }
 }
 
 async fn health() -> Response {
@@ -422,6 +433,35 @@ async fn generate(st: Shared, kind: Kind, prompt: Vec<i32>, params: GenParams) -
     }
 }
 
+/// llama.cpp's `timings` of a finished request, and the expert cache's
+/// hits, misses and hit rate while it ran (`expert_cache`: null without
+/// a cache); the web page shows the speed and hit rate from it.
+fn timings_json(u: &Usage) -> Value {
+    let t = &u.timings;
+    let ms = |us: u64| us as f64 / 1e3;
+    let per_s = |n: usize, us: u64| {
+        if us == 0 {
+            0.0
+        } else {
+            n as f64 * 1e6 / us as f64
+        }
+    };
+    let prompt_n = u.prompt_tokens - u.cached_tokens.min(u.prompt_tokens);
+    json!({
+        "prompt_n": prompt_n,
+        "prompt_ms": ms(t.prompt_us),
+        "prompt_per_second": per_s(prompt_n, t.prompt_us),
+        "predicted_n": u.completion_tokens,
+        "predicted_ms": ms(t.predicted_us),
+        "predicted_per_second": per_s(u.completion_tokens.saturating_sub(1), t.predicted_us),
+        "expert_cache": t.expert_cache.map(|(h, m)| json!({
+            "hits": h,
+            "misses": m,
+            "hit_rate": if h + m == 0 { 0.0 } else { h as f64 / (h + m) as f64 },
+        })),
+    })
+}
+
 fn usage_json(u: &Usage) -> Value {
     json!({
         "prompt_tokens": u.prompt_tokens,
@@ -529,6 +569,7 @@ async fn collect_response(
         "model": st.model_id,
         "choices": choices,
         "usage": usage_json(&u),
+        "timings": timings_json(&u),
     }))
     .into_response()
 }
@@ -660,6 +701,7 @@ impl StreamState {
         });
         if let Some(u) = usage {
             v["usage"] = usage_json(u);
+            v["timings"] = timings_json(u);
         }
         SseEvent::default().data(v.to_string())
     }

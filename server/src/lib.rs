@@ -10,7 +10,7 @@
 //! [`args`] holds the flags; [`error`] the OpenAI-style JSON errors.
 //! [`constraint`] is constrained decoding (`grammar`, `json_schema`,
 //! `response_format`) with llguidance over the vocabulary of
-//! [`token_env`], GBNF read by [`gbnf`].
+//! [`token_env`], GBNF read by [`gbnf`]. [`webui`] is the chat page at `/`.
 
 pub mod args;
 pub mod chat_fallback;
@@ -23,3 +23,4 @@ pub mod metrics;
 pub mod request;
 pub mod stop;
 pub mod token_env;
+pub mod webui;

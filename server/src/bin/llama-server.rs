@@ -87,6 +87,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         timeout: Duration::from_secs(a.timeout),
         chat_render: model_chat_render(&model),
         grammars,
+        webui: !a.no_webui,
         max_token_bytes,
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
