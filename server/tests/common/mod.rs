@@ -142,3 +142,37 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 pub fn post(s: &Server, path: &str, body: &Value) -> Response {
     request(s, "POST", path, Some(body))
 }
+
+/// python3 and a directory holding the `openai` package (and `pydantic`,
+/// its dependency): `pip install --target target/py-openai openai` on
+/// first use; `Err` says why there is none (then the caller skips).
+pub fn python_with_openai() -> Result<(&'static str, std::path::PathBuf), String> {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/py-openai");
+    let py = "python3";
+    if Command::new(py).arg("--version").output().is_err() {
+        return Err("no python3".into());
+    }
+    if !dir.join("openai").is_dir() {
+        let st = Command::new(py)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+            ])
+            .arg(&dir)
+            .arg("openai")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !matches!(st, Ok(s) if s.success()) || !dir.join("openai").is_dir() {
+            return Err(format!(
+                "`pip install --target {} openai` failed (no package index?)",
+                dir.display()
+            ));
+        }
+    }
+    Ok((py, dir))
+}
