@@ -175,7 +175,7 @@ impl Grammars {
             ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
             ConstraintSpec::JsonSchema(s) => {
                 let mut s = s.clone();
-                close_objects(&mut s);
+                llama_cpp_schema(&mut s);
                 if let Value::Object(o) = &mut s {
                     if !o.contains_key("x-guidance") {
                         let opts = JsonCompileOptions {
@@ -207,11 +207,35 @@ impl Grammars {
     }
 }
 
-/// llama.cpp's reading of an object schema with `properties` and no
-/// `additionalProperties`: only the listed properties (JSON Schema, and
-/// llguidance, would allow any other too). Applied to every subschema.
-fn close_objects(schema: &mut Value) {
+/// llama.cpp's reading of a schema (its `json_schema_to_grammar`), where
+/// it differs from JSON Schema's, applied to every subschema:
+/// - an object schema with `properties` and no `additionalProperties`
+///   allows only the listed properties (JSON Schema would allow others);
+/// - a schema without `type` but with `items` / `prefixItems` is an array,
+///   with `properties` an object (JSON Schema would allow any type);
+/// - `items` as an array (draft 4's tuples) is exactly those items, in
+///   order (`prefixItems` and no further items).
+fn llama_cpp_schema(schema: &mut Value) {
     let Value::Object(o) = schema else { return };
+    if !o.contains_key("type") && !o.contains_key("$ref") {
+        let ty = if o.contains_key("items") || o.contains_key("prefixItems") {
+            Some("array")
+        } else if o.contains_key("properties") {
+            Some("object")
+        } else {
+            None
+        };
+        if let Some(t) = ty {
+            o.insert("type".into(), Value::String(t.into()));
+        }
+    }
+    if o.get("items").is_some_and(Value::is_array) && !o.contains_key("prefixItems") {
+        if let Some(tuple) = o.remove("items") {
+            o.insert("prefixItems".into(), tuple);
+            o.insert("items".into(), Value::Bool(false));
+            o.remove("additionalItems");
+        }
+    }
     if o.get("properties").is_some_and(Value::is_object) && !o.contains_key("additionalProperties")
     {
         o.insert("additionalProperties".into(), Value::Bool(false));
@@ -221,9 +245,9 @@ fn close_objects(schema: &mut Value) {
             (
                 "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas",
                 Value::Object(m),
-            ) => m.values_mut().for_each(close_objects),
+            ) => m.values_mut().for_each(llama_cpp_schema),
             ("items" | "prefixItems" | "anyOf" | "oneOf" | "allOf", Value::Array(a)) => {
-                a.iter_mut().for_each(close_objects)
+                a.iter_mut().for_each(llama_cpp_schema)
             }
             (
                 "items"
@@ -238,7 +262,7 @@ fn close_objects(schema: &mut Value) {
                 | "unevaluatedProperties"
                 | "unevaluatedItems",
                 v,
-            ) => close_objects(v),
+            ) => llama_cpp_schema(v),
             _ => {}
         }
     }
@@ -382,14 +406,14 @@ mod tests {
     }
 
     #[test]
-    fn objects_are_closed_as_in_llama_cpp() {
+    fn schemas_are_read_as_llama_cpp_reads_them() {
         let mut s = json!({
             "type": "object",
             "properties": {"a": {"type": "object", "properties": {"properties": {"type": "integer"}}}},
             "$defs": {"d": {"properties": {}, "additionalProperties": true}},
             "anyOf": [{"properties": {"x": {}}}],
         });
-        close_objects(&mut s);
+        llama_cpp_schema(&mut s);
         assert_eq!(s["additionalProperties"], json!(false));
         assert_eq!(s["properties"]["a"]["additionalProperties"], json!(false));
         // a property named "properties" is not a schema keyword
@@ -399,6 +423,13 @@ mod tests {
         );
         assert_eq!(s["$defs"]["d"]["additionalProperties"], json!(true));
         assert_eq!(s["anyOf"][0]["additionalProperties"], json!(false));
+        assert_eq!(s["anyOf"][0]["type"], json!("object"));
+        let mut t = json!({"items": [{"type": "integer"}], "additionalItems": true});
+        llama_cpp_schema(&mut t);
+        assert_eq!(
+            t,
+            json!({"type": "array", "prefixItems": [{"type": "integer"}], "items": false})
+        );
     }
 
     #[test]
