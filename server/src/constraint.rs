@@ -196,9 +196,19 @@ impl Grammars {
         let parser = catch_unwind(AssertUnwindSafe(|| self.factory.create_parser(top)))
             .map_err(|_| bad("the grammar compiler failed on it".into()))?
             .map_err(|e| bad(first_line(&e.to_string())))?;
-        let matcher = Matcher::new(Ok(parser));
+        let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
             return Err(bad(first_line(&e)));
+        }
+        // the first mask, computed now: a grammar past llguidance's limits
+        // (e.g. long repetitions of one character) is a 400 here rather
+        // than a failed generation (the parser keeps no state from it)
+        let first = catch_unwind(AssertUnwindSafe(|| matcher.compute_mask_or_eos()))
+            .map_err(|_| bad("the grammar engine failed on it".into()))?;
+        match first {
+            Ok(m) if m.is_zero() => return Err(bad("it allows no token at all".into())),
+            Ok(_) => {}
+            Err(e) => return Err(bad(first_line(&e.to_string()))),
         }
         Ok(Constraint {
             spec: spec.clone(),

@@ -54,9 +54,15 @@ struct Grammar {
 /// bigger one is surely a mistake).
 const MAX_REPEAT: u32 = 100_000;
 
+/// Deepest nesting of groups and of repetitions of repetitions (the
+/// parser, and the rewriting after it, recurse once per level).
+const MAX_DEPTH: usize = 200;
+
 struct Parser<'a> {
     src: &'a str,
     pos: usize,
+    /// Groups open around the current position.
+    depth: usize,
 }
 
 fn is_word_char(c: char) -> bool {
@@ -183,6 +189,17 @@ impl<'a> Parser<'a> {
         let Some(last) = seq.last_mut() else {
             return Err(self.err("a repetition with no item before it"));
         };
+        let mut nested = 0;
+        let mut it: &Item = last;
+        while let Item::Repeat { item, .. } = it {
+            nested += 1;
+            it = item;
+        }
+        if self.depth + nested >= MAX_DEPTH {
+            return Err(self.err(&format!(
+                "more than {MAX_DEPTH} nested groups and repetitions"
+            )));
+        }
         let item = std::mem::replace(last, Item::Any);
         *last = Item::Repeat {
             item: Box::new(item),
@@ -274,9 +291,15 @@ impl<'a> Parser<'a> {
                     self.space(nested);
                 }
                 '(' => {
+                    if self.depth >= MAX_DEPTH {
+                        return Err(self.err(&format!("more than {MAX_DEPTH} nested groups")));
+                    }
                     self.bump();
                     self.space(true);
-                    let alts = self.alternates(true)?;
+                    self.depth += 1;
+                    let alts = self.alternates(true);
+                    self.depth -= 1;
+                    let alts = alts?;
                     if self.peek() != Some(')') {
                         return Err(self.err("expecting ')'"));
                     }
@@ -366,7 +389,11 @@ impl<'a> Parser<'a> {
 }
 
 fn parse(src: &str) -> Result<Grammar, String> {
-    let mut p = Parser { src, pos: 0 };
+    let mut p = Parser {
+        src,
+        pos: 0,
+        depth: 0,
+    };
     let mut g = Grammar {
         rules: BTreeMap::new(),
         order: Vec::new(),
@@ -618,5 +645,14 @@ mod tests {
         assert!(e("root ::= \"a\"{3,1}").contains("n < m"));
         assert!(e("root ::= (\"a\"").contains("expecting ')'"));
         assert!(e("root ::= \"a\" )").contains("line 1, column 14"));
+        // deep nesting is refused, not a stack overflow
+        let deep = format!(
+            "root ::= {}\"a\"{}",
+            "(".repeat(100_000),
+            ")".repeat(100_000)
+        );
+        assert!(e(&deep).contains("nested groups"));
+        let stars = format!("root ::= \"a\"{}", "*".repeat(100_000));
+        assert!(e(&stars).contains("nested groups and repetitions"));
     }
 }

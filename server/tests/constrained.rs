@@ -215,6 +215,11 @@ fn unusable_constraints_are_400_and_the_server_goes_on() {
         (json!({"grammar": "root ::= item"}), "undefined rule 'item'"),
         (json!({"grammar": "start ::= \"a\""}), "no 'root' rule"),
         (json!({"grammar": 12}), "'grammar' must be a string"),
+        // nesting past the parser's depth limit: refused up front
+        (
+            json!({"grammar": format!("root ::= {}\"a\"{}", "(".repeat(5000), ")".repeat(5000))}),
+            "nested groups",
+        ),
         (json!({"json_schema": {"type": "hiccup"}}), "hiccup"),
         (
             json!({"json_schema": {"type": 123}}),
