@@ -632,6 +632,59 @@ mod tests {
         assert!(l.contains("r0_root: (r1_foo_bar | \"x\")"), "{l}");
     }
 
+    /// Whether the grammar, compiled by llguidance over a one-byte-per-token
+    /// vocabulary, takes `text` byte by byte and may end after it.
+    fn accepts(gbnf: &str, text: &str) -> bool {
+        use llguidance::api::TopLevelGrammar;
+        use llguidance::toktrie::ApproximateTokEnv;
+        use llguidance::{Matcher, ParserFactory};
+        let env = ApproximateTokEnv::single_byte_env();
+        let mut f = ParserFactory::new_simple(&env).unwrap();
+        f.quiet();
+        let lark = gbnf_to_lark(gbnf).unwrap();
+        let mut m = Matcher::new(f.create_parser(TopLevelGrammar::from_lark(lark)));
+        assert!(!m.is_error(), "{:?}", m.get_error());
+        for &b in text.as_bytes() {
+            let mask = m.compute_mask_or_eos().unwrap();
+            if !mask.is_allowed(u32::from(b)) {
+                return false;
+            }
+            m.consume_token(u32::from(b)).unwrap();
+        }
+        m.is_accepting().unwrap()
+    }
+
+    #[test]
+    fn matches_character_by_character_as_gbnf() {
+        // a greedy lexer would take "abc" (or all of "abx") and fail: GBNF does not
+        let g = "root ::= (\"ab\" | \"abc\") \"cd\"";
+        assert!(accepts(g, "abcd") && accepts(g, "abccd") && !accepts(g, "abd"));
+        let g = "root ::= [a-z]+ \"x\"";
+        assert!(accepts(g, "abx") && accepts(g, "xx") && !accepts(g, "ab"));
+        let g = "root ::= [α-ω]+";
+        assert!(accepts(g, "αβγ") && !accepts(g, "abc"));
+        assert!(accepts("root ::= [^\"]*", "a\nb") && !accepts("root ::= [^\"]*", "a\"b"));
+        assert!(accepts("root ::= \"a\"{2,3}", "aaa") && !accepts("root ::= \"a\"{2,3}", "aaaa"));
+    }
+
+    #[test]
+    fn a_json_grammar() {
+        let g = r#"
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array  ::= "[" ws ( value ("," ws value)* )? "]" ws
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-7]?)? ws
+ws     ::= | " " | "\n" [ \t]{0,20}
+"#;
+        assert!(accepts(g, r#"{"a": [1, -2.5e3, "x\n\u00e9"], "b": null}"#));
+        assert!(accepts(g, "{\n  \"k\": {\"t\": true}}"));
+        assert!(!accepts(g, r#"{"a": }"#));
+        assert!(!accepts(g, "{'a': 1}"));
+        assert!(!accepts(g, "{\"a\": \"tab\there\"}"));
+    }
+
     #[test]
     fn errors_name_the_problem() {
         let e = |g: &str| gbnf_to_lark(g).unwrap_err();
