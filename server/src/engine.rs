@@ -126,6 +126,10 @@ pub struct Timings {
     pub predicted_n: usize,
     /// Milliseconds from the first token to the last.
     pub predicted_ms: f64,
+    /// Expert-cache hits and misses counted while the request ran (the
+    /// cache is shared: other requests' decodes in that time are counted
+    /// too); `None` without an expert cache, and in the per-token timings.
+    pub expert_cache: Option<(u64, u64)>,
 }
 
 /// Token counts of a finished request.
@@ -243,6 +247,22 @@ pub struct EngineConfig {
     pub view: SlotsView,
 }
 
+/// The expert cache's (hits, misses) so far; `None` without a cache.
+fn cache_counts(ctx: &Context) -> Option<(u64, u64)> {
+    ctx.moe_cache_stats().map(|s| {
+        let t = s.total();
+        (t.hits(), t.misses())
+    })
+}
+
+/// End a slot's request with an error event (a constraint that failed).
+fn fail_slot(s: &mut Slot, metrics: &Metrics, msg: String) {
+    if let Some(a) = s.active.take() {
+        let _ = a.job.events.send(Event::Error(msg));
+        metrics.requests_failed.fetch_add(1, Relaxed);
+    }
+}
+
 struct Active {
     job: Job,
     /// Tokens to decode before sampling: the prompt, or after a context
@@ -253,6 +273,8 @@ struct Active {
     /// When the slot took the request, and when the first token came.
     t_start: Instant,
     t_first: Option<Instant>,
+    /// The expert cache's (hits, misses) when it took the slot.
+    cache0: Option<(u64, u64)>,
     /// Prompt tokens decoded (not cached).
     prompt_n: usize,
     /// The context shifted.
@@ -624,6 +646,25 @@ pub fn run(
             };
             let s = &mut slots[si];
             let Some(a) = s.active.as_mut() else { continue };
+            // a constrained request samples among the tokens its grammar allows
+            let masked;
+            let logits = match a
+                .job
+                .params
+                .constraint
+                .as_mut()
+                .map(|c| c.mask_logits(logits))
+            {
+                None => logits,
+                Some(Ok(m)) => {
+                    masked = m;
+                    &masked[..]
+                }
+                Some(Err(e)) => {
+                    fail_slot(s, &metrics, e);
+                    continue;
+                }
+            };
             let (tok, logprobs) = match a.job.params.logprobs {
                 None => (a.sampler.sample(logits), None),
                 Some(n) if a.job.params.post_sampling_probs => {
@@ -647,6 +688,16 @@ pub fn run(
                 }
             };
             a.sampler.accept(tok);
+            let mut grammar_done = false;
+            if let Some(c) = a.job.params.constraint.as_mut() {
+                if !model.tokenizer.is_eog(tok) {
+                    if let Err(e) = c.commit(tok) {
+                        fail_slot(s, &metrics, e);
+                        continue;
+                    }
+                    grammar_done = c.is_finished();
+                }
+            }
             let now = Instant::now();
             let t_first = *a.t_first.get_or_insert(now);
             // (finish_reason, stop_type, stopping word, stopped at the context's end)
@@ -686,6 +737,7 @@ pub fn run(
                     prompt_ms: ms(t_first - a.t_start),
                     predicted_n: a.n_gen,
                     predicted_ms: ms(now - t_first),
+                    expert_cache: None,
                 };
                 let _ = a.job.events.send(Event::Token {
                     id: tok,
@@ -695,6 +747,9 @@ pub fn run(
                 });
                 if stopped {
                     finish = Some(("stop", "word", word, false));
+                } else if grammar_done {
+                    // the grammar allows nothing but the end of generation
+                    finish = Some(("stop", "eos", String::new(), false));
                 } else if a.n_gen >= a.job.max_tokens {
                     finish = Some(("length", "limit", String::new(), false));
                 } else if s.cache.len() + 1 >= cfg.n_slot_ctx {
@@ -744,6 +799,12 @@ pub fn run(
                             prompt_ms: ms(t_first - a.t_start),
                             predicted_n: a.n_gen,
                             predicted_ms: ms(now - t_first),
+                            expert_cache: match (a.cache0, cache_counts(&ctx)) {
+                                (Some((h0, m0)), Some((h, m))) => {
+                                    Some((h.saturating_sub(h0), m.saturating_sub(m0)))
+                                }
+                                _ => None,
+                            },
                         },
                         prompt_tokens: a.job.prompt.len(),
                         cached_tokens: a.cached,
@@ -774,6 +835,7 @@ fn assign(
         metrics.requests_cancelled.fetch_add(1, Relaxed);
         return None;
     }
+    let cache0 = cache_counts(ctx);
     let need = 1 + job.more_choices.len();
     if need > slots.len() {
         let msg = format!(
@@ -874,6 +936,7 @@ fn assign(
             prompt_pos: job.prompt.len(),
             t_start: Instant::now(),
             t_first: None,
+            cache0,
             prompt_n: 0,
             shifted: false,
             cached: 0,
@@ -890,6 +953,7 @@ fn assign(
         prompt_pos: keep,
         t_start: Instant::now(),
         t_first: None,
+        cache0,
         prompt_n: 0,
         shifted: false,
         job,

@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use crate::chat_fallback::ChatRender;
+use crate::constraint::{self, Grammars};
 use crate::engine::{Event, Job, SlotsView, Task, Timings, TokenLogprobs, Usage};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -99,6 +100,8 @@ pub struct AppState {
     pub reranking: bool,
     /// The slots' state (`/slots`).
     pub view: SlotsView,
+    /// Compiles `grammar` / `json_schema` / `response_format` for the vocabulary.
+    pub grammars: Arc<Grammars>,
 }
 
 impl AppState {
@@ -140,6 +143,7 @@ pub fn router(state: Shared) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/metrics", get(metrics))
+        .route("/", get(webui))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(crate::cors::cors))
@@ -204,6 +208,14 @@ async fn not_found() -> Response {
         "invalid_request_error",
     )
     .into_response()
+}
+
+async fn webui(State(st): State<Shared>) -> Response {
+    if st.webui {
+        crate::webui::page()
+    } else {
+        not_found().await
+    }
 }
 
 async fn health() -> Response {
@@ -419,7 +431,8 @@ async fn prompt_generation(
     let prep = (|| {
         check_key(&st, &h)?;
         let m = body_of(&st, body)?;
-        let params = st.params(&m)?;
+        let mut params = st.params(&m)?;
+        params.constraint = constraint::from_request(&st.grammars, &m)?;
         let prompts = parse_prompts(&m, "prompt")?
             .iter()
             .map(|p| prompt_tokens(&st, p))
@@ -555,7 +568,8 @@ async fn infill(
                 "not_supported_error",
             ));
         };
-        let params = st.params(&m)?;
+        let mut params = st.params(&m)?;
+        params.constraint = constraint::from_request(&st.grammars, &m)?;
         let mut toks = Vec::new();
         if let Some(b) = st.model.tokenizer.bos() {
             toks.push(b);
@@ -596,7 +610,8 @@ async fn chat_completions(
     let prep = (|| {
         check_key(&st, &h)?;
         let m = body_of(&st, body)?;
-        let params = st.params(&m)?;
+        let mut params = st.params(&m)?;
+        params.constraint = constraint::from_request(&st.grammars, &m)?;
         let mut msgs = parse_messages(&m)?;
         let tools = tools::parse_tools(&m)?;
         if tools.is_some() && params.stream {
@@ -619,9 +634,18 @@ async fn chat_completions(
         let prompt = tokenize_prompt(&st, &text, true)?;
         // the format the answer is parsed in; `tool_choice: required` (or a
         // named function) is enforced by constraining the output to
-        // `tools::required_call(format, tools)` where the constrained
-        // decoder is wired in
+        // `tools::required_call(format, tools)`, unless the request gave its
+        // own grammar or schema
         let format = use_tools.map(|_| ToolFormat::detect(&st.chat_template));
+        if let (Some(f), Some(t), None) = (format, use_tools, &params.constraint) {
+            if let Some(call) = tools::required_call(f, t) {
+                let spec = match call {
+                    tools::RequiredCall::JsonSchema(s) => constraint::ConstraintSpec::JsonSchema(s),
+                    tools::RequiredCall::Lark(g) => constraint::ConstraintSpec::Lark(g),
+                };
+                params.constraint = Some(st.grammars.compile(&spec)?);
+            }
+        }
         Ok((prompt, params, format))
     })();
     match prep {
@@ -853,7 +877,7 @@ pub(crate) fn detokenize_special(st: &AppState, toks: &[i32]) -> String {
 pub(crate) fn timings_json(t: &Timings) -> Value {
     let per = |n: usize, ms: f64| if n == 0 { 0.0 } else { ms / n as f64 };
     let rate = |n: usize, ms: f64| if ms <= 0.0 { 0.0 } else { 1e3 * n as f64 / ms };
-    json!({
+    let mut v = json!({
         "prompt_n": t.prompt_n,
         "prompt_ms": t.prompt_ms,
         "prompt_per_token_ms": per(t.prompt_n, t.prompt_ms),
@@ -862,7 +886,17 @@ pub(crate) fn timings_json(t: &Timings) -> Value {
         "predicted_ms": t.predicted_ms,
         "predicted_per_token_ms": per(t.predicted_n, t.predicted_ms),
         "predicted_per_second": rate(t.predicted_n, t.predicted_ms),
-    })
+    });
+    // the expert cache while the request ran (the web page shows its hit
+    // rate); only in a finished request's timings
+    if let Some((h, m)) = t.expert_cache {
+        v["expert_cache"] = json!({
+            "hits": h,
+            "misses": m,
+            "hit_rate": if h + m == 0 { 0.0 } else { h as f64 / (h + m) as f64 },
+        });
+    }
+    v
 }
 
 fn usage_json(u: &Usage) -> Value {
@@ -1106,8 +1140,8 @@ impl StreamState {
         });
         if let Some(u) = usage {
             v["usage"] = usage_json(u);
-        }
-        if p.timings_per_token || usage.is_some() {
+            v["timings"] = timings_json(&u.timings);
+        } else if p.timings_per_token {
             v["timings"] = timings_json(&self.timings);
         }
         SseEvent::default().data(v.to_string())

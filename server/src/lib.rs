@@ -11,15 +11,20 @@
 //! messages are [`chat_fallback`]'s; [`tools`] reads tool calls back out of
 //! the generated text. [`metrics`] keeps the counters `/metrics` prints;
 //! [`args`] holds the flags; [`error`] the OpenAI-style JSON errors;
-//! [`serve`] the accept loop.
+//! [`serve`] the accept loop. [`constraint`] is constrained decoding
+//! (`grammar`, `json_schema`, `response_format`) with llguidance over the
+//! vocabulary of [`token_env`], GBNF read by [`gbnf`]. [`webui`] is the chat
+//! page at `/`.
 
 pub mod args;
 pub mod chat;
 pub mod chat_fallback;
+pub mod constraint;
 pub mod cors;
 pub mod endpoints;
 pub mod engine;
 pub mod error;
+pub mod gbnf;
 pub mod http;
 pub mod metrics;
 pub mod native;
@@ -27,3 +32,5 @@ pub mod request;
 pub mod serve;
 pub mod stop;
 pub mod tools;
+pub mod token_env;
+pub mod webui;

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use crate::chat_fallback::Message;
+use crate::constraint::Constraint;
 use crate::error::ApiError;
 
 /// Sampling and stopping settings of one request (llama.cpp's server
@@ -60,6 +61,9 @@ pub struct GenParams {
     pub timings_per_token: bool,
     /// `ignore_eos`: generate past the end-of-generation token.
     pub ignore_eos: bool,
+    /// `grammar` / `json_schema` / `response_format`, compiled (set by the
+    /// handler with [`crate::constraint::from_request`]; `None`: free text).
+    pub constraint: Option<Constraint>,
 }
 
 /// The server's generation defaults (its sampling flags), for fields a
@@ -264,6 +268,7 @@ pub fn parse_params_with(m: &Map<String, Value>, d: &Defaults) -> Result<GenPara
         },
         timings_per_token: opt_bool(m, "timings_per_token")?.unwrap_or(false),
         ignore_eos: opt_bool(m, "ignore_eos")?.unwrap_or(false),
+        constraint: None,
     })
 }
 

@@ -9,6 +9,7 @@ use anyhow::{Context as _, Result};
 use common::cli;
 use llama::Context;
 use server::args::ServerArgs;
+use server::constraint::Grammars;
 use server::engine::{self, EngineConfig};
 use server::http::{router, AppState};
 use server::metrics::Metrics;
@@ -56,6 +57,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         .max()
         .unwrap_or(1)
         .max(1);
+    let grammars = Arc::new(Grammars::new(Arc::clone(&model))?);
     let metrics = Arc::new(Metrics::default());
     let (jobs, rx) = tokio::sync::mpsc::channel(a.max_queue.max(1));
     let view: engine::SlotsView = Arc::default();
@@ -114,6 +116,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         default_max_tokens: usize::try_from(a.n_predict).ok(),
         timeout: Duration::from_secs(a.timeout),
         chat_render,
+        grammars,
         max_token_bytes,
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
