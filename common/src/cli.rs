@@ -217,8 +217,8 @@ pub struct MoeCacheArgs {
     pub moe_cache_mib: Vec<String>,
 
     /// eviction policy of the expert cache: lru, slru, lrfu (frequency-class
-    /// LRU) or hlfu (decayed frequency with history)
-    #[arg(long = "moe-cache-policy", value_name = "NAME", default_value = "lrfu")]
+    /// LRU) or hlfu (decayed frequency with history, the default)
+    #[arg(long = "moe-cache-policy", value_name = "NAME", default_value = "hlfu")]
     pub moe_cache_policy: String,
 
     /// largest ubatch that uses the expert cache; larger ones take the

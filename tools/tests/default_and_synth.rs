@@ -101,7 +101,7 @@ fn default_run_shows_the_offload_path() {
         "placement: ",
         " on SIM0, ",
         "expert h2d    = ",
-        "moe cache     = lrfu",
+        "moe cache     = hlfu",
         "decode hit rate",
         "simulated     = prompt",
         "offload       = experts in host memory, SIM0 computes: ",

@@ -629,7 +629,7 @@ pub static PARAMS: &[ParamSpec] = &[
         metavar: "NAME",
         help: "eviction policy of the expert cache (lru, slru, lrfu, hlfu)",
         syntax: Syntax::Text(moe_cache_policy),
-        default: default!(s("lrfu")),
+        default: default!(s("hlfu")),
         accept: any,
         md: md("policy", 6),
         scope: Scope::Context,

@@ -2,7 +2,11 @@
 //! evict the resident expert whose next use is farthest away (never used
 //! again first). It implements [`Policy`] like the others, so a trace
 //! replay can run it through the same driver and compare.
+//!
+//! Resident keys are kept ordered by their next use, so a victim is found
+//! in logarithmic time (a key's next use only changes when it is used).
 
+use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
 
 use super::{Key, Policy};
@@ -14,7 +18,10 @@ pub struct Belady {
     uses: HashMap<Key, Vec<u64>>,
     /// the current step (one per `begin_layer`), 0 before the first
     step: u64,
-    resident: BTreeSet<Key>,
+    /// resident keys by (next use, key reversed): the last is the victim
+    by_next: BTreeSet<(u64, Reverse<Key>)>,
+    /// each resident key's entry in `by_next`
+    next_of: HashMap<Key, u64>,
 }
 
 impl Belady {
@@ -32,7 +39,8 @@ impl Belady {
         Belady {
             uses,
             step: 0,
-            resident: BTreeSet::new(),
+            by_next: BTreeSet::new(),
+            next_of: HashMap::new(),
         }
     }
 
@@ -44,6 +52,16 @@ impl Belady {
         let i = v.partition_point(|&s| s <= self.step);
         v.get(i).copied().unwrap_or(u64::MAX)
     }
+
+    /// (Re)file a resident `key` under its next use after this step.
+    fn refile(&mut self, key: Key) {
+        if let Some(n) = self.next_of.remove(&key) {
+            self.by_next.remove(&(n, Reverse(key)));
+        }
+        let n = self.next_use(key);
+        self.by_next.insert((n, Reverse(key)));
+        self.next_of.insert(key, n);
+    }
 }
 
 impl Policy for Belady {
@@ -54,21 +72,24 @@ impl Policy for Belady {
     fn begin_layer(&mut self, _layer: u32, _experts: &[u32]) {
         self.step += 1;
     }
-    fn hit(&mut self, _key: Key) {}
+    fn hit(&mut self, key: Key) {
+        self.refile(key);
+    }
     fn insert(&mut self, key: Key) {
-        self.resident.insert(key);
+        self.refile(key);
     }
     fn victim(&mut self, pinned: &dyn Fn(Key) -> bool) -> Option<Key> {
-        let k = self
-            .resident
+        // the farthest next use, the smallest key among equals
+        let &(n, Reverse(k)) = self
+            .by_next
             .iter()
-            .copied()
-            .filter(|&k| !pinned(k))
-            .max_by_key(|&k| (self.next_use(k), std::cmp::Reverse(k)))?;
-        self.resident.remove(&k);
+            .rev()
+            .find(|(_, Reverse(k))| !pinned(*k))?;
+        self.by_next.remove(&(n, Reverse(k)));
+        self.next_of.remove(&k);
         Some(k)
     }
     fn len(&self) -> usize {
-        self.resident.len()
+        self.next_of.len()
     }
 }
