@@ -281,8 +281,10 @@ impl SimClock {
     /// caller: host time advances by `dur_ns` as it would on a GPU run,
     /// where the host does the same work before and between its launches.
     /// Unlike the profile's constants this input is measured, so a
-    /// simulated figure that includes it varies a little from run to run.
+    /// simulated figure that includes it varies a little from run to run;
+    /// the profile's `host_time_scale` weighs it (0: left out).
     pub fn host_work(&self, what: &str, dur_ns: u64) {
+        let dur_ns = (dur_ns as f64 * self.profile.host_time_scale).round() as u64;
         if dur_ns == 0 {
             return;
         }
