@@ -77,8 +77,7 @@ pub(crate) struct State {
     busy: Vec<Busy>,
     /// Input copies pointed at staged memory, restored at the end.
     rebound: Vec<(TensorId, Option<TensorData>)>,
-    /// Nanoseconds the host spent inside backend work: computes, queued
-    /// copies and synchronizations.
+    /// Nanoseconds the host waited on backends (synchronizations).
     device_ns: u64,
 }
 
@@ -108,8 +107,8 @@ impl State {
     }
 }
 
-/// Run `f`, adding the nanoseconds it took to `acc` (time the host spends
-/// in backend work rather than in its own).
+/// Run `f`, adding the nanoseconds it took to `acc` (time the host waits
+/// rather than works).
 fn timed<T>(acc: &mut u64, f: impl FnOnce() -> T) -> T {
     let t0 = Instant::now();
     let r = f();
@@ -188,17 +187,15 @@ impl Exec<'_> {
                 }
             }
             src_be.set_label(&self.g.tensor(src).name);
-            timed(&mut self.st.device_ns, || {
-                src_be.read_on(rs, &sd, 0, &mut tmp)?;
-                let ev = src_be.record_event_on(rs)?;
-                src_be.event_synchronize(&ev)
-            })?;
+            src_be.read_on(rs, &sd, 0, &mut tmp)?;
+            let ev = src_be.record_event_on(rs)?;
+            timed(&mut self.st.device_ns, || src_be.event_synchronize(&ev))?;
         }
         if be.is_host() {
             dst.buffer.write(dst.offset, &tmp)?;
         } else {
             be.set_label(&self.g.tensor(src).name);
-            timed(&mut self.st.device_ns, || be.write_on(stream, dst, 0, &tmp))?;
+            be.write_on(stream, dst, 0, &tmp)?;
             self.st.staging.push(tmp);
         }
         Ok(len as u64)
@@ -221,12 +218,12 @@ impl Exec<'_> {
             // SAFETY: the range was checked; `keep` holds the buffer until
             // the final synchronize, and host weights are never written.
             let s = unsafe { std::slice::from_raw_parts(p.add(sd.offset), len) };
-            timed(&mut self.st.device_ns, || be.write_on(stream, dst, 0, s))?;
+            be.write_on(stream, dst, 0, s)?;
             self.st.keep.push(Arc::clone(&sd.buffer));
         } else {
             let mut tmp = vec![0u8; len];
             sd.buffer.read(sd.offset, &mut tmp)?;
-            timed(&mut self.st.device_ns, || be.write_on(stream, dst, 0, &tmp))?;
+            be.write_on(stream, dst, 0, &tmp)?;
             self.st.staging.push(tmp);
         }
         Ok(len as u64)
@@ -305,7 +302,7 @@ impl Exec<'_> {
                 })
                 .unwrap_or(nodes.len());
             if k > 0 {
-                timed(&mut self.st.device_ns, || be.compute(g, &nodes[..k])).map_err(compute_err)?;
+                be.compute(g, &nodes[..k]).map_err(compute_err)?;
                 nodes = &nodes[k..];
             }
         }
@@ -389,7 +386,7 @@ impl Exec<'_> {
             let last = si.saturating_add(self.st.lookahead);
             self.lookahead(plan, si, si + 1..=last, h, stats)?;
         }
-        timed(&mut self.st.device_ns, || be.compute(g, nodes)).map_err(compute_err)?;
+        be.compute(g, nodes).map_err(compute_err)?;
         self.st.done[si] = Some(be.record_event_on(Stream::Compute).map_err(compute_err)?);
         for &n in &sp.nodes {
             let root = g.view_root(n).index();
@@ -523,6 +520,10 @@ pub(crate) fn run(
     }
     stats.reset(plan.splits.len(), reused);
     st.reset(plan, g.len(), lookahead);
+    let busy = |backends: &[Arc<dyn Backend>]| -> u64 {
+        backends.iter().map(|b| b.busy_wall_ns()).sum()
+    };
+    let busy0 = busy(backends);
     let mut result = Ok(());
     let mut n_run = 0;
     for (si, (sp, info)) in plan.splits.iter().zip(&applied.splits).enumerate() {
@@ -574,7 +575,8 @@ pub(crate) fn run(
             result = r;
         }
     }
-    stats.device_ns = st.device_ns;
+    stats.wait_ns = st.device_ns;
+    stats.device_ns = st.device_ns + busy(backends).saturating_sub(busy0);
     st.staging.clear();
     st.keep.clear();
     st.busy.clear();

@@ -49,12 +49,16 @@ pub struct ComputeStats {
     /// Bytes the hook copied early through the look-ahead (also counted
     /// in the pairs' `hook_bytes`).
     pub prefetch_bytes: u64,
-    /// Wall-clock nanoseconds the host spent inside backend work during
-    /// the compute: the backends' computes (kernels), the copies the
-    /// scheduler queued, and the waits (reads back, the final
-    /// synchronization). The rest of a compute's wall time is the host's
-    /// own: planning, the run loop, the copy hook's decisions.
+    /// Wall-clock nanoseconds of the compute the host spent in backend
+    /// work rather than its own: the backends' busy time
+    /// (`Backend::busy_wall_ns`: kernels and copies a CPU or sim backend
+    /// runs on the calling thread, the copy hook's included) and the waits
+    /// (reads back, the final synchronization). The rest of a compute's
+    /// wall time is the host's own: the run loop, queuing, the copy hook's
+    /// decisions.
     pub device_ns: u64,
+    /// The waits alone (part of `device_ns`).
+    pub wait_ns: u64,
 }
 
 impl ComputeStats {
@@ -84,6 +88,7 @@ impl ComputeStats {
         self.prefetched = 0;
         self.prefetch_bytes = 0;
         self.device_ns = 0;
+        self.wait_ns = 0;
     }
 
     /// The counters of split `i`, zeroed and taken out of the list (put

@@ -830,7 +830,9 @@ impl Context {
         });
         let g = &mut kept.g;
         let t_run = std::time::Instant::now();
+        let busy0 = self.busy_ns();
         self.run(g)?;
+        let wait_ns = self.sched.last_stats().wait_ns;
         if let Some(p) = &self.prefetch {
             p.lock().settle(g)?;
         }
@@ -849,18 +851,24 @@ impl Context {
                     .map_err(LlamaError::Invalid)?;
             }
         }
-        let run_ns = t_run.elapsed().as_nanos() as u64;
-        let t_read = std::time::Instant::now();
         if n_out > 0 {
             read_f32_into(g, dg.logits, logits)?;
         }
-        let read_ns = t_read.elapsed().as_nanos() as u64;
-        self.host.device_ns += read_ns;
+        let run_ns = t_run.elapsed().as_nanos() as u64;
+        // backend work: what the backends were busy with (kernels, copies
+        // in device memory, the copy hook's and the reads' included) and
+        // the scheduler's waits
+        let device_ns = self.busy_ns().saturating_sub(busy0) + wait_ns;
+        self.host.device_ns += device_ns;
         if let Some(c) = &self.clock {
-            let device_ns = self.sched.last_stats().device_ns;
             c.host_work("scheduler", run_ns.saturating_sub(device_ns));
         }
         Ok(())
+    }
+
+    /// The backends' busy wall time so far ([`Backend::busy_wall_ns`]).
+    fn busy_ns(&self) -> u64 {
+        self.cpu.busy_wall_ns() + self.model.device.as_ref().map_or(0, |d| d.busy_wall_ns())
     }
 
     /// Give a new graph's input tensors memory in the context's input
@@ -970,7 +978,6 @@ impl Context {
                 self.stats.h2d_bytes_other += p.sched_bytes;
             }
         }
-        self.host.device_ns += st.device_ns;
         self.stats.graphs += 1;
         Ok(())
     }

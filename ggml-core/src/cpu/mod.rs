@@ -23,6 +23,8 @@ pub use pool::ThreadPool;
 pub struct CpuBackend {
     pool: ThreadPool,
     clock: Option<Arc<dyn DeviceClock>>,
+    /// [`Backend::busy_wall_ns`]: wall time inside `compute`.
+    busy_ns: std::sync::atomic::AtomicU64,
 }
 
 impl CpuBackend {
@@ -31,6 +33,7 @@ impl CpuBackend {
         CpuBackend {
             pool: ThreadPool::new(n_threads),
             clock: None,
+            busy_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -91,6 +94,7 @@ impl Backend for CpuBackend {
     }
 
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
+        let t0 = std::time::Instant::now();
         let accept = |b: &dyn Buffer| b.is_host();
         let ctx = ops::ComputeCtx {
             pool: &self.pool,
@@ -98,13 +102,25 @@ impl Backend for CpuBackend {
             backend: "CPU",
             accept: &accept,
         };
+        let mut r = Ok(());
         for &n in nodes {
-            ops::compute_node(&ctx, n)?;
+            r = ops::compute_node(&ctx, n);
+            if r.is_err() {
+                break;
+            }
             if let Some(c) = &self.clock {
                 c.host_compute("CPU", g, n);
             }
         }
-        Ok(())
+        self.busy_ns.fetch_add(
+            t0.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        r
+    }
+
+    fn busy_wall_ns(&self) -> u64 {
+        self.busy_ns.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn record_event_on(&self, _stream: Stream) -> Result<Event, BackendError> {
