@@ -157,7 +157,9 @@ impl SimBuffer {
 
     /// Copy out of the device's memory and count it (no clock).
     fn get(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
-        busy(&self.counters.busy_ns, || self.mem.read(&self.name, offset, out))?;
+        busy(&self.counters.busy_ns, || {
+            self.mem.read(&self.name, offset, out)
+        })?;
         self.counters
             .bytes_out
             .fetch_add(out.len() as u64, Ordering::Relaxed);

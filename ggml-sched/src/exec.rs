@@ -520,9 +520,8 @@ pub(crate) fn run(
     }
     stats.reset(plan.splits.len(), reused);
     st.reset(plan, g.len(), lookahead);
-    let busy = |backends: &[Arc<dyn Backend>]| -> u64 {
-        backends.iter().map(|b| b.busy_wall_ns()).sum()
-    };
+    let busy =
+        |backends: &[Arc<dyn Backend>]| -> u64 { backends.iter().map(|b| b.busy_wall_ns()).sum() };
     let busy0 = busy(backends);
     let mut result = Ok(());
     let mut n_run = 0;
@@ -564,13 +563,12 @@ pub(crate) fn run(
     stats.splits.truncate(n_run);
     // queued copies read staging memory: let everything finish first
     for be in backends {
-        let r = timed(&mut st.device_ns, || be.synchronize()).map_err(|source| {
-            SchedError::Compute {
+        let r =
+            timed(&mut st.device_ns, || be.synchronize()).map_err(|source| SchedError::Compute {
                 backend: be.name().to_string(),
                 split: plan.splits.len().saturating_sub(1),
                 source,
-            }
-        });
+            });
         if result.is_ok() {
             result = r;
         }

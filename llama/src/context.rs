@@ -796,13 +796,7 @@ impl Context {
             b.moe_hybrid = c.hybrid.as_ref().map(|h| Arc::clone(&h.maps));
         }
         b.moe_predict = self.predict.is_some();
-        let dg = b.build_decoder(
-            &self.kv,
-            shape.n_tokens,
-            cell0,
-            shape.n_kv,
-            shape.n_outputs,
-        );
+        let dg = b.build_decoder(&self.kv, shape.n_tokens, cell0, shape.n_kv, shape.n_outputs);
         Ok(KeptGraph {
             shape,
             g: b.g,
