@@ -34,7 +34,12 @@
 //!    synchronizes once, at the end of the graph (see `exec.rs`).
 //!
 //! A graph of the same structure as the previous one (ops, shapes, types,
-//! sources, placement of caller data) reuses its plan. [`ComputeStats`]
+//! sources, placement of caller data) reuses its plan. The very graph of
+//! the last compute, with only its inputs' bytes and its views' offsets
+//! changed, is computed again by [`Scheduler::compute_again`] without even
+//! that check: its plan, splits, input copies and compute memory as they
+//! were, and the run's lists reused, so that a steady decode allocates
+//! nothing here. [`ComputeStats`]
 //! counts splits and bytes moved per backend pair, by the scheduler and by
 //! the hook; [`Scheduler::plan_dump`] prints the plan.
 //!

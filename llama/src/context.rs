@@ -2,6 +2,13 @@
 //! and logits.
 //! A tool, a test or a server drives it: tokenize, decode a batch (split
 //! into ubatches), read the logits of any output row, sample.
+//!
+//! The context keeps the graph of its last ubatch: a ubatch of the same
+//! shape (token count, padded KV length, output rows; one token after
+//! another, while the padded KV length holds) rebinds its inputs and the
+//! KV store views in place and computes it again
+//! ([`ggml_sched::Scheduler::compute_again`]): nothing is built, planned
+//! or allocated. [`Context::host_time`] says where the host's time went.
 
 use std::sync::Arc;
 
