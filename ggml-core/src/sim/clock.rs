@@ -485,6 +485,28 @@ mod tests {
     }
 
     #[test]
+    fn host_work_advances_the_host_by_its_weight() {
+        let c = clock(2);
+        c.device_op("SIM0", Stream::Compute, 100, 0, None);
+        c.host_work("graph", 40);
+        assert_eq!(c.now_ns(), 40);
+        assert_eq!(c.totals().host_work_ns, 40);
+        // device work queued after it starts no earlier
+        let (s, _) = c.device_op("SIM0", Stream::Copy(0), 10, 0, None);
+        assert_eq!(s, 40);
+        let mut p = SimProfile::from_json(r#"{"host_time_scale": 0}"#).unwrap();
+        let z = SimClock::new(p.clone());
+        z.host_work("graph", 40);
+        assert_eq!((z.now_ns(), z.totals().host_work_ns), (0, 0));
+        p.host_time_scale = 2.0;
+        let d = SimClock::new(p);
+        d.host_work("graph", 40);
+        assert_eq!(d.now_ns(), 80);
+        let e = SimProfile::from_json(r#"{"host_time_scale": -1}"#).unwrap_err();
+        assert!(e.contains("host_time_scale"), "{e}");
+    }
+
+    #[test]
     fn copies_share_the_link_and_events_order_streams() {
         let c = clock(2);
         c.copy("SIM0", Stream::Copy(0), CopyDir::H2D, 50, false, None);
