@@ -48,6 +48,12 @@ pub struct RunSummary {
     pub gen_tps: f64,
     /// Single-token decodes during generation.
     pub gen_decodes: usize,
+    /// Wall-clock seconds per generated token the host spent on its own
+    /// work: generation's wall time outside backend work (kernels, queued
+    /// copies, waits on a device), i.e. graphs, planning, inputs, the
+    /// scheduler's loop, the copy hook, sampling and detokenizing. Measured
+    /// on every device, never simulated.
+    pub host_s_per_token: f64,
     /// Why generation stopped, one of [`STOP_VALUES`]: `n_predict` (`-n`
     /// reached), `eog` (an end-of-generation token, or a prompt ending in
     /// one), `reverse_prompt` (`-r`), `context_full`, `interrupted`

@@ -228,6 +228,16 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// Wall-clock nanoseconds host threads have spent so far inside this
+    /// backend's calls doing its work there and then: kernels it runs on
+    /// the calling thread (the CPU, a sim device) and copies it makes
+    /// synchronously (a sim device's memory). Cumulative; what a run spends
+    /// outside it (and outside waits) is the host's own time. A backend
+    /// that only queues work (a GPU) has nothing to count: 0, the default.
+    fn busy_wall_ns(&self) -> u64 {
+        0
+    }
+
     /// The clock this backend advances, if any: the sim device's simulated
     /// clock, which the CPU backend joins to share its timeline. The
     /// simulator's own figures (profile, totals, recorded timeline) come

@@ -26,6 +26,14 @@ pub trait DeviceClock: Send + Sync {
     /// span when the clock records a timeline.
     fn host_compute(&self, backend: &str, g: &Graph, node: TensorId);
 
+    /// The host thread spent `dur_ns` of its wall clock on its own work
+    /// (`what`: building a graph, planning, a copy hook's decisions): a
+    /// simulated clock advances host time by it (an input to the
+    /// simulation, measured rather than modelled); others ignore it.
+    fn host_work(&self, what: &str, dur_ns: u64) {
+        let _ = (what, dur_ns);
+    }
+
     /// The clock as `Any`, for callers that need the concrete clock.
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }

@@ -17,11 +17,43 @@ use crate::tensor::{contiguous_strides, Tensor, TensorData, TensorId, MAX_DIMS};
 use crate::types::GgmlType;
 
 /// A graph under construction and, once built, its node order.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug)]
 pub struct Graph {
     tensors: Vec<Tensor>,
     nodes: Vec<TensorId>,
     visited: Vec<bool>,
+    uid: u64,
+}
+
+/// The next [`Graph::uid`].
+static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_uid() -> u64 {
+    NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Default for Graph {
+    fn default() -> Graph {
+        Graph {
+            tensors: Vec::new(),
+            nodes: Vec::new(),
+            visited: Vec::new(),
+            uid: next_uid(),
+        }
+    }
+}
+
+impl Clone for Graph {
+    /// A copy with a uid of its own: another graph, to whoever keeps
+    /// state per graph.
+    fn clone(&self) -> Graph {
+        Graph {
+            tensors: self.tensors.clone(),
+            nodes: self.nodes.clone(),
+            visited: self.visited.clone(),
+            uid: next_uid(),
+        }
+    }
 }
 
 fn ne4(ne: &[i64]) -> [i64; MAX_DIMS] {
@@ -43,6 +75,13 @@ impl Graph {
     /// An empty graph.
     pub fn new() -> Graph {
         Graph::default()
+    }
+
+    /// This graph's identity, unique in the process (a clone gets its own):
+    /// lets a scheduler tell the graph it last ran from another one of the
+    /// same size.
+    pub fn uid(&self) -> u64 {
+        self.uid
     }
 
     /// Number of tensors in the arena.

@@ -53,6 +53,17 @@ pub struct SimCounters {
     pub writes: AtomicU64,
     /// Bytes copied inside the device (`copy_within`).
     pub bytes_d2d: AtomicU64,
+    /// Wall-clock nanoseconds spent computing and copying in the device's
+    /// memory ([`Backend::busy_wall_ns`]).
+    pub busy_ns: AtomicU64,
+}
+
+/// Run `f`, adding its wall time to `busy`.
+fn busy<T>(busy: &AtomicU64, f: impl FnOnce() -> T) -> T {
+    let t0 = std::time::Instant::now();
+    let r = f();
+    busy.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    r
 }
 
 impl SimCounters {
@@ -63,7 +74,8 @@ impl SimCounters {
             self.bytes_out.load(Ordering::Relaxed),
         )
     }
-    /// Zero all counters.
+    /// Zero the byte and write counters (`busy_ns` is cumulative: callers
+    /// take differences).
     pub fn reset(&self) {
         self.bytes_in.store(0, Ordering::Relaxed);
         self.bytes_out.store(0, Ordering::Relaxed);
@@ -134,7 +146,9 @@ impl SimBuffer {
 
     /// Copy into the device's memory and count it (no clock).
     fn put(&self, offset: usize, data: &[u8]) -> Result<(), BackendError> {
-        self.mem.write(&self.name, offset, data)?;
+        busy(&self.counters.busy_ns, || {
+            self.mem.write(&self.name, offset, data)
+        })?;
         self.counters
             .bytes_in
             .fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -144,7 +158,9 @@ impl SimBuffer {
 
     /// Copy out of the device's memory and count it (no clock).
     fn get(&self, offset: usize, out: &mut [u8]) -> Result<(), BackendError> {
-        self.mem.read(&self.name, offset, out)?;
+        busy(&self.counters.busy_ns, || {
+            self.mem.read(&self.name, offset, out)
+        })?;
         self.counters
             .bytes_out
             .fetch_add(out.len() as u64, Ordering::Relaxed);
@@ -414,11 +430,13 @@ impl Backend for SimBackend {
         };
         check_range(&s.name, s.mem.size(), so, len)?;
         check_range(&d.name, d.mem.size(), dof, len)?;
-        // SAFETY: both ranges were checked against their buffers, which the
-        // TensorData keep alive; `copy` allows overlap; the sim device runs
-        // its work in order on the calling thread, so nothing computes in
-        // these buffers meanwhile.
-        unsafe { std::ptr::copy(s.mem.ptr().add(so), d.mem.ptr().add(dof), len) };
+        busy(&self.counters.busy_ns, || {
+            // SAFETY: both ranges were checked against their buffers, which
+            // the TensorData keep alive; `copy` allows overlap; the sim
+            // device runs its work in order on the calling thread, so
+            // nothing computes in these buffers meanwhile.
+            unsafe { std::ptr::copy(s.mem.ptr().add(so), d.mem.ptr().add(dof), len) }
+        });
         self.counters
             .bytes_d2d
             .fetch_add(len as u64, Ordering::Relaxed);
@@ -468,7 +486,7 @@ impl Backend for SimBackend {
         };
         let prof = self.clock.profile().device;
         for &n in nodes {
-            ops::compute_node(&ctx, n)?;
+            busy(&self.counters.busy_ns, || ops::compute_node(&ctx, n))?;
             let op = g.tensor(n).op;
             if !(op.is_view() || op == crate::op::Op::None) {
                 self.pipeline.add_launches(1);
@@ -611,6 +629,10 @@ impl Backend for SimBackend {
 
     fn device_clock(&self) -> Option<Arc<dyn DeviceClock>> {
         Some(Arc::clone(&self.clock) as Arc<dyn DeviceClock>)
+    }
+
+    fn busy_wall_ns(&self) -> u64 {
+        self.counters.busy_ns.load(Ordering::Relaxed)
     }
 }
 

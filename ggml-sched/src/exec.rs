@@ -29,6 +29,7 @@
 //! dropped.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use ggml_core::backend::{check_range, Backend, BackendError, Buffer, Event, Stream};
 use ggml_core::{Graph, TensorData, TensorId};
@@ -50,8 +51,11 @@ fn download_stream(be: &dyn Backend) -> Stream {
     be.readback_stream()
 }
 
-/// State of one graph run that outlives each split.
-struct State {
+/// State of one graph run that outlives each split. The scheduler keeps it
+/// between runs ([`crate::Scheduler`]) so that a re-run of the same plan
+/// reuses its lists instead of allocating them again.
+#[derive(Default)]
+pub(crate) struct State {
     /// Per split, once queued: the event of its compute.
     done: Vec<Option<Event>>,
     /// Per tensor (view root): the last split that wrote it.
@@ -67,6 +71,45 @@ struct State {
     staged: Vec<Vec<Option<(TensorData, Event)>>>,
     /// Staged memory not yet read by every split that reads it.
     busy: Vec<Busy>,
+    /// Input copies pointed at staged memory, restored at the end.
+    rebound: Vec<(TensorId, Option<TensorData>)>,
+    /// Nanoseconds the host waited on backends (synchronizations).
+    device_ns: u64,
+}
+
+impl State {
+    /// Empty every list for a run of `plan` over a graph of `n_tensors`
+    /// tensors, keeping their memory.
+    fn reset(&mut self, plan: &Plan, n_tensors: usize, lookahead: usize) {
+        let n = plan.splits.len();
+        self.done.clear();
+        self.done.resize(n, None);
+        self.writer.clear();
+        self.writer.resize(n_tensors, None);
+        self.staging.clear();
+        self.keep.clear();
+        self.lookahead = lookahead;
+        self.staged.truncate(n);
+        for (v, sp) in self.staged.iter_mut().zip(&plan.splits) {
+            v.clear();
+            v.resize(sp.inputs.len(), None);
+        }
+        for sp in &plan.splits[self.staged.len()..] {
+            self.staged.push(vec![None; sp.inputs.len()]);
+        }
+        self.busy.clear();
+        self.rebound.clear();
+        self.device_ns = 0;
+    }
+}
+
+/// Run `f`, adding the nanoseconds it took to `acc` (time the host waits
+/// rather than works).
+fn timed<T>(acc: &mut u64, f: impl FnOnce() -> T) -> T {
+    let t0 = Instant::now();
+    let r = f();
+    *acc += t0.elapsed().as_nanos() as u64;
+    r
 }
 
 /// One graph run: the graph (read-only while splits are queued) and the
@@ -152,7 +195,7 @@ impl Exec<'_> {
             src_be.set_label(&self.g.tensor(src).name);
             src_be.read_on(rs, &sd, 0, &mut tmp)?;
             let ev = src_be.record_event_on(rs)?;
-            src_be.event_synchronize(&ev)?;
+            timed(&mut self.st.device_ns, || src_be.event_synchronize(&ev))?;
         }
         if be.is_host() {
             dst.buffer.write(dst.offset, &tmp)?;
@@ -463,7 +506,10 @@ impl Exec<'_> {
     }
 }
 
-/// Run every split of `plan` over `backends` (see the module docs).
+/// Run every split of `plan` over `backends` (see the module docs), with
+/// the lists of `st` (reused between runs) and the counters in `stats`
+/// (overwritten; its lists keep their memory).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     g: &mut Graph,
     backends: &[Arc<dyn Backend>],
@@ -472,31 +518,19 @@ pub(crate) fn run(
     mut hook: Option<&mut (dyn CopyHook + '_)>,
     reused: bool,
     lookahead: usize,
-) -> Result<ComputeStats, SchedError> {
+    st: &mut State,
+    stats: &mut ComputeStats,
+) -> Result<(), SchedError> {
     if let Some(h) = hook.as_deref_mut() {
         h.begin_graph();
     }
-    let mut stats = ComputeStats {
-        n_splits: plan.splits.len(),
-        plan_reused: reused,
-        ..ComputeStats::default()
-    };
-    let mut st = State {
-        done: vec![None; plan.splits.len()],
-        writer: vec![None; g.len()],
-        staging: Vec::new(),
-        keep: Vec::new(),
-        lookahead,
-        staged: plan
-            .splits
-            .iter()
-            .map(|sp| vec![None; sp.inputs.len()])
-            .collect(),
-        busy: Vec::new(),
-    };
-    // input copies pointed at staged memory, restored at the end
-    let mut rebound: Vec<(TensorId, Option<TensorData>)> = Vec::new();
+    stats.reset(plan.splits.len(), reused);
+    st.reset(plan, g.len(), lookahead);
+    let busy =
+        |backends: &[Arc<dyn Backend>]| -> u64 { backends.iter().map(|b| b.busy_wall_ns()).sum() };
+    let busy0 = busy(backends);
     let mut result = Ok(());
+    let mut n_run = 0;
     for (si, (sp, info)) in plan.splits.iter().zip(&applied.splits).enumerate() {
         // a declined offer is made once more just before its own split
         if let (Some(h), true) = (hook.as_deref_mut(), lookahead > 0) {
@@ -504,9 +538,9 @@ pub(crate) fn run(
                 g: &*g,
                 backends,
                 applied,
-                st: &mut st,
+                st: &mut *st,
             };
-            if let Err(e) = ex.lookahead(plan, si, si..=si, h, &mut stats) {
+            if let Err(e) = ex.lookahead(plan, si, si..=si, h, stats) {
                 result = Err(e);
                 break;
             }
@@ -514,41 +548,47 @@ pub(crate) fn run(
         for (k, inp) in info.inputs.iter().enumerate() {
             if let Some((mem, _)) = &st.staged[si][k] {
                 let old = g.tensor_mut(inp.copy).data.replace(mem.clone());
-                rebound.push((inp.copy, old));
+                st.rebound.push((inp.copy, old));
             }
         }
-        let mut ss = SplitStats {
-            backend: backends[sp.backend].name().to_string(),
-            n_nodes: sp.nodes.len(),
-            ..SplitStats::default()
-        };
+        let mut ss = stats.split_slot(n_run, backends[sp.backend].name(), sp.nodes.len());
         let mut ex = Exec {
             g: &*g,
             backends,
             applied,
-            st: &mut st,
+            st: &mut *st,
         };
-        let r = ex.run_split(plan, si, sp, info, hook.as_deref_mut(), &mut stats, &mut ss);
+        let r = ex.run_split(plan, si, sp, info, hook.as_deref_mut(), stats, &mut ss);
+        stats.splits[n_run] = ss;
         if let Err(e) = r {
             result = Err(e);
             break;
         }
-        stats.splits.push(ss);
+        n_run += 1;
     }
+    stats.splits.truncate(n_run);
     // queued copies read staging memory: let everything finish first
     for be in backends {
-        let r = be.synchronize().map_err(|source| SchedError::Compute {
-            backend: be.name().to_string(),
-            split: plan.splits.len().saturating_sub(1),
-            source,
-        });
+        let r =
+            timed(&mut st.device_ns, || be.synchronize()).map_err(|source| SchedError::Compute {
+                backend: be.name().to_string(),
+                split: plan.splits.len().saturating_sub(1),
+                source,
+            });
         if result.is_ok() {
             result = r;
         }
     }
-    drop(st);
-    for (id, old) in rebound.into_iter().rev() {
+    stats.wait_ns = st.device_ns;
+    stats.device_ns = st.device_ns + busy(backends).saturating_sub(busy0);
+    st.staging.clear();
+    st.keep.clear();
+    st.busy.clear();
+    for sd in &mut st.staged {
+        sd.iter_mut().for_each(|x| *x = None);
+    }
+    for (id, old) in st.rebound.drain(..).rev() {
         g.tensor_mut(id).data = old;
     }
-    result.map(|()| stats)
+    result
 }

@@ -34,7 +34,12 @@
 //!    synchronizes once, at the end of the graph (see `exec.rs`).
 //!
 //! A graph of the same structure as the previous one (ops, shapes, types,
-//! sources, placement of caller data) reuses its plan. [`ComputeStats`]
+//! sources, placement of caller data) reuses its plan. The very graph of
+//! the last compute, with only its inputs' bytes and its views' offsets
+//! changed, is computed again by [`Scheduler::compute_again`] without even
+//! that check: its plan, splits, input copies and compute memory as they
+//! were, and the run's lists reused, so that a steady decode allocates
+//! nothing here. [`ComputeStats`]
 //! counts splits and bytes moved per backend pair, by the scheduler and by
 //! the hook; [`Scheduler::plan_dump`] prints the plan.
 //!
@@ -113,6 +118,13 @@ pub struct Scheduler {
     planned_since_compute: bool,
     last_stats: ComputeStats,
     lookahead: usize,
+    /// The run's lists, kept between computes.
+    state: exec::State,
+    /// Sources pointed at copies during a compute, restored after it.
+    undo: Vec<(TensorId, usize, TensorId)>,
+    /// `(uid, tensors, nodes)` of the graph the last compute ran, while
+    /// nothing was planned or allocated since ([`Scheduler::compute_again`]).
+    kept: Option<(u64, usize, usize)>,
 }
 
 impl Scheduler {
@@ -158,6 +170,9 @@ impl Scheduler {
             planned_since_compute: false,
             last_stats: ComputeStats::default(),
             lookahead: 0,
+            state: exec::State::default(),
+            undo: Vec::new(),
+            kept: None,
         })
     }
 
@@ -195,7 +210,8 @@ impl Scheduler {
         self.n_plans
     }
 
-    /// The counters of the last successful compute.
+    /// The counters of the last compute (of the splits it ran, when it
+    /// failed).
     pub fn last_stats(&self) -> &ComputeStats {
         &self.last_stats
     }
@@ -243,6 +259,7 @@ impl Scheduler {
     /// included, so the caller can write them before [`Scheduler::compute`].
     /// Adds the split input copies to the graph.
     pub fn alloc_graph(&mut self, g: &mut Graph) -> Result<(), SchedError> {
+        self.kept = None;
         let ours = self.our_addrs();
         let key = graph_key(g, &ours);
         let reuse = self.plan.as_ref().is_some_and(|p| p.key == key);
@@ -380,14 +397,42 @@ impl Scheduler {
     /// the caller; the scheduler stays usable.
     pub fn compute(&mut self, g: &mut Graph) -> Result<ComputeStats, SchedError> {
         self.alloc_graph(g)?;
+        self.run_planned(g)?;
+        Ok(self.last_stats.clone())
+    }
+
+    /// Compute the graph the last [`Scheduler::compute`] (or
+    /// `compute_again`) ran once more, with its plan, memory and input
+    /// copies as they are: nothing is planned, hashed or allocated. The
+    /// caller may have changed the bytes of the graph's inputs and the
+    /// offsets of its views (no plan depends on them: a decode's KV store
+    /// views move by a cell per token), nothing else. When another graph
+    /// was planned or allocated since, or `g` is not the graph of the last
+    /// compute (its [`Graph::uid`], tensor and node counts), this is
+    /// [`Scheduler::compute`]. Returns the compute's counters.
+    pub fn compute_again(&mut self, g: &mut Graph) -> Result<&ComputeStats, SchedError> {
+        let same = self.kept == Some((g.uid(), g.len(), g.nodes().len()))
+            && self.plan.is_some()
+            && self.applied.is_some();
+        if !same {
+            self.alloc_graph(g)?;
+        }
+        self.run_planned(g)?;
+        Ok(&self.last_stats)
+    }
+
+    /// Run the planned and allocated graph: point the nodes at their input
+    /// copies, run the splits, restore the sources.
+    fn run_planned(&mut self, g: &mut Graph) -> Result<(), SchedError> {
+        self.kept = None;
         let (Some(plan), Some(applied)) = (self.plan.as_ref(), self.applied.as_ref()) else {
             return Err(SchedError::Graph("no plan".into()));
         };
-        let mut undo: Vec<(TensorId, usize, TensorId)> = Vec::new();
+        self.undo.clear();
         for sp in &plan.splits {
             for &(n, j, slot) in &sp.rewires {
                 let t = g.tensor_mut(n);
-                undo.push((n, j, t.src[j]));
+                self.undo.push((n, j, t.src[j]));
                 t.src[j] = applied.copy_ids[slot];
             }
         }
@@ -399,13 +444,15 @@ impl Scheduler {
             self.hook.as_deref_mut(),
             !std::mem::take(&mut self.planned_since_compute),
             self.lookahead,
+            &mut self.state,
+            &mut self.last_stats,
         );
-        for (n, j, orig) in undo.into_iter().rev() {
+        for &(n, j, orig) in self.undo.iter().rev() {
             g.tensor_mut(n).src[j] = orig;
         }
-        let stats = r?;
-        self.last_stats = stats.clone();
-        Ok(stats)
+        r?;
+        self.kept = Some((g.uid(), g.len(), g.nodes().len()));
+        Ok(())
     }
 }
 

@@ -49,6 +49,16 @@ pub struct ComputeStats {
     /// Bytes the hook copied early through the look-ahead (also counted
     /// in the pairs' `hook_bytes`).
     pub prefetch_bytes: u64,
+    /// Wall-clock nanoseconds of the compute the host spent in backend
+    /// work rather than its own: the backends' busy time
+    /// (`Backend::busy_wall_ns`: kernels and copies a CPU or sim backend
+    /// runs on the calling thread, the copy hook's included) and the waits
+    /// (reads back, the final synchronization). The rest of a compute's
+    /// wall time is the host's own: the run loop, queuing, the copy hook's
+    /// decisions.
+    pub device_ns: u64,
+    /// The waits alone (part of `device_ns`).
+    pub wait_ns: u64,
 }
 
 impl ComputeStats {
@@ -65,6 +75,39 @@ impl ComputeStats {
     /// The counters of one backend pair, if anything moved between them.
     pub fn pair(&self, src: &str, dst: &str) -> Option<&PairStats> {
         self.pairs.iter().find(|p| p.src == src && p.dst == dst)
+    }
+
+    /// Zero the counters for a run of `n_splits` splits, keeping the lists'
+    /// memory (a re-run of the same plan allocates nothing here).
+    pub(crate) fn reset(&mut self, n_splits: usize, plan_reused: bool) {
+        self.n_splits = n_splits;
+        self.plan_reused = plan_reused;
+        self.pairs.clear();
+        self.hook_handled = 0;
+        self.hook_declined = 0;
+        self.prefetched = 0;
+        self.prefetch_bytes = 0;
+        self.device_ns = 0;
+        self.wait_ns = 0;
+    }
+
+    /// The counters of split `i`, zeroed and taken out of the list (put
+    /// them back at `splits[i]`); the backend's name reuses the memory of
+    /// the last run's.
+    pub(crate) fn split_slot(&mut self, i: usize, backend: &str, n_nodes: usize) -> SplitStats {
+        if i >= self.splits.len() {
+            self.splits.resize_with(i + 1, SplitStats::default);
+        }
+        let mut ss = std::mem::take(&mut self.splits[i]);
+        if ss.backend != backend {
+            ss.backend.clear();
+            ss.backend.push_str(backend);
+        }
+        ss.n_nodes = n_nodes;
+        ss.n_copies = 0;
+        ss.sched_bytes = 0;
+        ss.hook_bytes = 0;
+        ss
     }
 
     pub(crate) fn add(&mut self, src: &str, dst: &str, sched: u64, hook: u64) {

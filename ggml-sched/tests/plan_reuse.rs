@@ -93,3 +93,87 @@ fn graphs_that_differ_in_view_offsets_share_one_plan() {
     assert_eq!(g.read_f32(y).unwrap(), vec![3.0; 2 * ROW]);
     assert_eq!(sched.n_plans(), 2);
 }
+
+/// The cache's rows as f32.
+fn cache_rows(cache: &Arc<dyn Buffer>) -> Vec<f32> {
+    let mut bytes = vec![0u8; ROW * CELLS * 4];
+    cache.read(0, &mut bytes).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+#[test]
+fn one_kept_graph_computed_again_with_its_view_moved_plans_once() {
+    let cache: Arc<dyn Buffer> =
+        Arc::new(HostBuffer::new(ROW * CELLS * 4, BufferUsage::Compute).unwrap());
+    let sim = SimBackend::new(0, 1);
+    let ones = sim.alloc_buffer(ROW * 4, BufferUsage::Weights).unwrap();
+    ones.write(0, &[1f32; ROW].map(f32::to_le_bytes).concat())
+        .unwrap();
+    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(sim), Arc::new(CpuBackend::new(2))];
+    let mut sched = Scheduler::new(backends).unwrap();
+    // one graph, built once: each token rebinds its input and moves the
+    // store's view to its cell
+    let (mut g, [x, store, sums]) = token_graph(&cache, &ones, 0);
+    let dst = g
+        .tensor(store)
+        .view_src
+        .expect("cpy is a view of its destination");
+    let mut want = vec![0f32; CELLS];
+    for pos in 0..CELLS {
+        g.tensor_mut(dst).view_offs = pos * ROW * 4;
+        if pos == 0 {
+            sched.alloc_graph(&mut g).unwrap();
+        }
+        let xs: Vec<f32> = (0..ROW).map(|i| (pos * 10 + i) as f32).collect();
+        g.write_f32(x, &xs).unwrap();
+        let st = sched.compute_again(&mut g).unwrap();
+        assert_eq!(st.n_splits, 2, "token {pos}");
+        assert_eq!(st.splits.len(), 2, "token {pos}");
+        assert!(
+            st.sched_bytes() > 0,
+            "token {pos}: the cache view is copied"
+        );
+        want[pos] = xs.iter().sum::<f32>() * 2.0;
+        assert_eq!(g.read_f32(sums).unwrap(), want, "token {pos}");
+        assert_eq!(sched.n_plans(), 1, "token {pos} re-planned");
+    }
+    let got = cache_rows(&cache);
+    for (pos, row) in got.chunks(ROW).enumerate() {
+        let xs: Vec<f32> = (0..ROW).map(|i| (pos * 10 + i) as f32 * 2.0).collect();
+        assert_eq!(row, xs.as_slice(), "cell {pos}");
+    }
+
+    // another graph of the same size is not the kept one: it is planned
+    // and allocated (its tensors get memory), not run on the kept
+    // graph's bindings
+    let (mut g2, [x2, _, sums2]) = token_graph(&cache, &ones, 1);
+    // (the kept graph holds the copy the scheduler added: one more leaf)
+    g2.new_tensor_1d(GgmlType::F32, 1);
+    assert_eq!((g2.len(), g2.nodes().len()), (g.len(), g.nodes().len()));
+    let input: Arc<dyn Buffer> = Arc::new(HostBuffer::new(ROW * 4, BufferUsage::Compute).unwrap());
+    g2.tensor_mut(x2).data = Some(TensorData {
+        buffer: input,
+        offset: 0,
+    });
+    g2.write_f32(x2, &[0.5; ROW]).unwrap();
+    sched.compute_again(&mut g2).unwrap();
+    want[1] = 0.5 * 2.0 * ROW as f32;
+    assert_eq!(g2.read_f32(sums2).unwrap(), want);
+    // and the kept graph, after another graph ran, is given its plan and
+    // memory again before it runs
+    g.tensor_mut(dst).view_offs = 2 * ROW * 4;
+    g.write_f32(x, &[0.25; ROW]).unwrap();
+    sched.compute_again(&mut g).unwrap();
+    want[2] = 0.25 * 2.0 * ROW as f32;
+    assert_eq!(g.read_f32(sums).unwrap(), want);
+    // a clone is another graph too
+    let mut g3 = g.clone();
+    assert_ne!(g3.uid(), g.uid());
+    g3.write_f32(x, &[1.0; ROW]).unwrap();
+    sched.compute_again(&mut g3).unwrap();
+    want[2] = 2.0 * ROW as f32;
+    assert_eq!(g3.read_f32(sums).unwrap(), want);
+}

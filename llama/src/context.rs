@@ -3,6 +3,13 @@
 //! A tool, a test or a server drives it: tokenize, decode a batch (split
 //! into ubatches), read the logits of any output row (and, with
 //! [`Context::set_embeddings`], its last hidden state), sample.
+//!
+//! The context keeps the graph of its last ubatch: a ubatch of the same
+//! shape (token count, padded KV length, output rows; one token after
+//! another, while the padded KV length holds) rebinds its inputs and the
+//! KV store views in place and computes it again
+//! ([`ggml_sched::Scheduler::compute_again`]): nothing is built, planned
+//! or allocated. [`Context::host_time`] says where the host's time went.
 
 use std::sync::Arc;
 
@@ -121,6 +128,81 @@ pub struct TransferStats {
 /// Cells by which the attended KV span grows (llama.cpp pads `n_kv` too).
 const KV_PAD: usize = 32;
 
+/// Where the host's time went in the decodes since the context was made
+/// (or since [`Context::reset_stats`]): wall clock, nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostTime {
+    /// Wall time of every decode call.
+    pub decode_ns: u64,
+    /// The part of it spent inside backend work: kernels, queued copies,
+    /// waits on the devices (reads back, synchronizations).
+    pub device_ns: u64,
+    /// Building graphs and binding their inputs (a kept graph: rebinding).
+    pub graph_ns: u64,
+    /// Ubatches decoded.
+    pub ubatches: u64,
+    /// Ubatches that reused the kept graph (nothing built or planned).
+    pub graphs_reused: u64,
+}
+
+impl HostTime {
+    /// The host's own time: decode wall time outside backend work (graph
+    /// building, planning, inputs, the scheduler's loop, the copy hook).
+    pub fn host_ns(&self) -> u64 {
+        self.decode_ns.saturating_sub(self.device_ns)
+    }
+
+    /// `self - earlier`, field by field.
+    pub fn since(&self, earlier: &HostTime) -> HostTime {
+        HostTime {
+            decode_ns: self.decode_ns.saturating_sub(earlier.decode_ns),
+            device_ns: self.device_ns.saturating_sub(earlier.device_ns),
+            graph_ns: self.graph_ns.saturating_sub(earlier.graph_ns),
+            ubatches: self.ubatches.saturating_sub(earlier.ubatches),
+            graphs_reused: self.graphs_reused.saturating_sub(earlier.graphs_reused),
+        }
+    }
+}
+
+/// What a decode graph's structure depends on: while it holds, the kept
+/// graph is computed again with new inputs (its plan, splits and compute
+/// memory as they were).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GraphShape {
+    n_tokens: usize,
+    n_kv: usize,
+    n_outputs: usize,
+    /// The expert cache's layout and the hybrid maps the graph reads
+    /// (addresses; fixed for a context's life).
+    cache: usize,
+    hybrid: usize,
+    /// The last hidden states are kept ([`Context::set_embeddings`]).
+    embd: bool,
+}
+
+/// The last decode graph, kept for the next ubatch of the same shape.
+struct KeptGraph {
+    shape: GraphShape,
+    g: Graph,
+    dg: DecoderGraph,
+    /// The KV store views and each one's bytes per cell.
+    kv_stores: Vec<(TensorId, usize)>,
+    /// Cached layers the graph reads from host memory (too large a ubatch).
+    bypassed: Vec<u32>,
+    /// With forced routing, each MoE layer's ids input.
+    forced_ids: Vec<(usize, TensorId)>,
+}
+
+/// Lists a decode fills, kept so that a steady decode allocates nothing.
+#[derive(Default)]
+struct DecodeScratch {
+    batch: Batch,
+    out_rows: Vec<i32>,
+    stored: Vec<(usize, usize)>,
+    mask: Vec<f32>,
+    mask_swa: Vec<f32>,
+}
+
 /// A decoding context over a model.
 pub struct Context {
     model: Arc<Model>,
@@ -149,6 +231,12 @@ pub struct Context {
     prefetch_base: PrefetchStats,
     predict: Option<Arc<Mutex<PredictShared>>>,
     predict_base: PredictStats,
+    kept: Option<KeptGraph>,
+    scratch: DecodeScratch,
+    host: HostTime,
+    host_base: HostTime,
+    /// The simulated clock the host's own time enters, on a sim device.
+    clock: Option<Arc<dyn ggml_core::DeviceClock>>,
 }
 
 /// Device memory `auto` leaves free for the cached graphs' activations:
@@ -175,8 +263,9 @@ impl Context {
         let n_threads = params.n_threads.max(1);
         let n_threads_batch = params.n_threads_batch.unwrap_or(n_threads).max(1);
         let mut cpu_be = CpuBackend::new(n_threads.max(n_threads_batch));
-        if let Some(c) = model.device.as_ref().and_then(|d| d.device_clock()) {
-            cpu_be = cpu_be.with_clock(c);
+        let clock = model.device.as_ref().and_then(|d| d.device_clock());
+        if let Some(c) = &clock {
+            cpu_be = cpu_be.with_clock(Arc::clone(c));
         }
         let cpu_be = Arc::new(cpu_be);
         let cpu: Arc<dyn Backend> = Arc::clone(&cpu_be) as Arc<dyn Backend>;
@@ -236,6 +325,11 @@ impl Context {
             prefetch_base: PrefetchStats::default(),
             predict,
             predict_base: PredictStats::default(),
+            kept: None,
+            scratch: DecodeScratch::default(),
+            host: HostTime::default(),
+            host_base: HostTime::default(),
+            clock,
         })
     }
 
@@ -459,12 +553,15 @@ impl Context {
                 self.kv.size
             )));
         }
-        let mut batch = Batch::new();
+        let mut batch = std::mem::take(&mut self.scratch.batch);
+        batch.clear();
         for (i, &t) in tokens.iter().enumerate() {
             let out = all_logits || i + 1 == tokens.len();
             batch.add(t, start + i as i32, 0, out);
         }
-        self.decode_batch(&batch)
+        let r = self.decode_batch(&batch);
+        self.scratch.batch = batch;
+        r
     }
 
     /// Decode a batch mixing tokens of any sequences (split into ubatches
@@ -474,12 +571,23 @@ impl Context {
     /// `batch.logits`, in batch order: [`Context::logits`] reads output row
     /// `i`, [`Context::batch_logits`] the row of batch token `j`.
     pub fn decode_batch(&mut self, batch: &Batch) -> Result<()> {
+        let t0 = std::time::Instant::now();
+        let r = self.decode_batch_timed(batch);
+        self.host.decode_ns += t0.elapsed().as_nanos() as u64;
+        r
+    }
+
+    fn decode_batch_timed(&mut self, batch: &Batch) -> Result<()> {
         self.check_batch(batch)?;
         let n_vocab = self.model.hparams.n_vocab;
         let n_total_out = batch.n_outputs();
-        let mut logits = Vec::with_capacity(n_total_out * n_vocab);
+        // the last batch's logits and lists keep their memory
+        let mut logits = std::mem::take(&mut self.logits);
+        logits.clear();
+        logits.reserve(n_total_out * n_vocab);
         self.last_expert_ids.clear();
-        let mut stored: Vec<(usize, usize)> = Vec::new();
+        let mut stored = std::mem::take(&mut self.scratch.stored);
+        stored.clear();
         self.embd.clear();
         let r = self.decode_ubatches(batch, &mut logits, &mut stored);
         if let Err(e) = r {
@@ -487,27 +595,27 @@ impl Context {
             for &(c, n) in &stored {
                 self.kv.release(c, n);
             }
-            self.logits.clear();
+            self.scratch.stored = stored;
+            logits.clear();
+            self.logits = logits;
             self.embd.clear();
             self.n_outputs = 0;
             self.output_of.clear();
             return Err(e);
         }
+        self.scratch.stored = stored;
         self.logits = logits;
         self.n_outputs = n_total_out;
         let mut row = 0;
-        self.output_of = batch
-            .logits
-            .iter()
-            .map(|&l| {
-                if l {
-                    row += 1;
-                    row - 1
-                } else {
-                    -1
-                }
-            })
-            .collect();
+        self.output_of.clear();
+        self.output_of.extend(batch.logits.iter().map(|&l| {
+            if l {
+                row += 1;
+                row - 1
+            } else {
+                -1
+            }
+        }));
         Ok(())
     }
 
@@ -552,14 +660,18 @@ impl Context {
             self.kv
                 .occupy(cell0, &batch.pos[r.clone()], &batch.seq_id[r.clone()]);
             stored.push((cell0, n));
-            let out_rows: Vec<i32> = batch.logits[r.clone()]
-                .iter()
-                .enumerate()
-                .filter(|(_, &l)| l)
-                .map(|(k, _)| k as i32)
-                .collect();
-            let out = self.decode_ubatch(batch, r, cell0, &out_rows)?;
-            logits.extend_from_slice(&out);
+            let mut out_rows = std::mem::take(&mut self.scratch.out_rows);
+            out_rows.clear();
+            out_rows.extend(
+                batch.logits[r.clone()]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &l)| l)
+                    .map(|(k, _)| k as i32),
+            );
+            let res = self.decode_ubatch(batch, r, cell0, &out_rows, logits);
+            self.scratch.out_rows = out_rows;
+            res?;
             i += n;
         }
         Ok(())
@@ -598,7 +710,7 @@ impl Context {
                 "token id {bad} is out of range (vocabulary of {n_vocab})"
             )));
         }
-        let mut next: Vec<Option<i32>> = vec![None; MAX_SEQ];
+        let mut next: [Option<i32>; MAX_SEQ] = [None; MAX_SEQ];
         for (&s, &p) in batch.seq_id.iter().zip(&batch.pos) {
             if !(0..MAX_SEQ as i32).contains(&s) {
                 return Err(LlamaError::Batch(format!(
@@ -624,14 +736,21 @@ impl Context {
         Ok(())
     }
 
+    /// Decode one ubatch, appending its output rows' logits to `logits`.
+    /// A ubatch of the shape of the last one (one token after another,
+    /// while the padded KV length holds) computes the kept graph again:
+    /// only its inputs and its KV store views are rebound, and the
+    /// scheduler runs its plan as it was (nothing built, planned or
+    /// allocated).
     fn decode_ubatch(
         &mut self,
         batch: &Batch,
         r: std::ops::Range<usize>,
         cell0: usize,
         out_rows: &[i32],
-    ) -> Result<Vec<f32>> {
-        let model = Arc::clone(&self.model);
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let t_graph = std::time::Instant::now();
         let n_tokens = r.len();
         let n_out = out_rows.len();
         // with no output row the graph still computes the last one
@@ -640,26 +759,91 @@ impl Context {
         // pad the attended cells so that the graph's shape (and the
         // scheduler's plan) stays the same for runs of tokens (llama.cpp: 32)
         let n_kv = self.kv.n_kv(KV_PAD, cell0 + n_tokens);
+        let (cache, hybrid) = self.cache.as_ref().map_or((0, 0), |c| {
+            let c = c.lock();
+            (
+                Arc::as_ptr(&c.layout) as usize,
+                c.hybrid
+                    .as_ref()
+                    .map_or(0, |h| Arc::as_ptr(&h.maps) as *const u8 as usize),
+            )
+        });
+        let shape = GraphShape {
+            n_tokens,
+            n_kv,
+            n_outputs: out_rows.len(),
+            cache,
+            hybrid,
+            embd: self.embeddings,
+        };
+        if let Some(c) = &self.cache {
+            c.lock().begin_ubatch(n_tokens);
+        }
+        let mut kept = match self.kept.take() {
+            Some(k) if k.shape == shape => {
+                self.host.graphs_reused += 1;
+                k
+            }
+            _ => {
+                let mut k = self.build_graph(shape, cell0)?;
+                self.layout_inputs(&mut k)?;
+                k
+            }
+        };
+        crate::graph::GraphBuilder::rebind_kv_stores(&mut kept.g, &kept.kv_stores, cell0);
+        if let Some(p) = &self.prefetch {
+            p.lock().begin_ubatch(n_tokens);
+        }
+        if let Some(c) = &self.cache {
+            c.lock().note_bypassed(&kept.bypassed);
+        }
+        let r = self.write_inputs(&kept, batch, r, n_kv, out_rows);
+        let graph_ns = t_graph.elapsed().as_nanos() as u64;
+        self.host.graph_ns += graph_ns;
+        self.host.ubatches += 1;
+        if let Some(c) = &self.clock {
+            c.host_work("graph", graph_ns);
+        }
+        let r = r.and_then(|()| self.compute_ubatch(&mut kept, n_tokens, n_out, logits));
+        // a graph that failed to compute is not kept
+        if r.is_ok() {
+            self.kept = Some(kept);
+        }
+        r
+    }
+
+    /// Build the graph of a ubatch of `shape` storing at cell `cell0`.
+    fn build_graph(&mut self, shape: GraphShape, cell0: usize) -> Result<KeptGraph> {
+        let model = Arc::clone(&self.model);
         let mut b = GraphBuilder::new(&model);
         if let Some(c) = &self.cache {
-            let mut c = c.lock();
-            c.begin_ubatch(n_tokens);
+            let c = c.lock();
             b.moe_cache = Some(Arc::clone(&c.layout));
             b.moe_hybrid = c.hybrid.as_ref().map(|h| Arc::clone(&h.maps));
         }
         b.moe_predict = self.predict.is_some();
         b.forced_routing = self.params.forced_routing.is_some();
-        b.want_embd = self.embeddings;
-        let dg = b.build_decoder(&self.kv, n_tokens, cell0, n_kv, out_rows.len());
-        let forced_ids = std::mem::take(&mut b.forced_ids);
-        if let Some(p) = &self.prefetch {
-            p.lock().begin_ubatch(n_tokens);
-        }
-        if let Some(c) = &self.cache {
-            c.lock().note_bypassed(&b.moe_cache_bypassed);
-        }
-        let mut g = b.g;
-        self.bind_inputs(&mut g, &dg, batch, r, n_kv, out_rows, &forced_ids)?;
+        b.want_embd = shape.embd;
+        let dg = b.build_decoder(&self.kv, shape.n_tokens, cell0, shape.n_kv, shape.n_outputs);
+        Ok(KeptGraph {
+            shape,
+            g: b.g,
+            dg,
+            kv_stores: b.kv_stores,
+            bypassed: b.moe_cache_bypassed,
+            forced_ids: b.forced_ids,
+        })
+    }
+
+    /// Compute a ubatch's graph (inputs written), then read its logits and
+    /// expert ids.
+    fn compute_ubatch(
+        &mut self,
+        kept: &mut KeptGraph,
+        n_tokens: usize,
+        n_out: usize,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
         // llama.cpp: n_threads for a token, n_threads_batch for a batch
         let n_threads = self.params.n_threads.max(1);
         self.cpu_be.set_n_threads(if n_tokens > 1 {
@@ -667,10 +851,15 @@ impl Context {
         } else {
             n_threads
         });
-        self.run(&mut g)?;
+        let g = &mut kept.g;
+        let t_run = std::time::Instant::now();
+        let busy0 = self.busy_ns();
+        self.run(g)?;
+        let wait_ns = self.sched.last_stats().wait_ns;
         if let Some(p) = &self.prefetch {
-            p.lock().settle(&g)?;
+            p.lock().settle(g)?;
         }
+        let dg = &kept.dg;
         self.last_expert_ids.clear();
         if self.params.record_expert_ids {
             for ids in &dg.expert_ids {
@@ -685,84 +874,45 @@ impl Context {
                     .map_err(LlamaError::Invalid)?;
             }
         }
-        if n_out == 0 {
-            return Ok(Vec::new());
+        if n_out > 0 {
+            read_f32_into(g, dg.logits, logits)?;
         }
-        if let Some(e) = dg.embd {
-            self.embd.extend_from_slice(&g.read_f32(e)?);
+        let run_ns = t_run.elapsed().as_nanos() as u64;
+        // backend work: what the backends were busy with (kernels, copies
+        // in device memory, the copy hook's and the reads' included) and
+        // the scheduler's waits
+        let device_ns = self.busy_ns().saturating_sub(busy0) + wait_ns;
+        self.host.device_ns += device_ns;
+        if let Some(c) = &self.clock {
+            c.host_work("scheduler", run_ns.saturating_sub(device_ns));
         }
-        Ok(g.read_f32(dg.logits)?)
+        if let Some(e) = kept.dg.embd {
+            self.embd.extend_from_slice(&kept.g.read_f32(e)?);
+        }
+        Ok(())
     }
 
-    /// Put the ubatch's inputs in a host buffer and bind the input tensors
-    /// to it. The mask lets a token see the cells of its own sequence at
-    /// positions up to its own (and, through a sliding window, after
-    /// `pos - n_swa`). With forced routing, each MoE layer's ids come from
-    /// the trace at its rows' positions.
-    #[allow(clippy::too_many_arguments)]
-    fn bind_inputs(
-        &mut self,
-        g: &mut Graph,
-        dg: &DecoderGraph,
-        batch: &Batch,
-        r: std::ops::Range<usize>,
-        n_kv: usize,
-        out_rows: &[i32],
-        forced_ids: &[(usize, TensorId)],
-    ) -> Result<()> {
-        let n = r.len();
-        let ub = &batch.tokens[r.clone()];
-        let pos = &batch.pos[r.clone()];
-        let seq = &batch.seq_id[r];
-        let cells = &self.kv.cells()[..n_kv];
-        let w = self.model.hparams.n_swa as i64;
-        let mut mask = vec![f32::NEG_INFINITY; n_kv * n];
-        let mut mask_swa = dg.mask_swa.map(|_| vec![f32::NEG_INFINITY; n_kv * n]);
-        for i in 0..n {
-            let p = pos[i];
-            for (j, c) in cells.iter().enumerate() {
-                if c.has_seq(seq[i]) && c.pos <= p {
-                    mask[i * n_kv + j] = 0.0;
-                    // sliding window (gpt-oss): p - n_swa < pos_j <= p
-                    if let Some(m) = &mut mask_swa {
-                        if i64::from(c.pos) > i64::from(p) - w {
-                            m[i * n_kv + j] = 0.0;
-                        }
-                    }
-                }
-            }
-        }
-        let mut parts: Vec<(TensorId, Vec<u8>)> = vec![
-            (dg.tokens, bytemuck::cast_slice(ub).to_vec()),
-            (dg.pos, bytemuck::cast_slice(pos).to_vec()),
-            (dg.mask, bytemuck::cast_slice(&mask).to_vec()),
-        ];
-        if let Some(o) = dg.out_ids {
-            parts.push((o, bytemuck::cast_slice(out_rows).to_vec()));
-        }
-        if let (Some(t), Some(m)) = (dg.mask_swa, &mask_swa) {
-            parts.push((t, bytemuck::cast_slice(m).to_vec()));
-        }
-        if let Some(f) = &self.params.forced_routing {
-            for &(il, t) in forced_ids {
-                // the last layer routes only the output rows
-                let rows = g.tensor(t).ne[1] as usize;
-                let bytes = if rows == n {
-                    f.ids(il, pos.iter().copied())
-                } else {
-                    f.ids(il, out_rows.iter().map(|&o| pos[o as usize]))
-                };
-                parts.push((t, bytes.map_err(LlamaError::Invalid)?));
-            }
-        }
-        for t in [dg.k_rot, dg.v_rot].into_iter().flatten() {
-            let n = g.tensor(t).ne[0] as usize;
-            let h = self.kv.rotation.matrix(n).ok_or_else(|| {
-                LlamaError::Invalid(format!("no {n}x{n} rotation for this KV cache"))
-            })?;
-            parts.push((t, bytemuck::cast_slice(h).to_vec()));
-        }
-        let total: usize = parts.iter().map(|p| p.1.len().next_multiple_of(64)).sum();
+    /// The backends' busy wall time so far ([`Backend::busy_wall_ns`]).
+    fn busy_ns(&self) -> u64 {
+        self.cpu.busy_wall_ns() + self.model.device.as_ref().map_or(0, |d| d.busy_wall_ns())
+    }
+
+    /// Give a new graph's input tensors memory in the context's input
+    /// buffer (grown when too small).
+    fn layout_inputs(&mut self, k: &mut KeptGraph) -> Result<()> {
+        let dg = &k.dg;
+        let ids: Vec<TensorId> = [dg.tokens, dg.pos, dg.mask]
+            .into_iter()
+            .chain(dg.out_ids)
+            .chain(dg.mask_swa)
+            .chain(dg.k_rot)
+            .chain(dg.v_rot)
+            .chain(k.forced_ids.iter().map(|&(_, t)| t))
+            .collect();
+        let total: usize = ids
+            .iter()
+            .map(|&t| k.g.tensor(t).nbytes().next_multiple_of(64))
+            .sum();
         let buf = match &self.input_buf {
             Some(b) if b.size() >= total => Arc::clone(b),
             _ => {
@@ -772,22 +922,96 @@ impl Context {
             }
         };
         let mut off = 0;
-        for (t, bytes) in parts {
-            buf.write(off, &bytes)?;
-            g.tensor_mut(t).data = Some(TensorData {
+        for t in ids {
+            let n = k.g.tensor(t).nbytes();
+            k.g.tensor_mut(t).data = Some(TensorData {
                 buffer: Arc::clone(&buf),
                 offset: off,
             });
-            off += bytes.len().next_multiple_of(64);
+            off += n.next_multiple_of(64);
         }
         Ok(())
     }
 
-    /// Compute a graph through the scheduler and add up what it moved.
+    /// Write a ubatch's inputs into its graph's input tensors. The mask
+    /// lets a token see the cells of its own sequence at positions up to
+    /// its own (and, through a sliding window, after `pos - n_swa`).
+    fn write_inputs(
+        &mut self,
+        k: &KeptGraph,
+        batch: &Batch,
+        r: std::ops::Range<usize>,
+        n_kv: usize,
+        out_rows: &[i32],
+    ) -> Result<()> {
+        let (g, dg) = (&k.g, &k.dg);
+        let n = r.len();
+        let pos = &batch.pos[r.clone()];
+        let seq = &batch.seq_id[r.clone()];
+        let cells = &self.kv.cells()[..n_kv];
+        let w = self.model.hparams.n_swa as i64;
+        let mask = &mut self.scratch.mask;
+        mask.clear();
+        mask.resize(n_kv * n, f32::NEG_INFINITY);
+        let mask_swa = &mut self.scratch.mask_swa;
+        mask_swa.clear();
+        let swa = dg.mask_swa.is_some();
+        if swa {
+            mask_swa.resize(n_kv * n, f32::NEG_INFINITY);
+        }
+        for i in 0..n {
+            let p = pos[i];
+            for (j, c) in cells.iter().enumerate() {
+                if c.has_seq(seq[i]) && c.pos <= p {
+                    mask[i * n_kv + j] = 0.0;
+                    // sliding window (gpt-oss): p - n_swa < pos_j <= p
+                    if swa && i64::from(c.pos) > i64::from(p) - w {
+                        mask_swa[i * n_kv + j] = 0.0;
+                    }
+                }
+            }
+        }
+        g.write_bytes(dg.tokens, bytemuck::cast_slice(&batch.tokens[r]))?;
+        g.write_bytes(dg.pos, bytemuck::cast_slice(pos))?;
+        g.write_bytes(dg.mask, bytemuck::cast_slice(mask))?;
+        if let Some(o) = dg.out_ids {
+            g.write_bytes(o, bytemuck::cast_slice(out_rows))?;
+        }
+        if let Some(t) = dg.mask_swa {
+            g.write_bytes(t, bytemuck::cast_slice(mask_swa))?;
+        }
+        // (another graph may have used the input buffer since: the
+        // rotations are written every time too)
+        for t in [dg.k_rot, dg.v_rot].into_iter().flatten() {
+            let n = g.tensor(t).ne[0] as usize;
+            let h = self.kv.rotation.matrix(n).ok_or_else(|| {
+                LlamaError::Invalid(format!("no {n}x{n} rotation for this KV cache"))
+            })?;
+            g.write_bytes(t, bytemuck::cast_slice(h))?;
+        }
+        // forced routing: each MoE layer's ids from the trace at its rows'
+        // positions (the last layer routes only the output rows)
+        if let Some(f) = &self.params.forced_routing {
+            for &(il, t) in &k.forced_ids {
+                let rows = g.tensor(t).ne[1] as usize;
+                let bytes = if rows == n {
+                    f.ids(il, pos.iter().copied())
+                } else {
+                    f.ids(il, out_rows.iter().map(|&o| pos[o as usize]))
+                };
+                g.write_bytes(t, &bytes.map_err(LlamaError::Invalid)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Compute a graph through the scheduler (again, with its plan as it
+    /// was, when it is the graph of the last compute) and add up what it
+    /// moved.
     fn run(&mut self, g: &mut Graph) -> Result<()> {
         let st = self
             .sched
-            .compute(g)
+            .compute_again(g)
             .map_err(|e| LlamaError::Sched(e.to_string()))?;
         for p in &st.pairs {
             if p.dst != self.cpu.name() {
@@ -796,6 +1020,12 @@ impl Context {
         }
         self.stats.graphs += 1;
         Ok(())
+    }
+
+    /// Where the host's time went in the decodes since creation or the
+    /// last [`Context::reset_stats`] (wall clock; see [`HostTime`]).
+    pub fn host_time(&self) -> HostTime {
+        self.host.since(&self.host_base)
     }
 
     /// The simulated clock of the run, when the device is a sim device
@@ -913,6 +1143,7 @@ impl Context {
     /// Zero the transfer counters (and the cache's).
     pub fn reset_stats(&mut self) {
         self.stats = TransferStats::default();
+        self.host_base = self.host;
         self.policy_base = self.policy.lock().stats;
         self.cache_base = self.cache.as_ref().map(|c| c.lock().stats.clone());
         if let Some(p) = &self.prefetch {
@@ -1033,4 +1264,22 @@ impl Context {
     pub fn take_expert_trace(&mut self) -> Option<crate::moe_cache::Trace> {
         self.expert_trace.take()
     }
+}
+
+/// Append the values of a F32 tensor to `out` (read in place when the
+/// tensor is contiguous F32, else through [`Graph::read_f32`]).
+fn read_f32_into(g: &Graph, id: TensorId, out: &mut Vec<f32>) -> Result<()> {
+    let t = g.tensor(id);
+    if t.ty != GgmlType::F32 || !t.is_contiguous() {
+        out.extend_from_slice(&g.read_f32(id)?);
+        return Ok(());
+    }
+    let d = g
+        .data_of(id)
+        .ok_or_else(|| LlamaError::Invalid(format!("output '{}' has no memory", t.name)))?;
+    let start = out.len();
+    out.resize(start + t.nelements() as usize, 0.0);
+    d.buffer
+        .read(d.offset, bytemuck::cast_slice_mut(&mut out[start..]))?;
+    Ok(())
 }

@@ -31,7 +31,7 @@ pub mod sampling;
 pub mod tokenizer;
 
 pub use batch::Batch;
-pub use context::{Context, ContextParams, TransferStats};
+pub use context::{Context, ContextParams, HostTime, TransferStats};
 pub use error::{LlamaError, Result};
 pub use kv_cache::SeqId;
 pub use model::{Model, ModelParams};

@@ -1,8 +1,10 @@
 //! The fixed costs of a decode, counted on a fixture model: one token after
 //! another plans its graph once (the KV store's view moves one cell per
 //! token, which is not a new plan), and the allocations per token are
-//! counted (printed, with a bound well below one per graph node: the CPU
-//! ops allocate nothing; what is left is the graph being built).
+//! counted: the first token after the prompt builds its graph, every later
+//! one computes it again and allocates nothing (the CPU ops allocate
+//! nothing, and neither do the kept graph's rebinding and the scheduler's
+//! re-run).
 //! The logits stay llama.cpp's, so the counted decodes are real ones.
 //!
 //! One test in this binary: the allocation counter is process-wide.
@@ -52,10 +54,13 @@ fn tokens_reuse_one_plan_and_allocations_are_counted() {
     let pool0 = ctx.cpu_backend().pool_stats();
     let mut forced = Vec::new();
     let mut allocs = 0;
+    let mut per_token = Vec::with_capacity(fx.gen.len());
     for &t in &fx.gen {
         let before = ALLOCS.load(Ordering::Relaxed);
         ctx.decode(&[t], false).expect("one token");
-        allocs += ALLOCS.load(Ordering::Relaxed) - before;
+        let n = ALLOCS.load(Ordering::Relaxed) - before;
+        allocs += n;
+        per_token.push(n);
         forced.extend_from_slice(ctx.logits(0).expect("row"));
     }
     let e = nmse(&forced, &fx.genlogits);
@@ -78,7 +83,19 @@ fn tokens_reuse_one_plan_and_allocations_are_counted() {
         (pool.caller_sleeps - pool0.caller_sleeps) as f64 / n as f64,
         (pool.worker_sleeps - pool0.worker_sleeps) as f64 / n as f64,
     );
-    // 280 per token when written: the graph's tensor names, the input
-    // buffers, the scheduler's per-graph lists; the ops allocate nothing
-    assert!(allocs / n < 600, "{} allocations per token", allocs / n);
+    eprintln!("allocations per token: {per_token:?}");
+    // the first token builds and plans its graph (the prompt's had another
+    // shape); every later one computes the kept graph again: its inputs and
+    // KV store views rebound, the scheduler's plan, splits and memory as
+    // they were, and nothing allocated (280 a token before graphs were
+    // kept: the graph's tensor names, the input buffers, the scheduler's
+    // per-graph lists)
+    assert!(per_token[0] > 0, "the first token builds a graph");
+    assert_eq!(
+        &per_token[1..],
+        &vec![0; per_token.len() - 1][..],
+        "allocations of the tokens after the first"
+    );
+    let h = ctx.host_time();
+    assert!(h.graphs_reused >= n - 1, "{h:?}");
 }

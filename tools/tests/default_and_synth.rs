@@ -385,6 +385,13 @@ fn sim_device_reports_expert_traffic_and_matches_the_cpu() {
     assert!(d["h2d_bytes_experts"].as_u64().unwrap() > 0, "{d}");
     assert!(d["moe_cache_mib"].as_f64().unwrap() > 0.0, "{d}");
     assert!(d["sim_gen_tps"].as_f64().unwrap() > 0.0, "{d}");
+    // the host's own time per generated token, measured on both (wall
+    // clock: positive, and well under the generation's time per token)
+    for s in [&cpu, &d] {
+        let h = s["host_s_per_token"].as_f64().unwrap();
+        let per_token = s["gen_s"].as_f64().unwrap() / s["gen_tokens"].as_f64().unwrap();
+        assert!(h > 0.0 && h <= per_token, "{s}");
+    }
 
     // experts in host memory, every batch offloaded: only picked experts move
     let (sim_tokens, s) = greedy_run(

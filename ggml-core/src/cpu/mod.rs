@@ -23,6 +23,8 @@ pub use pool::ThreadPool;
 pub struct CpuBackend {
     pool: ThreadPool,
     clock: Option<Arc<dyn DeviceClock>>,
+    /// [`Backend::busy_wall_ns`]: wall time inside `compute`.
+    busy_ns: std::sync::atomic::AtomicU64,
 }
 
 impl CpuBackend {
@@ -31,6 +33,7 @@ impl CpuBackend {
         CpuBackend {
             pool: ThreadPool::new(n_threads),
             clock: None,
+            busy_ns: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -91,6 +94,7 @@ impl Backend for CpuBackend {
     }
 
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
+        let t0 = std::time::Instant::now();
         let accept = |b: &dyn Buffer| b.is_host();
         let ctx = ops::ComputeCtx {
             pool: &self.pool,
@@ -98,19 +102,38 @@ impl Backend for CpuBackend {
             backend: "CPU",
             accept: &accept,
         };
+        let mut r = Ok(());
         for &n in nodes {
-            ops::compute_node(&ctx, n)?;
+            r = ops::compute_node(&ctx, n);
+            if r.is_err() {
+                break;
+            }
             if let Some(c) = &self.clock {
                 c.host_compute("CPU", g, n);
             }
         }
-        Ok(())
+        self.busy_ns.fetch_add(
+            t0.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        r
+    }
+
+    fn busy_wall_ns(&self) -> u64 {
+        self.busy_ns.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn record_event_on(&self, _stream: Stream) -> Result<Event, BackendError> {
-        // CPU work is complete when the host has issued it
-        let at_ns = self.clock.as_ref().map_or(0, |c| c.now_ns());
-        Ok(Event(Arc::new(ClockEvent { at_ns })))
+        // CPU work is complete when the host has issued it; without a
+        // clock every event is the same one (a decode records one per
+        // split and allocates none)
+        static DONE: std::sync::OnceLock<Event> = std::sync::OnceLock::new();
+        Ok(match &self.clock {
+            Some(c) => Event(Arc::new(ClockEvent { at_ns: c.now_ns() })),
+            None => DONE
+                .get_or_init(|| Event(Arc::new(ClockEvent { at_ns: 0 })))
+                .clone(),
+        })
     }
 
     fn device_clock(&self) -> Option<Arc<dyn DeviceClock>> {

@@ -54,6 +54,10 @@ pub struct SimTotals {
     pub link_hidden_ns: u64,
     /// Time the CPU computed.
     pub cpu_busy_ns: u64,
+    /// The host's own work that entered the clock through
+    /// [`SimClock::host_work`] (graph building, planning, the copy hook):
+    /// measured on the host's wall clock, an input of the simulation.
+    pub host_work_ns: u64,
 }
 
 impl SimTotals {
@@ -65,6 +69,7 @@ impl SimTotals {
             device_busy_ns: self.device_busy_ns.saturating_sub(earlier.device_busy_ns),
             link_hidden_ns: self.link_hidden_ns.saturating_sub(earlier.link_hidden_ns),
             cpu_busy_ns: self.cpu_busy_ns.saturating_sub(earlier.cpu_busy_ns),
+            host_work_ns: self.host_work_ns.saturating_sub(earlier.host_work_ns),
         }
     }
 }
@@ -80,6 +85,7 @@ struct State {
     compute_busy: BTreeMap<String, Vec<(u64, u64)>>,
     h2d_busy: BTreeMap<String, Vec<(u64, u64)>>,
     cpu_busy: u64,
+    host_work: u64,
 }
 
 impl State {
@@ -204,6 +210,7 @@ impl SimClock {
         let mut t = SimTotals {
             now_ns: st.host,
             cpu_busy_ns: st.cpu_busy,
+            host_work_ns: st.host_work,
             ..SimTotals::default()
         };
         for (dev, c) in &st.compute_busy {
@@ -267,6 +274,31 @@ impl SimClock {
         st.cpu_busy += dur_ns;
         st.push(dev, "host", SpanKind::Op, start, end, bytes, detail);
         (start, end)
+    }
+
+    /// The host thread's own work (`what`: graph building, planning, the
+    /// copy hook's decisions), measured on the host's wall clock by the
+    /// caller: host time advances by `dur_ns` as it would on a GPU run,
+    /// where the host does the same work before and between its launches.
+    /// Unlike the profile's constants this input is measured, so a
+    /// simulated figure that includes it varies a little from run to run;
+    /// the profile's `host_time_scale` weighs it (0: left out).
+    pub fn host_work(&self, what: &str, dur_ns: u64) {
+        let dur_ns = (dur_ns as f64 * self.profile.host_time_scale).round() as u64;
+        if dur_ns == 0 {
+            return;
+        }
+        let mut st = self.st.lock();
+        let start = st.host;
+        let end = start + dur_ns;
+        st.host = end;
+        st.host_work += dur_ns;
+        let detail = st.recording.then(|| SpanDetail {
+            name: format!("host: {what}"),
+            reads: Vec::new(),
+            writes: Vec::new(),
+        });
+        st.push("CPU", "host", SpanKind::Op, start, end, 0, detail);
     }
 
     /// Simulated duration of a copy of `bytes` over the link.
@@ -410,6 +442,10 @@ impl DeviceClock for SimClock {
     }
 
     /// The node's roofline time by the profile's CPU numbers, on the host.
+    fn host_work(&self, what: &str, dur_ns: u64) {
+        SimClock::host_work(self, what, dur_ns);
+    }
+
     fn host_compute(&self, backend: &str, g: &Graph, node: TensorId) {
         let p = self.profile.cpu;
         let w = cost::node_work(g, node);
@@ -446,6 +482,28 @@ mod tests {
         assert_eq!((s, e), (0, 30));
         c.sync_device("SIM0");
         assert_eq!(c.now_ns(), 100);
+    }
+
+    #[test]
+    fn host_work_advances_the_host_by_its_weight() {
+        let c = clock(2);
+        c.device_op("SIM0", Stream::Compute, 100, 0, None);
+        c.host_work("graph", 40);
+        assert_eq!(c.now_ns(), 40);
+        assert_eq!(c.totals().host_work_ns, 40);
+        // device work queued after it starts no earlier
+        let (s, _) = c.device_op("SIM0", Stream::Copy(0), 10, 0, None);
+        assert_eq!(s, 40);
+        let mut p = SimProfile::from_json(r#"{"host_time_scale": 0}"#).unwrap();
+        let z = SimClock::new(p.clone());
+        z.host_work("graph", 40);
+        assert_eq!((z.now_ns(), z.totals().host_work_ns), (0, 0));
+        p.host_time_scale = 2.0;
+        let d = SimClock::new(p);
+        d.host_work("graph", 40);
+        assert_eq!(d.now_ns(), 80);
+        let e = SimProfile::from_json(r#"{"host_time_scale": -1}"#).unwrap_err();
+        assert!(e.contains("host_time_scale"), "{e}");
     }
 
     #[test]

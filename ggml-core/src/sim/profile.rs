@@ -13,11 +13,17 @@
 //!   "device": { "flops": 8.0e13, "mem_bw": 1.0e12, "launch_s": 4.0e-6 },
 //!   "link":   { "h2d_bw": 2.5e10, "d2h_bw": 2.5e10, "latency_s": 1.0e-5 },
 //!   "copy_engines": 2,
-//!   "cpu":    { "flops": 1.0e11, "mem_bw": 2.5e10, "op_s": 1.0e-6 }
+//!   "cpu":    { "flops": 1.0e11, "mem_bw": 2.5e10, "op_s": 1.0e-6 },
+//!   "host_time_scale": 1.0
 //! }
 //! ```
 //!
-//! Units: FLOP/s, bytes/s and seconds. `copy_engines` is the number of copy
+//! Units: FLOP/s, bytes/s and seconds. `host_time_scale` weighs the one
+//! input that is measured rather than given: the host's own wall-clock
+//! time (graph building, planning, the scheduler's loop, the copy hook),
+//! which enters the clock as host time ([`crate::sim::SimClock::host_work`]);
+//! 1 (every preset) takes it as measured, 0 leaves it out (simulated times
+//! then repeat exactly from run to run and machine to machine). `copy_engines` is the number of copy
 //! streams the device offers; with one, host-to-device and device-to-host
 //! copies share one engine, with two or more they run side by side.
 
@@ -73,6 +79,14 @@ pub struct SimProfile {
     pub copy_engines: usize,
     /// The CPU, for CPU splits on the same timeline.
     pub cpu: CpuProfile,
+    /// Weight of the host's measured own time in the clock (see the
+    /// module docs): 1 as measured, 0 left out.
+    #[serde(default = "one")]
+    pub host_time_scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// A JSON profile file: every field optional, missing ones from the default
@@ -85,6 +99,7 @@ struct ProfileFile {
     link: Option<PartialLink>,
     copy_engines: Option<usize>,
     cpu: Option<PartialCpu>,
+    host_time_scale: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -178,6 +193,7 @@ impl SimProfile {
             link,
             copy_engines: 2,
             cpu: CPU_2_CORES,
+            host_time_scale: 1.0,
         })
     }
 
@@ -208,6 +224,7 @@ impl SimProfile {
             p.cpu.mem_bw = c.mem_bw.unwrap_or(p.cpu.mem_bw);
             p.cpu.op_s = c.op_s.unwrap_or(p.cpu.op_s);
         }
+        p.host_time_scale = f.host_time_scale.unwrap_or(p.host_time_scale);
         p.validate()?;
         Ok(p)
     }
@@ -253,6 +270,12 @@ impl SimProfile {
             if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
                 return Err(format!("{k} must be between 0 and 1 second, got {v}"));
             }
+        }
+        if !(self.host_time_scale.is_finite() && (0.0..=100.0).contains(&self.host_time_scale)) {
+            return Err(format!(
+                "host_time_scale must be between 0 and 100, got {}",
+                self.host_time_scale
+            ));
         }
         if self.copy_engines == 0 || self.copy_engines > 8 {
             return Err(format!(

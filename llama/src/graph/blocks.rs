@@ -151,24 +151,18 @@ impl GraphBuilder<'_> {
         // store: K rows at the ubatch's cells; V transposed (one row per
         // channel) for the mul_mat path, rows like K for flash attention
         let k2 = self.g.reshape_2d(k, hp.n_embd_k_gqa() as i64, nt);
-        let k_dst = self
-            .g
-            .view_2d(kc, hp.n_embd_k_gqa() as i64, nt, k_row, inp.pos0 * k_row);
+        let k_dst = self.kv_store_view(kc, [hp.n_embd_k_gqa() as i64, nt], k_row, inp.pos0, k_row);
         let k_store = self.g.cpy(k2, k_dst);
         self.name(k_store, "k_store", Some(il));
         self.g.build_forward_expand(k_store);
         let v2 = self.g.reshape_2d(v, hp.n_embd_v_gqa() as i64, nt);
         let (v_src, v_dst) = if kv.v_trans {
             let row = kv.size * esz;
-            let dst = self
-                .g
-                .view_2d(vc, nt, hp.n_embd_v_gqa() as i64, row, inp.pos0 * esz);
+            let dst = self.kv_store_view(vc, [nt, hp.n_embd_v_gqa() as i64], row, inp.pos0, esz);
             (self.g.transpose(v2), dst)
         } else {
             let row = kv.ty_v.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
-            let dst = self
-                .g
-                .view_2d(vc, hp.n_embd_v_gqa() as i64, nt, row, inp.pos0 * row);
+            let dst = self.kv_store_view(vc, [hp.n_embd_v_gqa() as i64, nt], row, inp.pos0, row);
             (v2, dst)
         };
         let v_store = self.g.cpy(v_src, v_dst);

@@ -257,6 +257,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     } else {
         Vec::new()
     };
+    let host_gen0 = ctx.host_time();
     let t_gen = Instant::now();
     while gen_tokens < limit && !prompt_ends_eog {
         for &e in &eog_ids {
@@ -311,6 +312,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         }
     }
     let gen_s = t_gen.elapsed().as_secs_f64();
+    let gen_device_s = ctx.host_time().since(&host_gen0).device_ns as f64 * 1e-9;
     let rest = text.finish();
     emit(&mut out, &rest);
     emit(&mut out, "\n");
@@ -341,6 +343,11 @@ pub(crate) fn run(a: &Args) -> Result<()> {
             0.0
         },
         gen_decodes,
+        host_s_per_token: if gen_tokens > 0 {
+            (gen_s - gen_device_s).max(0.0) / gen_tokens as f64
+        } else {
+            0.0
+        },
         stop: stop.into(),
         sim: sim
             .as_ref()

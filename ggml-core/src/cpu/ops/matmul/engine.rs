@@ -317,6 +317,37 @@ pub(super) unsafe fn dot_block(
     act_bytes: usize,
     cols: Range<usize>,
 ) {
+    if gemm == Some(GemmType::F16) && cols.len() <= gemm::RN {
+        // one column tile (a decode): each weight row enters one tile, so
+        // widening it first would only add a pass over it; the F16 tiles
+        // convert in registers, the same fused multiply-adds on the same
+        // values as the widened F32 tiles below (the same bits)
+        let n = cols.len();
+        let mut ys = [std::ptr::null::<u8>(); gemm::RN];
+        let mut ds = [std::ptr::null_mut::<f32>(); gemm::RN];
+        for j in 0..n {
+            let (y, d) = col(cols.start + j);
+            ys[j] = y;
+            ds[j] = d as *mut f32;
+        }
+        let mut r0 = rows.start;
+        while r0 < rows.end {
+            let m = (rows.end - r0).min(gemm::RM);
+            let mut xs = [std::ptr::null::<u8>(); gemm::RM];
+            for (i, x) in xs.iter_mut().enumerate().take(m) {
+                *x = w_row(r0 + i);
+            }
+            let mut out = [[0f32; gemm::RN]; gemm::RM];
+            gemm::tile(GemmType::F16, k, &xs, m, &ys, n, &mut out);
+            for (i, o) in out.iter().enumerate().take(m) {
+                for (j, v) in o.iter().enumerate().take(n) {
+                    ds[j].add(r0 + i).write_unaligned(*v);
+                }
+            }
+            r0 += m;
+        }
+        return;
+    }
     if gemm == Some(GemmType::F16) {
         // widen the task's columns once and each block of rows once, then
         // run the F32 tiles on them (the same bits as F16 tiles)

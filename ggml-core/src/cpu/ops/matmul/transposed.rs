@@ -82,7 +82,8 @@ pub(super) fn mul_mat(
     let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
     let n_groups = a.ne[2] * a.ne[3];
     let cols = b.ne[1] * r2 * r3;
-    let mut tasks = Vec::with_capacity(n_groups * cols.div_ceil(TASK_COLS));
+    // on the stack for a decode's few (a token allocates nothing)
+    let mut tasks: smallvec::SmallVec<[Task; 32]> = smallvec::SmallVec::new();
     for group in 0..n_groups {
         for c0 in (0..cols).step_by(TASK_COLS) {
             tasks.push(Task {
