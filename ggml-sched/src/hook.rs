@@ -137,26 +137,41 @@ impl<'a> HookCtx<'a> {
         self.stream
     }
 
-    /// Read any allocated tensor into host memory. In the split's backend's
-    /// memory it is read after the compute queued so far, on the readback
-    /// stream, the host waiting for that read only
-    /// ([`Backend::read_after_compute`]); elsewhere with a plain read.
-    pub fn read_tensor(&self, id: TensorId) -> Result<Vec<u8>, HookError> {
+    /// Read `id` into host memory: in the split's backend's memory on its
+    /// readback stream after the compute queued so far (and after the
+    /// split's input copies when `after_copies`), the host waiting for that
+    /// read only ([`Backend::read_after_compute`]); elsewhere a plain read.
+    fn read_after(&self, id: TensorId, after_copies: bool) -> Result<Vec<u8>, HookError> {
         let len = self.g.tensor(id).nbytes();
         let d = self
             .g
             .data_of(id)
             .ok_or_else(|| BackendError::NotAllocated(self.g.tensor(id).name.clone()))?;
+        let be = self.backend;
+        let rs = be.readback_stream();
+        if after_copies && self.stream != rs && !be.planted_drop_wait("readback") {
+            let ev = be.record_event_on(self.stream)?;
+            be.wait_event_on(rs, &ev)?;
+        }
         let mut out = vec![0u8; len];
-        self.backend.read_after_compute(&d, 0, &mut out)?;
+        be.read_after_compute(&d, 0, &mut out)?;
         Ok(out)
     }
 
-    /// [`HookCtx::read_tensor`] of a router's ids (a consumer's ids, on the
-    /// split's backend), counted as an id read in the backend's
-    /// [`Backend::pipeline_counters`].
+    /// Read any allocated tensor into host memory, after the work that
+    /// produces it: the compute queued so far and the split's input copies
+    /// (without a device-wide synchronize).
+    pub fn read_tensor(&self, id: TensorId) -> Result<Vec<u8>, HookError> {
+        self.read_after(id, true)
+    }
+
+    /// Read a router's ids (a consumer's ids, on the split's backend): after
+    /// the compute queued so far (and the split's copies when the ids are
+    /// one of its input copies), not after unrelated uploads. Counted as an
+    /// id read in the backend's [`Backend::pipeline_counters`].
     pub fn read_ids(&self, id: TensorId) -> Result<Vec<u8>, HookError> {
-        let r = self.read_tensor(id)?;
+        let copied = self.inputs.iter().any(|i| i.copy == id);
+        let r = self.read_after(id, copied)?;
         if let Some(c) = self.backend.pipeline_counters() {
             c.add_id_read();
         }
