@@ -82,6 +82,8 @@ enum {
     EMU_REDUCE_AND = 11,
     EMU_REDUCE_OR = 12,
     EMU_REDUCE_XOR = 13,
+    EMU_MMA_S8_LO = 14,
+    EMU_MMA_S8_HI = 15,
 };
 
 // Block-barrier reductions (`emu_syncthreads_op`).
@@ -189,6 +191,22 @@ __forceinline__ unsigned __reduce_or_sync(unsigned mask, unsigned v) {
 }
 __forceinline__ unsigned __reduce_xor_sync(unsigned mask, unsigned v) {
     return (unsigned)emu_warp_op(EMU_REDUCE_XOR, mask, v, 0, warpSize);
+}
+
+// The int8 tensor-core product `mma.sync.aligned.m16n8k16.row.col.s32.s8.
+// s8.s32` of a whole warp, with PTX's fragment layout (see
+// `mma_s8_16x8x16` in kernels/dot_q8.cu): two warp collectives, one per
+// row half of C. Every lane of the warp must call it.
+#define GGML_CUDA_EMU_MMA 1
+__forceinline__ void emu_mma_s8_16x8x16(int* c, const int* a, int b) {
+    unsigned long long av =
+        (unsigned long long)(unsigned)a[0] | ((unsigned long long)(unsigned)a[1] << 32);
+    unsigned long long lo = emu_warp_op(EMU_MMA_S8_LO, 0xffffffffu, av, b, warpSize);
+    unsigned long long hi = emu_warp_op(EMU_MMA_S8_HI, 0xffffffffu, av, b, warpSize);
+    c[0] += (int)(unsigned)lo;
+    c[1] += (int)(unsigned)(lo >> 32);
+    c[2] += (int)(unsigned)hi;
+    c[3] += (int)(unsigned)(hi >> 32);
 }
 
 // --------------------------------------------------------------- atomics

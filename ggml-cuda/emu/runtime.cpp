@@ -260,6 +260,8 @@ const char* warp_op_name(int kind) {
     case EMU_REDUCE_AND: return "__reduce_and_sync";
     case EMU_REDUCE_OR: return "__reduce_or_sync";
     case EMU_REDUCE_XOR: return "__reduce_xor_sync";
+    case EMU_MMA_S8_LO:
+    case EMU_MMA_S8_HI: return "mma.sync.m16n8k16.s8";
     default: return "__syncwarp";
     }
 }
@@ -552,6 +554,32 @@ unsigned long long warp_result(Fiber* base, unsigned mask, unsigned l) {
             return ballot == mask ? 1 : 0;
         }
         return ballot != 0 ? 1 : 0;
+    }
+    case EMU_MMA_S8_LO:
+    case EMU_MMA_S8_HI: {
+        // mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 of the whole warp:
+        // lane 4g + q holds A[g][4q..4q+3] (low word of its value) and
+        // A[g + 8][4q..4q+3] (high word), and B[4q..4q+3][g] (its arg); this
+        // lane (g, t) gets C[row][2t] and C[row][2t + 1], row g (LO) or
+        // g + 8 (HI), packed low / high
+        unsigned g = l >> 2;
+        unsigned t = l & 3;
+        bool hi = me.wkind == EMU_MMA_S8_HI;
+        unsigned r[2];
+        for (unsigned j = 0; j < 2; j++) {
+            unsigned n = 2 * t + j;
+            int acc = 0;
+            for (unsigned q = 0; q < 4; q++) {
+                unsigned long long av = base[4 * g + q].wval;
+                unsigned a = hi ? (unsigned)(av >> 32) : (unsigned)av;
+                unsigned b = (unsigned)base[4 * n + q].warg;
+                for (int i = 0; i < 4; i++) {
+                    acc += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+                }
+            }
+            r[j] = (unsigned)acc;
+        }
+        return (unsigned long long)r[0] | ((unsigned long long)r[1] << 32);
     }
     case EMU_REDUCE_ADD:
     case EMU_REDUCE_MIN:

@@ -884,31 +884,7 @@ impl CudaBackend {
             }
             Op::MulMat => self.mul_mat(g, node, s),
             Op::MulMatId if g.tensor(node).ne[2] <= MMV_MAX_COLS => self.mmvq(g, node, s),
-            Op::MulMatId if g.tensor(src(0)).ty.is_quantized() => self.mmq_id(g, node, s),
-            Op::MulMatId => {
-                let (w, b, ids) = (src(0), src(1), src(2));
-                let need = pad256(g.tensor(b).nelements() as usize * 4);
-                let base = self.scratch(s, need)?;
-                let (bp, tb, _) = self.f32_rows(g, b, base)?;
-                let td = T4::of(g, node);
-                let grid = (
-                    (td.ne[0] as u32).div_ceil(MV_WARPS),
-                    td.ne[1] as u32,
-                    td.ne[2] as u32,
-                );
-                self.launch(
-                    Kernel::MulMatIdVec,
-                    grid,
-                    (32 * MV_WARPS, 1, 1),
-                    &[
-                        &self.tensor_args_untyped(g, node)?,
-                        &self.tensor_args(g, w)?,
-                        &[A::P(bp), A::T(tb)],
-                        &self.tensor_args_untyped(g, ids)?,
-                        &[A::P(errp)],
-                    ],
-                )
-            }
+            Op::MulMatId => self.mmq_id(g, node, s),
         }
     }
 
@@ -1038,9 +1014,10 @@ impl CudaBackend {
         Ok((base, ds))
     }
 
-    /// Prompt `mul_mat_id` with quantized experts, grouped by expert:
-    /// `k_moe_group` sorts the (slot, token) pairs by id on the device and
-    /// lists tiles of one expert; `k_mmq_id` runs them (id -1: zeros).
+    /// Prompt `mul_mat_id`, grouped by expert: `k_moe_group` sorts the
+    /// (slot, token) pairs by id on the device and lists tiles of one
+    /// expert; `k_mmq_id` (quantized experts, int8 activations) or
+    /// `k_mmf_id` (float experts) runs them (id -1: zeros).
     fn mmq_id(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
         let t = g.tensor(node);
         let (a, b, ids) = (t.src[0], t.src[1], t.src[2]);
@@ -1049,7 +1026,12 @@ impl CudaBackend {
         let n_expert = at.ne[2];
         let pairs = td.ne[1] * td.ne[2];
         let max_tiles = mmq_id_max_tiles(pairs, n_expert);
-        let q8_bytes = q8_scratch(bt.nelements());
+        let float = is_float(at.ty);
+        let q8_bytes = if float {
+            pad256(bt.nelements() as usize * 4)
+        } else {
+            q8_scratch(bt.nelements())
+        };
         let ints = |n: i64| pad256(n as usize * 4);
         let group_bytes = 2 * ints(n_expert + 2)
             + ints(n_expert + 2)
@@ -1057,7 +1039,14 @@ impl CudaBackend {
             + ints(2 * max_tiles)
             + ints(1);
         let base = self.scratch(s, q8_bytes + group_bytes)?;
-        let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
+        // float experts: F32 activation rows; quantized: int8 activations
+        let (acts, tb) = if float {
+            let (bp, tb, _) = self.f32_rows(g, b, base)?;
+            ([bp, 0], tb)
+        } else {
+            let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
+            ([q8, ds], T4::of(g, b))
+        };
         let cnt = base + q8_bytes as u64;
         let fill = cnt + ints(n_expert + 2) as u64;
         let off = fill + ints(n_expert + 2) as u64;
@@ -1082,24 +1071,33 @@ impl CudaBackend {
                 ],
             ],
         )?;
-        self.launch(
-            Kernel::MmqId,
-            ((td.ne[0] as u32).div_ceil(MMQ_TILE), max_tiles as u32, 1),
-            (256, 1, 1),
-            &[
-                &self.tensor_args_untyped(g, node)?,
-                &self.tensor_args(g, a)?,
+        let grid = ((td.ne[0] as u32).div_ceil(MMQ_TILE), max_tiles as u32, 1);
+        let groups = [A::P(off), A::P(sorted), A::P(tiles), A::P(n_tiles)];
+        if float {
+            self.launch(
+                Kernel::MmfId,
+                grid,
+                (256, 1, 1),
                 &[
-                    A::T(T4::of(g, b)),
-                    A::P(q8),
-                    A::P(ds),
-                    A::P(off),
-                    A::P(sorted),
-                    A::P(tiles),
-                    A::P(n_tiles),
+                    &self.tensor_args_untyped(g, node)?,
+                    &self.tensor_args(g, a)?,
+                    &[A::P(acts[0]), A::T(tb)],
+                    &groups,
                 ],
-            ],
-        )
+            )
+        } else {
+            self.launch(
+                Kernel::MmqId,
+                grid,
+                (256, 1, 1),
+                &[
+                    &self.tensor_args_untyped(g, node)?,
+                    &self.tensor_args(g, a)?,
+                    &[A::T(tb), A::P(acts[0]), A::P(acts[1])],
+                    &groups,
+                ],
+            )
+        }
     }
 }
 

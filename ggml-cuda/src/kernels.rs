@@ -76,9 +76,13 @@ pub enum Kernel {
     RankSort,
     /// `k_add_id`.
     AddId,
-    /// `k_mul_mat_vec`: warp-per-row matrix-vector product.
+    /// `k_mul_mat_vec`: warp-per-row matrix-vector product (no longer
+    /// dispatched: `k_mmvq` replaces it; kept for the emulator's kernel
+    /// tests).
     MulMatVec,
-    /// `k_mul_mat_id_vec`: matrix-vector product per selected expert.
+    /// `k_mul_mat_id_vec`: matrix-vector product per selected expert (no
+    /// longer dispatched: `k_mmvq_id` and the grouped kernels replace it;
+    /// kept for the emulator's kernel tests).
     MulMatIdVec,
     /// `k_mul_mat_tiled`: tiled F32 GEMM.
     MulMatTiled,
@@ -98,11 +102,13 @@ pub enum Kernel {
     MmqId,
     /// `k_flash_attn`: flash_attn_ext, one warp per query row.
     FlashAttn,
+    /// `k_mmf_id`: prompt `mul_mat_id` with float experts, grouped tiles.
+    MmfId,
 }
 
 impl Kernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [Kernel; 24] = [
+    pub const ALL: [Kernel; 25] = [
         Kernel::Binary,
         Kernel::Unary,
         Kernel::Glu,
@@ -127,6 +133,7 @@ impl Kernel {
         Kernel::MoeGroup,
         Kernel::MmqId,
         Kernel::FlashAttn,
+        Kernel::MmfId,
     ];
 
     /// The kernel's `extern "C"` name in `kernels.cu` (its PTX entry point).
@@ -156,6 +163,7 @@ impl Kernel {
             Kernel::MoeGroup => "k_moe_group",
             Kernel::MmqId => "k_mmq_id",
             Kernel::FlashAttn => "k_flash_attn",
+            Kernel::MmfId => "k_mmf_id",
         }
     }
 }

@@ -38,11 +38,13 @@
 //!   [`CudaBackend::register_host`] page-locks an existing host range (a
 //!   mapped GGUF file) with `cuMemHostRegister` where the driver allows it;
 //!   where it does not, the caller keeps using pageable copies.
-//! - **Kernels.** `kernels.cu` is plain CUDA C++ without any `#include`
-//!   (its own half/bfloat16 conversions, by bit manipulation), compiled by
-//!   NVRTC once per process and GPU architecture (a PTX cache keyed by
-//!   architecture), and loaded once per backend. Kernels take each tensor as
-//!   a pointer plus ggml's `ne`/`nb`, so any strides work.
+//! - **Kernels.** `kernels.cu` followed by the kernel families of
+//!   `src/kernels/*.cu` (`kernels::KERNEL_PARTS`: int8 dot building blocks,
+//!   flash attention, MMQ, MMVQ) is one plain CUDA C++ source without any
+//!   `#include` (its own half/bfloat16 conversions, by bit manipulation),
+//!   compiled by NVRTC once per process and GPU architecture (a PTX cache
+//!   keyed by architecture), and loaded once per backend. Kernels take each
+//!   tensor as a pointer plus ggml's `ne`/`nb`, so any strides work.
 //! - **Id validation.** `get_rows`, `set_rows`, `add_id` and `mul_mat_id`
 //!   check every id on the device; a bad id sets the op kind's bit in an
 //!   error flag and is never used as an address. The flag is copied to
@@ -73,12 +75,28 @@
 //! (scale, F32/F16 mask, ALiBi, sinks), cpy/cont/dup between F32, F16, BF16
 //! (and I32 to I32) with any strides, get_rows (F32/F16/BF16/I32 and Q8_0,
 //! Q4_0, Q4_K, Q5_K, Q6_K rows), set_rows (F32 into F32/F16/BF16, I32/I64
-//! indices), concat, argsort, top_k, add_id, and mul_mat / mul_mat_id with
-//! F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K weights. Small batches use a
-//! warp-per-row matrix-vector kernel that dequantizes on the fly; larger
-//! batches of mul_mat dequantize the weight to F32 and run a tiled GEMM.
-//! Not supported (the scheduler keeps these on the CPU): flash_attn_ext,
-//! quantized destinations of cpy, other quant types.
+//! indices), concat, argsort, top_k, add_id, mul_mat / mul_mat_id and
+//! flash_attn_ext.
+//!
+//! Weights of mul_mat / mul_mat_id and rows of get_rows: F32, F16, BF16,
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+//! IQ4_XS, MXFP4. Quantized weights multiply activations quantized once per
+//! op on the device to 8 bits (`k_quantize_q8_1`, rounded as the CPU
+//! backend's Q8_0 / Q8_K): up to 8 columns (decode) with MMVQ (`k_mmvq`,
+//! `k_mmvq_id`: warp per row, 16-byte staged loads, `__dp4a`, columns of one
+//! expert grouped), more with MMQ int8 tensor-core tiles (`k_mmq`; prompt
+//! mul_mat_id grouped by expert on the device: `k_moe_group` + `k_mmq_id`).
+//! Float weights take a float mat-vec (activations rounded to F16/BF16 as
+//! the CPU does) or the tiled float GEMM (`k_mul_mat_tiled`; prompt
+//! mul_mat_id with float experts: `k_mul_mat_id_vec`).
+//!
+//! flash_attn_ext (`k_flash_attn`): F32/F16 mask, ALiBi, softcap, sinks,
+//! F32/F16/BF16 or Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL K, V of any weight type,
+//! head dimensions up to 576 (MLA).
+//!
+//! Not supported (the scheduler keeps these on the CPU): quantized
+//! destinations of cpy, flash attention with a K-quant K cache, other quant
+//! types.
 //!
 //! [`Backend::write_async`]: ggml_core::Backend::write_async
 //! [`Backend::synchronize`]: ggml_core::Backend::synchronize

@@ -44,6 +44,36 @@ fn every_launched_kernel_is_defined_and_listed() {
     assert!(KERNELS_SRC.contains("#define GT 16"));
 }
 
+/// `KERNELS_SRC` is `KERNEL_PARTS` joined, and the parts are `kernels.cu`
+/// then every `src/kernels/*.cu` in name order: the files `build.rs` joins
+/// for the emulator.
+#[test]
+fn kernel_parts_match_the_files_build_rs_joins() {
+    use ggml_cuda::kernels::KERNEL_PARTS;
+    let joined: String = KERNEL_PARTS.iter().map(|(_, text)| *text).collect();
+    assert_eq!(
+        joined, KERNELS_SRC,
+        "KERNELS_SRC is not KERNEL_PARTS joined"
+    );
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut families: Vec<String> = std::fs::read_dir(dir.join("kernels"))
+        .expect("src/kernels")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".cu"))
+        .map(|n| format!("kernels/{n}"))
+        .collect();
+    families.sort();
+    let mut want = vec!["kernels.cu".to_string()];
+    want.extend(families);
+    let names: Vec<&str> = KERNEL_PARTS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, want, "KERNEL_PARTS vs the files build.rs joins");
+    for (name, text) in KERNEL_PARTS {
+        let on_disk = std::fs::read_to_string(dir.join(name)).expect("a kernel part");
+        assert_eq!(&on_disk, text, "{name} changed since the build");
+    }
+}
+
 const PRELUDE: &str = r#"
 #include <math.h>
 #include <stdio.h>

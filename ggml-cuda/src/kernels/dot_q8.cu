@@ -238,18 +238,11 @@ extern "C" __global__ void k_quantize_q8_1(i8* q, float* ds, const u8* b, T4 tb,
 // s8.s8.s32`. Fragments (g = lane / 4, t = lane % 4): a[0] = A[g][4t..4t+3]
 // and a[1] = A[g + 8][4t..4t+3] (4 int8 each), b = B[4t..4t+3][g],
 // c[0..1] = C[g][2t..2t+1] and c[2..3] = C[g + 8][2t..2t+1]. The MMA
-// instruction needs sm_80; elsewhere (sm_75, and the CPU emulator, which
-// runs this path with the same fragment semantics) the warp gathers the
-// fragments with shuffles and takes the products with `__dp4a`. Every lane
-// of the warp must call it.
-__device__ __forceinline__ void mma_s8_16x8x16(int* c, const int* a, int b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-        "{%0, %1, %2, %3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(b));
-#else
+// instruction needs sm_80; the CPU emulator's prelude emulates it with
+// these fragment semantics (`emu_mma_s8_16x8x16`); elsewhere (sm_75) the
+// warp gathers the fragments with shuffles and takes the products with
+// `__dp4a` (`mma_s8_16x8x16_shfl`). Every lane of the warp must call it.
+__device__ __forceinline__ void mma_s8_16x8x16_shfl(int* c, const int* a, int b) {
     int lane = threadIdx.x & 31;
     int g = lane >> 2;
     int t = lane & 3;
@@ -265,5 +258,18 @@ __device__ __forceinline__ void mma_s8_16x8x16(int* c, const int* a, int b) {
         c[2] = __dp4a(a1, b0, c[2]);
         c[3] = __dp4a(a1, b1, c[3]);
     }
+}
+
+__device__ __forceinline__ void mma_s8_16x8x16(int* c, const int* a, int b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b));
+#elif defined(GGML_CUDA_EMU_MMA)
+    emu_mma_s8_16x8x16(c, a, b);
+#else
+    mma_s8_16x8x16_shfl(c, a, b);
 #endif
 }

@@ -266,3 +266,78 @@ extern "C" __global__ void k_mmq_id(u8* dst, T4 td, const u8* as, T4 ta, int tya
     mmq_tile(as + t4_off(ta, 0, 0, e, 0), ta.nb[1], tya, ta.ne[1], row0, ta.ne[0], q8, ds, sqc,
              sdo, ncols, dst, td.nb[0], sm);
 }
+
+// The float-expert form of `k_mmq_id` (F32/F16/BF16 experts): the same
+// tiles of `k_moe_group`, a SIMT tile product over K steps of 32 with the
+// activations (F32 rows `b`) rounded to the expert type as the CPU does.
+// Grid (ceil(ne0 / MMQ_TM), max tiles), block 256.
+extern "C" __global__ void k_mmf_id(u8* dst, T4 td, const u8* as, T4 ta, int tya, const u8* b,
+                                    T4 tb, const int* off, const int* sorted, const int* tiles,
+                                    const int* n_tiles) {
+    __shared__ float sw[MMQ_TM * 33];
+    __shared__ float sx[MMQ_TN * 33];
+    __shared__ i64 sbo[MMQ_TN];
+    __shared__ i64 sdo[MMQ_TN];
+    if ((int)blockIdx.y >= *n_tiles) {
+        return; // the whole block leaves together
+    }
+    int e = tiles[2 * blockIdx.y];
+    int first = tiles[2 * blockIdx.y + 1];
+    int n_expert = (int)ta.ne[2];
+    int left = off[e + 1] - off[e] - first;
+    int ncols = left < MMQ_TN ? left : MMQ_TN;
+    i64 n_used = td.ne[1];
+    int tid = threadIdx.x;
+    if (tid < MMQ_TN) {
+        int c = tid < ncols ? tid : 0;
+        i64 p = sorted[off[e] + first + c];
+        i64 slot = p % n_used;
+        i64 t = p / n_used;
+        sbo[tid] = t4_off(tb, 0, slot % tb.ne[1], t, 0);
+        sdo[tid] = t4_off(td, 0, slot, t, 0);
+    }
+    __syncthreads();
+    i64 row0 = (i64)blockIdx.x * MMQ_TM;
+    i64 nrows = td.ne[0];
+    int r = tid & 31;
+    int cw = tid >> 5;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (e != n_expert) {
+        const u8* a_base = as + t4_off(ta, 0, 0, e, 0);
+        i64 K = ta.ne[0];
+        for (i64 k0 = 0; k0 < K; k0 += 32) {
+            // stage 32 x 32 of each: thread -> (row or column tid / 8, 4 k)
+            int rr = tid >> 3;
+            int kq = (tid & 7) * 4;
+            for (int i = 0; i < 4; i++) {
+                i64 k = k0 + kq + i;
+                float w = 0.0f;
+                float x = 0.0f;
+                if (k < K && row0 + rr < nrows) {
+                    w = load_f(a_base + (row0 + rr) * ta.nb[1] + k * ta.nb[0], tya);
+                }
+                if (k < K && rr < ncols) {
+                    x = act_round(*(const float*)(b + sbo[rr] + k * tb.nb[0]), tya);
+                }
+                sw[rr * 33 + kq + i] = w;
+                sx[rr * 33 + kq + i] = x;
+            }
+            __syncthreads();
+            for (int j = 0; j < 4; j++) {
+                int c = cw + 8 * j;
+                float s = 0.0f;
+                for (int k = 0; k < 32; k++) {
+                    s += sw[r * 33 + k] * sx[c * 33 + k];
+                }
+                acc[j] += s;
+            }
+            __syncthreads();
+        }
+    }
+    for (int j = 0; j < 4; j++) {
+        int c = cw + 8 * j;
+        if (c < ncols && row0 + r < nrows) {
+            *(float*)(dst + sdo[c] + (row0 + r) * td.nb[0]) = acc[j];
+        }
+    }
+}
