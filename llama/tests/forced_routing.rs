@@ -9,26 +9,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
-use llama::device::open_device;
 use llama::moe_cache::forced::ForcedRouting;
 use llama::moe_cache::synth_trace::{generate, SynthKind, SynthParams};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind, Trace, TraceHeader};
-use llama::placement::Placement;
-use llama::{Context, ContextParams, Model, ModelParams};
-
-fn load(fx: &Fixture, device: Option<&str>) -> Arc<Model> {
-    let dev = device.and_then(|d| open_device(d, 2, 1).expect("device"));
-    let params = ModelParams {
-        device: dev,
-        placement: Placement {
-            cpu_moe: device.is_some(),
-            ..Default::default()
-        },
-        progress: None,
-        ..Default::default()
-    };
-    Arc::new(Model::load(&fx.gguf, params).expect("load"))
-}
+use llama::{Context, ContextParams, Model};
 
 fn ctx(model: &Arc<Model>, forced: Option<ForcedRouting>) -> Context {
     let cache = if model.device.is_some() {
@@ -73,7 +57,7 @@ fn the_models_own_routing_forced_back_gives_its_logits_bit_for_bit() {
     for name in MODELS {
         let fx = or_skip!(Fixture::load(name));
         for device in [None, Some("SIM0")] {
-            let model = load(&fx, device);
+            let model = fx.model_with_host_experts(device);
             let (want, trace) = run(&mut ctx(&model, None), &fx);
             let forced = ForcedRouting::new(&trace, &model).expect("forced");
             let (got, again) = run(&mut ctx(&model, Some(forced)), &fx);
@@ -92,7 +76,7 @@ fn the_models_own_routing_forced_back_gives_its_logits_bit_for_bit() {
 fn a_foreign_trace_routes_every_layer_wrapping_around() {
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
     for device in [None, Some("SIM0")] {
-        let model = load(&fx, device);
+        let model = fx.model_with_host_experts(device);
         let header = TraceHeader::from_model(&model);
         let (n_moe, ne, nu) = (header.layers.len(), header.n_expert, header.n_expert_used);
         // 5 tokens, fewer than the run's: positions wrap around
@@ -125,7 +109,7 @@ fn a_foreign_trace_routes_every_layer_wrapping_around() {
 #[test]
 fn a_trace_that_cannot_drive_the_model_is_refused() {
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
-    let model = load(&fx, None);
+    let model = fx.model_with_host_experts(None);
     let mut h = TraceHeader::from_model(&model);
     h.n_expert_used += 1;
     let t = Trace::from_tokens(h.clone(), &[]);

@@ -9,25 +9,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
-use llama::device::open_device;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
-
-fn load(fx: &Fixture, device: Option<&str>) -> Arc<Model> {
-    let dev = device.and_then(|d| open_device(d, 2, 1).expect("device"));
-    let params = ModelParams {
-        device: dev,
-        placement: Placement {
-            cpu_moe: device.is_some(),
-            ..Default::default()
-        },
-        progress: None,
-        ..Default::default()
-    };
-    Arc::new(Model::load(&fx.gguf, params).expect("load"))
-}
 
 fn ctx(model: &Arc<Model>, ubatch: usize, cache: MoeCacheParams) -> Context {
     let p = ContextParams {
@@ -89,10 +74,14 @@ fn cached_experts_give_cpu_logits_bit_for_bit() {
     for name in MODELS {
         let fx = or_skip!(Fixture::load(name), continue);
         let cpu = logits(
-            &mut ctx(&load(&fx, None), 512, MoeCacheParams::default()),
+            &mut ctx(
+                &fx.model_with_host_experts(None),
+                512,
+                MoeCacheParams::default(),
+            ),
             &fx,
         );
-        let model = load(&fx, Some("SIM0"));
+        let model = fx.model_with_host_experts(Some("SIM0"));
         for bytes in budgets(&model) {
             for policy in PolicyKind::ALL {
                 for ub in [7, 512] {
@@ -177,7 +166,7 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
         "tiny-qwen2moe-f32",
     ] {
         let fx = or_skip!(Fixture::load(name), continue);
-        let model = load(&fx, Some("SIM0"));
+        let model = fx.model_with_host_experts(Some("SIM0"));
         let groups = model_groups(&model);
         let g = &groups[0];
         let all = g.n_expert * g.layers.len() as u32;
@@ -303,7 +292,7 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
 #[test]
 fn poisoned_ids_are_an_error_in_the_cache_and_it_recovers() {
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
-    let model = load(&fx, Some("SIM0"));
+    let model = fx.model_with_host_experts(Some("SIM0"));
     let n_expert = model.hparams.n_expert as i32;
     let bytes = bytes_for_all(&model_groups(&model));
     let mut c = ctx(&model, 7, cache(PolicyKind::Lrfu, bytes));
@@ -323,7 +312,11 @@ fn poisoned_ids_are_an_error_in_the_cache_and_it_recovers() {
     c.set_expert_id_filter(None);
     let got = logits(&mut c, &fx);
     let cpu = logits(
-        &mut ctx(&load(&fx, None), 512, MoeCacheParams::default()),
+        &mut ctx(
+            &fx.model_with_host_experts(None),
+            512,
+            MoeCacheParams::default(),
+        ),
         &fx,
     );
     assert!(
@@ -390,7 +383,7 @@ fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
 fn replaying_the_router_ids_reproduces_the_live_cache_for_every_policy() {
     use llama::moe_cache::replay::{replay, TraceUbatch};
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-q8_0"));
-    let model = load(&fx, Some("SIM0"));
+    let model = fx.model_with_host_experts(Some("SIM0"));
     let g = &model_groups(&model)[0];
     let all = g.n_expert * g.layers.len() as u32;
     let n_slots = all / 2;

@@ -9,26 +9,11 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
-use llama::device::open_device;
 use llama::moe_cache::hybrid::CpuShare;
 use llama::moe_cache::layout::model_groups;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
-
-fn load(fx: &Fixture, device: Option<&str>) -> Arc<Model> {
-    let dev = device.and_then(|d| open_device(d, 2, 1).expect("device"));
-    let params = ModelParams {
-        device: dev,
-        placement: Placement {
-            cpu_moe: device.is_some(),
-            ..Default::default()
-        },
-        progress: None,
-        ..Default::default()
-    };
-    Arc::new(Model::load(&fx.gguf, params).expect("load"))
-}
 
 fn ctx(model: &Arc<Model>, ubatch: usize, bytes: u64, hybrid: Option<CpuShare>) -> Context {
     let p = ContextParams {
@@ -69,8 +54,11 @@ fn logits(c: &mut Context, fx: &Fixture) -> Vec<f32> {
 fn hybrid_experts_give_cpu_logits_bit_for_bit_on_every_fixture() {
     for name in MODELS {
         let fx = or_skip!(Fixture::load(name), continue);
-        let cpu = logits(&mut ctx(&load(&fx, None), 512, 0, None), &fx);
-        let model = load(&fx, Some("SIM0"));
+        let cpu = logits(
+            &mut ctx(&fx.model_with_host_experts(None), 512, 0, None),
+            &fx,
+        );
+        let model = fx.model_with_host_experts(Some("SIM0"));
         let g = &model_groups(&model)[0];
         // a cache of half the experts: it fills during the prompt
         let bytes = g.bank_bytes(g.n_expert * g.layers.len() as u32 / 2);
@@ -159,7 +147,7 @@ fn auto_uploads_over_a_fast_link_and_computes_on_the_cpu_over_fast_host_memory()
 #[test]
 fn the_cpu_share_runs_while_the_uploads_cross_and_nothing_races() {
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-q4_k"));
-    let model = load(&fx, Some("SIM0"));
+    let model = fx.model_with_host_experts(Some("SIM0"));
     let g = &model_groups(&model)[0];
     let bytes = g.bank_bytes(g.n_expert * g.layers.len() as u32 / 2);
     let mut c = ctx(&model, 5, bytes, Some(CpuShare::Fixed(0.5)));

@@ -137,3 +137,21 @@ fn sigma(row: &[f32]) -> f64 {
     let mean = row.iter().map(|&x| x as f64).sum::<f64>() / n;
     (row.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt()
 }
+
+impl Fixture {
+    /// The fixture's model, on `device` with every expert in host memory
+    /// (`--cpu-moe`), or on the CPU alone when `device` is `None`.
+    pub fn model_with_host_experts(&self, device: Option<&str>) -> std::sync::Arc<llama::Model> {
+        let dev = device.and_then(|d| llama::device::open_device(d, 2, 1).expect("device"));
+        let params = llama::ModelParams {
+            device: dev,
+            placement: llama::placement::Placement {
+                cpu_moe: device.is_some(),
+                ..Default::default()
+            },
+            progress: None,
+            ..Default::default()
+        };
+        std::sync::Arc::new(llama::Model::load(&self.gguf, params).expect("load"))
+    }
+}
