@@ -565,10 +565,49 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// The arguments soft_max and flash attention share: the mask (source
+    /// `i_mask`: pointer, layout, type, present), the sinks (source
+    /// `i_mask + 1`: pointer, present), `scale`, `max_bias` and ALiBi's
+    /// slopes for `n_head` heads (`m0`, `m1`, `n_head_log2`), as ggml.
+    fn attn_args(
+        &self,
+        g: &Graph,
+        t: &ggml_core::Tensor,
+        i_mask: usize,
+        scale: f32,
+        max_bias: f32,
+        n_head: i64,
+    ) -> Result<[A; 11], BackendError> {
+        let (mp, tm, tym, has_mask) = match t.src.get(i_mask) {
+            Some(&m) => (self.ptr(g, m)?, T4::of(g, m), g.tensor(m).ty, 1),
+            None => (0, T4::default(), GgmlType::F32, 0),
+        };
+        let (sp, has_sinks) = match t.src.get(i_mask + 1) {
+            Some(&sk) => (self.ptr(g, sk)?, 1),
+            None => (0, 0),
+        };
+        let n_head = n_head.max(1) as u32;
+        let n_head_log2 = 1u32 << (31 - n_head.leading_zeros());
+        let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
+        let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+        Ok([
+            A::P(mp),
+            A::T(tm),
+            tid(tym),
+            A::I(has_mask),
+            A::P(sp),
+            A::I(has_sinks),
+            A::F(scale),
+            A::F(max_bias),
+            A::F(m0),
+            A::F(m1),
+            A::I(n_head_log2 as i32),
+        ])
+    }
+
     fn compute_node(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
         let t = g.tensor(node);
         let src = |i: usize| t.src[i];
-        let ty = |id: TensorId| g.tensor(id).ty;
         let errp = self.err_flag.dev_word.ptr;
         match t.op {
             Op::None | Op::Reshape | Op::View | Op::Permute | Op::Transpose => Ok(()),
@@ -726,20 +765,7 @@ impl CudaBackend {
             }
             Op::SoftMaxExt { scale, max_bias } => {
                 let a = src(0);
-                let ta = T4::of(g, a);
-                let (mp, tm, tym, has_mask) = match t.src.get(1) {
-                    Some(&m) => (self.ptr(g, m)?, T4::of(g, m), ty(m), 1),
-                    None => (0, T4::default(), GgmlType::F32, 0),
-                };
-                let (sp, has_sinks) = match t.src.get(2) {
-                    Some(&sk) => (self.ptr(g, sk)?, 1),
-                    None => (0, 0),
-                };
-                let max_bias = max_bias.get();
-                let n_head = ta.ne[2].max(1) as u32;
-                let n_head_log2 = 1u32 << (31 - n_head.leading_zeros());
-                let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
-                let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+                let n_head = T4::of(g, a).ne[2];
                 let rows = g.tensor(a).nrows();
                 self.launch(
                     Kernel::SoftMax,
@@ -748,19 +774,7 @@ impl CudaBackend {
                     &[
                         &self.tensor_args_untyped(g, node)?,
                         &self.tensor_args(g, a)?,
-                        &[
-                            A::P(mp),
-                            A::T(tm),
-                            tid(tym),
-                            A::I(has_mask),
-                            A::P(sp),
-                            A::I(has_sinks),
-                            A::F(scale.get()),
-                            A::F(max_bias),
-                            A::F(m0),
-                            A::F(m1),
-                            A::I(n_head_log2 as i32),
-                        ],
+                        &self.attn_args(g, t, 1, scale.get(), max_bias.get(), n_head)?,
                     ],
                 )
             }
@@ -838,23 +852,11 @@ impl CudaBackend {
                 softcap,
             } => {
                 let (q, k, v) = (src(0), src(1), src(2));
-                let (mp, tm, tym, has_mask) = match t.src.get(3) {
-                    Some(&m) => (self.ptr(g, m)?, T4::of(g, m), ty(m), 1),
-                    None => (0, T4::default(), GgmlType::F32, 0),
-                };
-                let (sp, has_sinks) = match t.src.get(4) {
-                    Some(&sk) => (self.ptr(g, sk)?, 1),
-                    None => (0, 0),
-                };
-                let (mut scale, max_bias, softcap) = (scale.get(), max_bias.get(), softcap.get());
+                let (mut scale, softcap) = (scale.get(), softcap.get());
                 if softcap != 0.0 {
                     scale /= softcap;
                 }
                 let tq = T4::of(g, q);
-                let n_head = tq.ne[2].max(1) as u32;
-                let n_head_log2 = 1u32 << (31 - n_head.leading_zeros());
-                let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
-                let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
                 let rows = tq.ne[1] * tq.ne[2] * tq.ne[3];
                 self.launch(
                     Kernel::FlashAttn,
@@ -865,20 +867,8 @@ impl CudaBackend {
                         &self.tensor_args(g, q)?,
                         &self.tensor_args(g, k)?,
                         &self.tensor_args(g, v)?,
-                        &[
-                            A::P(mp),
-                            A::T(tm),
-                            tid(tym),
-                            A::I(has_mask),
-                            A::P(sp),
-                            A::I(has_sinks),
-                            A::F(scale),
-                            A::F(max_bias),
-                            A::F(m0),
-                            A::F(m1),
-                            A::I(n_head_log2 as i32),
-                            A::F(softcap),
-                        ],
+                        &self.attn_args(g, t, 3, scale, max_bias.get(), tq.ne[2])?,
+                        &[A::F(softcap)],
                     ],
                 )
             }
