@@ -847,6 +847,21 @@ mod tests {
             g.starts_with("start: (\"<tool_call>\\n\" call \"\\n</tool_call>\")+\ncall: %json {"),
             "{g}"
         );
+        // the JSON part: compact, and only the listed properties (as llama.cpp)
+        let part: Value = g
+            .split_once("call: %json ")
+            .and_then(|(_, j)| serde_json::from_str(j.trim()).ok())
+            .expect("a JSON schema after %json");
+        assert_eq!(
+            part["x-guidance"]["whitespace_flexible"],
+            json!(false),
+            "{g}"
+        );
+        assert_eq!(
+            part["anyOf"][0]["additionalProperties"],
+            json!(false),
+            "{g}"
+        );
         let Some(RequiredCall::Lark(g)) =
             required_call(ToolFormat::FunctionaryV31, &req(json!("required"), false))
         else {
