@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use llama::Model;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokEnv, TokenId};
-use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
+use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
@@ -174,21 +174,7 @@ impl Grammars {
             ConstraintSpec::Gbnf(g) => TopLevelGrammar::from_lark(gbnf_to_lark(g).map_err(bad)?),
             ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
             ConstraintSpec::JsonSchema(s) => {
-                let mut s = s.clone();
-                llama_cpp_schema(&mut s);
-                if let Value::Object(o) = &mut s {
-                    if !o.contains_key("x-guidance") {
-                        let opts = JsonCompileOptions {
-                            item_separator: ", ".into(),
-                            key_separator: ": ".into(),
-                            whitespace_flexible: false,
-                            ..JsonCompileOptions::default()
-                        };
-                        let v = serde_json::to_value(&opts).map_err(|e| bad(e.to_string()))?;
-                        o.insert("x-guidance".into(), v);
-                    }
-                }
-                TopLevelGrammar::from_json_schema(s)
+                TopLevelGrammar::from_json_schema(llguidance_schema(s))
             }
         };
         // llguidance reports errors as values; a panic in it must not take
@@ -215,6 +201,22 @@ impl Grammars {
             matcher: Mutex::new(matcher),
         })
     }
+}
+
+/// `schema` as llguidance is given it: read as llama.cpp reads schemas
+/// ([`llama_cpp_schema`]) and written compactly (`", "` and `": "`, no free
+/// whitespace: llguidance's `x-guidance` options) unless it sets its own
+/// `x-guidance`. For `json_schema` requests and the `%json` parts of the
+/// tool-call grammars ([`crate::tools::required_call`]).
+pub(crate) fn llguidance_schema(schema: &Value) -> Value {
+    let mut s = schema.clone();
+    llama_cpp_schema(&mut s);
+    if let Value::Object(o) = &mut s {
+        o.entry("x-guidance").or_insert_with(
+            || json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false}),
+        );
+    }
+    s
 }
 
 /// llama.cpp's reading of a schema (its `json_schema_to_grammar`), where

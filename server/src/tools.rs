@@ -506,6 +506,13 @@ fn lit(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
+/// A `%json` part of a Lark grammar: `schema` read as llama.cpp reads it
+/// and written compactly ([`crate::constraint::llguidance_schema`]), so a
+/// model can neither add properties nor pad a call with whitespace.
+fn json_part(schema: &Value) -> String {
+    crate::constraint::llguidance_schema(schema).to_string()
+}
+
 /// The grammar a required tool call must follow, or `None` when the
 /// choice leaves the model free (`auto`, `none`).
 pub fn required_call(format: ToolFormat, req: &ToolRequest) -> Option<RequiredCall> {
@@ -565,7 +572,7 @@ pub fn required_call(format: ToolFormat, req: &ToolRequest) -> Option<RequiredCa
             g.push_str(&format!(
                 "call_{i}: {} args_{i}{post}\nargs_{i}: %json {}\n",
                 pre(n),
-                p
+                json_part(p)
             ));
         }
         g
@@ -589,15 +596,15 @@ pub fn required_call(format: ToolFormat, req: &ToolRequest) -> Option<RequiredCa
         ToolFormat::Llama3 => RequiredCall::JsonSchema(call("name", "parameters")),
         ToolFormat::Hermes => RequiredCall::Lark(format!(
             "start: (\"<tool_call>\\n\" call \"\\n</tool_call>\"){rep}\ncall: %json {}\n",
-            call("name", "arguments")
+            json_part(&call("name", "arguments"))
         )),
         ToolFormat::Mistral => RequiredCall::Lark(format!(
             "start: \"[TOOL_CALLS]\" calls\ncalls: %json {}\n",
-            array(call("name", "arguments"))
+            json_part(&array(call("name", "arguments")))
         )),
         ToolFormat::FireFunction => RequiredCall::Lark(format!(
             "start: \" functools\" calls\ncalls: %json {}\n",
-            array(call("name", "arguments"))
+            json_part(&array(call("name", "arguments")))
         )),
         ToolFormat::CommandR => {
             let item = json!({"anyOf": tools.iter().map(|(n, p)| json!({
@@ -607,7 +614,7 @@ pub fn required_call(format: ToolFormat, req: &ToolRequest) -> Option<RequiredCa
             })).collect::<Vec<_>>()});
             RequiredCall::Lark(format!(
                 "start: \"<|START_ACTION|>\" calls \"<|END_ACTION|>\"\ncalls: %json {}\n",
-                array(item)
+                json_part(&array(item))
             ))
         }
         ToolFormat::FunctionaryV32 => {
@@ -838,6 +845,21 @@ mod tests {
         };
         assert!(
             g.starts_with("start: (\"<tool_call>\\n\" call \"\\n</tool_call>\")+\ncall: %json {"),
+            "{g}"
+        );
+        // the JSON part: compact, and only the listed properties (as llama.cpp)
+        let part: Value = g
+            .split_once("call: %json ")
+            .and_then(|(_, j)| serde_json::from_str(j.trim()).ok())
+            .expect("a JSON schema after %json");
+        assert_eq!(
+            part["x-guidance"]["whitespace_flexible"],
+            json!(false),
+            "{g}"
+        );
+        assert_eq!(
+            part["anyOf"][0]["additionalProperties"],
+            json!(false),
             "{g}"
         );
         let Some(RequiredCall::Lark(g)) =

@@ -10,52 +10,17 @@
 //! bad input (a slot action on a missing file, an unknown tool format)
 //! are checked in `native_api_and_bad_input`.
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{python_with_openai, start, Server};
 use serde_json::{json, Value};
 
 const KEY: &str = "sk-test-key";
-
-/// A running server, killed on drop.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(extra: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_llama-server"))
-        .args(["--host", "127.0.0.1", "--port", "0", "-t", "2"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start llama-server");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(url) = line.strip_prefix("server listening on ") {
-                let _ = tx.send(url.to_string());
-            }
-        }
-    });
-    let base = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("server did not print 'server listening on' within 60 s");
-    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
-    Server { child, base }
-}
 
 /// `curl` a path: (status, body). `body` None = GET.
 fn curl(s: &Server, path: &str, body: Option<&str>, key: Option<&str>) -> (u16, String) {
@@ -659,40 +624,17 @@ fn server_end_to_end() {
     println!("server test done in {:.1} s", t0.elapsed().as_secs_f64());
 }
 
-/// `pip install --target` the openai package into target/, then run a
-/// script with it against the server; skip (with a message) when it
-/// cannot be installed.
+/// Run a script with the official openai package (installed into
+/// target/ by `common::python_with_openai`) against the server; skip (with
+/// a message) when it cannot be installed.
 fn openai_client(s: &Server, model_id: &str) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/py-openai");
-    let py = if Command::new("python3").arg("--version").output().is_ok() {
-        "python3"
-    } else {
-        println!("SKIP openai client: no python3");
-        return;
-    };
-    if !dir.join("openai").is_dir() {
-        let st = Command::new(py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--target",
-            ])
-            .arg(&dir)
-            .arg("openai")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if !matches!(st, Ok(s) if s.success()) || !dir.join("openai").is_dir() {
-            println!(
-                "SKIP openai client: `pip install --target {} openai` failed",
-                dir.display()
-            );
+    let (py, dir) = match python_with_openai() {
+        Ok(x) => x,
+        Err(why) => {
+            println!("SKIP openai client: {why}");
             return;
         }
-    }
+    };
     let script = r#"
 import sys, openai
 base, key, model = sys.argv[1], sys.argv[2], sys.argv[3]
