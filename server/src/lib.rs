@@ -31,6 +31,6 @@ pub mod native;
 pub mod request;
 pub mod serve;
 pub mod stop;
-pub mod tools;
 pub mod token_env;
+pub mod tools;
 pub mod webui;
