@@ -110,6 +110,7 @@ mod tests {
             bytes_wasted: 150,
             inputs: 2,
             experts: 8,
+            ..PrefetchStats::default()
         };
         let r = PrefetchReport::new(&t, Some(p), 3);
         assert_eq!(

@@ -2,7 +2,9 @@
 //! the CPU's logits bit for bit on every fixture, slots on and off, with
 //! and without the expert cache; exact byte accounting; on the recorded
 //! simulated timeline no staging slot is read before its copy completed
-//! nor overwritten while a split still reads it; bad slot counts.
+//! nor overwritten while a split still reads it; bad slot counts; auto
+//! (`-1`) gives prefetch-off's logits and never moves more than whole
+//! tensors.
 
 mod common;
 
@@ -100,6 +102,14 @@ fn prefetched_experts_give_cpu_logits_bit_for_bit() {
                 assert_eq!(slots, 0, "{name}: slots {slots} made no staging");
                 continue;
             };
+            if slots < 0 {
+                // auto may stage nothing; `auto_prefetch_*` checks it
+                assert!(
+                    p.auto_whole + p.auto_none > 0,
+                    "{name}: auto decided nothing"
+                );
+                continue;
+            }
             assert!(
                 p.bytes > 0 && p.inputs > 0,
                 "{name} slots {slots}: nothing prefetched"
@@ -111,6 +121,115 @@ fn prefetched_experts_give_cpu_logits_bit_for_bit() {
             assert!(t.h2d_bytes_experts >= p.bytes, "{name}");
         }
     }
+}
+
+#[test]
+fn auto_prefetch_matches_off_and_never_moves_more_than_whole_tensors() {
+    for name in MODELS {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let model = load(&fx, Some("SIM0"));
+        let mut off = ctx(&model, 0, CacheSize::Off);
+        let want = logits(&mut off, &fx);
+        let off_bytes = off.stats().h2d_bytes_experts;
+        let mut whole = ctx(&model, 3, CacheSize::Off);
+        let _ = logits(&mut whole, &fx);
+        let w = whole.prefetch_stats().expect("staging");
+        let whole_bytes = whole.stats().h2d_bytes_experts;
+        let mut auto = ctx(&model, -1, CacheSize::Off);
+        let got = logits(&mut auto, &fx);
+        let same = got.len() == want.len()
+            && got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{name}: auto's logits differ from prefetch off");
+        let a = auto.prefetch_stats().expect("staging");
+        let auto_bytes = auto.stats().h2d_bytes_experts;
+        eprintln!(
+            "{name}: off {off_bytes} whole {whole_bytes} ({} staged, {} wasted) auto {auto_bytes} ({} staged; whole {} none {})",
+            w.bytes, w.bytes_wasted, a.bytes, a.auto_whole, a.auto_none
+        );
+        assert_eq!(a.bytes_used + a.bytes_wasted, a.bytes, "{name}");
+        assert!(a.bytes <= w.bytes, "{name}: auto staged more than whole");
+        assert!(
+            auto_bytes <= whole_bytes.max(off_bytes),
+            "{name}: auto moved {auto_bytes} bytes, whole {whole_bytes}"
+        );
+        assert!(
+            a.auto_whole + a.auto_none > 0,
+            "{name}: auto decided nothing"
+        );
+    }
+}
+
+/// The prompt's logits (all rows), then the prompt again as a second
+/// ubatch of the same sequence and its logits.
+fn twice(c: &mut Context, fx: &Fixture) -> Vec<f32> {
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        c.decode(&fx.tokens, true).expect("prompt");
+        for i in 0..fx.tokens.len() {
+            out.extend_from_slice(c.logits(i).expect("row"));
+        }
+    }
+    out
+}
+
+#[test]
+fn auto_leaves_partly_used_tensors_to_the_selective_copy_when_compute_hides_nothing() {
+    // no link latency, no launch cost and a device far faster than the
+    // link: a whole tensor pays only when every expert of it is used
+    let prof = ggml_core::SimProfile::from_json(
+        r#"{"name": "no-hiding",
+        "device": {"flops": 1.0e18, "mem_bw": 1.0e18, "launch_s": 0.0},
+        "link": {"h2d_bw": 1.0e9, "d2h_bw": 1.0e9, "latency_s": 0.0}}"#,
+    )
+    .expect("profile");
+    let mut saw_none = false;
+    for name in [
+        "tiny-qwen3moe-q4_k",
+        "tiny-olmoe-f32",
+        "tiny-deepseek2-q4_k",
+    ] {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let dev = llama::device::open_device_with(
+            "SIM0",
+            &llama::device::DeviceOptions {
+                n_threads: 2,
+                offload_min_batch: 1,
+                sim_profile: Some(prof.clone()),
+                sim_mem: None,
+            },
+        )
+        .expect("SIM0");
+        let model = load_on(&fx, dev);
+        let want = twice(&mut ctx(&model, 0, CacheSize::Off), &fx);
+        let mut whole = ctx(&model, 3, CacheSize::Off);
+        let _ = twice(&mut whole, &fx);
+        let w = whole.prefetch_stats().expect("staging");
+        let mut auto = ctx(&model, -1, CacheSize::Off);
+        let got = twice(&mut auto, &fx);
+        assert!(
+            got.len() == want.len()
+                && got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}: auto's logits differ from prefetch off"
+        );
+        let a = auto.prefetch_stats().expect("staging");
+        assert!(a.bytes <= w.bytes, "{name}");
+        if w.bytes_wasted > 0 {
+            // some tensor was partly used: on the second prompt, with each
+            // tensor's own fraction measured, auto left some to the copy
+            assert!(
+                a.auto_none > 0 && a.bytes < w.bytes,
+                "{name}: {a:?} vs {w:?}"
+            );
+            saw_none = true;
+        }
+    }
+    assert!(saw_none, "no fixture had a partly used tensor");
 }
 
 #[test]

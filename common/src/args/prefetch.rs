@@ -10,8 +10,10 @@ pub struct PrefetchArgs {
     /// staging slots for the prefill prefetch: the next splits' host expert
     /// tensors are copied into N rotating device slots (each as large as the
     /// largest expert tensor) while the current split computes; -1 = auto
-    /// (3, fewer when they do not fit), 0 = off; llama-bench takes a
-    /// comma-separated list
+    /// (3 slots, fewer when they do not fit; per layer and ubatch a tensor
+    /// is prefetched whole only when the link and compute costs and the use
+    /// fraction measured on earlier ubatches say it pays), 0 = off;
+    /// llama-bench takes a comma-separated list
     #[arg(
         long = "prefetch-experts-slots",
         value_name = "N",

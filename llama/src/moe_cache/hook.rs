@@ -484,6 +484,27 @@ impl CopyHook for MoeCacheHook {
     }
 
     fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError> {
+        let r = self.copy_input_inner(cx)?;
+        if let Some(p) = &self.prefetch {
+            let mut p = p.lock();
+            if p.is_auto() {
+                // declined: the scheduler copies the whole input
+                let written = if r {
+                    cx.bytes_written()
+                } else {
+                    cx.nbytes() as u64
+                };
+                p.observe_copy(cx.graph(), cx.src(), cx.nbytes(), written);
+            }
+        }
+        Ok(r)
+    }
+}
+
+impl MoeCacheHook {
+    /// A host weight's copy: the cache's slot maps and bypass reads, else
+    /// the selective expert copy.
+    fn copy_input_inner(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError> {
         if let Some(c) = self.cache.clone() {
             let mut cache = c.lock();
             if let Some(layer) = Self::map_layer(&cache, cx) {

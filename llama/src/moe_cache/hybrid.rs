@@ -16,7 +16,9 @@
 //! runs after the device split is queued, so the decision is made before
 //! the CPU reads its map): with `--moe-cache-cpu-share auto` from the
 //! [`CostModel`], with a number `F` (upstream's fixed share) the share `F`
-//! of the misses (fewest tokens first) once the group's cache is full.
+//! of the misses (fewest tokens first); both only once the group's cache is
+//! full (until then every miss is uploaded into a free slot, where it may
+//! hit later).
 
 use std::fmt;
 use std::str::FromStr;
@@ -170,6 +172,9 @@ impl HybridShared {
         full: bool,
     ) -> Vec<u32> {
         match self.share {
+            // while the cache has free slots an upload also fills one that
+            // later hits; a miss computed on the CPU leaves it empty
+            CpuShare::Auto if !full => Vec::new(),
             CpuShare::Auto => self.cost.plan(e, n_tokens, hits, misses),
             CpuShare::Fixed(f) => fixed_share(f, misses, full),
         }

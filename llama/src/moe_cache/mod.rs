@@ -47,6 +47,7 @@ pub mod layout;
 pub mod policy;
 pub mod predict;
 pub mod prefetch;
+pub mod prefetch_auto;
 pub mod replay;
 pub mod stats;
 pub mod synth_trace;

@@ -21,6 +21,10 @@
 //! After each ubatch the context reads the ubatch's expert ids (graph
 //! outputs) and splits the prefetched bytes into *used* (experts the ids
 //! name) and *wasted* ([`PrefetchStats`]).
+//!
+//! `-1` (auto) makes [`AUTO_SLOTS`] slots and decides per tensor and
+//! ubatch whether to stage it at all ([`super::prefetch_auto`]); `N > 0`
+//! stages every offered expert tensor whole.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -31,7 +35,9 @@ use ggml_sched::{HookError, PrefetchCtx};
 use crate::error::{LlamaError, Result};
 use crate::model::Model;
 
+use super::cost::CostModel;
 use super::layout::model_groups;
+use super::prefetch_auto::{AutoCounts, AutoPlan};
 
 /// Slots `--prefetch-experts-slots -1` (auto) asks for: one layer's gate,
 /// up and down tensors (upstream's reviewers saw little gain past 3).
@@ -68,6 +74,10 @@ pub struct PrefetchStats {
     pub inputs: u64,
     /// Experts staged (each tensor's expert count).
     pub experts: u64,
+    /// Auto: tensors (per ubatch) it chose to prefetch whole.
+    pub auto_whole: u64,
+    /// Auto: tensors (per ubatch) it left to the selective copy.
+    pub auto_none: u64,
 }
 
 impl PrefetchStats {
@@ -79,14 +89,17 @@ impl PrefetchStats {
             bytes_wasted: self.bytes_wasted - b.bytes_wasted,
             inputs: self.inputs - b.inputs,
             experts: self.experts - b.experts,
+            auto_whole: self.auto_whole - b.auto_whole,
+            auto_none: self.auto_none - b.auto_none,
         }
     }
 }
 
 /// A staged expert tensor whose use is not counted yet.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Pending {
     src: TensorId,
+    name: String,
     bytes: u64,
     expert_bytes: u64,
     n_expert: usize,
@@ -106,6 +119,8 @@ pub struct Staging {
     pub requested: i32,
     /// Why fewer slots than asked for were made, when that happened.
     pub note: Option<String>,
+    /// Auto's decisions (`-1` only).
+    auto: Option<AutoPlan>,
 }
 
 fn mib(b: u64) -> f64 {
@@ -134,6 +149,7 @@ impl Staging {
             stats: PrefetchStats::default(),
             requested,
             note: None,
+            auto: None,
         };
         if requested < -1 {
             return Err(LlamaError::Invalid(format!(
@@ -183,6 +199,14 @@ impl Staging {
             }
         }
         st.slot_bytes = tensor_bytes;
+        if requested < 0 {
+            let cost = match ggml_core::SimClock::of(dev.as_ref()) {
+                Some(c) => CostModel::from_sim(c.profile()),
+                None => CostModel::calibrate(dev),
+            };
+            let n_used = groups.iter().map(|g| g.n_used as usize).max().unwrap_or(1);
+            st.auto = Some(AutoPlan::new(cost, n_used));
+        }
         for _ in 0..n {
             match dev.alloc_buffer(slot_bytes, BufferUsage::Compute) {
                 Ok(b) => st.slots.push(TensorData {
@@ -223,6 +247,29 @@ impl Staging {
     pub fn begin_ubatch(&mut self, n_tokens: usize) {
         self.n_tokens = n_tokens;
         self.pending.clear();
+        if let Some(a) = &mut self.auto {
+            a.begin_ubatch(n_tokens);
+        }
+    }
+
+    /// Whether the slot count was `-1` (auto).
+    pub fn is_auto(&self) -> bool {
+        self.auto.is_some()
+    }
+
+    /// Auto: the selective copy of `src` (not staged) moved `written` of
+    /// its `nbytes` bytes this ubatch; remembered as its use fraction.
+    pub fn observe_copy(&mut self, g: &Graph, src: TensorId, nbytes: usize, written: u64) {
+        if !self.active() || nbytes == 0 {
+            return;
+        }
+        let t = g.tensor(src);
+        if t.ne[2] <= 1 || t.ne[3] != 1 {
+            return;
+        }
+        if let Some(a) = &mut self.auto {
+            a.observe(&t.name, written as f64 / nbytes as f64);
+        }
     }
 
     /// Whether this ubatch prefetches (slots exist and it is larger than
@@ -251,6 +298,21 @@ impl Staging {
         if !expert_matmul || len > self.slot_bytes {
             return Ok(false);
         }
+        if let Some(a) = &mut self.auto {
+            let mut n = AutoCounts::default();
+            let d = a.decide(
+                &src.name,
+                len,
+                src.ne[2] as usize,
+                [src.ne[0], src.ne[1]],
+                &mut n,
+            );
+            self.stats.auto_whole += n.whole;
+            self.stats.auto_none += n.none;
+            if d != Some(true) {
+                return Ok(false);
+            }
+        }
         let n = self.slots.len();
         for k in 0..n {
             let i = (self.next + k) % n;
@@ -262,6 +324,7 @@ impl Staging {
                 self.stats.experts += src.ne[2] as u64;
                 self.pending.push(Pending {
                     src: cx.src(),
+                    name: src.name.clone(),
                     bytes: len as u64,
                     expert_bytes: src.nb[2] as u64,
                     n_expert: src.ne[2] as usize,
@@ -306,6 +369,9 @@ impl Staging {
             }
             let n_used = used.iter().filter(|&&u| u).count() as u64;
             let b = (n_used * p.expert_bytes).min(p.bytes);
+            if let Some(a) = &mut self.auto {
+                a.observe(&p.name, b as f64 / p.bytes.max(1) as f64);
+            }
             self.stats.bytes_used += b;
             self.stats.bytes_wasted += p.bytes - b;
         }
