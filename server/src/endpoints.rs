@@ -254,37 +254,15 @@ async fn slot_action(
     let (tx, rx) = oneshot::channel();
     let t0 = Instant::now();
     let kind = action.clone();
-    if st
-        .jobs
-        .send(Task::Slot(SlotTask {
-            id,
-            action,
-            reply: tx,
-        }))
-        .await
-        .is_err()
-    {
-        return fail(&st, ApiError::internal("the decode thread has stopped"));
-    }
-    let n = match tokio::time::timeout(st.timeout, rx).await {
-        Ok(Ok(Ok(n))) => n,
-        Ok(Ok(Err(e))) => return fail(&st, ApiError::bad_request(e)),
-        Ok(Err(_)) => {
-            return fail(
-                &st,
-                ApiError::internal("the decode thread dropped the action"),
-            )
-        }
-        Err(_) => {
-            return fail(
-                &st,
-                ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "no answer within --timeout",
-                    "timeout_error",
-                ),
-            )
-        }
+    let task = Task::Slot(SlotTask {
+        id,
+        action,
+        reply: tx,
+    });
+    let n = match run_task(&st, task, rx, "action").await {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => return fail(&st, ApiError::bad_request(e)),
+        Err(e) => return fail(&st, e),
     };
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     let v = match kind {
@@ -511,28 +489,10 @@ async fn embed(
             tokens: toks.clone(),
             reply: tx,
         });
-        if st.jobs.send(task).await.is_err() {
-            return fail(&st, ApiError::internal("the decode thread has stopped"));
-        }
-        match tokio::time::timeout(st.timeout, rx).await {
-            Ok(Ok(Ok(rows))) => results.push(pool(&rows, st.pooling)),
-            Ok(Ok(Err(e))) => return fail(&st, ApiError::internal(e)),
-            Ok(Err(_)) => {
-                return fail(
-                    &st,
-                    ApiError::internal("the decode thread dropped the request"),
-                )
-            }
-            Err(_) => {
-                return fail(
-                    &st,
-                    ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "no answer within --timeout",
-                        "timeout_error",
-                    ),
-                )
-            }
+        match run_task(&st, task, rx, "request").await {
+            Ok(Ok(rows)) => results.push(pool(&rows, st.pooling)),
+            Ok(Err(e)) => return fail(&st, ApiError::internal(e)),
+            Err(e) => return fail(&st, e),
         }
     }
     let n_tokens: usize = prompts.iter().map(Vec::len).sum();
@@ -564,6 +524,31 @@ async fn embed(
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     }))
     .into_response()
+}
+
+/// Hand `task` to the decode thread and wait for its reply on `rx`, at most
+/// `--timeout`: the task's own result, or the error to answer with (the
+/// thread stopped, dropped the `what`, or did not answer in time).
+async fn run_task<T>(
+    st: &AppState,
+    task: Task,
+    rx: oneshot::Receiver<Result<T, String>>,
+    what: &str,
+) -> Result<Result<T, String>, ApiError> {
+    if st.jobs.send(task).await.is_err() {
+        return Err(ApiError::internal("the decode thread has stopped"));
+    }
+    match tokio::time::timeout(st.timeout, rx).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(_)) => Err(ApiError::internal(format!(
+            "the decode thread dropped the {what}"
+        ))),
+        Err(_) => Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "no answer within --timeout",
+            "timeout_error",
+        )),
+    }
 }
 
 #[cfg(test)]
