@@ -13,7 +13,8 @@ pub struct ApiError {
     pub message: String,
     /// OpenAI's error type (`invalid_request_error`, `authentication_error`, ...).
     pub kind: &'static str,
-    /// OpenAI's error code string, when it has one (`model_not_found`).
+    /// OpenAI's error code string, when one applies (no error sets one now:
+    /// any `model` name is accepted, so `model_not_found` is gone).
     pub code: Option<&'static str>,
 }
 
