@@ -845,6 +845,44 @@ impl Graph {
         t.src.push(sinks);
     }
 
+    /// ggml's shape contract of a `flash_attn_ext` node: q `[d, n_q, h,
+    /// s]`, k and v with as many cells and a head count that divides q's
+    /// (broadcast), the dst `[d_v, h, n_q, s]`; the mask (src 3) covering
+    /// the cells and queries, broadcast over heads and sequences; the sinks
+    /// (src 4) one per head. Element types and layouts are each backend's
+    /// own `supports_op` check.
+    pub fn flash_attn_ext_shapes_ok(&self, node: TensorId) -> bool {
+        let t = self.tensor(node);
+        let (q, k, v) = (
+            self.tensor(t.src[0]),
+            self.tensor(t.src[1]),
+            self.tensor(t.src[2]),
+        );
+        let qkv = q.ne[0] == k.ne[0]
+            && k.ne[1] == v.ne[1]
+            && k.ne[2] == v.ne[2]
+            && k.ne[3] == v.ne[3]
+            && k.ne[2] > 0
+            && k.ne[3] > 0
+            && q.ne[2] % k.ne[2] == 0
+            && q.ne[3] % k.ne[3] == 0
+            && t.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]];
+        let mask = t.src.get(3).is_none_or(|&m| {
+            let m = self.tensor(m);
+            m.ne[0] >= k.ne[1]
+                && m.ne[1] >= q.ne[1]
+                && m.ne[2] > 0
+                && m.ne[3] > 0
+                && q.ne[2] % m.ne[2] == 0
+                && q.ne[3] % m.ne[3] == 0
+        });
+        let sinks = t
+            .src
+            .get(4)
+            .is_none_or(|&s| self.tensor(s).ne[0] >= q.ne[2]);
+        qkv && mask && sinks
+    }
+
     // ----- activations and routing --------------------------------------
 
     /// `ggml_swiglu(a)`: halves of `ne0` (`silu(first) * second`, or swapped).

@@ -1214,30 +1214,15 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
                         | GgmlType::IQ4NL
                 ) && k.rows_contiguous()
                     && q.ne[0] % 32 == 0);
-            let shapes = q.ne[0] == k.ne[0]
-                && k.ne[1] == v.ne[1]
-                && k.ne[2] == v.ne[2]
-                && k.ne[3] == v.ne[3]
-                && k.ne[2] > 0
-                && k.ne[3] > 0
-                && q.ne[2] % k.ne[2] == 0
-                && q.ne[3] % k.ne[3] == 0
-                && q.ne[0] <= FA_DMAX
-                && v.ne[0] <= FA_DMAX
-                && t.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]];
-            let mask_ok = t.src.get(3).is_none_or(|&m| {
-                let m = g.tensor(m);
-                matches!(m.ty, GgmlType::F32 | GgmlType::F16)
-                    && m.ne[0] >= k.ne[1]
-                    && m.ne[1] >= q.ne[1]
-                    && m.ne[2] > 0
-                    && m.ne[3] > 0
-                    && q.ne[2] % m.ne[2] == 0
-                    && q.ne[3] % m.ne[3] == 0
-            });
+            let shapes =
+                g.flash_attn_ext_shapes_ok(node) && q.ne[0] <= FA_DMAX && v.ne[0] <= FA_DMAX;
+            let mask_ok = t
+                .src
+                .get(3)
+                .is_none_or(|&m| matches!(g.tensor(m).ty, GgmlType::F32 | GgmlType::F16));
             let sinks_ok = t.src.get(4).is_none_or(|&sk| {
                 let sk = g.tensor(sk);
-                sk.ty == GgmlType::F32 && sk.is_contiguous() && sk.ne[0] >= q.ne[2]
+                sk.ty == GgmlType::F32 && sk.is_contiguous()
             });
             f32_dst
                 && is_float(q.ty)

@@ -50,34 +50,16 @@ fn quant_k(k: &Tensor) -> Option<(&'static CpuTypeTraits, &'static CpuTypeTraits
 pub(super) fn supports(g: &Graph, node: TensorId) -> bool {
     let t = g.tensor(node);
     let (q, k, v) = (g.tensor(t.src[0]), g.tensor(t.src[1]), g.tensor(t.src[2]));
-    let shapes = q.ne[0] == k.ne[0]
-        && k.ne[1] == v.ne[1]
-        && k.ne[2] == v.ne[2]
-        && k.ne[3] == v.ne[3]
-        && k.ne[2] > 0
-        && k.ne[3] > 0
-        && q.ne[2] % k.ne[2] == 0
-        && q.ne[3] % k.ne[3] == 0
-        && t.ne == [v.ne[0], q.ne[2], q.ne[1], q.ne[3]];
-    let mask_ok = t.src.get(3).is_none_or(|&m| {
-        let m = g.tensor(m);
-        is_float(m.ty)
-            && m.ne[0] >= k.ne[1]
-            && m.ne[1] >= q.ne[1]
-            && m.ne[2] > 0
-            && m.ne[3] > 0
-            && q.ne[2] % m.ne[2] == 0
-            && q.ne[3] % m.ne[3] == 0
-    });
-    let sinks_ok = t.src.get(4).is_none_or(|&s| {
-        let s = g.tensor(s);
-        s.ty == GgmlType::F32 && s.ne[0] >= q.ne[2]
-    });
+    let mask_ok = t.src.get(3).is_none_or(|&m| is_float(g.tensor(m).ty));
+    let sinks_ok = t
+        .src
+        .get(4)
+        .is_none_or(|&s| g.tensor(s).ty == GgmlType::F32);
     t.ty == GgmlType::F32
         && is_float(q.ty)
         && (is_float(k.ty) || quant_k(k).is_some())
         && (is_float(v.ty) || tensor_block_rows(v))
-        && shapes
+        && g.flash_attn_ext_shapes_ok(node)
         && mask_ok
         && sinks_ok
 }
