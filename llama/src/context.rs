@@ -185,8 +185,6 @@ struct KeptGraph {
     shape: GraphShape,
     g: Graph,
     dg: DecoderGraph,
-    /// The KV store views and each one's bytes per cell.
-    kv_stores: Vec<(TensorId, usize)>,
     /// Cached layers the graph reads from host memory (too large a ubatch).
     bypassed: Vec<u32>,
     /// With forced routing, each MoE layer's ids input.
@@ -198,7 +196,8 @@ struct KeptGraph {
 struct DecodeScratch {
     batch: Batch,
     out_rows: Vec<i32>,
-    stored: Vec<(usize, usize)>,
+    /// The cells a batch's tokens took, in batch order.
+    stored: Vec<i64>,
     mask: Vec<f32>,
     mask_swa: Vec<f32>,
 }
@@ -348,7 +347,7 @@ impl Context {
         let n = params.n_ubatch.min(kv.size).max(1);
         let n_kv = n.next_multiple_of(KV_PAD).min(kv.size);
         let mut b = GraphBuilder::new(model);
-        b.build_decoder(kv, n, 0, n_kv, n);
+        b.build_decoder(kv, n, n_kv, n);
         let mut g = b.g;
         sched.alloc_graph(&mut g).map_err(|e| {
             LlamaError::Invalid(format!(
@@ -423,7 +422,7 @@ impl Context {
             let n = params.n_ubatch.min(kv.size).max(1);
             let n_kv = n.next_multiple_of(KV_PAD).min(kv.size);
             let mut b = GraphBuilder::new(model);
-            b.build_decoder(kv, n, 0, n_kv, n);
+            b.build_decoder(kv, n, n_kv, n);
             let mut g = b.g;
             sched.alloc_graph(&mut g).map_err(|e| {
                 LlamaError::Invalid(format!(
@@ -565,7 +564,7 @@ impl Context {
     }
 
     /// Decode a batch mixing tokens of any sequences (split into ubatches
-    /// of at most `-ub` tokens, each stored in a run of free cells). Each
+    /// of at most `-ub` tokens, each token stored in a free cell). Each
     /// token's position must follow its sequence's last one (in the cache
     /// or earlier in the batch). Logits are kept for the tokens flagged in
     /// `batch.logits`, in batch order: [`Context::logits`] reads output row
@@ -592,9 +591,7 @@ impl Context {
         let r = self.decode_ubatches(batch, &mut logits, &mut stored);
         if let Err(e) = r {
             // a failed batch leaves the cache as it was
-            for &(c, n) in &stored {
-                self.kv.release(c, n);
-            }
+            self.kv.release(&stored);
             self.scratch.stored = stored;
             logits.clear();
             self.logits = logits;
@@ -619,47 +616,31 @@ impl Context {
         Ok(())
     }
 
-    /// The ubatches of a checked batch; `stored` collects the cell runs
-    /// taken, so that a failure can free them.
+    /// The ubatches of a checked batch; `stored` collects the cells taken,
+    /// so that a failure can free them.
     fn decode_ubatches(
         &mut self,
         batch: &Batch,
         logits: &mut Vec<f32>,
-        stored: &mut Vec<(usize, usize)>,
+        stored: &mut Vec<i64>,
     ) -> Result<()> {
         let mut i = 0;
         while i < batch.len() {
-            // a ubatch of consecutive tokens, in as large a run of free
-            // cells as there is (a fragmented cache takes smaller pieces):
-            // after every cell of its sequences where there is room (their
-            // cells then stay in position order, and their attention gives
-            // the bits it gives alone), else anywhere
-            let n_max = self.params.n_ubatch.min(batch.len() - i);
-            let halving = |find: &dyn Fn(usize) -> Option<usize>| {
-                let mut n = n_max;
-                loop {
-                    if let Some(c) = find(n) {
-                        return Some((c, n));
-                    }
-                    if n == 1 {
-                        return None;
-                    }
-                    n = n.div_ceil(2);
-                }
-            };
-            let kv = &self.kv;
-            let (cell0, n) = halving(&|n| kv.find_slot_after(n, &batch.seq_id[i..i + n]))
-                .or_else(|| halving(&|n| kv.find_slot(n)))
+            // a ubatch of consecutive tokens, each in the first free cell
+            // after its sequence's cells ([`KvCache::place`]: each
+            // sequence's cells stay in position order, and its attention
+            // gives the bits it gives alone)
+            let n = self.params.n_ubatch.min(batch.len() - i);
+            let r = i..i + n;
+            let c0 = stored.len();
+            self.kv
+                .place(&batch.pos[r.clone()], &batch.seq_id[r.clone()], stored)
                 .ok_or_else(|| {
                     LlamaError::ContextFull(format!(
-                        "no free cell for a token of sequence {} in a context of {} (-c)",
-                        batch.seq_id[i], kv.size
+                        "no free cell for the {n} tokens from sequence {} on in a context of {} (-c)",
+                        batch.seq_id[i], self.kv.size
                     ))
                 })?;
-            let r = i..i + n;
-            self.kv
-                .occupy(cell0, &batch.pos[r.clone()], &batch.seq_id[r.clone()]);
-            stored.push((cell0, n));
             let mut out_rows = std::mem::take(&mut self.scratch.out_rows);
             out_rows.clear();
             out_rows.extend(
@@ -669,7 +650,7 @@ impl Context {
                     .filter(|(_, &l)| l)
                     .map(|(k, _)| k as i32),
             );
-            let res = self.decode_ubatch(batch, r, cell0, &out_rows, logits);
+            let res = self.decode_ubatch(batch, r, &stored[c0..], &out_rows, logits);
             self.scratch.out_rows = out_rows;
             res?;
             i += n;
@@ -739,14 +720,14 @@ impl Context {
     /// Decode one ubatch, appending its output rows' logits to `logits`.
     /// A ubatch of the shape of the last one (one token after another,
     /// while the padded KV length holds) computes the kept graph again:
-    /// only its inputs and its KV store views are rebound, and the
+    /// only its inputs are written (the cells it stores at among them), and the
     /// scheduler runs its plan as it was (nothing built, planned or
     /// allocated).
     fn decode_ubatch(
         &mut self,
         batch: &Batch,
         r: std::ops::Range<usize>,
-        cell0: usize,
+        cells: &[i64],
         out_rows: &[i32],
         logits: &mut Vec<f32>,
     ) -> Result<()> {
@@ -758,7 +739,7 @@ impl Context {
         let out_rows = if n_out == 0 { &last[..] } else { out_rows };
         // pad the attended cells so that the graph's shape (and the
         // scheduler's plan) stays the same for runs of tokens (llama.cpp: 32)
-        let n_kv = self.kv.n_kv(KV_PAD, cell0 + n_tokens);
+        let n_kv = self.kv.n_kv(KV_PAD, 0);
         let (cache, hybrid) = self.cache.as_ref().map_or((0, 0), |c| {
             let c = c.lock();
             (
@@ -785,19 +766,18 @@ impl Context {
                 k
             }
             _ => {
-                let mut k = self.build_graph(shape, cell0)?;
+                let mut k = self.build_graph(shape)?;
                 self.layout_inputs(&mut k)?;
                 k
             }
         };
-        crate::graph::GraphBuilder::rebind_kv_stores(&mut kept.g, &kept.kv_stores, cell0);
         if let Some(p) = &self.prefetch {
             p.lock().begin_ubatch(n_tokens);
         }
         if let Some(c) = &self.cache {
             c.lock().note_bypassed(&kept.bypassed);
         }
-        let r = self.write_inputs(&kept, batch, r, n_kv, out_rows);
+        let r = self.write_inputs(&kept, batch, r, cells, n_kv, out_rows);
         let graph_ns = t_graph.elapsed().as_nanos() as u64;
         self.host.graph_ns += graph_ns;
         self.host.ubatches += 1;
@@ -812,8 +792,9 @@ impl Context {
         r
     }
 
-    /// Build the graph of a ubatch of `shape` storing at cell `cell0`.
-    fn build_graph(&mut self, shape: GraphShape, cell0: usize) -> Result<KeptGraph> {
+    /// Build the graph of a ubatch of `shape` (stored at the cells its
+    /// `kv_idxs` input names).
+    fn build_graph(&mut self, shape: GraphShape) -> Result<KeptGraph> {
         let model = Arc::clone(&self.model);
         let mut b = GraphBuilder::new(&model);
         if let Some(c) = &self.cache {
@@ -824,12 +805,11 @@ impl Context {
         b.moe_predict = self.predict.is_some();
         b.forced_routing = self.params.forced_routing.is_some();
         b.want_embd = shape.embd;
-        let dg = b.build_decoder(&self.kv, shape.n_tokens, cell0, shape.n_kv, shape.n_outputs);
+        let dg = b.build_decoder(&self.kv, shape.n_tokens, shape.n_kv, shape.n_outputs);
         Ok(KeptGraph {
             shape,
             g: b.g,
             dg,
-            kv_stores: b.kv_stores,
             bypassed: b.moe_cache_bypassed,
             forced_ids: b.forced_ids,
         })
@@ -901,7 +881,7 @@ impl Context {
     /// buffer (grown when too small).
     fn layout_inputs(&mut self, k: &mut KeptGraph) -> Result<()> {
         let dg = &k.dg;
-        let ids: Vec<TensorId> = [dg.tokens, dg.pos, dg.mask]
+        let ids: Vec<TensorId> = [dg.tokens, dg.pos, dg.kv_idxs, dg.mask]
             .into_iter()
             .chain(dg.out_ids)
             .chain(dg.mask_swa)
@@ -941,6 +921,7 @@ impl Context {
         k: &KeptGraph,
         batch: &Batch,
         r: std::ops::Range<usize>,
+        kv_idxs: &[i64],
         n_kv: usize,
         out_rows: &[i32],
     ) -> Result<()> {
@@ -973,6 +954,7 @@ impl Context {
         }
         g.write_bytes(dg.tokens, bytemuck::cast_slice(&batch.tokens[r]))?;
         g.write_bytes(dg.pos, bytemuck::cast_slice(pos))?;
+        g.write_bytes(dg.kv_idxs, bytemuck::cast_slice(kv_idxs))?;
         g.write_bytes(dg.mask, bytemuck::cast_slice(mask))?;
         if let Some(o) = dg.out_ids {
             g.write_bytes(o, bytemuck::cast_slice(out_rows))?;

@@ -19,15 +19,17 @@
 //!
 //! The cache is llama.cpp's unified cache: every cell records the position
 //! it holds and the set of sequences it belongs to ([`KvCell`]), so several
-//! sequences share one memory; a ubatch is stored in a run of free cells
-//! after every cell its sequences already hold where there is one
-//! ([`KvCache::find_slot_after`], else [`KvCache::find_slot`]: attention
-//! sums a row's cells in cell order, so a sequence whose cells keep its
-//! position order gets the same bits whatever else the cache holds), the
-//! attention mask is built per token from the
-//! cells (same sequence, position not after the token's), and a sequence
-//! is removed, copied or kept by position range ([`KvCache::seq_rm`],
-//! [`KvCache::seq_cp`], [`KvCache::seq_keep`]).
+//! sequences share one memory. Each token of a ubatch is stored in a cell
+//! of its own ([`KvCache::place`]: the first free cell after the last one
+//! its sequence holds, so that cells freed by removed sequences are used
+//! again and the attended range, [`KvCache::used_max_p1`], stays near the
+//! cells in use; the graph writes the rows with `set_rows` at those cells).
+//! Attention sums a row's cells in cell order, so a sequence whose cells
+//! keep its position order gets the same bits whatever else the cache
+//! holds, and wherever its cells sit. The attention mask is built per token
+//! from the cells (same sequence, position not after the token's), and a
+//! sequence is removed, copied or kept by position range
+//! ([`KvCache::seq_rm`], [`KvCache::seq_cp`], [`KvCache::seq_keep`]).
 
 use std::sync::Arc;
 
@@ -171,12 +173,13 @@ pub fn check_types(
 }
 
 /// Whether backend `be` can store F32 rows of `n` elements into a cache of
-/// `ty` (asks its `supports_op` about that very `cpy`).
+/// `ty` (asks its `supports_op` about that very `set_rows`).
 fn can_store(be: &dyn Backend, ty: GgmlType, n: usize) -> bool {
     let mut g = Graph::new();
     let src = g.new_tensor(GgmlType::F32, &[n as i64, 1]);
-    let dst = g.new_tensor(ty, &[n as i64, 1]);
-    let c = g.cpy(src, dst);
+    let dst = g.new_tensor(ty, &[n as i64, 2]);
+    let idx = g.new_tensor(GgmlType::I64, &[1]);
+    let c = g.set_rows(dst, src, idx);
     be.supports_op(&g, c)
 }
 
@@ -339,80 +342,87 @@ impl KvCache {
         self.cells.iter().filter(|c| !c.is_empty()).count()
     }
 
-    /// The first run of `n` free cells (first fit, so a lone sequence fills
-    /// cells `0, 1, 2, ...` in order, as a single-sequence cache does).
-    pub fn find_slot(&self, n: usize) -> Option<usize> {
-        self.find_slot_from(n, 0)
-    }
-
-    /// The first run of `n` free cells after the last cell any of `seqs`
-    /// holds: stored there, each sequence's cells stay in the order of its
-    /// positions (as its tokens come in position order), so its attention
-    /// sums its cells in the same order as when it is alone in the cache.
-    /// `None` when no such run exists (the caller may then take any run,
-    /// [`KvCache::find_slot`]).
-    pub fn find_slot_after(&self, n: usize, seqs: &[SeqId]) -> Option<usize> {
-        let mask = seqs
-            .iter()
-            .filter(|&&s| (0..MAX_SEQ as i32).contains(&s))
-            .fold(0u64, |m, &s| m | 1u64 << s);
-        let from = self
-            .cells
-            .iter()
-            .rposition(|c| c.seq & mask != 0)
-            .map_or(0, |i| i + 1);
-        self.find_slot_from(n, from)
-    }
-
-    /// The first run of `n` free cells starting at `from` or later.
-    fn find_slot_from(&self, n: usize, from: usize) -> Option<usize> {
-        if n == 0 || n > self.size {
+    /// Store a ubatch's tokens: token `i` (position `pos[i]` of sequence
+    /// `seq[i]`) takes the first free cell after the last cell its sequence
+    /// holds (the first free cell of the cache for a sequence that holds
+    /// none), so that cells freed by removed sequences are used again and
+    /// the attended range stays near the cells in use (llama.cpp's
+    /// `find_slot` reuses free cells from its head the same way). Each
+    /// sequence's cells then stay in the order of its positions (its tokens
+    /// come in position order), so its attention sums its cells in the
+    /// order it does alone in the cache, and gives the same bits. A lone
+    /// sequence fills cells `0, 1, 2, ...`, as a single-sequence cache.
+    /// Only when no cell is free after a sequence's last one does its token
+    /// take the first free cell anywhere (out of position order: right,
+    /// but not bit for bit the logits it gets alone).
+    ///
+    /// The chosen cells, one per token, are appended to `cells`. `None`
+    /// (and nothing stored) when fewer cells are free than tokens given, or
+    /// when `pos` and `seq` differ in length or a sequence id is out of range.
+    pub fn place(&mut self, pos: &[i32], seq: &[SeqId], cells: &mut Vec<i64>) -> Option<()> {
+        if pos.len() != seq.len() || seq.iter().any(|&s| seq_bit(s) == 0) {
             return None;
         }
-        let mut run = 0;
-        for (i, c) in self.cells.iter().enumerate().skip(from) {
-            if c.is_empty() {
-                run += 1;
-                if run == n {
-                    return Some(i + 1 - n);
-                }
-            } else {
-                run = 0;
+        // the last cell each sequence holds
+        let mut next = [0usize; MAX_SEQ];
+        for (i, c) in self.cells.iter().enumerate() {
+            let mut m = c.seq;
+            while m != 0 {
+                next[m.trailing_zeros() as usize] = i + 1;
+                m &= m - 1;
             }
         }
-        None
-    }
-
-    /// Record that cells `cell0..cell0 + pos.len()` hold positions `pos` of
-    /// sequences `seq` (one each).
-    pub fn occupy(&mut self, cell0: usize, pos: &[i32], seq: &[SeqId]) {
-        for (i, (&p, &s)) in pos.iter().zip(seq).enumerate() {
-            self.cells[cell0 + i] = KvCell {
+        let n0 = cells.len();
+        for (&p, &s) in pos.iter().zip(seq) {
+            let from = next[s as usize];
+            let free =
+                |r: std::ops::Range<usize>| r.into_iter().find(|&i| self.cells[i].is_empty());
+            let Some(i) = free(from..self.size).or_else(|| free(0..from.min(self.size))) else {
+                // undo this call's cells
+                for &c in &cells[n0..] {
+                    self.cells[c as usize] = KvCell::default();
+                }
+                cells.truncate(n0);
+                return None;
+            };
+            self.cells[i] = KvCell {
                 pos: p,
                 seq: 1u64 << s,
             };
+            next[s as usize] = next[s as usize].max(i + 1);
+            cells.push(i as i64);
+        }
+        self.n_past = self.seq_pos_max(0).map_or(0, |p| p as usize + 1);
+        Some(())
+    }
+
+    /// Free `cells` again (undo [`KvCache::place`] after a failed decode);
+    /// an index out of range is ignored.
+    pub fn release(&mut self, cells: &[i64]) {
+        for &c in cells {
+            if let Some(c) = usize::try_from(c).ok().and_then(|c| self.cells.get_mut(c)) {
+                *c = KvCell::default();
+            }
         }
         self.n_past = self.seq_pos_max(0).map_or(0, |p| p as usize + 1);
     }
 
-    /// Free cells `cell0..cell0 + n` again (undo [`KvCache::occupy`] after
-    /// a failed decode).
-    pub fn release(&mut self, cell0: usize, n: usize) {
-        for c in &mut self.cells[cell0..cell0 + n] {
-            *c = KvCell::default();
-        }
-        self.n_past = self.seq_pos_max(0).map_or(0, |p| p as usize + 1);
+    /// One past the last cell in use (llama.cpp's `used_max_p1`): the
+    /// cells attention must span.
+    pub fn used_max_p1(&self) -> usize {
+        self.cells
+            .iter()
+            .rposition(|c| !c.is_empty())
+            .map_or(0, |i| i + 1)
     }
 
     /// Cells that attention must span: one past the last used cell, padded
     /// up to a multiple of `pad` (at most `size`), at least `min`.
     pub fn n_kv(&self, pad: usize, min: usize) -> usize {
-        let last = self
-            .cells
-            .iter()
-            .rposition(|c| !c.is_empty())
-            .map_or(0, |i| i + 1);
-        last.max(min).next_multiple_of(pad.max(1)).min(self.size)
+        self.used_max_p1()
+            .max(min)
+            .next_multiple_of(pad.max(1))
+            .min(self.size)
     }
 
     /// The largest position sequence `s` holds, `None` when it holds none.

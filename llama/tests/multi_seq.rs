@@ -3,7 +3,9 @@
 //! sequences) give the logits each gives alone, and the first still
 //! matches llama.cpp's reference; then both generate one token per batch;
 //! `seq_rm` and a shared prefix (`seq_cp`) give the logits of a fresh
-//! decode; bad batches are refused with a message.
+//! decode; bad batches are refused with a message; requests coming and
+//! going on four sequences, as a server's slots, reuse the freed cells and
+//! keep the attended range bounded.
 //!
 //! Together is bit-identical to alone, row for row, on every path:
 //! flash attention walks a row's cells in order and skips the masked
@@ -409,4 +411,132 @@ fn bad_batches_are_refused() {
     assert_eq!(ctx.n_outputs(), 2);
     assert!(ctx.batch_logits(0).is_none());
     assert!(ctx.batch_logits(3).is_some());
+}
+
+/// Requests coming and going on four sequences, as a server's slots: each
+/// request decodes its prompt, then generates one token per batch beside
+/// the others, and is removed (`seq_rm`) when done; the next request on
+/// that sequence starts at position 0 in the freed cells. Over many more
+/// tokens than the cache has cells, every row of every request gives the
+/// bits it gives alone (each sequence's cells stay in position order), and
+/// the attended range (one past the last cell in use) stays within twice
+/// the most cells ever in use at once: freed cells are used again, the
+/// range does not march to the end of the cache.
+fn come_and_go(name: &str, fx: &Fixture, model: &Arc<Model>) {
+    const N_CTX: usize = 512;
+    const GEN: usize = 5;
+    let n_vocab = fx.n_vocab() as i32;
+    // six different requests: prompt and generated tokens, and their rows alone
+    let reqs: Vec<(Vec<i32>, Vec<i32>)> = (0..6)
+        .map(|k| {
+            let n = fx.tokens.len();
+            let mut p: Vec<i32> = (0..n)
+                .map(|i| (fx.tokens[(i + k) % n] + 3 * k as i32) % n_vocab)
+                .collect();
+            p.truncate(n.saturating_sub(2 * k).max(3));
+            let g: Vec<i32> = (0..GEN)
+                .map(|i| (fx.gen[(i + k) % fx.gen.len()] + k as i32) % n_vocab)
+                .collect();
+            (p, g)
+        })
+        .collect();
+    for n_ubatch in [512, 7] {
+        let alone_rows: Vec<Vec<Vec<f32>>> = reqs
+            .iter()
+            .map(|(p, g)| alone(model, p, g, n_ubatch))
+            .collect();
+        let mut ctx = Context::new(
+            Arc::clone(model),
+            ContextParams {
+                n_ctx: N_CTX,
+                ..params(n_ubatch, F16)
+            },
+        )
+        .expect("context");
+        // per slot: (sequence id, request, next row of the request) once started
+        let seqs = [0, 5, 9, 2];
+        let mut slots: [Option<(usize, usize)>; 4] = [None; 4];
+        let (mut next_req, mut done, mut stored) = (0usize, 0usize, 0usize);
+        let (mut max_used, mut max_range, mut differ) = (0usize, 0usize, 0usize);
+        let mut step = 0;
+        while done < 60 {
+            // a slot starts its first request at its own step, so requests overlap
+            for (j, s) in slots.iter_mut().enumerate() {
+                if s.is_none() && step >= j {
+                    *s = Some((next_req % reqs.len(), 0));
+                    next_req += 1;
+                }
+            }
+            let mut batch = Batch::new();
+            let mut rows = Vec::new();
+            // the slots in a different order every step
+            for j in (0..4).map(|j| (j + step) % 4) {
+                let Some((q, at)) = slots[j] else { continue };
+                let (p, g) = &reqs[q];
+                if at == 0 {
+                    for (i, &t) in p.iter().enumerate() {
+                        batch.add(t, i as i32, seqs[j], true);
+                        rows.push((q, i));
+                    }
+                } else {
+                    let k = at - p.len();
+                    batch.add(g[k], at as i32, seqs[j], true);
+                    rows.push((q, at));
+                }
+            }
+            ctx.decode_batch(&batch).expect("decode step");
+            stored += batch.len();
+            for (b, &(q, row)) in rows.iter().enumerate() {
+                let got = ctx.batch_logits(b).expect("row of batch token");
+                differ += usize::from(!same_bits(got, &alone_rows[q][row]));
+            }
+            let kv = ctx.kv_cache();
+            max_used = max_used.max(kv.used_cells());
+            max_range = max_range.max(kv.used_max_p1());
+            // advance; a request whose last generated token was fed ends
+            for (j, s) in slots.iter_mut().enumerate() {
+                let Some((q, at)) = *s else { continue };
+                let (p, g) = &reqs[q];
+                let at = if at == 0 { p.len() } else { at + 1 };
+                if at == p.len() + g.len() {
+                    ctx.seq_rm(seqs[j], 0, -1);
+                    *s = None;
+                    done += 1;
+                } else {
+                    *s = Some((q, at));
+                }
+            }
+            step += 1;
+        }
+        println!(
+            "{name} ubatch {n_ubatch}: {done} requests, {stored} tokens stored in {N_CTX} cells, at most {max_used} in use, attended range at most {max_range}, {differ} rows not bit-identical to alone"
+        );
+        assert!(
+            stored > 2 * N_CTX,
+            "the run reuses every cell: {stored} tokens"
+        );
+        assert_eq!(
+            differ, 0,
+            "{name} ubatch {n_ubatch}: rows differ from alone"
+        );
+        assert!(
+            max_range <= 2 * max_used,
+            "{name} ubatch {n_ubatch}: the attended range reached {max_range} cells with at most {max_used} in use"
+        );
+    }
+}
+
+#[test]
+fn requests_come_and_go_qwen3moe_f32() {
+    let fx = or_skip!(Fixture::load(MODELS[0]));
+    let model = Arc::new(Model::load(&fx.gguf, ModelParams::default()).expect("load"));
+    come_and_go(MODELS[0], &fx, &model);
+}
+
+/// The same on the simulated device with the experts in host memory.
+#[test]
+fn requests_come_and_go_sim_device_cpu_moe() {
+    let fx = or_skip!(Fixture::load(MODELS[0]));
+    let model = fx.model_with_host_experts(Some("SIM0"));
+    come_and_go("tiny-qwen3moe-f32 on SIM0 --cpu-moe", &fx, &model);
 }

@@ -124,6 +124,12 @@ pub fn node_work(g: &Graph, node: TensorId) -> NodeWork {
             flops: 0.0,
             bytes: 2.0 * bytes_of(t.src[0]),
         },
+        // the node is a view of the whole destination: the rows written
+        // cost as a copy of the source rows (the indices are negligible)
+        Op::SetRows => NodeWork {
+            flops: 0.0,
+            bytes: 2.0 * bytes_of(t.src[1]),
+        },
         _ => NodeWork {
             flops: 4.0 * n,
             bytes: srcs + out,

@@ -22,9 +22,11 @@ pub struct UbatchInputs {
     pub mask_swa: Option<TensorId>,
     /// Tokens in the ubatch.
     pub n_tokens: usize,
-    /// First cache cell written by this ubatch.
-    pub pos0: usize,
-    /// Cache cells attended to (at least `pos0 + n_tokens`; the mask hides the rest).
+    /// The cache cell of each token, I64 `[n_tokens]` (input): where the
+    /// ubatch's K and V rows are stored (`set_rows`).
+    pub kv_idxs: TensorId,
+    /// Cache cells attended to (past every cell of `kv_idxs`; the mask hides
+    /// the cells a token does not see).
     pub n_kv: usize,
     /// The Hadamard rotation of Q and K, F32 `[n, n]` (input), for a
     /// quantized K cache ([`crate::graph::hadamard`]).
@@ -151,21 +153,26 @@ impl GraphBuilder<'_> {
         // store: K rows at the ubatch's cells; V transposed (one row per
         // channel) for the mul_mat path, rows like K for flash attention
         let k2 = self.g.reshape_2d(k, hp.n_embd_k_gqa() as i64, nt);
-        let k_dst = self.kv_store_view(kc, [hp.n_embd_k_gqa() as i64, nt], k_row, inp.pos0, k_row);
-        let k_store = self.g.cpy(k2, k_dst);
+        let k_store = self.g.set_rows(kc, k2, inp.kv_idxs);
         self.name(k_store, "k_store", Some(il));
         self.g.build_forward_expand(k_store);
-        let v2 = self.g.reshape_2d(v, hp.n_embd_v_gqa() as i64, nt);
-        let (v_src, v_dst) = if kv.v_trans {
-            let row = kv.size * esz;
-            let dst = self.kv_store_view(vc, [nt, hp.n_embd_v_gqa() as i64], row, inp.pos0, esz);
-            (self.g.transpose(v2), dst)
+        let ev = hp.n_embd_v_gqa() as i64;
+        let v2 = self.g.reshape_2d(v, ev, nt);
+        let v_store = if kv.v_trans {
+            // one element per row: element (channel c, token t) of V goes
+            // to row kv_idxs[t] of plane c of the cache seen as
+            // [1, size, channels] (the index broadcast over the planes)
+            let f32_size = std::mem::size_of::<f32>();
+            let src = self
+                .g
+                .view_3d(v2, 1, nt, ev, ev as usize * f32_size, f32_size, 0);
+            let dst = self
+                .g
+                .view_3d(vc, 1, kv.size as i64, ev, esz, kv.size * esz, 0);
+            self.g.set_rows(dst, src, inp.kv_idxs)
         } else {
-            let row = kv.ty_v.row_size(hp.n_embd_v_gqa() as u64).unwrap_or(0);
-            let dst = self.kv_store_view(vc, [hp.n_embd_v_gqa() as i64, nt], row, inp.pos0, row);
-            (v2, dst)
+            self.g.set_rows(vc, v2, inp.kv_idxs)
         };
-        let v_store = self.g.cpy(v_src, v_dst);
         self.name(v_store, "v_store", Some(il));
         self.g.build_forward_expand(v_store);
 

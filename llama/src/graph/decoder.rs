@@ -16,6 +16,9 @@ pub struct DecoderGraph {
     pub tokens: TensorId,
     /// Positions, I32 `[n_tokens]` (input).
     pub pos: TensorId,
+    /// Each token's cache cell, I64 `[n_tokens]` (input): where its K and V
+    /// rows are stored.
+    pub kv_idxs: TensorId,
     /// Causal mask, F32 `[n_kv, n_tokens]` (input).
     pub mask: TensorId,
     /// Sliding-window causal mask, F32 `[n_kv, n_tokens]` (input), when
@@ -40,15 +43,15 @@ pub struct DecoderGraph {
 
 impl GraphBuilder<'_> {
     /// Build the forward graph of a ubatch of `n_tokens` tokens stored at
-    /// cache cells `pos0..pos0 + n_tokens`, attending to the first `n_kv`
-    /// cells (at least `pos0 + n_tokens`; more keeps the graph's shape, and so
-    /// the scheduler's plan, stable across tokens: the mask hides them),
+    /// the cache cells of its input [`DecoderGraph::kv_idxs`], attending to
+    /// the first `n_kv` cells (past every cell in use; more keeps the
+    /// graph's shape, and so the scheduler's plan, stable across tokens:
+    /// the mask hides them); the graph does not depend on the cells,
     /// producing logits for all rows or for `n_outputs` selected rows.
     pub fn build_decoder(
         &mut self,
         kv: &KvCache,
         n_tokens: usize,
-        pos0: usize,
         n_kv: usize,
         n_outputs: usize,
     ) -> DecoderGraph {
@@ -62,7 +65,10 @@ impl GraphBuilder<'_> {
         let pos = self.g.new_tensor_1d(GgmlType::I32, nt);
         self.g.set_name(pos, "inp_pos");
         self.g.set_input(pos);
-        debug_assert!(n_kv >= pos0 + n_tokens && n_kv <= kv.size);
+        debug_assert!(n_kv <= kv.size);
+        let kv_idxs = self.g.new_tensor_1d(GgmlType::I64, nt);
+        self.g.set_name(kv_idxs, "inp_kv_idxs");
+        self.g.set_input(kv_idxs);
         let mask = self.g.new_tensor_2d(GgmlType::F32, n_kv as i64, nt);
         self.g.set_name(mask, "kq_mask");
         self.g.set_input(mask);
@@ -91,7 +97,7 @@ impl GraphBuilder<'_> {
             mask,
             mask_swa,
             n_tokens,
-            pos0,
+            kv_idxs,
             n_kv,
             k_rot,
             v_rot,
@@ -167,6 +173,7 @@ impl GraphBuilder<'_> {
         DecoderGraph {
             tokens,
             pos,
+            kv_idxs,
             mask,
             mask_swa,
             k_rot,

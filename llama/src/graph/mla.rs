@@ -127,8 +127,7 @@ impl GraphBuilder<'_> {
         let kc = self.bound(&format!("cache_k_l{il}"), kv.ty, kv.k_ne(), kv.k.clone());
         let k_row = kv.ty.row_size(dk as u64).unwrap_or(0);
         let k2 = self.g.reshape_2d(k_cur, dk, nt);
-        let k_dst = self.kv_store_view(kc, [dk, nt], k_row, inp.pos0, k_row);
-        let k_store = self.g.cpy(k2, k_dst);
+        let k_store = self.g.set_rows(kc, k2, inp.kv_idxs);
         self.name(k_store, "k_store", Some(il));
         self.g.build_forward_expand(k_store);
 

@@ -45,11 +45,6 @@ pub struct GraphBuilder<'m> {
     /// Keep the final norm's output (the last hidden states of the output
     /// rows) as a graph output ([`decoder::DecoderGraph::embd`]).
     pub want_embd: bool,
-    /// The KV store's destination views with the bytes of one cache cell:
-    /// each view's offset is `first cell × bytes`, the only part of a
-    /// decode's graph that moves from token to token (a kept graph is
-    /// rebound by [`GraphBuilder::rebind_kv_stores`]).
-    pub kv_stores: Vec<(TensorId, usize)>,
     leafs: HashMap<WeightId, TensorId>,
 }
 
@@ -66,7 +61,6 @@ impl<'m> GraphBuilder<'m> {
             forced_routing: false,
             forced_ids: Vec::new(),
             want_embd: false,
-            kv_stores: Vec::new(),
             leafs: HashMap::new(),
         }
     }
@@ -84,29 +78,6 @@ impl<'m> GraphBuilder<'m> {
         let tid = self.g.push(t);
         self.leafs.insert(id, tid);
         tid
-    }
-
-    /// A KV store view at cache cell `pos0`, `cell_bytes` a cell (recorded
-    /// in [`GraphBuilder::kv_stores`]).
-    pub fn kv_store_view(
-        &mut self,
-        cache: TensorId,
-        ne: [i64; 2],
-        nb1: usize,
-        pos0: usize,
-        cell_bytes: usize,
-    ) -> TensorId {
-        let v = self.g.view_2d(cache, ne[0], ne[1], nb1, pos0 * cell_bytes);
-        self.kv_stores.push((v, cell_bytes));
-        v
-    }
-
-    /// Move the KV store views of a built graph to cache cell `pos0` (the
-    /// rest of a decode's graph does not depend on it).
-    pub fn rebind_kv_stores(g: &mut Graph, kv_stores: &[(TensorId, usize)], pos0: usize) {
-        for &(v, cell_bytes) in kv_stores {
-            g.tensor_mut(v).view_offs = pos0 * cell_bytes;
-        }
     }
 
     /// A leaf over existing memory (KV cache tensors).
