@@ -405,8 +405,7 @@ impl Scheduler {
     /// `compute_again`) ran once more, with its plan, memory and input
     /// copies as they are: nothing is planned, hashed or allocated. The
     /// caller may have changed the bytes of the graph's inputs and the
-    /// offsets of its views (no plan depends on them: a decode's KV store
-    /// views move by a cell per token), nothing else. When another graph
+    /// offsets of its views (no plan depends on them), nothing else. When another graph
     /// was planned or allocated since, or `g` is not the graph of the last
     /// compute (its [`Graph::uid`], tensor and node counts), this is
     /// [`Scheduler::compute`]. Returns the compute's counters.

@@ -6,8 +6,8 @@
 //!
 //! The context keeps the graph of its last ubatch: a ubatch of the same
 //! shape (token count, padded KV length, output rows; one token after
-//! another, while the padded KV length holds) rebinds its inputs and the
-//! KV store views in place and computes it again
+//! another, while the padded KV length holds) writes its inputs (the
+//! cache cells its tokens are stored at among them) and computes it again
 //! ([`ggml_sched::Scheduler::compute_again`]): nothing is built, planned
 //! or allocated. [`Context::host_time`] says where the host's time went.
 

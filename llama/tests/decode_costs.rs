@@ -1,9 +1,9 @@
 //! The fixed costs of a decode, counted on a fixture model: one token after
-//! another plans its graph once (the KV store's view moves one cell per
-//! token, which is not a new plan), and the allocations per token are
+//! another plans its graph once (the cells it stores at are an input,
+//! which is not a new plan), and the allocations per token are
 //! counted: the first token after the prompt builds its graph, every later
 //! one computes it again and allocates nothing (the CPU ops allocate
-//! nothing, and neither do the kept graph's rebinding and the scheduler's
+//! nothing, and neither do the kept graph's inputs and the scheduler's
 //! re-run).
 //! The logits stay llama.cpp's, so the counted decodes are real ones.
 //!
@@ -85,8 +85,8 @@ fn tokens_reuse_one_plan_and_allocations_are_counted() {
     );
     eprintln!("allocations per token: {per_token:?}");
     // the first token builds and plans its graph (the prompt's had another
-    // shape); every later one computes the kept graph again: its inputs and
-    // KV store views rebound, the scheduler's plan, splits and memory as
+    // shape); every later one computes the kept graph again: its inputs
+    // (the cells it stores at among them) written, the scheduler's plan, splits and memory as
     // they were, and nothing allocated (280 a token before graphs were
     // kept: the graph's tensor names, the input buffers, the scheduler's
     // per-graph lists)

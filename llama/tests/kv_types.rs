@@ -257,19 +257,20 @@ fn kv_cache_types_llama_cpp_refuses_are_refused_by_name() {
 }
 
 /// A device that cannot store a quantized row (the CUDA backend has no
-/// quantizing `cpy`: `ggml-cuda/tests/no_gpu.rs`) is refused when the cache
+/// quantizing `cpy` or `set_rows`: `ggml-cuda/tests/no_gpu.rs`) is refused when the cache
 /// is made, naming the device, not at the first decode; the same types on
 /// the CPU layers, or F16 on the device, are fine.
 #[test]
 fn a_device_that_cannot_store_the_type_is_refused_by_name() {
     use ggml_core::op::Op;
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-q4_k"));
-    let no_quant_cpy: ggml_core::sim::OpFilter = Arc::new(|g: &ggml_core::Graph, n| {
+    // the cache's store is a set_rows (a cpy refused too, as before)
+    let no_quant_store: ggml_core::sim::OpFilter = Arc::new(|g: &ggml_core::Graph, n| {
         let t = g.tensor(n);
-        !(t.op == Op::Cpy && t.ty.is_quantized())
+        !(matches!(t.op, Op::Cpy | Op::SetRows) && t.ty.is_quantized())
     });
     let dev: Arc<dyn ggml_core::Backend> =
-        Arc::new(ggml_core::SimBackend::new(0, 2).with_op_filter(no_quant_cpy));
+        Arc::new(ggml_core::SimBackend::new(0, 2).with_op_filter(no_quant_store));
     let load = |ngl: usize| {
         let params = ModelParams {
             device: Some(Arc::clone(&dev)),

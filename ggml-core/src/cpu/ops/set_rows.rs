@@ -12,6 +12,7 @@ use super::compute_ctx::ComputeCtx;
 use super::copy::{is_float, load_row, min_rows, store_row};
 use super::quant_rows::tensor_block_rows;
 use crate::backend::BackendError;
+use crate::cpu::scratch::{with_scratch, RowBuf};
 use crate::cpu::view::TView;
 use crate::graph::Graph;
 use crate::tensor::TensorId;
@@ -62,32 +63,38 @@ pub(super) fn set_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
     let (b, c) = (src[1], src[2]);
     let n_dst_rows = dst.ne[1] as i64;
     // validate every index, and look for duplicates within an index row
+    // (sorted in this thread's scratch memory: a decode's KV store
+    // allocates nothing)
+    let n_idx = c.ne[0];
     let mut dup = false;
-    let mut seen = Vec::with_capacity(c.ne[0]);
-    for i12 in 0..c.ne[2] {
-        for i11 in 0..c.ne[1] {
-            seen.clear();
-            for i10 in 0..c.ne[0] {
-                // SAFETY: coordinates within c's shape.
-                let v = unsafe { index(&c, i10, i11, i12) };
-                if v < 0 || v >= n_dst_rows {
-                    return Err(BackendError::InvalidInput(format!(
-                        "set_rows '{}': index {v} at [{i10}, {i11}, {i12}] of '{}' is out of range for {} rows",
-                        ctx.g.tensor(node).name,
-                        ctx.g.tensor(ctx.g.tensor(node).src[2]).name,
-                        n_dst_rows
-                    )));
+    let checked = with_scratch(n_idx * std::mem::size_of::<i64>(), |buf| {
+        let seen: &mut [i64] = bytemuck::cast_slice_mut(buf);
+        for i12 in 0..c.ne[2] {
+            for i11 in 0..c.ne[1] {
+                for (i10, slot) in seen.iter_mut().enumerate() {
+                    // SAFETY: coordinates within c's shape.
+                    let v = unsafe { index(&c, i10, i11, i12) };
+                    if v < 0 || v >= n_dst_rows {
+                        return Err(BackendError::InvalidInput(format!(
+                            "set_rows '{}': index {v} at [{i10}, {i11}, {i12}] of '{}' is out of range for {} rows",
+                            ctx.g.tensor(node).name,
+                            ctx.g.tensor(ctx.g.tensor(node).src[2]).name,
+                            n_dst_rows
+                        )));
+                    }
+                    *slot = v;
                 }
-                seen.push(v);
+                seen.sort_unstable();
+                dup |= seen.windows(2).any(|w| w[0] == w[1]);
             }
-            seen.sort_unstable();
-            dup |= seen.windows(2).any(|w| w[0] == w[1]);
         }
-    }
+        Ok(())
+    });
+    checked?;
     let ne0 = b.ne[0];
     let nr = b.nrows();
     let body = |rows: std::ops::Range<usize>| {
-        let mut x = vec![0f32; ne0];
+        let mut x = RowBuf::take(ne0);
         for r in rows {
             let (i, i02, i03) = b.row_coords(r);
             // SAFETY: (i, i02 % c.ne1, i03 % c.ne2) within c's shape; the
@@ -95,7 +102,7 @@ pub(super) fn set_rows(ctx: &ComputeCtx<'_>, node: TensorId) -> Result<(), Backe
             // planes (equal to b's by `supports`).
             unsafe {
                 let i1 = index(&c, i, i02 % c.ne[1], i03 % c.ne[2]) as usize;
-                load_row(&b, i, i02, i03, &mut x);
+                load_row(&b, i, i02, i03, &mut x[..]);
                 store_row(&dst, i1, i02, i03, &x);
             }
         }
