@@ -300,7 +300,7 @@ impl EmuStream {
                         .access(self.core.id, &clk, &op, a.ptr, a.len as u64, a.write)
                 {
                     let msg = format!("emulator: {e}");
-                    w.hazards.push(msg.clone());
+                    super::keep_hazard(&mut w, msg.clone());
                     return Err(BackendError::Device(msg));
                 }
             }
