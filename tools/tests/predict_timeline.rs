@@ -9,7 +9,12 @@
 //! hybrid experts off (with hybrid on, the CPU's share of layer `l - 1`
 //! computes between the two, and the upload overlaps that instead).
 //! Durations are the emulator's wall-clock on the CPU, not a GPU's; what
-//! the test checks is the order and the overlap.
+//! the test checks is the order and the overlap. Emulated copies of a few
+//! kilobytes take microseconds, against milliseconds for an emulated
+//! kernel, so an upload could finish in the moment before the compute
+//! stream's worker starts the next kernel; the run gives the emulated
+//! link a rate (`GGML_CUDA_EMULATOR_H2D_MBPS=50`), so that uploads last
+//! as long as they would next to real kernels and the overlap shows.
 
 mod common;
 
@@ -182,6 +187,7 @@ fn emulated_cuda0_uploads_predicted_experts_while_the_previous_layer_computes() 
         ])
         .env("GGML_RS_CACHE", dir.path())
         .env("GGML_CUDA_EMULATOR", "1")
+        .env("GGML_CUDA_EMULATOR_H2D_MBPS", "50")
         .env_remove("GGML_CUDA_EMULATOR_DROP_WAIT")
         .env_remove("GGML_CUDA_EMULATOR_SEED")
         .env_remove("RUST_BACKTRACE")
@@ -262,7 +268,7 @@ fn emulated_cuda0_uploads_predicted_experts_while_the_previous_layer_computes() 
     );
     assert!(uploads > 0, "no predicted expert was uploaded");
     assert!(
-        overlapping > 0,
-        "no predicted-expert upload overlapped the previous layer's expert kernels"
+        2 * overlapping >= uploads,
+        "{overlapping} of {uploads} predicted-expert uploads overlapped the previous layer's expert kernels (fewer than half)"
     );
 }

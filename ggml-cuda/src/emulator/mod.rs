@@ -15,7 +15,8 @@
 //!   [`stats`].
 //! - **Streams and events** (`stream.rs`): a worker thread per stream, CUDA's
 //!   event semantics (re-recording included: a wait keeps the record it
-//!   saw), seeded delays (`GGML_CUDA_EMULATOR_SEED=N`).
+//!   saw), seeded delays (`GGML_CUDA_EMULATOR_SEED=N`), an optional link
+//!   rate for host-to-device copies (`GGML_CUDA_EMULATOR_H2D_MBPS`).
 //! - **Graphs** (`stream.rs`): a capture records a stream's launches instead
 //!   of running them (anything else queued while capturing is an error, as
 //!   CUDA's capture isolation makes it); a replay queues them again, each
@@ -98,6 +99,12 @@ pub struct Config {
     pub hazards: bool,
     /// The planted bug (`GGML_CUDA_EMULATOR_DROP_WAIT`), if any.
     pub drop_wait: Option<String>,
+    /// Emulated host-to-device link, bytes per second
+    /// (`GGML_CUDA_EMULATOR_H2D_MBPS`, in MB/s; none: copies take what the
+    /// memcpy takes): each host-to-device copy then lasts at least
+    /// bytes / rate, so an upload spans time beside the kernels as it does
+    /// on a GPU (timelines; the durations stay emulated, not a GPU's).
+    pub h2d_bytes_per_s: Option<u64>,
 }
 
 fn parse_env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -210,6 +217,9 @@ fn env_config() -> Config {
             hazards: std::env::var("GGML_CUDA_EMULATOR_HAZARDS")
                 .map_or(true, |v| !matches!(v.trim(), "0" | "false" | "off" | "no")),
             drop_wait,
+            h2d_bytes_per_s: parse_env::<f64>("GGML_CUDA_EMULATOR_H2D_MBPS")
+                .map(|r| (r * 1e6) as u64) // saturating; NaN gives 0
+                .filter(|&r| r > 0),
         }
     }
 }
