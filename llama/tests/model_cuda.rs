@@ -33,9 +33,17 @@ fn use_emulator_without_gpu() {
 /// their last bits (other summation order), a value near a rounding
 /// boundary then quantizes one step apart, and this file amplifies that
 /// (CUDA vs CPU logits: rows 0-4 agree to 1e-13, later rows differ by
-/// 2e-4..5e-4, two rows with a routing flip by 2e-2). Its prompt rows are
-/// held to the 5e-3 bound; the teacher-forced NMSE is printed, and must stay
-/// below 1e-2.
+/// 2e-4..5e-4, two rows with a routing flip by 2e-2). Per teacher-forced
+/// row against llama.cpp, CUDA and the CPU backend agree (4e-4..1.3e-3;
+/// row 13 is 3e-2 on both, a flip against llama.cpp) except row 14: 4.8e-2
+/// on CUDA, 5.4e-4 on the CPU, one routing flip that makes CUDA's 5.7e-3.
+/// Where the experts run does not matter (`--cpu-moe` gives the same
+/// 5.70e-3), nor graph replay; with every op whose name or weight names
+/// `attn` moved to the CPU the emulated device gives the CPU's 2.67e-3, but
+/// no single attention matmul (q, kv_a, k_b, v_b, output) does: the flip
+/// follows last-bit differences spread over the attention, not one
+/// kernel's precision. Its prompt rows are held to the 5e-3 bound; the
+/// teacher-forced NMSE is printed, and must stay below 1e-2.
 const ACTIVATION_SENSITIVE: (&str, f64) = ("tiny-deepseek2-q4_k", 1e-2);
 
 fn fixture_on_cuda0(name: &str) {
