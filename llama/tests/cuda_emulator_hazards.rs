@@ -1,6 +1,6 @@
 //! Planted bugs on the emulated CUDA0: for each kind of wait
 //! (`GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging`, set here
-//! through `ggml_cuda::emulator::set_config`), 20 seeds of random stream
+//! through `ggml_cuda::emulator::set_thread_config`), 20 seeds of random stream
 //! delays with that wait dropped: every run must be caught, by the hazard
 //! detector or by logits outside the fixture's bound. The same 20 seeds with
 //! no wait dropped must all pass (no hazard, logits within the bound).
