@@ -122,7 +122,16 @@ pub fn write_event_timeline(device: &dyn ggml_core::Backend, path: &Path) -> Res
         .take_event_timeline()
         .with_context(|| format!("reading {}'s timeline", device.name()))?
         .unwrap_or_default();
-    let title = format!("{} events (wall-clock)", device.name());
+    // the CUDA backend names an emulated device's track "CUDA0 (emulated)"
+    let emulated = t.spans.iter().any(|s| s.backend.ends_with("(emulated)"));
+    let title = if emulated {
+        format!(
+            "{} events (emulated: wall-clock of the CPU emulator, not GPU durations)",
+            device.name()
+        )
+    } else {
+        format!("{} events (wall-clock)", device.name())
+    };
     std::fs::write(path, t.to_chrome_json(&title))
         .with_context(|| format!("cannot write '{}'", path.display()))
 }

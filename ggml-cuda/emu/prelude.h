@@ -82,8 +82,8 @@ enum {
     EMU_REDUCE_AND = 11,
     EMU_REDUCE_OR = 12,
     EMU_REDUCE_XOR = 13,
-    EMU_MMA_S8_LO = 14,
-    EMU_MMA_S8_HI = 15,
+    EMU_MMA_S8 = 14,
+    EMU_GATHER = 15,
 };
 
 // Block-barrier reductions (`emu_syncthreads_op`).
@@ -107,6 +107,9 @@ int emu_syncthreads_op(const char* file, int line, int op, int pred);
 // all of them have arrived; returns this lane's result.
 unsigned long long emu_warp_op(int kind, unsigned mask, unsigned long long val, int arg,
                                int width);
+// The second result word of the caller's last warp collective (the
+// high row half of `EMU_MMA_S8`).
+unsigned long long emu_warp_result2(void);
 // The lanes of the caller's warp that have not exited.
 unsigned emu_activemask(void);
 // The launch's dynamic shared memory (`extern __shared__`).
@@ -195,18 +198,56 @@ __forceinline__ unsigned __reduce_xor_sync(unsigned mask, unsigned v) {
 
 // The int8 tensor-core product `mma.sync.aligned.m16n8k16.row.col.s32.s8.
 // s8.s32` of a whole warp, with PTX's fragment layout (see
-// `mma_s8_16x8x16` in kernels/dot_q8.cu): two warp collectives, one per
-// row half of C. Every lane of the warp must call it.
+// `mma_s8_16x8x16` in kernels/dot_q8.cu): one warp collective, whose two
+// result words are this lane's elements of the two row halves of C. Every
+// lane of the warp must call it.
 #define GGML_CUDA_EMU_MMA 1
 __forceinline__ void emu_mma_s8_16x8x16(int* c, const int* a, int b) {
     unsigned long long av =
         (unsigned long long)(unsigned)a[0] | ((unsigned long long)(unsigned)a[1] << 32);
-    unsigned long long lo = emu_warp_op(EMU_MMA_S8_LO, 0xffffffffu, av, b, warpSize);
-    unsigned long long hi = emu_warp_op(EMU_MMA_S8_HI, 0xffffffffu, av, b, warpSize);
+    unsigned long long lo = emu_warp_op(EMU_MMA_S8, 0xffffffffu, av, b, warpSize);
+    unsigned long long hi = emu_warp_result2();
     c[0] += (int)(unsigned)lo;
     c[1] += (int)(unsigned)(lo >> 32);
     c[2] += (int)(unsigned)hi;
     c[3] += (int)(unsigned)(hi >> 32);
+}
+
+// The butterfly reductions of kernels.cu (`warp_sum`, `warp_max`: five
+// `__shfl_xor_sync` steps over the full warp, offsets 16 down to 1, each
+// lane combining its own value with its partner's) as one warp collective
+// instead of five: `EMU_GATHER` hands every lane the 32 values the lanes
+// brought, and each lane evaluates its own result of the five steps with
+// the kernel's operation, in the same operand order (31 operations), so it
+// gets the bits the shuffles give. The GPU (and NVRTC) compile the
+// shuffles themselves.
+#define GGML_CUDA_EMU_WARP_BUTTERFLY 1
+// The calling thread's lane.
+__forceinline__ unsigned emu_lane() {
+    return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31u;
+}
+// Lane l's result of the five steps from the 32 values `all`, with the 31
+// operations it depends on: before the step of offset h (16, 8, ..., 1),
+// b[m] holds lane (l ^ m)'s value for m < 2h, and lane (l ^ m) combines its
+// own value with lane (l ^ m ^ h)'s, which is b[m + h].
+template <class Op>
+__forceinline__ float emu_butterfly_value(const unsigned long long* all, unsigned l, Op op) {
+    float b[32];
+    for (unsigned m = 0; m < 32; m++) {
+        b[m] = emu_from_bits<float>(all[l ^ m]);
+    }
+    for (unsigned h = 16; h > 0; h >>= 1) {
+        for (unsigned m = 0; m < h; m++) {
+            b[m] = op(b[m], b[m + h]);
+        }
+    }
+    return b[0];
+}
+template <class Op>
+__forceinline__ float emu_warp_butterfly(float v, Op op) {
+    const unsigned long long* all = (const unsigned long long*)(uintptr_t)emu_warp_op(
+        EMU_GATHER, 0xffffffffu, emu_bits(v), 0, warpSize);
+    return emu_butterfly_value(all, emu_lane(), op);
 }
 
 // --------------------------------------------------------------- atomics

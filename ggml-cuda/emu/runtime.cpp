@@ -240,6 +240,7 @@ struct Fiber {
     unsigned long long wval;
     int warg, wwidth;
     unsigned long long wresult;
+    unsigned long long wresult2; // second word (EMU_MMA_S8's high half)
     // the lanes of the last warp collective this lane completed (all
     // lanes of its warp before any): what __activemask reports
     unsigned conv_mask;
@@ -260,8 +261,8 @@ const char* warp_op_name(int kind) {
     case EMU_REDUCE_AND: return "__reduce_and_sync";
     case EMU_REDUCE_OR: return "__reduce_or_sync";
     case EMU_REDUCE_XOR: return "__reduce_xor_sync";
-    case EMU_MMA_S8_LO:
-    case EMU_MMA_S8_HI: return "mma.sync.m16n8k16.s8";
+    case EMU_MMA_S8: return "mma.sync.m16n8k16.s8";
+    case EMU_GATHER: return "warp_sum/warp_max (__shfl_xor_sync butterfly)";
     default: return "__syncwarp";
     }
 }
@@ -291,6 +292,8 @@ struct Sched {
     int bar_line = 0, bar_op = 0, bar_acc = 0, bar_result = 0;
     // lanes arrived at a collective, per warp
     unsigned warp_arrived[MAX_THREADS / 32];
+    // the lanes' values of each warp's last EMU_GATHER
+    unsigned long long warp_snap[MAX_THREADS / 32][32];
     // the launch
     void (*tramp)(void* const*) = nullptr;
     void* const* params = nullptr;
@@ -518,6 +521,31 @@ int syncthreads(Sched* s, Fiber* f, const char* file, int line, int op, int pred
 
 // ---------------------------------------------------- warp collectives
 
+// One row half of mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 of the
+// whole warp, for lane l: lane 4g + q holds A[g][4q..4q+3] (low word of
+// its value) and A[g + 8][4q..4q+3] (high word), and B[4q..4q+3][g] (its
+// arg); lane (g, t) gets C[row][2t] and C[row][2t + 1], row g (low half) or
+// g + 8 (high half), packed low / high.
+unsigned long long mma_s8_half(const Fiber* base, unsigned l, bool hi) {
+    unsigned g = l >> 2;
+    unsigned t = l & 3;
+    unsigned r[2];
+    for (unsigned j = 0; j < 2; j++) {
+        unsigned n = 2 * t + j;
+        int acc = 0;
+        for (unsigned q = 0; q < 4; q++) {
+            unsigned long long av = base[4 * g + q].wval;
+            unsigned a = hi ? (unsigned)(av >> 32) : (unsigned)av;
+            unsigned b = (unsigned)base[4 * n + q].warg;
+            for (int i = 0; i < 4; i++) {
+                acc += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+            }
+        }
+        r[j] = (unsigned)acc;
+    }
+    return (unsigned long long)r[0] | ((unsigned long long)r[1] << 32);
+}
+
 // This lane's result once every lane of the mask has arrived.
 unsigned long long warp_result(Fiber* base, unsigned mask, unsigned l) {
     const Fiber& me = base[l];
@@ -554,32 +582,6 @@ unsigned long long warp_result(Fiber* base, unsigned mask, unsigned l) {
             return ballot == mask ? 1 : 0;
         }
         return ballot != 0 ? 1 : 0;
-    }
-    case EMU_MMA_S8_LO:
-    case EMU_MMA_S8_HI: {
-        // mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 of the whole warp:
-        // lane 4g + q holds A[g][4q..4q+3] (low word of its value) and
-        // A[g + 8][4q..4q+3] (high word), and B[4q..4q+3][g] (its arg); this
-        // lane (g, t) gets C[row][2t] and C[row][2t + 1], row g (LO) or
-        // g + 8 (HI), packed low / high
-        unsigned g = l >> 2;
-        unsigned t = l & 3;
-        bool hi = me.wkind == EMU_MMA_S8_HI;
-        unsigned r[2];
-        for (unsigned j = 0; j < 2; j++) {
-            unsigned n = 2 * t + j;
-            int acc = 0;
-            for (unsigned q = 0; q < 4; q++) {
-                unsigned long long av = base[4 * g + q].wval;
-                unsigned a = hi ? (unsigned)(av >> 32) : (unsigned)av;
-                unsigned b = (unsigned)base[4 * n + q].warg;
-                for (int i = 0; i < 4; i++) {
-                    acc += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
-                }
-            }
-            r[j] = (unsigned)acc;
-        }
-        return (unsigned long long)r[0] | ((unsigned long long)r[1] << 32);
     }
     case EMU_REDUCE_ADD:
     case EMU_REDUCE_MIN:
@@ -665,10 +667,35 @@ unsigned long long warp_op(Sched* s, Fiber* f, int kind, unsigned mask, unsigned
         }
     }
     arrived &= ~mask;
+    if (kind == EMU_GATHER || kind == EMU_MMA_S8) {
+        if (mask != 0xffffffffu || width != 32) {
+            snprintf(s->msg, sizeof s->msg,
+                     "warp %u of block (%u,%u,%u): %s with mask %#010x width %d (the whole "
+                     "warp must take part)",
+                     f->warp, blockIdx.x, blockIdx.y, blockIdx.z, warp_op_name(kind), mask,
+                     width);
+            fail(s, f, MISUSE);
+        }
+    }
+    unsigned long long* snap = s->warp_snap[f->warp];
+    if (kind == EMU_GATHER) {
+        // every lane's value, kept until the warp's next collective
+        // completes (no lane of the warp can be in it before reading this)
+        for (unsigned l = 0; l < 32; l++) {
+            snap[l] = base[l].wval;
+        }
+    }
     for (unsigned m = mask; m != 0; m &= m - 1) {
         unsigned l = (unsigned)__builtin_ctz(m);
         Fiber& g = base[l];
-        g.wresult = warp_result(base, mask, l);
+        if (kind == EMU_MMA_S8) {
+            g.wresult = mma_s8_half(base, l, false);
+            g.wresult2 = mma_s8_half(base, l, true);
+        } else if (kind == EMU_GATHER) {
+            g.wresult = (unsigned long long)(uintptr_t)snap;
+        } else {
+            g.wresult = warp_result(base, mask, l);
+        }
         g.conv_mask = mask;
         if (l != f->lane) {
             g.state = READY;
@@ -739,6 +766,8 @@ extern "C" unsigned long long emu_warp_op(int kind, unsigned mask, unsigned long
 }
 
 extern "C" unsigned emu_activemask(void) { return cur_sched->cur->conv_mask; }
+
+extern "C" unsigned long long emu_warp_result2(void) { return cur_sched->cur->wresult2; }
 
 extern "C" void* emu_dynamic_shared(void) { return cur_sched->dyn; }
 

@@ -270,3 +270,24 @@ extern "C" __global__ void t_warp_reduce(const int* in, const float4* v4, const 
     float4 g = make_float4(f.x, f.y, f.z, f.w);
     o[7] = (int)(g.x + g.y + g.z + g.w) + i.x + i.y;
 }
+
+// The emulator's one-collective butterflies (`emu_warp_butterfly`, which
+// kernels.cu's warp_sum / warp_max use on the emulator)
+// against the five __shfl_xor_sync steps they stand for; 4 results per
+// thread: shuffle sum, collective sum, shuffle max, collective max (bits).
+extern "C" __global__ void t_warp_butterfly(const float* in, unsigned* out) {
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = in[t];
+    float s = v, m = v;
+    for (int o = 16; o > 0; o >>= 1) {
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    }
+    float cs = emu_warp_butterfly(v, [](float a, float b) { return a + b; });
+    float cm = emu_warp_butterfly(v, [](float a, float b) { return fmaxf(a, b); });
+    unsigned* o = out + 4 * t;
+    o[0] = __float_as_uint(s);
+    o[1] = __float_as_uint(cs);
+    o[2] = __float_as_uint(m);
+    o[3] = __float_as_uint(cm);
+}

@@ -1517,6 +1517,13 @@ impl Backend for CudaBackend {
                 return Ok(None);
             };
             let spans = std::mem::take(&mut t.spans);
+            // an emulated device's track says so: its durations are the CPU
+            // emulator's, never a GPU's
+            let track = if self.dev.drv.is_emulated() {
+                format!("{} (emulated)", self.dev.name)
+            } else {
+                self.dev.name.clone()
+            };
             // times relative to the base event (elapsed_ms waits for both)
             let mut out = Vec::with_capacity(spans.len());
             for (seq, sp) in spans.into_iter().enumerate() {
@@ -1527,7 +1534,7 @@ impl Backend for CudaBackend {
                 let (s, e) = (at(&sp.start)?, at(&sp.end)?);
                 out.push(Span {
                     seq: seq as u64,
-                    backend: self.dev.name.clone(),
+                    backend: track.clone(),
                     stream: sp.stream.to_string(),
                     kind: sp.kind,
                     name: sp.name,

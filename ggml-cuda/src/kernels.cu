@@ -400,18 +400,29 @@ __device__ __forceinline__ i64 t4_off(const T4& t, i64 c0, i64 c1, i64 c2, i64 c
 __device__ __forceinline__ i64 gtid() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ i64 gstride() { return (i64)gridDim.x * blockDim.x; }
 
+// Butterfly sum / max over the full warp (every lane gets the result).
+// The emulator runs the same five steps after one warp collective
+// (`GGML_CUDA_EMU_WARP_BUTTERFLY`, emu/prelude.h), bit for bit.
 __device__ __forceinline__ float warp_sum(float v) {
+#ifdef GGML_CUDA_EMU_WARP_BUTTERFLY
+    return emu_warp_butterfly(v, [](float a, float b) { return a + b; });
+#else
     for (int o = 16; o > 0; o >>= 1) {
         v += __shfl_xor_sync(0xffffffffu, v, o);
     }
     return v;
+#endif
 }
 
 __device__ __forceinline__ float warp_max(float v) {
+#ifdef GGML_CUDA_EMU_WARP_BUTTERFLY
+    return emu_warp_butterfly(v, [](float a, float b) { return fmaxf(a, b); });
+#else
     for (int o = 16; o > 0; o >>= 1) {
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     }
     return v;
+#endif
 }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every

@@ -233,6 +233,44 @@ fn warp_reductions_and_vector_types() {
     }
 }
 
+/// The emulator runs kernels.cu's `warp_sum` / `warp_max` as one warp
+/// collective: bit for bit what the five `__shfl_xor_sync` steps give, on
+/// values whose sum depends on the order (wide magnitudes), signed zeros
+/// and NaN.
+#[test]
+fn warp_butterfly_collective_matches_the_shuffles_bit_for_bit() {
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(7);
+    let n = 128;
+    let mut v: Vec<f32> = (0..n)
+        .map(|i| {
+            let x = (rng.i(2001) - 1000) as f32 / 7.0;
+            x * 10f32.powi((i % 9) as i32 - 4)
+        })
+        .collect();
+    // warp 2: signed zeros and equal values; warp 3: a NaN lane
+    for (l, x) in v[64..96].iter_mut().enumerate() {
+        *x = if l % 2 == 0 { 0.0 } else { -0.0 };
+    }
+    v[100] = f32::NAN;
+    let mut out = vec![0u32; 4 * n];
+    run(
+        "t_warp_butterfly",
+        [2, 1, 1],
+        [64, 1, 1],
+        0,
+        &[pc(&v), p(&mut out)],
+    )
+    .unwrap();
+    for t in 0..n {
+        let o = &out[4 * t..4 * t + 4];
+        assert_eq!(o[0], o[1], "sum, thread {t}");
+        assert_eq!(o[2], o[3], "max, thread {t}");
+    }
+}
+
 #[test]
 fn votes_and_counting_barriers() {
     if skip() {

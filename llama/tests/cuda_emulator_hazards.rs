@@ -1,16 +1,22 @@
 //! Planted bugs on the emulated CUDA0: for each kind of wait
 //! (`GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging`, set here
-//! through `ggml_cuda::emulator::set_config`), 20 seeds of random stream
+//! through `ggml_cuda::emulator::set_thread_config`), 20 seeds of random stream
 //! delays with that wait dropped: every run must be caught, by the hazard
 //! detector or by logits outside the fixture's bound. The same 20 seeds with
 //! no wait dropped must all pass (no hazard, logits within the bound).
 //! `slot` is the exception: its wait is implied by the router-id read that
 //! precedes every eviction (see `check_redundant`).
 //! Always on the emulator (a real GPU has no planted bugs).
+//!
+//! Each run gives its host thread its own emulator configuration
+//! (`emulator::set_thread_config`: seed, planted bug, its own hazard list),
+//! so the seeds run on a few threads at once and the four kinds in
+//! parallel: most of a run's wall time is the seeded delays and the
+//! hand-offs between the host and the stream workers, which overlap.
 
 mod common;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use common::{nmse, or_skip, Fixture};
 use ggml_cuda::emulator;
@@ -23,10 +29,30 @@ use llama::{Context, ContextParams, Model, ModelParams};
 const SEEDS: u64 = 20;
 const FIXTURE: &str = "tiny-qwen3moe-f32";
 
-/// One test at a time: the emulator's configuration is process-wide.
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Host threads running the seeds of one kind at once.
+const PARALLEL: u64 = 4;
+
+/// `f(seed)` for every seed, on [`PARALLEL`] threads; the outcomes in
+/// seed order.
+fn per_seed<T: Send>(f: impl Fn(u64) -> T + Sync) -> Vec<T> {
+    let mut out: Vec<(u64, T)> = std::thread::scope(|sc| {
+        let f = &f;
+        let hs: Vec<_> = (0..PARALLEL)
+            .map(|k| {
+                sc.spawn(move || {
+                    (1..=SEEDS)
+                        .filter(|s| s % PARALLEL == k)
+                        .map(|s| (s, f(s)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().expect("a seed's thread panicked"))
+            .collect()
+    });
+    out.sort_by_key(|(s, _)| *s);
+    out.into_iter().map(|(_, t)| t).collect()
 }
 
 /// What one run gave.
@@ -39,13 +65,15 @@ enum Outcome {
 }
 
 /// The configuration that exercises the wait `kind` drops.
+/// Runs on the calling thread with its own emulator configuration (this
+/// seed, this planted bug), which stays set for the thread's next run.
 fn run(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Outcome {
+    emulator::set_thread_config(None);
     let mut c = emulator::config();
     c.seed = Some(seed);
     c.hazards = true;
     c.drop_wait = drop.then(|| kind.to_string());
-    emulator::set_config(c);
-    let _ = emulator::take_hazards();
+    emulator::set_thread_config(Some(c));
     // `upload` and `staging` offload every batch (expert uploads on the
     // copy stream); `readback` computes experts on the CPU (activations
     // read back); `slot` runs the expert cache with room for a few experts
@@ -131,13 +159,13 @@ fn run(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Outcome {
 }
 
 fn check_kind(kind: &str) {
-    let _g = lock();
     emulator::enable();
     let fx = or_skip!(Fixture::load(FIXTURE));
     let t0 = std::time::Instant::now();
     let (mut hazards, mut differ) = (0, 0);
-    for seed in 1..=SEEDS {
-        match run(&fx, kind, seed, true) {
+    let outcomes = per_seed(|seed| run(&fx, kind, seed, true));
+    for (seed, outcome) in (1..=SEEDS).zip(outcomes) {
+        match outcome {
             Outcome::Hazard(h) => {
                 if hazards == 0 {
                     println!("{kind}, seed {seed}: {h}");
@@ -163,15 +191,15 @@ fn check_kind(kind: &str) {
         "no wait dropped ({kind}'s configuration): {SEEDS} seeds pass in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
-    reset_config();
 }
 
 /// Every seed runs hazard-free with logits within the fixture's bound, with
 /// `kind`'s wait dropped or kept.
 fn assert_seeds_pass(fx: &Fixture, kind: &str, drop: bool) {
     let what = if drop { "dropped" } else { "kept" };
-    for seed in 1..=SEEDS {
-        match run(fx, kind, seed, drop) {
+    let outcomes = per_seed(|seed| run(fx, kind, seed, drop));
+    for (seed, outcome) in (1..=SEEDS).zip(outcomes) {
+        match outcome {
             Outcome::Hazard(h) => panic!("{kind} {what}, seed {seed}: {h}"),
             Outcome::Logits(p, f) => assert!(
                 p <= fx.bound && f <= fx.bound,
@@ -180,14 +208,6 @@ fn assert_seeds_pass(fx: &Fixture, kind: &str, drop: bool) {
             ),
         }
     }
-}
-
-/// Back to no planted bug and no delays.
-fn reset_config() {
-    let mut c = emulator::config();
-    c.drop_wait = None;
-    c.seed = None;
-    emulator::set_config(c);
 }
 
 #[test]
@@ -212,13 +232,29 @@ fn dropped_readback_wait_is_caught() {
 /// synchronized the device; now that the id flag is read once per graph it
 /// is caught like the others.)
 fn check_redundant(kind: &str) {
-    let _g = lock();
     emulator::enable();
     let fx = or_skip!(Fixture::load(FIXTURE));
     let t0 = std::time::Instant::now();
-    let before = emulator::dropped_waits();
-    assert_seeds_pass(&fx, kind, true);
-    let dropped = emulator::dropped_waits() - before;
+    // each seed's run counts the waits it dropped on its own thread
+    let dropped: u64 = per_seed(|seed| {
+        let outcome = run(&fx, kind, seed, true);
+        (outcome, emulator::dropped_waits())
+    })
+    .into_iter()
+    .enumerate()
+    .map(|(i, (outcome, n))| {
+        match outcome {
+            Outcome::Hazard(h) => panic!("{kind} dropped, seed {}: {h}", i + 1),
+            Outcome::Logits(p, f) => assert!(
+                p <= fx.bound && f <= fx.bound,
+                "{kind} dropped, seed {}: NMSE {p:.2e} / {f:.2e} > {:.0e}",
+                i + 1,
+                fx.bound
+            ),
+        }
+        n
+    })
+    .sum();
     assert!(
         dropped > 0,
         "{kind}: the configuration never reached the wait"
@@ -227,7 +263,6 @@ fn check_redundant(kind: &str) {
         "DROP_WAIT={kind}: {dropped} waits dropped over {SEEDS} seeds, no hazard, logits within the bound ({:.1} s): the wait is implied by the host's synchronization",
         t0.elapsed().as_secs_f64()
     );
-    reset_config();
 }
 
 #[test]

@@ -2,10 +2,9 @@
 //! weights on the device, experts in host memory (`--cpu-moe`), and
 //! `--cpu-moe` with every batch offloaded so the expert copy policy runs.
 //! Without a GPU, CUDA0 is the emulated device
-//! (`ggml_cuda::emulator`): every fixture with all weights on it, the
-//! `--cpu-moe` variants on the fixtures it runs fast (all of them with
-//! `GGML_CUDA_EMULATOR_FULL=1`). One test per fixture, so they run in
-//! parallel.
+//! (`ggml_cuda::emulator`): every fixture in every placement, the
+//! quantized fixtures' `--cpu-moe` variants included (about 5 s a run on
+//! the emulator). One test per fixture, so they run in parallel.
 
 mod common;
 
@@ -17,21 +16,12 @@ use llama::device::open_device;
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
 
-/// Whether CUDA0 is the emulator (enabling it where there is no GPU).
-fn emulated() -> bool {
+/// Make CUDA0 the emulated device where there is no GPU.
+fn use_emulator_without_gpu() {
     if let Some(why) = ggml_cuda::unavailable_reason() {
         println!("no GPU ({why}): CUDA0 is the emulated device");
         ggml_cuda::emulator::enable();
     }
-    ggml_cuda::emulator::enabled()
-}
-
-/// Fixtures the emulator runs fast (tiny, float and MXFP4 weights): on the
-/// emulator, the `--cpu-moe` variants run on these only, unless
-/// `GGML_CUDA_EMULATOR_FULL=1` (the emulated quantized mat-vec kernels cost
-/// 5-20 s a run; every fixture still runs with all weights on CUDA0).
-fn fast_on_the_emulator(name: &str) -> bool {
-    name.starts_with("tiny-") && ["f32", "f16", "mxfp4"].iter().any(|t| name.ends_with(t))
 }
 
 /// tiny-deepseek2-q4_k is the fixtures' most sensitive file (routing flips,
@@ -43,14 +33,21 @@ fn fast_on_the_emulator(name: &str) -> bool {
 /// their last bits (other summation order), a value near a rounding
 /// boundary then quantizes one step apart, and this file amplifies that
 /// (CUDA vs CPU logits: rows 0-4 agree to 1e-13, later rows differ by
-/// 2e-4..5e-4, two rows with a routing flip by 2e-2). Its prompt rows are
-/// held to the 5e-3 bound; the teacher-forced NMSE is printed, and must stay
-/// below 1e-2.
+/// 2e-4..5e-4, two rows with a routing flip by 2e-2). Per teacher-forced
+/// row against llama.cpp, CUDA and the CPU backend agree (4e-4..1.3e-3;
+/// row 13 is 3e-2 on both, a flip against llama.cpp) except row 14: 4.8e-2
+/// on CUDA, 5.4e-4 on the CPU, one routing flip that makes CUDA's 5.7e-3.
+/// Where the experts run does not matter (`--cpu-moe` gives the same
+/// 5.70e-3), nor graph replay; with every op whose name or weight names
+/// `attn` moved to the CPU the emulated device gives the CPU's 2.67e-3, but
+/// no single attention matmul (q, kv_a, k_b, v_b, output) does: the flip
+/// follows last-bit differences spread over the attention, not one
+/// kernel's precision. Its prompt rows are held to the 5e-3 bound; the
+/// teacher-forced NMSE is printed, and must stay below 1e-2.
 const ACTIVATION_SENSITIVE: (&str, f64) = ("tiny-deepseek2-q4_k", 1e-2);
 
 fn fixture_on_cuda0(name: &str) {
-    let emulated = emulated();
-    let full = !emulated || std::env::var("GGML_CUDA_EMULATOR_FULL").is_ok_and(|v| v == "1");
+    use_emulator_without_gpu();
     let cases = [
         (
             "all weights on CUDA0",
@@ -91,12 +88,6 @@ fn fixture_on_cuda0(name: &str) {
         let fx = or_skip!(Fixture::load(name));
         let n = fx.n_vocab();
         for (label, placement, min_batch, load_mode) in cases.clone() {
-            if !(full || fast_on_the_emulator(name) || !placement.cpu_moe) {
-                println!(
-                    "{name} [{label}]: not run on the emulator (GGML_CUDA_EMULATOR_FULL=1 runs it)"
-                );
-                continue;
-            }
             let t0 = std::time::Instant::now();
             let dev = open_device("CUDA0", 2, min_batch).expect("CUDA0");
             let params = ModelParams {

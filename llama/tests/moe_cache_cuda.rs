@@ -41,12 +41,22 @@ fn emulator_runs(name: &str, small: bool, policy: PolicyKind) -> bool {
 /// 3.3e-3); as in `model_cuda.rs`, those rows are held to 1e-2.
 const ACTIVATION_SENSITIVE: (&str, f64) = ("tiny-deepseek2-q4_k", 1e-2);
 
-#[test]
-fn fixtures_on_cuda0_with_the_expert_cache() {
+/// Fixture `name` with the cache: sizes `sizes` (0: a few experts, 1: all
+/// of them), every policy (on the emulator: those `emulator_runs` picks).
+fn fixture_with_the_expert_cache(name: &str, sizes: &[usize]) {
     let emulated = emulated();
     let full = !emulated || std::env::var("GGML_CUDA_EMULATOR_FULL").is_ok_and(|v| v == "1");
-    for name in MODELS {
-        let fx = or_skip!(Fixture::load(name), continue);
+    let any = sizes.iter().any(|&k| {
+        PolicyKind::ALL
+            .into_iter()
+            .any(|p| emulator_runs(name, k == 0, p))
+    });
+    if !(full || any) {
+        println!("{name}: not run on the emulator (GGML_CUDA_EMULATOR_FULL=1 runs it)");
+        return;
+    }
+    {
+        let fx = or_skip!(Fixture::load(name));
         let params = ModelParams {
             device: open_device("CUDA0", 2, 32).expect("CUDA0"),
             placement: Placement {
@@ -59,8 +69,12 @@ fn fixtures_on_cuda0_with_the_expert_cache() {
         let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
         let groups = model_groups(&model);
         let g = &groups[0];
+        let wanted = sizes;
         let sizes = [g.bank_bytes(g.n_used * 7), bytes_for_all(&groups)];
         for (k, bytes) in sizes.into_iter().enumerate() {
+            if !wanted.contains(&k) {
+                continue;
+            }
             for policy in PolicyKind::ALL {
                 if !(full || emulator_runs(name, k == 0, policy)) {
                     continue;
@@ -109,4 +123,81 @@ fn fixtures_on_cuda0_with_the_expert_cache() {
             }
         }
     }
+}
+
+#[test]
+fn every_fixture_is_tested() {
+    assert_eq!(
+        MODELS,
+        [
+            "tiny-qwen3moe-f32",
+            "tiny-qwen2moe-f32",
+            "tiny-mixtral-f16",
+            "tiny-olmoe-f32",
+            "tiny-qwen3moe-q8_0",
+            "tiny-qwen3moe-q4_0",
+            "tiny-qwen3moe-q4_k",
+            "tiny-qwen3moe-q6_k",
+            "small-qwen3moe-spm-f16",
+            "tiny-deepseek2-f32",
+            "tiny-deepseek2-q4_k",
+            "tiny-gptoss-mxfp4",
+        ],
+        "a fixture was added: give it a test below"
+    );
+}
+
+// one test per fixture (and per size for the one that runs every policy),
+// so that they run in parallel
+#[test]
+fn tiny_qwen3moe_f32_cache_of_a_few_experts() {
+    fixture_with_the_expert_cache(MODELS[0], &[0]);
+}
+#[test]
+fn tiny_qwen3moe_f32_cache_of_all_experts() {
+    fixture_with_the_expert_cache(MODELS[0], &[1]);
+}
+#[test]
+fn tiny_qwen2moe_f32() {
+    fixture_with_the_expert_cache(MODELS[1], &[0, 1]);
+}
+#[test]
+fn tiny_mixtral_f16() {
+    fixture_with_the_expert_cache(MODELS[2], &[0, 1]);
+}
+#[test]
+fn tiny_olmoe_f32() {
+    fixture_with_the_expert_cache(MODELS[3], &[0, 1]);
+}
+#[test]
+fn tiny_qwen3moe_q8_0() {
+    fixture_with_the_expert_cache(MODELS[4], &[0, 1]);
+}
+#[test]
+fn tiny_qwen3moe_q4_0() {
+    fixture_with_the_expert_cache(MODELS[5], &[0, 1]);
+}
+#[test]
+fn tiny_qwen3moe_q4_k() {
+    fixture_with_the_expert_cache(MODELS[6], &[0, 1]);
+}
+#[test]
+fn tiny_qwen3moe_q6_k() {
+    fixture_with_the_expert_cache(MODELS[7], &[0, 1]);
+}
+#[test]
+fn small_qwen3moe_spm_f16() {
+    fixture_with_the_expert_cache(MODELS[8], &[0, 1]);
+}
+#[test]
+fn tiny_deepseek2_f32() {
+    fixture_with_the_expert_cache(MODELS[9], &[0, 1]);
+}
+#[test]
+fn tiny_deepseek2_q4_k() {
+    fixture_with_the_expert_cache(MODELS[10], &[0, 1]);
+}
+#[test]
+fn tiny_gptoss_mxfp4() {
+    fixture_with_the_expert_cache(MODELS[11], &[0, 1]);
 }

@@ -2,13 +2,16 @@
 //! `device_syncs_per_token`, `id_reads_per_token`, `launches_per_token`,
 //! `graph_replays`), on emulated CUDA0 and on SIM0.
 //!
-//! The model is a 4-layer synth with the bench file's structure
-//! (`scripts/make-bench-models.sh`: qwen3moe, 4 layers, Q4_K, 8 used
-//! experts, grouped-query attention at 8:1) at small widths (embedding 256,
-//! 32 experts of width 256), so the emulated kernels run in seconds; the
+//! The decode counts are asserted on the 4-layer bench-shaped synth at the
+//! bench widths (`scripts/make-bench-models.sh`: qwen3moe, 4 layers,
+//! embedding 2048, 128 experts of width 768, 8 used, 32 query and 4
+//! key/value heads of 128; Q4_K, about 1.3 GiB, synthesized in the test),
+//! `--cpu-moe` with the expert cache on (64 MiB: 24 slots), 24 tokens on
+//! emulated CUDA0. The graphs-off comparison and SIM0 run the same
+//! structure at small widths (embedding 256, 32 experts of width 256): the
 //! counts depend on the layer structure and the split plan, not on widths.
-//! Run with `--cpu-moe` and the expert cache on, the CPU's share of the
-//! misses fixed (0.5) so every run computes the same thing.
+//! The CPU's share of the misses is fixed (0.5) so every run computes the
+//! same thing.
 
 mod common;
 
@@ -22,8 +25,17 @@ const RUN: &str = env!("CARGO_BIN_EXE_llama-run");
 /// MoE layers of the synth.
 const LAYERS: f64 = 4.0;
 
-fn synth(dir: &Path) -> String {
-    let out = dir.join("bench-shaped-4l.gguf");
+/// Widths of a 4-layer bench-shaped synth: embedding, experts, expert FFN
+/// width, query heads, key/value heads, head dimension.
+type Widths = [&'static str; 6];
+/// `scripts/make-bench-models.sh`'s.
+const BENCH: Widths = ["2048", "128", "768", "32", "4", "128"];
+/// The same structure, small (grouped-query attention at 8:1).
+const SMALL: Widths = ["256", "32", "256", "8", "1", "32"];
+
+fn synth(dir: &Path, w: Widths) -> String {
+    let out = dir.join(format!("bench-shaped-4l-{}.gguf", w[0]));
+    let [embd, experts, ff, heads, heads_kv, head_dim] = w;
     let o = run(
         RUN,
         &[
@@ -32,19 +44,19 @@ fn synth(dir: &Path) -> String {
             "--layers",
             "4",
             "--experts",
-            "32",
+            experts,
             "--used",
             "8",
             "--embd",
-            "256",
+            embd,
             "--ff",
-            "256",
+            ff,
             "--heads",
-            "8",
+            heads,
             "--heads-kv",
-            "1",
+            heads_kv,
             "--head-dim",
-            "32",
+            head_dim,
             "--type",
             "Q4_K",
         ],
@@ -59,6 +71,7 @@ fn synth(dir: &Path) -> String {
 fn run_counted(
     model: &str,
     device: &str,
+    cache_mib: &str,
     dir: &Path,
     env: &[(&str, &str)],
 ) -> (Output, serde_json::Value) {
@@ -71,7 +84,7 @@ fn run_counted(
         device,
         "--cpu-moe",
         "--moe-cache-mib",
-        "4",
+        cache_mib,
         "--moe-cache-cpu-share",
         "0.5",
         "-n",
@@ -103,26 +116,46 @@ fn f(v: &serde_json::Value, k: &str) -> f64 {
         .unwrap_or_else(|| panic!("--stats-out has no number '{k}': {v}"))
 }
 
+/// The three decode counts of a `--stats-out` object, asserted; the
+/// launches per token.
+fn assert_decode_counts(what: &str, v: &serde_json::Value) -> f64 {
+    let syncs = f(v, "device_syncs_per_token");
+    let ids = f(v, "id_reads_per_token");
+    let launches = f(v, "launches_per_token");
+    let replays = f(v, "graph_replays");
+    let splits = f(v, "splits_per_token");
+    println!(
+        "{what}: {syncs} device syncs, {ids} id reads, {launches} launches ({splits} splits) per generated token, {replays} graph replays"
+    );
+    assert!(syncs <= 1.0, "{what}: device_syncs_per_token {syncs}");
+    assert_eq!(ids, LAYERS, "{what}: id_reads_per_token");
+    assert!(
+        launches <= 2.0 * splits,
+        "{what}: launches_per_token {launches} > 2 x {splits} splits"
+    );
+    assert!(replays > 0.0, "{what}: no graph replayed");
+    launches
+}
+
+#[test]
+fn emulated_cuda0_decode_counts_at_the_bench_widths() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = synth(dir.path(), BENCH);
+    let (o, v) = run_counted(&m, "CUDA0", "64", dir.path(), &[]);
+    assert_decode_counts("emulated CUDA0, bench widths", &v);
+    assert!(
+        stderr(&o).contains("pipeline      = CUDA0"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn emulated_cuda0_decode_syncs_once_reads_ids_once_per_layer_and_replays_graphs() {
     let dir = tempfile::tempdir().unwrap();
-    let m = synth(dir.path());
-    let (o, v) = run_counted(&m, "CUDA0", dir.path(), &[]);
-    let syncs = f(&v, "device_syncs_per_token");
-    let ids = f(&v, "id_reads_per_token");
-    let launches = f(&v, "launches_per_token");
-    let replays = f(&v, "graph_replays");
-    let splits = f(&v, "splits_per_token");
-    println!(
-        "emulated CUDA0: {syncs} device syncs, {ids} id reads, {launches} launches ({splits} splits), {replays} graph replays per generated token"
-    );
-    assert!(syncs <= 1.0, "device_syncs_per_token {syncs}");
-    assert_eq!(ids, LAYERS, "id_reads_per_token");
-    assert!(
-        launches <= 2.0 * splits,
-        "launches_per_token {launches} > 2 x {splits} splits"
-    );
-    assert!(replays > 0.0, "no graph replayed");
+    let m = synth(dir.path(), SMALL);
+    let (o, v) = run_counted(&m, "CUDA0", "4", dir.path(), &[]);
+    let launches = assert_decode_counts("emulated CUDA0, small widths", &v);
     assert!(
         stderr(&o).contains("pipeline      = CUDA0"),
         "{}",
@@ -134,6 +167,7 @@ fn emulated_cuda0_decode_syncs_once_reads_ids_once_per_layer_and_replays_graphs(
     let (o2, v2) = run_counted(
         &m,
         "CUDA0",
+        "4",
         dir.path(),
         &[("GGML_CUDA_DISABLE_GRAPHS", "1")],
     );
@@ -145,8 +179,8 @@ fn emulated_cuda0_decode_syncs_once_reads_ids_once_per_layer_and_replays_graphs(
 #[test]
 fn sim0_fills_the_same_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let m = synth(dir.path());
-    let (_, v) = run_counted(&m, "SIM0", dir.path(), &[]);
+    let m = synth(dir.path(), SMALL);
+    let (_, v) = run_counted(&m, "SIM0", "4", dir.path(), &[]);
     assert!(f(&v, "device_syncs_per_token") <= 1.0, "{v}");
     assert_eq!(f(&v, "id_reads_per_token"), LAYERS, "{v}");
     assert!(f(&v, "launches_per_token") > 0.0, "{v}");

@@ -15,7 +15,8 @@
 //!   [`stats`].
 //! - **Streams and events** (`stream.rs`): a worker thread per stream, CUDA's
 //!   event semantics (re-recording included: a wait keeps the record it
-//!   saw), seeded delays (`GGML_CUDA_EMULATOR_SEED=N`).
+//!   saw), seeded delays (`GGML_CUDA_EMULATOR_SEED=N`), an optional link
+//!   rate for host-to-device copies (`GGML_CUDA_EMULATOR_H2D_MBPS`).
 //! - **Graphs** (`stream.rs`): a capture records a stream's launches instead
 //!   of running them (anything else queued while capturing is an error, as
 //!   CUDA's capture isolation makes it); a replay queues them again, each
@@ -29,6 +30,9 @@
 //! - **Planted bugs**: `GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging`
 //!   makes [`crate::driver::Device::planted_drop_wait`] say yes for that
 //!   kind, on emulated devices only (tests prove the emulator catches each).
+//! - **Configuration** comes from the environment, [`set_config`] (the
+//!   process) or [`set_thread_config`] (one host thread, so that tests with
+//!   different seeds and planted bugs run in parallel).
 
 pub mod hazard;
 mod stream;
@@ -56,9 +60,12 @@ static FORCED: AtomicBool = AtomicBool::new(false);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// How many waits the planted bug has dropped so far (tests check the
-/// dropped wait was on the path they ran).
+/// dropped wait was on the path they ran): on this thread when it has its
+/// own configuration ([`set_thread_config`]), else in the process.
 pub fn dropped_waits() -> u64 {
-    DROPPED.load(Ordering::Relaxed)
+    SCOPE
+        .with(|s| s.borrow().as_ref().map(|t| t.dropped))
+        .unwrap_or_else(|| DROPPED.load(Ordering::Relaxed))
 }
 
 /// Make every CUDA device emulated in this process, as
@@ -92,6 +99,12 @@ pub struct Config {
     pub hazards: bool,
     /// The planted bug (`GGML_CUDA_EMULATOR_DROP_WAIT`), if any.
     pub drop_wait: Option<String>,
+    /// Emulated host-to-device link, bytes per second
+    /// (`GGML_CUDA_EMULATOR_H2D_MBPS`, in MB/s; none: copies take what the
+    /// memcpy takes): each host-to-device copy then lasts at least
+    /// bytes / rate, so an upload spans time beside the kernels as it does
+    /// on a GPU (timelines; the durations stay emulated, not a GPU's).
+    pub h2d_bytes_per_s: Option<u64>,
 }
 
 fn parse_env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -110,13 +123,64 @@ fn config_cell() -> &'static Mutex<Option<Config>> {
     &C
 }
 
-/// The configuration: from the environment (read on first use), or what
+/// What [`set_thread_config`] scoped to one host thread: its configuration,
+/// the hazards its queuing calls found and the waits it dropped.
+struct ThreadScope {
+    config: Config,
+    hazards: Vec<String>,
+    dropped: u64,
+}
+
+thread_local! {
+    static SCOPE: std::cell::RefCell<Option<ThreadScope>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The configuration: this thread's ([`set_thread_config`]), else the
+/// process's: from the environment (read on first use), or what
 /// [`set_config`] set.
 pub fn config() -> Config {
+    if let Some(c) = SCOPE.with(|s| s.borrow().as_ref().map(|t| t.config.clone())) {
+        return c;
+    }
     let mut c = config_cell()
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     c.get_or_insert_with(env_config).clone()
+}
+
+/// Give the calling host thread its own configuration (`Some`), or back
+/// the process's (`None`). What it decides is read on the thread that
+/// opens devices and queues work: the streams opened on this thread take
+/// its seed and hazard setting, its planted bug applies to the waits this
+/// thread's calls would queue, and the hazards found by this thread's
+/// queuing calls and its dropped waits are kept apart ([`take_hazards`] and
+/// [`dropped_waits`] on this thread). Tests with different planted bugs and
+/// seeds can then run in parallel in one process; the hazard detector's
+/// happens-before order stays shared (independent tests touch disjoint
+/// allocations and streams, so they cannot conflict).
+pub fn set_thread_config(c: Option<Config>) {
+    SCOPE.with(|s| {
+        *s.borrow_mut() = c.map(|config| ThreadScope {
+            config,
+            hazards: Vec::new(),
+            dropped: 0,
+        })
+    });
+}
+
+/// Keep a hazard found by a queuing call on this thread: in the thread's
+/// scope, else in the process's list.
+pub(crate) fn keep_hazard(w: &mut World, msg: String) {
+    let scoped = SCOPE.with(|s| match s.borrow_mut().as_mut() {
+        Some(t) => {
+            t.hazards.push(msg.clone());
+            true
+        }
+        None => false,
+    });
+    if !scoped {
+        w.hazards.push(msg);
+    }
 }
 
 /// Replace the configuration for devices and streams opened from now on
@@ -153,6 +217,9 @@ fn env_config() -> Config {
             hazards: std::env::var("GGML_CUDA_EMULATOR_HAZARDS")
                 .map_or(true, |v| !matches!(v.trim(), "0" | "false" | "off" | "no")),
             drop_wait,
+            h2d_bytes_per_s: parse_env::<f64>("GGML_CUDA_EMULATOR_H2D_MBPS")
+                .map(|r| (r * 1e6) as u64) // saturating; NaN gives 0
+                .filter(|&r| r > 0),
         }
     }
 }
@@ -312,8 +379,16 @@ pub fn stats(ordinal: usize) -> Stats {
 }
 
 /// The hazards found so far (each also failed the call that queued it),
-/// emptying the list.
+/// emptying the list: this thread's when it has its own configuration
+/// ([`set_thread_config`]), else the process's.
 pub fn take_hazards() -> Vec<String> {
+    if let Some(h) = SCOPE.with(|s| {
+        s.borrow_mut()
+            .as_mut()
+            .map(|t| std::mem::take(&mut t.hazards))
+    }) {
+        return h;
+    }
     world()
         .lock()
         .map(|mut w| std::mem::take(&mut w.hazards))
@@ -503,6 +578,11 @@ impl Device for EmuDevice {
         let drop = config().drop_wait.as_deref() == Some(kind);
         if drop {
             DROPPED.fetch_add(1, Ordering::Relaxed);
+            SCOPE.with(|s| {
+                if let Some(t) = s.borrow_mut().as_mut() {
+                    t.dropped += 1;
+                }
+            });
         }
         drop
     }

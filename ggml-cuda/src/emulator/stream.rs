@@ -105,6 +105,8 @@ pub(crate) struct EmuStream {
     /// The launches captured since [`Stream::begin_capture`], while
     /// capturing.
     capture: Mutex<Option<Vec<CapturedLaunch>>>,
+    /// Emulated host-to-device link rate, bytes per second (config).
+    h2d_bytes_per_s: Option<u64>,
 }
 
 /// One launch recorded by a capture, replayed as it was queued.
@@ -206,6 +208,7 @@ impl EmuStream {
             tx: Mutex::new(tx),
             dev: Arc::clone(dev),
             capture: Mutex::new(None),
+            h2d_bytes_per_s: cfg.h2d_bytes_per_s,
         })
     }
 
@@ -300,7 +303,7 @@ impl EmuStream {
                         .access(self.core.id, &clk, &op, a.ptr, a.len as u64, a.write)
                 {
                     let msg = format!("emulator: {e}");
-                    w.hazards.push(msg.clone());
+                    super::keep_hazard(&mut w, msg.clone());
                     return Err(BackendError::Device(msg));
                 }
             }
@@ -324,6 +327,9 @@ impl EmuStream {
     /// # Safety
     /// Both ranges stay valid until the copy completes, and the host does not
     /// use the destination before then (the [`Stream`] copy contracts).
+    ///
+    /// `lasts`: the least time the copy takes (an emulated link rate), the
+    /// job sleeping out what the memcpy did not use.
     unsafe fn queue_copy(
         &self,
         what: &str,
@@ -331,6 +337,7 @@ impl EmuStream {
         dst: *mut u8,
         src: *const u8,
         n: usize,
+        lasts: Option<Duration>,
     ) -> Result<(), BackendError> {
         self.not_capturing(what)?;
         let (d, s) = (HostPtr(dst), HostPtr(src as *mut u8));
@@ -339,9 +346,13 @@ impl EmuStream {
             accesses,
             Box::new(move || {
                 let (d, s) = (d, s);
+                let t0 = Instant::now();
                 // SAFETY: the caller's contract above; `copy` tolerates
                 // overlap (device-to-device copies within one buffer).
                 unsafe { std::ptr::copy(s.0, d.0, n) };
+                if let Some(rest) = lasts.and_then(|l| l.checked_sub(t0.elapsed())) {
+                    std::thread::sleep(rest);
+                }
                 Ok(())
             }),
         )?;
@@ -392,10 +403,13 @@ impl Stream for EmuStream {
             len: n,
             write: true,
         }];
+        let lasts = self
+            .h2d_bytes_per_s
+            .and_then(|r| Duration::try_from_secs_f64(n as f64 / r as f64).ok());
         // SAFETY: the caller keeps the host range valid and unchanged until
         // the copy completes (the bytes are read when the copy runs, as a
         // DMA engine would); `dst` is device memory.
-        unsafe { self.queue_copy("host-to-device copy", &acc, dst as *mut u8, src, n) }
+        unsafe { self.queue_copy("host-to-device copy", &acc, dst as *mut u8, src, n, lasts) }
     }
 
     unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevPtr, n: usize) -> Result<(), BackendError> {
@@ -407,7 +421,7 @@ impl Stream for EmuStream {
         }];
         // SAFETY: the caller keeps `dst..dst+n` valid and unused until the
         // copy completes; `src` is device memory.
-        unsafe { self.queue_copy("device-to-host copy", &acc, dst, src as *const u8, n) }
+        unsafe { self.queue_copy("device-to-host copy", &acc, dst, src as *const u8, n, None) }
     }
 
     unsafe fn memcpy_dtod(&self, dst: DevPtr, src: DevPtr, n: usize) -> Result<(), BackendError> {
@@ -431,6 +445,7 @@ impl Stream for EmuStream {
                 dst as *mut u8,
                 src as *const u8,
                 n,
+                None,
             )
         }
     }

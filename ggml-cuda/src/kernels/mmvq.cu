@@ -190,10 +190,14 @@ extern "C" __global__ void k_mmvq(float* dst, T4 td, const u8* a, T4 ta, int tya
     } else {
         mmvq_row(row, tya, ta.ne[0], q8, ds, cols, acc, sh + wid * MMVQ_SH16, lane);
     }
+    // only the used columns are reduced (cols.n is the same on every lane:
+    // a uniform branch, and the loop still unrolls with acc in registers)
     for (int j = 0; j < MMVQ_MAX_COLS; j++) {
-        float s = warp_sum(acc[j]);
-        if (lane == 0 && j < cols.n) {
-            *(float*)((u8*)dst + t4_off(td, i0, j, i2, i3)) = s;
+        if (j < cols.n) {
+            float s = warp_sum(acc[j]);
+            if (lane == 0) {
+                *(float*)((u8*)dst + t4_off(td, i0, j, i2, i3)) = s;
+            }
         }
     }
 }
@@ -261,9 +265,11 @@ extern "C" __global__ void k_mmvq_id(float* dst, T4 td, const u8* as, T4 ta, int
             }
         }
         for (int j = 0; j < MMVQ_MAX_COLS; j++) {
-            float s = warp_sum(acc[j]);
-            if (lane == 0 && j < cols.n) {
-                *(float*)((u8*)dst + t4_off(td, i0, pe[j] % n_used, pe[j] / n_used, 0)) = s;
+            if (j < cols.n) { // uniform over the warp
+                float s = warp_sum(acc[j]);
+                if (lane == 0) {
+                    *(float*)((u8*)dst + t4_off(td, i0, pe[j] % n_used, pe[j] / n_used, 0)) = s;
+                }
             }
         }
     }
