@@ -38,7 +38,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
     let mut params = a.batch.context_params(n_ctx, threads, &a.placement);
     params.kv_type = tk;
     params.kv_type_v = Some(tv);
-    params.moe_cache = a.moe_cache.params(&a.placement)?;
+    (params.moe_cache, params.moe_cache_sizes) = a.moe_cache.device_params(&a.placement)?;
     params.moe_hybrid = a.moe_cache.hybrid()?;
     params.prefetch_experts_slots = a.prefetch.slots()?;
     params.moe_predict = a.prefetch.predict();

@@ -38,11 +38,18 @@ pub fn cpu_model_name(cpuinfo: &str) -> Option<String> {
 }
 
 /// The backend kind of a device name, as llama.cpp's `backends` field
-/// names registries: `SIM0` -> `SIM`, `CUDA1` -> `CUDA`.
+/// names registries: `SIM0` -> `SIM`, `CUDA1` -> `CUDA`; a device set of
+/// one test names each kind once (`SIM0/SIM1` -> `SIM`, `SIM0/CUDA0` ->
+/// `SIM,CUDA`).
 pub fn backend_kind(device: &str) -> String {
-    device
-        .trim_end_matches(|c: char| c.is_ascii_digit())
-        .to_string()
+    let mut kinds: Vec<&str> = Vec::new();
+    for d in device.split('/') {
+        let k = d.trim().trim_end_matches(|c: char| c.is_ascii_digit());
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    kinds.join(",")
 }
 
 /// A device's description for `gpu_info` and `--list-devices`.
@@ -135,5 +142,7 @@ mod tests {
         assert!(!cpu_info().is_empty());
         assert_eq!(backend_kind("SIM0"), "SIM");
         assert_eq!(backend_kind("CUDA12"), "CUDA");
+        assert_eq!(backend_kind("SIM0/SIM1"), "SIM");
+        assert_eq!(backend_kind("SIM0/CUDA1"), "SIM,CUDA");
     }
 }
