@@ -34,8 +34,8 @@ pub struct GraphBuilder<'m> {
     /// The CPU maps of hybrid experts, when hybrid placement is on
     /// ([`crate::moe_cache::hybrid`]).
     pub moe_hybrid: Option<Arc<crate::moe_cache::hybrid::CpuMaps>>,
-    /// Predict the next cached layer's experts (`--moe-predict on`, see
-    /// [`crate::moe_cache::predict`]).
+    /// Predict the next cached layer's experts through its router
+    /// (`--moe-predict router`, see [`crate::moe_cache::predict`]).
     pub moe_predict: bool,
     /// Route by a trace (`--expert-trace-in`): MoE selections are inputs
     /// ([`crate::moe_cache::forced`]).
