@@ -24,6 +24,10 @@
 //! transitions into the layer yet, `r[e]` alone is the score. A ubatch of several rows
 //! guesses the union of its rows' guesses.
 //!
+//! Memory: `n_expert` floats per layer and `n_expert^2` counts per pair of
+//! consecutive cached layers (3 MiB for 48 layers of 128 experts), made
+//! when the pair is first seen.
+//!
 //! The same code runs in decode (the cache hook, [`super::predict`]) and
 //! on a trace ([`super::replay::replay_predicted`]), so the recall
 //! `llama-moe-cache --predict` reports is the one decode gets on that

@@ -98,6 +98,12 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         .map(common::forced::summary_line);
     if let Some(t) = &forced_text {
         eprint!("{TOOL}: {t}");
+        if ctx_params.moe_predict == llama::moe_cache::predict::MoePredict::Router {
+            eprintln!(
+                "{TOOL}: warning: --moe-predict {} guesses the model's own routing, not the trace's (--moe-predict history predicts the trace)",
+                a.prefetch.moe_predict
+            );
+        }
     }
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
