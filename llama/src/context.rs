@@ -191,6 +191,7 @@ struct KeptGraph {
     bypassed: Vec<u32>,
     /// With forced routing, each MoE layer's ids input.
     forced_ids: Vec<(usize, TensorId)>,
+    forced_ids_host: Vec<(usize, TensorId)>,
 }
 
 /// Lists a decode fills, kept so that a steady decode allocates nothing.
@@ -843,6 +844,7 @@ impl Context {
             kv_stores: b.kv_stores,
             bypassed: b.moe_cache_bypassed,
             forced_ids: b.forced_ids,
+            forced_ids_host: b.forced_ids_host,
         })
     }
 
@@ -918,6 +920,7 @@ impl Context {
             .chain(dg.mask_swa)
             .chain(dg.k_rot)
             .chain(dg.v_rot)
+            .chain(k.forced_ids_host.iter().map(|&(_, t)| t))
             .collect();
         let forced: Vec<TensorId> = k.forced_ids.iter().map(|&(_, t)| t).collect();
         match self.model.device.clone() {
@@ -1030,7 +1033,7 @@ impl Context {
         // forced routing: each MoE layer's ids from the trace at its rows'
         // positions (the last layer routes only the output rows)
         if let Some(f) = &self.params.forced_routing {
-            for &(il, t) in &k.forced_ids {
+            for &(il, t) in k.forced_ids.iter().chain(&k.forced_ids_host) {
                 let rows = g.tensor(t).ne[1] as usize;
                 let bytes = if rows == n {
                     f.ids(il, pos.iter().copied())

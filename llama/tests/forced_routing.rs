@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
 use llama::moe_cache::forced::ForcedRouting;
+use llama::moe_cache::hybrid::CpuShare;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
 use llama::moe_cache::synth_trace::{generate, SynthKind, SynthParams};
@@ -146,7 +147,15 @@ fn prediction_fires_under_forced_routing_and_changes_no_logit() {
         let trace = Trace::from_tokens(header, &tokens);
         let half = bytes_for_all(&model_groups(&model)) / 2;
         let mut want: Option<Vec<f32>> = None;
-        for on in [MoePredict::Off, MoePredict::Router, MoePredict::History] {
+        // hybrid experts: the CPU path reads the ids' twin in host memory
+        let runs = [
+            (MoePredict::Off, None),
+            (MoePredict::Router, None),
+            (MoePredict::History, None),
+            (MoePredict::Off, Some(CpuShare::Fixed(0.5))),
+            (MoePredict::History, Some(CpuShare::Fixed(0.5))),
+        ];
+        for (on, hybrid) in runs {
             let forced = ForcedRouting::new(&trace, &model).expect("forced");
             let p = ContextParams {
                 n_ctx: 256,
@@ -159,18 +168,23 @@ fn prediction_fires_under_forced_routing_and_changes_no_logit() {
                     max_batch: 32,
                 },
                 moe_predict: on,
+                moe_hybrid: hybrid,
                 forced_routing: Some(Arc::new(forced)),
                 ..Default::default()
             };
             let mut c = Context::new(Arc::clone(&model), p).expect("context");
             let (got, _) = run(&mut c, &fx);
             c.moe_cache_verify().expect("banks agree with the maps");
+            if hybrid.is_some() {
+                let cpu = c.moe_cache_stats().expect("cache").total().cpu();
+                assert!(cpu > 0, "{name}: no expert on the CPU with hybrid 0.5");
+            }
             match &want {
                 None => want = Some(got),
                 Some(w) => assert!(
                     got.len() == w.len()
                         && got.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{name}: --moe-predict {on} changed the logits under forced routing"
+                    "{name}: --moe-predict {on}, hybrid {hybrid:?}: the logits changed under forced routing"
                 ),
             }
             let Some(st) = c.predict_stats() else {

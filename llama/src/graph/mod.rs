@@ -42,6 +42,10 @@ pub struct GraphBuilder<'m> {
     pub forced_routing: bool,
     /// With forced routing, each MoE layer's ids input, for the context.
     pub forced_ids: Vec<(usize, TensorId)>,
+    /// With forced routing and hybrid experts, each cached layer's twin of
+    /// its ids input for the CPU path, in host memory (the device's ids
+    /// input lives on the device).
+    pub forced_ids_host: Vec<(usize, TensorId)>,
     /// Keep the final norm's output (the last hidden states of the output
     /// rows) as a graph output ([`decoder::DecoderGraph::embd`]).
     pub want_embd: bool,
@@ -65,6 +69,7 @@ impl<'m> GraphBuilder<'m> {
             moe_predict: false,
             forced_routing: false,
             forced_ids: Vec::new(),
+            forced_ids_host: Vec::new(),
             want_embd: false,
             kv_stores: Vec::new(),
             leafs: HashMap::new(),
