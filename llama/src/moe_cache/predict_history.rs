@@ -29,7 +29,7 @@
 //! when the pair is first seen.
 //!
 //! The same code runs in decode (the cache hook, [`super::predict`]) and
-//! on a trace ([`super::replay::replay_predicted`]), so the recall
+//! on a trace ([`super::predict_replay::replay_predicted`]), so the recall
 //! `llama-moe-cache --predict` reports is the one decode gets on that
 //! routing. It needs only the ids the cache's hook already reads, so it
 //! also predicts under forced routing (`--expert-trace-in`).
