@@ -1,6 +1,6 @@
 //! The prefetch's part of `llama-run`'s summary and `--stats-out`: bytes
 //! prefetched, of those used and wasted, expert bytes on the critical path,
-//! and the decode prediction's recall.
+//! and the decode prediction's recall and precision.
 
 use llama::moe_cache::predict::PredictStats;
 use llama::moe_cache::prefetch::PrefetchStats;
@@ -29,8 +29,17 @@ pub struct PrefetchReport {
     /// Of the next layer's experts, the fraction the decode prediction
     /// named (`null` when nothing was predicted).
     pub moe_predict_recall: Option<f64>,
+    /// Of the experts the decode prediction named, the fraction the layer
+    /// used (`null` when nothing was predicted).
+    pub moe_predict_precision: Option<f64>,
     /// Layer accesses whose experts the decode prediction guessed.
     pub predicted_layers: u64,
+    /// Distinct experts those accesses used.
+    pub predicted_experts_needed: u64,
+    /// Distinct experts the prediction named for them.
+    pub predicted_experts: u64,
+    /// Experts both named and used.
+    pub predicted_experts_correct: u64,
 }
 
 impl PrefetchReport {
@@ -58,7 +67,11 @@ impl PrefetchReport {
             prefetch_bytes_wasted: p.bytes_wasted + qs.bytes_wasted,
             critical_path_h2d_bytes: traffic.h2d_bytes_experts.saturating_sub(bytes),
             moe_predict_recall: q.and_then(|q| q.recall()),
+            moe_predict_precision: q.and_then(|q| q.precision()),
             predicted_layers: qs.layers,
+            predicted_experts_needed: qs.experts_needed,
+            predicted_experts: qs.experts_predicted,
+            predicted_experts_correct: qs.experts_correct,
         }
     }
 
@@ -77,8 +90,9 @@ impl PrefetchReport {
         };
         let recall = match self.moe_predict_recall {
             Some(r) => format!(
-                "; decode prediction recall {:.1}% over {} layer accesses",
+                "; decode prediction recall {:.1}%, precision {:.1}% over {} layer accesses",
                 100.0 * r,
+                100.0 * self.moe_predict_precision.unwrap_or(0.0),
                 self.predicted_layers
             ),
             None => String::new(),
@@ -124,6 +138,8 @@ mod tests {
             "prefetch_bytes_wasted",
             "critical_path_h2d_bytes",
             "moe_predict_recall",
+            "moe_predict_precision",
+            "predicted_experts_needed",
         ] {
             assert!(v.get(k).is_some(), "{k}");
         }

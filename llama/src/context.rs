@@ -26,7 +26,7 @@ use crate::graph::GraphBuilder;
 use crate::kv_cache::{KvCache, SeqId, MAX_SEQ};
 use crate::model::Model;
 use crate::moe_cache::layout::{bytes_for_all, model_groups, model_groups_on};
-use crate::moe_cache::predict::{PredictShared, PredictStats};
+use crate::moe_cache::predict::{MoePredict, PredictShared, PredictStats};
 use crate::moe_cache::prefetch::{PrefetchStats, Staging, LOOKAHEAD_SPLITS};
 use crate::moe_cache::{
     CacheLayout, CacheShared, CacheSize, CacheStats, MoeCacheHook, MoeCacheParams,
@@ -79,9 +79,9 @@ pub struct ContextParams {
     /// slots ([`crate::moe_cache::prefetch`]).
     pub prefetch_experts_slots: i32,
     /// Predict the next cached layer's experts and upload them early
-    /// (`--moe-predict on`; needs the expert cache; off by default,
-    /// [`crate::moe_cache::predict`]).
-    pub moe_predict: bool,
+    /// (`--moe-predict router|history`; needs the expert cache; off by
+    /// default, [`crate::moe_cache::predict`]).
+    pub moe_predict: MoePredict,
     /// Route every MoE layer by a trace's expert ids instead of its router's
     /// (`--expert-trace-in`, [`crate::moe_cache::forced`]); `None` (the
     /// default): the model's own routing.
@@ -105,7 +105,7 @@ impl Default for ContextParams {
             moe_cache_sizes: Vec::new(),
             moe_hybrid: None,
             prefetch_experts_slots: 0,
-            moe_predict: false,
+            moe_predict: MoePredict::Off,
             forced_routing: None,
         }
     }
@@ -195,6 +195,7 @@ struct KeptGraph {
     bypassed: Vec<u32>,
     /// With forced routing, each MoE layer's ids input.
     forced_ids: Vec<(usize, TensorId)>,
+    forced_ids_host: Vec<(usize, TensorId)>,
 }
 
 /// Lists a decode fills, kept so that a steady decode allocates nothing.
@@ -222,6 +223,10 @@ pub struct Context {
     /// Per-device expert bytes at the last reset.
     backend_bytes_base: std::collections::BTreeMap<String, u64>,
     input_buf: Option<Arc<dyn ggml_core::Buffer>>,
+    /// Forced routing's ids inputs, on the model's device when it has one
+    /// (so no split copies them: the scheduler's look-ahead stops before a
+    /// split with copied non-weight inputs, and decode prediction needs it).
+    forced_buf: Option<Arc<dyn ggml_core::Buffer>>,
     logits: Vec<f32>,
     /// Keep the output rows' last hidden states ([`Context::set_embeddings`]).
     embeddings: bool,
@@ -301,8 +306,14 @@ impl Context {
             hook = hook.with_prefetch(Arc::clone(p));
             sched.set_lookahead(LOOKAHEAD_SPLITS);
         }
-        let predict = (params.moe_predict && cache.is_some())
-            .then(|| Arc::new(Mutex::new(PredictShared::default())));
+        let hp = &model.hparams;
+        let predict = (params.moe_predict.is_on() && cache.is_some()).then(|| {
+            Arc::new(Mutex::new(PredictShared::new(
+                params.moe_predict,
+                hp.n_expert as u32,
+                hp.n_expert_used as u32,
+            )))
+        });
         if let Some(p) = &predict {
             hook = hook.with_predict(Arc::clone(p));
             sched.set_lookahead(LOOKAHEAD_SPLITS);
@@ -319,6 +330,7 @@ impl Context {
             policy_base: ExpertCopyStats::default(),
             backend_bytes_base: Default::default(),
             input_buf: None,
+            forced_buf: None,
             logits: Vec::new(),
             embeddings: false,
             embd: Vec::new(),
@@ -842,7 +854,7 @@ impl Context {
             b.moe_cache = Some(Arc::clone(&c.layout));
             b.moe_hybrid = c.hybrid.as_ref().map(|h| Arc::clone(&h.maps));
         }
-        b.moe_predict = self.predict.is_some();
+        b.moe_predict = self.predict.is_some() && self.params.moe_predict == MoePredict::Router;
         b.forced_routing = self.params.forced_routing.is_some();
         b.want_embd = shape.embd;
         let dg = b.build_decoder(&self.kv, shape.n_tokens, shape.n_kv, shape.n_outputs);
@@ -852,6 +864,7 @@ impl Context {
             dg,
             bypassed: b.moe_cache_bypassed,
             forced_ids: b.forced_ids,
+            forced_ids_host: b.forced_ids_host,
         })
     }
 
@@ -933,24 +946,52 @@ impl Context {
             .chain(dg.mask_swa)
             .chain(dg.k_rot)
             .chain(dg.v_rot)
-            .chain(k.forced_ids.iter().map(|&(_, t)| t))
+            .chain(k.forced_ids_host.iter().map(|&(_, t)| t))
             .collect();
+        let forced: Vec<TensorId> = k.forced_ids.iter().map(|&(_, t)| t).collect();
+        match self.model.device.clone() {
+            // forced ids on the device, as a router's ids would be
+            Some(dev) => {
+                let mut buf = self.forced_buf.take();
+                Self::place(&mut k.g, &ids, &self.cpu, &mut self.input_buf)?;
+                let r = Self::place(&mut k.g, &forced, &dev, &mut buf);
+                self.forced_buf = buf;
+                r
+            }
+            None => {
+                let all: Vec<TensorId> = ids.into_iter().chain(forced).collect();
+                Self::place(&mut k.g, &all, &self.cpu, &mut self.input_buf)
+            }
+        }
+    }
+
+    /// Give `ids` memory in `slot`'s buffer on `be`, one after another (the
+    /// buffer grown when too small).
+    fn place(
+        g: &mut Graph,
+        ids: &[TensorId],
+        be: &Arc<dyn Backend>,
+        slot: &mut Option<Arc<dyn ggml_core::Buffer>>,
+    ) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
         let total: usize = ids
             .iter()
-            .map(|&t| k.g.tensor(t).nbytes().next_multiple_of(64))
+            .map(|&t| g.tensor(t).nbytes().next_multiple_of(64))
             .sum();
-        let buf = match &self.input_buf {
+        let buf = match slot {
             Some(b) if b.size() >= total => Arc::clone(b),
             _ => {
-                let b = self.cpu.alloc_buffer(total, BufferUsage::Compute)?;
-                self.input_buf = Some(Arc::clone(&b));
+                let b = be.alloc_buffer(total, BufferUsage::Compute)?;
+                *slot = Some(Arc::clone(&b));
                 b
             }
         };
         let mut off = 0;
-        for t in ids {
-            let n = k.g.tensor(t).nbytes();
-            k.g.tensor_mut(t).data = Some(TensorData {
+        for &t in ids {
+            let n = g.tensor(t).nbytes();
+            g.tensor_mut(t).data = Some(TensorData {
                 buffer: Arc::clone(&buf),
                 offset: off,
             });
@@ -1020,7 +1061,7 @@ impl Context {
         // forced routing: each MoE layer's ids from the trace at its rows'
         // positions (the last layer routes only the output rows)
         if let Some(f) = &self.params.forced_routing {
-            for &(il, t) in &k.forced_ids {
+            for &(il, t) in k.forced_ids.iter().chain(&k.forced_ids_host) {
                 let rows = g.tensor(t).ne[1] as usize;
                 let bytes = if rows == n {
                     f.ids(il, pos.iter().copied())

@@ -3,6 +3,9 @@
 //! the CPU and with host experts on the sim device, through the cache); a
 //! foreign trace routes every MoE layer by its ids, token i by trace token
 //! i, wrapping around; a trace that cannot drive the model is refused.
+//! Decode prediction fires under forced routing (the forced ids live on
+//! the device, so the look-ahead reaches the next layer's slot map) and
+//! changes no logit.
 
 mod common;
 
@@ -10,6 +13,9 @@ use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
 use llama::moe_cache::forced::ForcedRouting;
+use llama::moe_cache::hybrid::CpuShare;
+use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::predict::MoePredict;
 use llama::moe_cache::synth_trace::{generate, SynthKind, SynthParams};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind, Trace, TraceHeader};
 use llama::{Context, ContextParams, Model};
@@ -125,4 +131,77 @@ fn a_trace_that_cannot_drive_the_model_is_refused() {
     h.n_expert /= 2;
     let e = ForcedRouting::new(&Trace::from_tokens(h, &[]), &model).unwrap_err();
     assert!(e.contains("no token"), "{e}");
+}
+
+#[test]
+fn prediction_fires_under_forced_routing_and_changes_no_logit() {
+    for name in MODELS {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let model = fx.model_with_host_experts(Some("SIM0"));
+        let header = TraceHeader::from_model(&model);
+        if header.layers.is_empty() {
+            continue;
+        }
+        let (n_moe, ne, nu) = (header.layers.len(), header.n_expert, header.n_expert_used);
+        let tokens = generate(&SynthParams::new(SynthKind::Topic), n_moe, ne, nu, 64);
+        let trace = Trace::from_tokens(header, &tokens);
+        let half = bytes_for_all(&model_groups(&model)) / 2;
+        let mut want: Option<Vec<f32>> = None;
+        // hybrid experts: the CPU path reads the ids' twin in host memory
+        let runs = [
+            (MoePredict::Off, None),
+            (MoePredict::Router, None),
+            (MoePredict::History, None),
+            (MoePredict::Off, Some(CpuShare::Fixed(0.5))),
+            (MoePredict::History, Some(CpuShare::Fixed(0.5))),
+        ];
+        for (on, hybrid) in runs {
+            let forced = ForcedRouting::new(&trace, &model).expect("forced");
+            let p = ContextParams {
+                n_ctx: 256,
+                n_batch: 256,
+                n_ubatch: 8,
+                n_threads: 2,
+                moe_cache: MoeCacheParams {
+                    size: CacheSize::Bytes(half),
+                    policy: PolicyKind::Lru,
+                    max_batch: 32,
+                },
+                moe_predict: on,
+                moe_hybrid: hybrid,
+                forced_routing: Some(Arc::new(forced)),
+                ..Default::default()
+            };
+            let mut c = Context::new(Arc::clone(&model), p).expect("context");
+            let (got, _) = run(&mut c, &fx);
+            c.moe_cache_verify().expect("banks agree with the maps");
+            if hybrid.is_some() {
+                let cpu = c.moe_cache_stats().expect("cache").total().cpu();
+                assert!(cpu > 0, "{name}: no expert on the CPU with hybrid 0.5");
+            }
+            match &want {
+                None => want = Some(got),
+                Some(w) => assert!(
+                    got.len() == w.len()
+                        && got.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{name}: --moe-predict {on}, hybrid {hybrid:?}: the logits changed under forced routing"
+                ),
+            }
+            let Some(st) = c.predict_stats() else {
+                assert_eq!(on, MoePredict::Off, "{name}: no prediction state");
+                continue;
+            };
+            // the router's guess is built by the common MoE block only, and
+            // needs a cached layer before the guessed one
+            let router_guesses =
+                n_moe >= 2 && !name.contains("deepseek2") && !name.contains("gptoss");
+            if on == MoePredict::History || router_guesses {
+                assert!(
+                    st.layers > 0,
+                    "{name}: {on} predicted nothing under forced routing"
+                );
+                assert!(st.experts_correct <= st.experts_needed.min(st.experts_predicted));
+            }
+        }
+    }
 }

@@ -225,6 +225,7 @@ fn cache_params(size: CacheSize, max_batch: usize) -> ContextParams {
 use llama::moe_cache::hybrid::CpuShare;
 use llama::moe_cache::layout::{bytes_for_all, model_groups_on};
 use llama::moe_cache::{CacheSize, MoeCacheParams};
+use llama::moe_cache::predict::MoePredict;
 
 /// `--cpu-moe` with an expert cache on each of SIM0 and SIM1 (`-ts 1,3`:
 /// one layer each on the 2-layer fixtures): the CPU's logits bit for bit,
@@ -262,7 +263,7 @@ fn cpu_moe_with_a_cache_on_each_device_bit_for_bit() {
                 "half, --moe-predict on",
                 ContextParams {
                     moe_cache_sizes: vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))],
-                    moe_predict: true,
+                    moe_predict: MoePredict::Router,
                     ..cache_params(CacheSize::Auto, 32)
                 },
             ),

@@ -4,7 +4,8 @@
 //! simulated timeline no staging slot is read before its copy completed
 //! nor overwritten while a split still reads it; bad slot counts; auto
 //! (`-1`) gives prefetch-off's logits and never moves more than whole
-//! tensors.
+//! tensors. Decode prediction (router and history) changes no logit,
+//! accounts for every byte and respects the timeline.
 
 mod common;
 
@@ -12,8 +13,11 @@ use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
 use llama::device::{open_device, open_device_with_memory};
+use llama::moe_cache::forced::ForcedRouting;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::predict::MoePredict;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
+use llama::moe_cache::{Trace, TraceHeader};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
 
@@ -356,8 +360,17 @@ fn bad_slot_counts_err_or_shrink_with_a_note() {
 }
 
 /// A context with the cache holding half the experts, decode ubatches
-/// cached, and the prediction on or off.
-fn predict_ctx(model: &Arc<Model>, on: bool) -> Context {
+/// cached, and the prediction `on` (off, router or history).
+fn predict_ctx(model: &Arc<Model>, on: MoePredict) -> Context {
+    predict_ctx_forced(model, on, None)
+}
+
+/// [`predict_ctx`] routing by `forced`.
+fn predict_ctx_forced(
+    model: &Arc<Model>,
+    on: MoePredict,
+    forced: Option<Arc<ForcedRouting>>,
+) -> Context {
     let p = ContextParams {
         n_ctx: 256,
         n_batch: 256,
@@ -368,6 +381,7 @@ fn predict_ctx(model: &Arc<Model>, on: bool) -> Context {
             ..MoeCacheParams::default()
         },
         moe_predict: on,
+        forced_routing: forced,
         ..Default::default()
     };
     Context::new(Arc::clone(model), p).expect("context")
@@ -379,7 +393,7 @@ fn predicted_experts_give_cpu_logits_and_exact_accounting() {
         let fx = or_skip!(Fixture::load(name), continue);
         let cpu = logits(&mut ctx(&load(&fx, None), 0, CacheSize::Off), &fx);
         let model = load(&fx, Some("SIM0"));
-        for on in [false, true] {
+        for on in [MoePredict::Off, MoePredict::Router, MoePredict::History] {
             let mut c = predict_ctx(&model, on);
             let got = logits(&mut c, &fx);
             assert!(
@@ -392,7 +406,7 @@ fn predicted_experts_give_cpu_logits_and_exact_accounting() {
             );
             c.moe_cache_verify().expect("banks agree with the maps");
             let Some(p) = c.predict_stats() else {
-                assert!(!on, "{name}: no prediction state");
+                assert_eq!(on, MoePredict::Off, "{name}: no prediction state");
                 continue;
             };
             let n_moe = model_groups(&model)
@@ -400,13 +414,17 @@ fn predicted_experts_give_cpu_logits_and_exact_accounting() {
                 .map(|g| g.layers.len())
                 .sum::<usize>();
             // deepseek2 and gpt-oss route through their own blocks, which
-            // do not predict (yet)
-            if n_moe < 2 || name.contains("deepseek2") || name.contains("gptoss") {
+            // do not build the router's guess (yet); the history predictor
+            // needs no graph node
+            if on == MoePredict::Router
+                && (n_moe < 2 || name.contains("deepseek2") || name.contains("gptoss"))
+            {
                 assert_eq!(p.bytes, 0);
                 continue;
             }
-            assert!(p.layers > 0, "{name}: nothing predicted");
+            assert!(p.layers > 0, "{name} {on}: nothing predicted");
             assert!(p.experts_correct <= p.experts_needed);
+            assert!(p.experts_correct <= p.experts_predicted);
             assert_eq!(p.bytes_used + p.bytes_wasted, p.bytes, "{name}");
             // critical path + used + wasted = uploaded
             let cs = c.moe_cache_stats().expect("cache").total();
@@ -420,6 +438,35 @@ fn predicted_experts_give_cpu_logits_and_exact_accounting() {
     }
 }
 
+/// Routing that cycles through 4 sets of experts, each layer one set
+/// ahead of the layer before: the history predictor learns the transitions
+/// and guesses sets the cache (half the experts) no longer holds.
+fn cycling_routing(model: &Arc<Model>) -> Arc<ForcedRouting> {
+    let header = TraceHeader::from_model(model);
+    let (n_moe, ne, nu) = (
+        header.layers.len(),
+        header.n_expert as usize,
+        header.n_expert_used as usize,
+    );
+    assert!(
+        4 * nu <= ne,
+        "4 sets of {nu} experts need {ne} >= {}",
+        4 * nu
+    );
+    let tokens: Vec<Vec<Vec<u32>>> = (0..64)
+        .map(|t| {
+            (0..n_moe)
+                .map(|j| {
+                    let k = (t + j) % 4;
+                    (0..nu).map(|i| (k * nu + i) as u32).collect()
+                })
+                .collect()
+        })
+        .collect();
+    let trace = Trace::from_tokens(header, &tokens);
+    Arc::new(ForcedRouting::new(&trace, model).expect("forced"))
+}
+
 #[test]
 fn predicted_uploads_respect_the_timeline() {
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-q4_k"));
@@ -429,19 +476,29 @@ fn predicted_uploads_respect_the_timeline() {
         .as_ref()
         .and_then(|d| ggml_core::SimClock::of(d.as_ref()))
         .expect("a sim clock");
-    let mut c = predict_ctx(&model, true);
-    c.decode(&fx.tokens, true).expect("prompt");
-    clock.set_recording(true);
-    let _ = clock.take_timeline();
-    for &t in &fx.gen[..6] {
-        c.decode(&[t], false).expect("decode");
+    for (on, forced) in [
+        (MoePredict::Router, None),
+        (MoePredict::History, Some(cycling_routing(&model))),
+    ] {
+        let mut c = predict_ctx_forced(&model, on, forced);
+        c.decode(&fx.tokens, true).expect("prompt");
+        clock.set_recording(true);
+        let _ = clock.take_timeline();
+        for &t in &fx.gen[..6] {
+            c.decode(&[t], false).expect("decode");
+        }
+        let tl = clock.take_timeline();
+        clock.set_recording(false);
+        assert!(
+            tl.spans.iter().any(|s| s.name.starts_with("predict layer")),
+            "{on}: no predicted upload recorded"
+        );
+        tl.check_hazards().unwrap();
+        let p = c.predict_stats().expect("predict");
+        assert!(p.bytes > 0, "{on}");
+        if on == MoePredict::History {
+            // the transitions are learned: most early uploads are used
+            assert!(p.bytes_used > p.bytes_wasted, "{p:?}");
+        }
     }
-    let tl = clock.take_timeline();
-    clock.set_recording(false);
-    assert!(
-        tl.spans.iter().any(|s| s.name.starts_with("predict layer")),
-        "no predicted upload recorded"
-    );
-    tl.check_hazards().unwrap();
-    assert!(c.predict_stats().expect("predict").bytes > 0);
 }

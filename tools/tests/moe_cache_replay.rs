@@ -1,13 +1,30 @@
 //! llama-moe-cache against the live cache: a trace recorded on
 //! `--device SIM0 --cpu-moe -nomb 1 --moe-cache-mib X` replays, at the same
-//! size and policy, to exactly the live hit and miss counts; bad input is
-//! refused with exit status 1.
+//! size and policy, to exactly the live hit and miss counts (also with the
+//! history prediction, `--predict`, and its recall); bad input is refused
+//! with exit status 1.
 
 use std::process::Command;
 
 fn run_live(dir: &std::path::Path, mib: &str, policy: &str) -> (u64, u64, std::path::PathBuf) {
-    let trace = dir.join(format!("t-{mib}-{policy}.bin"));
-    let stats = dir.join(format!("s-{mib}-{policy}.json"));
+    let (v, trace) = run_live_with(dir, mib, policy, &[]);
+    (
+        v["moe_cache_hits"].as_u64().expect("hits"),
+        v["moe_cache_misses"].as_u64().expect("misses"),
+        trace,
+    )
+}
+
+/// The live run with `extra` flags: its `--stats-out` and its trace.
+fn run_live_with(
+    dir: &std::path::Path,
+    mib: &str,
+    policy: &str,
+    extra: &[&str],
+) -> (serde_json::Value, std::path::PathBuf) {
+    let tag = extra.join("");
+    let trace = dir.join(format!("t-{mib}-{policy}{tag}.bin"));
+    let stats = dir.join(format!("s-{mib}-{policy}{tag}.json"));
     let out = Command::new(env!("CARGO_BIN_EXE_llama-run"))
         .args([
             "--device",
@@ -24,6 +41,7 @@ fn run_live(dir: &std::path::Path, mib: &str, policy: &str) -> (u64, u64, std::p
         // the replay models the upload cache: every miss inserted, none
         // computed on the CPU by hybrid placement
         .args(["--moe-hybrid", "off"])
+        .args(extra)
         .arg("--expert-trace-out")
         .arg(&trace)
         .arg("--stats-out")
@@ -37,11 +55,7 @@ fn run_live(dir: &std::path::Path, mib: &str, policy: &str) -> (u64, u64, std::p
     );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&stats).expect("stats")).expect("json");
-    (
-        v["moe_cache_hits"].as_u64().expect("hits"),
-        v["moe_cache_misses"].as_u64().expect("misses"),
-        trace,
-    )
+    (v, trace)
 }
 
 fn replay(args: &[&str]) -> std::process::Output {
@@ -84,6 +98,42 @@ fn replay_gives_the_live_counts_for_every_policy_and_size() {
 }
 
 #[test]
+fn predict_replays_the_live_history_prediction_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for mib in ["4", "8"] {
+        for policy in ["lru", "hlfu"] {
+            let (live, trace) =
+                run_live_with(dir.path(), mib, policy, &["--moe-predict", "history"]);
+            let t = trace.to_str().expect("path");
+            let out = replay(&[t, "--mib", mib, "--policies", policy, "--predict", "--json"]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            let p = &v["predict"][0];
+            assert_eq!(p["predictor"], "history");
+            assert!(v["sweep"].as_array().is_some_and(|a| !a.is_empty()));
+            let at = format!("{policy} at {mib} MiB");
+            assert!(live["predicted_layers"].as_u64() > Some(0), "{at}: {live}");
+            for (offline, online) in [
+                ("predicted_layers", "predicted_layers"),
+                ("experts_needed", "predicted_experts_needed"),
+                ("experts_predicted", "predicted_experts"),
+                ("experts_correct", "predicted_experts_correct"),
+                ("hits", "moe_cache_hits"),
+                ("misses", "moe_cache_misses"),
+            ] {
+                assert_eq!(p[offline], live[online], "{at}: {offline} against {online}");
+            }
+            let r = p["recall"].as_f64().expect("recall");
+            assert!((r - live["moe_predict_recall"].as_f64().expect("recall")).abs() < 1e-12);
+        }
+    }
+}
+
+#[test]
 fn bad_input_is_refused_with_status_1() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_, _, trace) = run_live(dir.path(), "8", "lru");
@@ -98,6 +148,19 @@ fn bad_input_is_refused_with_status_1() {
         (
             vec![t.into(), "--policies".into(), "mru".into()],
             "unknown cache policy 'mru'",
+        ),
+        (
+            vec![
+                t.into(),
+                "--predict".into(),
+                "--predict-decay".into(),
+                "1.5".into(),
+            ],
+            "decay is 1.5: give a value in 0..=1",
+        ),
+        (
+            vec![t.into(), "--predict-min-score".into(), "0.5".into()],
+            "--predict",
         ),
     ];
     let empty = dir.path().join("empty.bin");

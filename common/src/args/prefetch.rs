@@ -1,5 +1,5 @@
 //! The prefetch flags: `--prefetch-experts-slots N` (upstream's name) and
-//! `--moe-predict on|off`.
+//! `--moe-predict off|on|router|history`.
 
 use anyhow::{anyhow, Result};
 use clap::Args;
@@ -23,15 +23,17 @@ pub struct PrefetchArgs {
     )]
     pub prefetch_experts_slots: Vec<String>,
 
-    /// decode prediction: predict the next cached layer's experts from this
-    /// layer's hidden state through the next layer's router, and upload the
-    /// predicted misses into the expert cache while this layer computes
-    /// (needs the cache, --moe-cache-mib)
+    /// decode prediction: guess the next cached layer's experts and upload
+    /// the predicted misses into the expert cache while this layer computes
+    /// (needs the cache, --moe-cache-mib); router (= on): from this layer's
+    /// hidden state through the next layer's router; history: from the
+    /// experts recent tokens used at that layer and the transitions from
+    /// the layer before (also under --expert-trace-in); off
     #[arg(
         long = "moe-predict",
-        value_name = "on|off",
+        value_name = "off|on|router|history",
         default_value = "off",
-        value_parser = ["on", "off"]
+        value_parser = llama::moe_cache::predict::MoePredict::NAMES
     )]
     pub moe_predict: String,
 }
@@ -51,9 +53,9 @@ impl PrefetchArgs {
             .collect()
     }
 
-    /// Whether `--moe-predict on`.
-    pub fn predict(&self) -> bool {
-        self.moe_predict == "on"
+    /// The `--moe-predict` predictor.
+    pub fn predict(&self) -> llama::moe_cache::predict::MoePredict {
+        self.moe_predict.parse().unwrap_or_default()
     }
 
     /// The one value (llama-run).

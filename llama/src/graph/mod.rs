@@ -34,14 +34,18 @@ pub struct GraphBuilder<'m> {
     /// The CPU maps of hybrid experts, when hybrid placement is on
     /// ([`crate::moe_cache::hybrid`]).
     pub moe_hybrid: Option<Arc<crate::moe_cache::hybrid::CpuMaps>>,
-    /// Predict the next cached layer's experts (`--moe-predict on`, see
-    /// [`crate::moe_cache::predict`]).
+    /// Predict the next cached layer's experts through its router
+    /// (`--moe-predict router`, see [`crate::moe_cache::predict`]).
     pub moe_predict: bool,
     /// Route by a trace (`--expert-trace-in`): MoE selections are inputs
     /// ([`crate::moe_cache::forced`]).
     pub forced_routing: bool,
     /// With forced routing, each MoE layer's ids input, for the context.
     pub forced_ids: Vec<(usize, TensorId)>,
+    /// With forced routing and hybrid experts, each cached layer's twin of
+    /// its ids input for the CPU path, in host memory (the device's ids
+    /// input lives on the device).
+    pub forced_ids_host: Vec<(usize, TensorId)>,
     /// Keep the final norm's output (the last hidden states of the output
     /// rows) as a graph output ([`decoder::DecoderGraph::embd`]).
     pub want_embd: bool,
@@ -60,6 +64,7 @@ impl<'m> GraphBuilder<'m> {
             moe_predict: false,
             forced_routing: false,
             forced_ids: Vec::new(),
+            forced_ids_host: Vec::new(),
             want_embd: false,
             leafs: HashMap::new(),
         }

@@ -19,6 +19,12 @@
 //!   MoE layer's selection (`ffn_moe_topk-{il}`) is an I32 input
 //!   `[n_used, n_rows]` in place of the router's `top_k`; the context
 //!   fills it per ubatch from the rows' positions ([`ForcedRouting::ids`]).
+//!   It lives in the device's memory when the model has a device, as a
+//!   router's ids would, so no split copies it (the scheduler's look-ahead
+//!   stops before a split with copied inputs other than weights; decode
+//!   prediction needs it to reach the next slot map). The CPU path of
+//!   hybrid experts reads a twin in host memory with the same ids
+//!   ([`GraphBuilder::moe_select_host`]), as it read the one input before.
 
 use std::fmt;
 
@@ -167,6 +173,21 @@ impl GraphBuilder<'_> {
         let t = self.g.new_tensor_2d(GgmlType::I32, i64::from(n_used), nt);
         self.g.set_input(t);
         self.forced_ids.push((il, t));
+        t
+    }
+
+    /// With forced routing, the CPU path of hybrid layer `il` reads a twin
+    /// of `selected` (its forced ids input) in host memory, filled with
+    /// the same ids, so that it needs no copy from the device; otherwise
+    /// `selected` itself.
+    pub fn moe_select_host(&mut self, selected: TensorId, il: usize) -> TensorId {
+        if !self.forced_routing || !self.forced_ids.iter().any(|&(_, t)| t == selected) {
+            return selected;
+        }
+        let [n_used, nt, ..] = self.g.tensor(selected).ne;
+        let t = self.g.new_tensor_2d(GgmlType::I32, n_used, nt);
+        self.g.set_input(t);
+        self.forced_ids_host.push((il, t));
         t
     }
 }

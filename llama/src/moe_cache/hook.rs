@@ -75,6 +75,11 @@ impl CacheShared {
         }
     }
 
+    /// Tokens of the ubatch being computed.
+    pub fn n_tokens(&self) -> u32 {
+        self.n_tokens
+    }
+
     /// A ubatch of `n_tokens` tokens is about to be computed.
     pub fn begin_ubatch(&mut self, n_tokens: usize) {
         self.n_tokens = n_tokens as u32;

@@ -47,6 +47,8 @@ impl GraphBuilder<'_> {
             return device;
         };
         let first = self.g.len();
+        // forced routing: the ids' twin in host memory
+        let selected = self.moe_select_host(selected, il);
         let [n_used, nt, ..] = self.g.tensor(selected).ne;
         let n_expert = self.g.tensor(host.exps[0]).ne[2];
         let mut map = Tensor::new(GgmlType::I32, [1, n_expert, 1, 1]);

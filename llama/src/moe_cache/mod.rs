@@ -28,6 +28,10 @@
 //!   like a trained model's) generated from a model's shape; [`forced`]
 //!   makes a model route by a trace (`--expert-trace-in`).
 //!
+//! - **Decode prediction** ([`predict`], [`predict_history`],
+//!   [`predict_replay`]): the next layer's experts guessed (through its
+//!   router, or from the routing seen so far) and uploaded early.
+//!
 //! - **Hybrid experts** ([`hybrid`], [`hybrid_graph`], [`cost`]): a miss
 //!   can be computed on the CPU from host memory instead of uploaded; the
 //!   hook decides per layer per ubatch, from a cost model or a fixed share.
@@ -46,6 +50,8 @@ pub mod hybrid_graph;
 pub mod layout;
 pub mod policy;
 pub mod predict;
+pub mod predict_history;
+pub mod predict_replay;
 pub mod prefetch;
 pub mod prefetch_auto;
 pub mod replay;

@@ -615,9 +615,9 @@ pub static PARAMS: &[ParamSpec] = &[
     ParamSpec {
         field: "moe_predict",
         flags: &["--moe-predict"],
-        metavar: "0|1",
-        help: "decode prediction of the next cached layer's experts (1 = on; needs the expert cache)",
-        syntax: Syntax::Ints { min: 0, max: 1 },
+        metavar: "0|1|2",
+        help: "decode prediction of the next cached layer's experts (1 = through the next router, 2 = from the routing history; needs the expert cache)",
+        syntax: Syntax::Ints { min: 0, max: 2 },
         default: default!(Value::Int(0)),
         accept: any,
         md: md("predict", 7),

@@ -315,7 +315,11 @@ fn run_test(
             })?),
         },
         prefetch_experts_slots: inst.int("prefetch_experts_slots") as i32,
-        moe_predict: inst.int("moe_predict") == 1,
+        moe_predict: match inst.int("moe_predict") {
+            1 => llama::moe_cache::predict::MoePredict::Router,
+            2 => llama::moe_cache::predict::MoePredict::History,
+            _ => llama::moe_cache::predict::MoePredict::Off,
+        },
         forced_routing: match &p.expert_trace_in {
             Some(path) => Some(Arc::new(common::forced::load(path, model)?)),
             None => None,

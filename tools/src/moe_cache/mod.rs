@@ -3,11 +3,14 @@
 //! draw the curves and advise a `--moe-cache-mib` / `--moe-cache-policy`.
 //! It also makes traces: from an external JSONL file (`--import-jsonl`,
 //! [`import`]) or synthetic (`--synth-trace`,
-//! [`llama::moe_cache::synth_trace`]), for a model's shape.
+//! [`llama::moe_cache::synth_trace`]), for a model's shape. `--predict`
+//! replays the decode prediction of `--moe-predict history` on the trace
+//! ([`predict`]).
 
 pub mod advise;
 pub mod import;
 pub mod plot;
+pub mod predict;
 pub mod sweep;
 
 use std::io::IsTerminal;
@@ -15,6 +18,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
+use llama::moe_cache::predict_history::HistoryParams;
 use llama::moe_cache::synth_trace::{self, SynthKind, SynthParams};
 use llama::moe_cache::{PolicyKind, Trace, TraceHeader, DEFAULT_MAX_BATCH};
 
@@ -98,12 +102,30 @@ pub struct Args {
     /// largest ubatch that uses the cache (--moe-cache-max-batch)
     #[arg(long = "max-batch", value_name = "N", default_value_t = DEFAULT_MAX_BATCH)]
     pub max_batch: usize,
-    /// print one JSON array instead of the table
+    /// print one JSON array instead of the table (with --predict, an object:
+    /// {"sweep": [..], "predict": [..]})
     #[arg(long = "json")]
     pub json: bool,
     /// draw hit rate against size to this SVG file
     #[arg(long = "plot", value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// also replay the history predictor of --moe-predict history on the
+    /// trace, in front of the cache at each size with the first of
+    /// --policies (default hlfu): recall, precision, early uploads, hit rate
+    /// with and without it
+    #[arg(long = "predict")]
+    pub predict: bool,
+    /// the history predictor's decay of its recency average (0..=1)
+    #[arg(long = "predict-decay", value_name = "D", requires = "predict")]
+    pub predict_decay: Option<f32>,
+    /// the history predictor's weight of the transitions from the layer
+    /// before (0..=1)
+    #[arg(long = "predict-layer-weight", value_name = "W", requires = "predict")]
+    pub predict_layer_weight: Option<f32>,
+    /// the least score (about the chance of use) of a guessed expert not in
+    /// the cache for the history predictor to upload it early (0..=1)
+    #[arg(long = "predict-min-score", value_name = "S", requires = "predict")]
+    pub predict_min_score: Option<f32>,
     /// print the flags to use on a device of --vram-mib MiB
     #[arg(long = "advise", requires = "vram_mib")]
     pub advise: bool,
@@ -324,10 +346,43 @@ pub fn run(a: &Args) -> Result<()> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    let mut predicted: Vec<predict::PredictRow> = Vec::new();
+    if a.predict {
+        let d = HistoryParams::default();
+        let params = HistoryParams {
+            decay: a.predict_decay.unwrap_or(d.decay),
+            layer_weight: a.predict_layer_weight.unwrap_or(d.layer_weight),
+            min_upload_score: a.predict_min_score.unwrap_or(d.min_upload_score),
+        };
+        params.check().map_err(anyhow::Error::msg)?;
+        let policy = a
+            .policies
+            .as_ref()
+            .and_then(|l| l.0.first().copied())
+            .unwrap_or_default();
+        for s in &sizes {
+            predicted.push(predict::run(
+                &trace,
+                &groups,
+                s,
+                policy,
+                a.max_batch,
+                params,
+            )?);
+        }
+    }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        if a.predict {
+            let v = serde_json::json!({"sweep": rows, "predict": predicted});
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
     } else {
         print!("{}", table(&rows));
+        if a.predict {
+            print!("{}", predict::table(&predicted));
+        }
     }
     if let Some(p) = &a.plot {
         let title = format!(

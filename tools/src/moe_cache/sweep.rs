@@ -137,7 +137,12 @@ fn bank_mib(groups: &[GroupShape], slots: &[u32]) -> f64 {
 /// The part of `trace` the bank of `g` with `n_slots` slots sees: its
 /// layers, and nothing of a layer that routes more tokens than the cache
 /// serves (time still advances for its ubatch, as in the live cache).
-fn group_view(trace: &Trace, g: &GroupShape, n_slots: u32, max_batch: usize) -> Vec<TraceUbatch> {
+pub fn group_view(
+    trace: &Trace,
+    g: &GroupShape,
+    n_slots: u32,
+    max_batch: usize,
+) -> Vec<TraceUbatch> {
     let max_tokens = max_batch.min((n_slots / g.n_used.max(1)) as usize);
     trace
         .ubatches

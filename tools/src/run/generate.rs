@@ -98,6 +98,12 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         .map(common::forced::summary_line);
     if let Some(t) = &forced_text {
         eprint!("{TOOL}: {t}");
+        if ctx_params.moe_predict == llama::moe_cache::predict::MoePredict::Router {
+            eprintln!(
+                "{TOOL}: warning: --moe-predict {} guesses the model's own routing, not the trace's (--moe-predict history predicts the trace)",
+                a.prefetch.moe_predict
+            );
+        }
     }
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
@@ -105,9 +111,10 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     // -tb N: the threads of prompt ubatches (-1 or absent: as -t)
     ctx_params.n_threads_batch = a.extra.threads_batch.filter(|&n| n > 0).map(|n| n as usize);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
-    if a.prefetch.predict() && ctx.predict_stats().is_none() {
+    if a.prefetch.predict().is_on() && ctx.predict_stats().is_none() {
         eprintln!(
-            "{TOOL}: warning: --moe-predict on needs the expert cache (a device, experts in host memory, --moe-cache-mib not 0): no prediction"
+            "{TOOL}: warning: --moe-predict {} needs the expert cache (a device, experts in host memory, --moe-cache-mib not 0): no prediction",
+            a.prefetch.moe_predict
         );
     }
     if let Some((n, bytes, note)) = ctx.prefetch_slots() {
