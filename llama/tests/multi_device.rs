@@ -224,8 +224,8 @@ fn cache_params(size: CacheSize, max_batch: usize) -> ContextParams {
 
 use llama::moe_cache::hybrid::CpuShare;
 use llama::moe_cache::layout::{bytes_for_all, model_groups_on};
-use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::moe_cache::predict::MoePredict;
+use llama::moe_cache::{CacheSize, MoeCacheParams};
 
 /// `--cpu-moe` with an expert cache on each of SIM0 and SIM1 (`-ts 1,3`:
 /// one layer each on the 2-layer fixtures): the CPU's logits bit for bit,
