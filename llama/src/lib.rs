@@ -21,6 +21,7 @@ pub mod context;
 pub mod device;
 pub mod error;
 pub mod expert_copy;
+pub mod fit;
 pub mod graph;
 pub mod hparams;
 pub mod kv_cache;
