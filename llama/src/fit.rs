@@ -60,6 +60,10 @@ const WEIGHT_ALIGN: u64 = 64;
 /// Alignment of the expert cache's buffers.
 const CACHE_ALIGN: u64 = crate::moe_cache::layout::ALIGN as u64;
 
+/// The cache budgets are multiples of this (1/64 MiB): their MiB values,
+/// as `--moe-cache-mib` takes them, are exact decimals.
+const CACHE_QUANTUM: u64 = 1 << 14;
+
 fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
@@ -322,10 +326,10 @@ impl FitPlan {
         })
     }
 
-    /// Each device's cache budget in MiB (rounded down), `--moe-cache-mib`'s
-    /// values in device order.
-    pub fn cache_mib(&self) -> Vec<u64> {
-        self.devices.iter().map(|d| d.cache >> 20).collect()
+    /// Each device's cache budget in MiB (exact: a multiple of 1/64 MiB),
+    /// `--moe-cache-mib`'s values in device order.
+    pub fn cache_mib(&self) -> Vec<f64> {
+        self.devices.iter().map(|d| mib(d.cache)).collect()
     }
 
     /// The plan as a table (the tools print it on stderr before loading).
@@ -418,13 +422,13 @@ fn tensor_layer(name: &str, n_layer: usize) -> Option<usize> {
 
 /// An upper bound of the compute memory the scheduler allocates on a
 /// device for the largest graph: a ubatch of `n_tokens` attending over
-/// `n_kv` cells. Per layer the live set is bounded by the sum of the
+/// `n_kv` cells. The live set of one layer is bounded by the sum of the
 /// layer's intermediates (hidden states, Q/K/V, the attention scores and
-/// their softmax, the router's outputs, the experts' and the dense FFN's
-/// intermediates), doubled for the allocator's reuse holes and the
-/// residual stream kept across layers; plus the output head's logits when
-/// the device holds it, and `host_copies` (destinations of expert tensors
-/// copied in from host memory).
+/// their softmax, the mask, the router's outputs, the experts' and the
+/// dense FFN's intermediates), plus a quarter for the allocator's reuse
+/// holes and the residual stream carried between layers; then the output
+/// head's logits when the device holds it, and `host_copies` (destinations
+/// of expert tensors copied in from host memory).
 pub fn compute_bytes(
     s: &FitShape,
     n_tokens: usize,
@@ -445,12 +449,13 @@ pub fn compute_bytes(
     let experts = n * s.n_expert_used as u64 * (3 * s.n_ff_exp + 2 * s.n_embd) as u64 * f;
     let dense = 3 * n * s.n_ff as u64 * f;
     let layer = hidden + qkv + scores + kv_views + mask + router + experts + dense;
+    let residual = 2 * n * s.n_embd as u64 * f;
     let head = if output {
         n * (s.n_vocab + 2 * s.n_embd) as u64 * f
     } else {
         0
     };
-    2 * layer + head + host_copies + (1 << 20)
+    layer + layer / 4 + residual + head + host_copies + (256 << 10)
 }
 
 /// Plan the model's memory over `devices` (see the module doc).
@@ -558,6 +563,58 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
         })
         .collect();
     let cost: Vec<u64> = (0..=nl).map(|l| dense[l] + kv[l]).collect();
+    // first the whole model on the devices, no expert in host memory: the
+    // smaller compute memory, no staging, no cache
+    if !host_pinned.iter().any(|&b| b > 0) {
+        let lean_room: Vec<u64> = devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let c = compute_bytes(&model.shape, n_tok, n_kv, i + 1 == nd, 0);
+                d.free.saturating_sub(margins[i] + c)
+            })
+            .collect();
+        let whole: Vec<u64> = (0..=nl).map(|l| cost[l] + free_experts[l]).collect();
+        let counts = match &p.tensor_split {
+            Some(ts) => split_by_proportions(ts, nd, nl)?,
+            None => split_by_room(&whole[..nl], whole[nl], &lean_room),
+        };
+        let mut first = 0;
+        let mut plans = Vec::with_capacity(nd);
+        for (i, &c) in counts.iter().enumerate() {
+            let r = first..first + c;
+            first += c;
+            let last = i + 1 == nd;
+            let sum =
+                |v: &[u64]| r.clone().map(|l| v[l]).sum::<u64>() + if last { v[nl] } else { 0 };
+            plans.push(DevicePlan {
+                name: devices[i].name.clone(),
+                free: devices[i].free,
+                margin: margins[i],
+                first_layer: r.start,
+                n_layers: c,
+                output: last,
+                dense: sum(&dense),
+                experts: sum(&free_experts),
+                kv: sum(&kv),
+                compute: compute_bytes(&model.shape, n_tok, n_kv, last, 0),
+                staging: 0,
+                cache: 0,
+                cache_overhead: 0,
+                host_expert_layers: Vec::new(),
+            });
+        }
+        if plans.iter().all(|d| d.total() + d.margin <= d.free) {
+            return Ok(FitPlan {
+                n_layer: nl,
+                devices: plans,
+                host_expert_layers: Vec::new(),
+                host_expert_bytes: 0,
+            });
+        }
+    }
+    // then the dense part split by what is left once the worst case
+    // (host experts on every device) is reserved
     let counts = match &p.tensor_split {
         Some(ts) => split_by_proportions(ts, nd, nl)?,
         None => split_by_room(&cost[..nl], cost[nl], &room),
@@ -667,8 +724,8 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
         }
         dp.host_expert_layers.sort_unstable();
         if p.cache && !dp.host_expert_layers.is_empty() {
-            // whole slots only: round the budget down to a MiB (the flag's unit)
-            dp.cache = spare & !((1u64 << 20) - 1);
+            // rounded down to 1/64 MiB, so that its MiB value is exact
+            dp.cache = spare & !(CACHE_QUANTUM - 1);
         } else {
             dp.cache_overhead = 0;
         }
