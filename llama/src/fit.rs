@@ -107,6 +107,8 @@ pub struct FitShape {
 pub struct FitModel {
     /// Decoder layers.
     pub n_layer: usize,
+    /// Training context (what `-c 0` means).
+    pub n_ctx_train: usize,
     /// Every tensor.
     pub tensors: Vec<FitTensor>,
     /// KV cache bytes of one cell of each layer (K and V).
@@ -151,6 +153,7 @@ impl FitModel {
         };
         Ok(FitModel {
             n_layer: hp.n_layer,
+            n_ctx_train: hp.n_ctx_train,
             tensors,
             kv_cell_bytes: vec![cell; hp.n_layer],
             shape: FitShape {
@@ -510,16 +513,18 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
     let n_kv = p.n_ctx;
     let has_experts = (0..=nl).any(|l| free_experts[l] + host_pinned[l] > 0);
     // what a device computing with host experts reserves besides: the copy
-    // destinations of two layers' expert tensors (the split computing and
-    // the next one's copies) when a ubatch that large runs on the device,
-    // and the staging slots
+    // destinations of one layer's expert tensors when a ubatch that large
+    // runs on the device (each expert tensor heads its own split, and a
+    // split's copies are issued while the previous split computes: at most
+    // the gate, up and down copies of one layer are live at once), and the
+    // staging slots
     let max_expert_tensor = largest_expert.iter().copied().max().unwrap_or(0);
     let max_layer_experts = (0..=nl)
-        .map(|l| free_experts[l].max(host_pinned[l]))
+        .map(|l| free_experts[l] + host_pinned[l])
         .max()
         .unwrap_or(0);
     let copies = if has_experts && n_tok >= p.offload_min_batch {
-        2 * max_layer_experts
+        max_layer_experts
     } else {
         0
     };
@@ -548,19 +553,21 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
         |output: bool| -> u64 { compute_bytes(&model.shape, n_tok, n_kv, output, copies) };
     // room for layers once the fixed costs are reserved (the worst case:
     // host experts on every device)
-    let room: Vec<u64> = devices
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let fixed = margins[i]
+    let fixed: Vec<u64> = (0..nd)
+        .map(|i| {
+            margins[i]
                 + compute_full(i + 1 == nd)
                 + if has_experts {
                     staging + cache_overhead
                 } else {
                     0
-                };
-            d.free.saturating_sub(fixed)
+                }
         })
+        .collect();
+    let room: Vec<u64> = devices
+        .iter()
+        .zip(&fixed)
+        .map(|(d, &f)| d.free.saturating_sub(f))
         .collect();
     let cost: Vec<u64> = (0..=nl).map(|l| dense[l] + kv[l]).collect();
     // first the whole model on the devices, no expert in host memory: the
@@ -632,8 +639,8 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
         if i + 1 == nd {
             need += cost[nl];
         }
-        if need > room[i] {
-            missing.push((i, need - room[i]));
+        if need + fixed[i] > devices[i].free {
+            missing.push((i, need + fixed[i] - devices[i].free));
         }
     }
     if !missing.is_empty() {
@@ -845,6 +852,7 @@ mod tests {
         });
         FitModel {
             n_layer: nl,
+            n_ctx_train: 4096,
             tensors,
             kv_cell_bytes: vec![1024; nl],
             shape: FitShape {
@@ -970,6 +978,35 @@ mod tests {
             .to_string();
         assert!(e.contains("MiB on SIM0"), "{e}");
         assert!(e.contains("missing"), "{e}");
+        // the amount is what is missing: with it (and a fixed margin) the
+        // dense part fits, with a MiB less it does not
+        let p = FitParams {
+            margin: Some(MIB),
+            ..params()
+        };
+        let e = plan(&m, &[dev("SIM0", 40)], &p).unwrap_err().to_string();
+        let x: f64 = e
+            .split(" MiB on SIM0")
+            .next()
+            .and_then(|t| t.rsplit(' ').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no amount in {e}"));
+        let need = 40 * MIB + (x * MIB as f64).ceil() as u64;
+        let fits = |free: u64| {
+            plan(
+                &m,
+                &[FitDevice {
+                    name: "SIM0".into(),
+                    free,
+                }],
+                &FitParams {
+                    cache: false,
+                    ..p.clone()
+                },
+            )
+        };
+        assert!(fits(need + (MIB / 100)).is_ok(), "{e}");
+        assert!(fits(need - MIB).is_err(), "{e}");
         let e = plan(
             &m,
             &[dev("SIM0", 400), dev("SIM1", 4)],

@@ -90,6 +90,9 @@ pub struct ServerArgs {
     pub moe_cache: MoeCacheArgs,
 
     #[command(flatten)]
+    pub fit: common::fit::FitArgs,
+
+    #[command(flatten)]
     pub prefetch: PrefetchArgs,
 
     /// API key clients must send as `Authorization: Bearer KEY`
@@ -317,6 +320,7 @@ impl ServerArgs {
         self.moe_cache.params(&self.placement)?;
         self.moe_cache.hybrid()?;
         self.prefetch.slots()?;
+        self.fit.check()?;
         Ok(())
     }
 
