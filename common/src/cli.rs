@@ -12,7 +12,7 @@ use clap::Args;
 use ggml_core::gguf::LoadMode;
 use ggml_core::Backend;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
-use llama::placement::{Placement, Target};
+use llama::placement::{Placement, SplitMode, Target};
 use llama::{ContextParams, Model, ModelParams};
 
 use crate::progress::Progress;
@@ -48,11 +48,30 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
 /// Where weights go: llama.cpp's placement flags.
 #[derive(Args, Debug, Clone, Default)]
 pub struct PlacementArgs {
-    /// [-dev] device for offloaded weights: CPU (none), SIM0.. (simulated
-    /// device: CPU kernels, device memory semantics, counted copies),
-    /// CUDA0.. (when built with CUDA)
-    #[arg(long = "device", value_name = "DEV")]
+    /// [-dev] devices for offloaded weights, comma-separated: CPU (none),
+    /// SIM0,SIM1,.. (simulated devices: CPU kernels, device memory
+    /// semantics, counted copies, one simulated clock), CUDA0,CUDA1,..
+    /// (when built with CUDA); with several, -sm/-ts/-mg say how layers
+    /// spread over them
+    #[arg(long = "device", value_name = "DEV[,DEV..]")]
     pub device: Option<String>,
+
+    /// [-sm] how to split the offloaded layers across the devices: layer
+    /// (default: consecutive layers per device, in -ts proportions) or none
+    /// (every offloaded layer on the -mg device); row is not supported
+    #[arg(long = "split-mode", value_name = "none|layer")]
+    pub split_mode: Option<String>,
+
+    /// [-ts] each device's share of the offloaded layers, one value per
+    /// --device, e.g. 3,1 (default: by free memory where every device
+    /// reports it, else even)
+    #[arg(long = "tensor-split", value_name = "N0,N1,..")]
+    pub tensor_split: Option<String>,
+
+    /// [-mg] the device (an index into --device) that holds every
+    /// offloaded layer with -sm none (default 0)
+    #[arg(long = "main-gpu", value_name = "I", allow_negative_numbers = true)]
+    pub main_gpu: Option<i64>,
 
     /// [-ngl] number of layers to store on the device (default with
     /// --device: all; -1 = all; more than the layer count also offloads the
@@ -117,56 +136,127 @@ fn parse_load_mode(s: &str) -> std::result::Result<LoadMode, String> {
 }
 
 impl PlacementArgs {
-    /// The placement rules; checks `-ot` syntax, regexes and backend names.
-    pub fn placement(&self, device: Option<&str>) -> Result<Placement> {
+    /// The `--device` list: names in order (`CPU` or `none` alone: an
+    /// empty list; no `--device`: empty). An empty entry, a name listed
+    /// twice or `CPU` inside a list is an error naming it.
+    pub fn device_names(&self) -> Result<Vec<String>> {
+        let Some(arg) = &self.device else {
+            return Ok(Vec::new());
+        };
+        parse_device_list(arg)
+    }
+
+    /// The placement rules on `devices` (the `--device` list as opened):
+    /// checks `-ot` syntax, regexes and backend names, and the split flags
+    /// `-sm`, `-ts`, `-mg` against the device list.
+    pub fn placement(&self, devices: &[String]) -> Result<Placement> {
+        let list = || devices.iter().map(|d| format!(", {d}")).collect::<String>();
         let mut overrides = Vec::new();
         for arg in &self.override_tensor {
             let rules =
                 Placement::parse_overrides(arg).map_err(|e| anyhow::anyhow!("-ot {arg}: {e}"))?;
             for mut r in rules {
                 let be = r.backend.to_ascii_uppercase();
-                let ok = be == "CPU" || device.is_some_and(|d| d.eq_ignore_ascii_case(&be));
-                if !ok {
+                r.backend = if be == "CPU" {
+                    "CPU".into()
+                } else if let Some(d) = devices.iter().find(|d| d.eq_ignore_ascii_case(&be)) {
+                    d.clone()
+                } else {
                     bail!(
                         "-ot {arg}: backend '{}' does not exist or is not in use (available: CPU{})",
                         r.backend,
-                        device.map(|d| format!(", {d}")).unwrap_or_default()
+                        list()
                     );
-                }
-                r.backend = match device {
-                    Some(d) if d.eq_ignore_ascii_case(&be) => d.to_string(),
-                    _ => "CPU".into(),
                 };
                 overrides.push(r);
             }
         }
-        Ok(Placement {
+        let split_mode = match &self.split_mode {
+            Some(m) => m
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("-sm {m}: {e}"))?,
+            None => SplitMode::Layer,
+        };
+        let tensor_split = match &self.tensor_split {
+            Some(ts) => {
+                let v = Placement::parse_tensor_split(ts)
+                    .map_err(|e| anyhow::anyhow!("-ts {ts}: {e}"))?;
+                if v.len() != devices.len() {
+                    bail!(
+                        "-ts {ts}: {} value{} for {} device{} ({}): give one per --device",
+                        v.len(),
+                        if v.len() == 1 { "" } else { "s" },
+                        devices.len(),
+                        if devices.len() == 1 { "" } else { "s" },
+                        if devices.is_empty() {
+                            "none given".to_string()
+                        } else {
+                            devices.join(",")
+                        }
+                    );
+                }
+                v
+            }
+            None => Vec::new(),
+        };
+        let main_gpu = match self.main_gpu {
+            None => 0,
+            Some(mg) => match usize::try_from(mg) {
+                Ok(i) if i < devices.len().max(1) => i,
+                _ => bail!(
+                    "-mg {mg}: no such device: give an index into --device ({})",
+                    if devices.is_empty() {
+                        "none given: 0 only".to_string()
+                    } else {
+                        format!("0..{}: {}", devices.len() - 1, devices.join(","))
+                    }
+                ),
+            },
+        };
+        let p = Placement {
+            devices: devices.to_vec(),
+            split_mode,
+            tensor_split,
+            main_gpu,
             n_gpu_layers: self.n_gpu_layers.and_then(|n| usize::try_from(n).ok()),
             overrides,
             cpu_moe: self.cpu_moe,
             n_cpu_moe: self.n_cpu_moe.unwrap_or(0),
-        })
+        };
+        p.check().map_err(|e| anyhow::anyhow!("--device: {e}"))?;
+        Ok(p)
     }
 
-    /// Open the `--device` backend (None for CPU).
-    pub fn open_device(&self, n_threads: usize) -> Result<Option<Arc<dyn Backend>>> {
+    /// Open the `--device` backends, in order (none for `CPU` or no
+    /// `--device`); simulated devices share one simulated clock.
+    pub fn open_devices(&self, n_threads: usize) -> Result<Vec<Arc<dyn Backend>>> {
         let sim_mem = self.sim_mem_bytes()?;
-        let Some(name) = &self.device else {
+        let Some(arg) = &self.device else {
             if self.sim_profile.is_some() {
                 bail!("--sim-profile: needs a simulated device (--device SIM0)");
             }
             if sim_mem.is_some() {
                 bail!("--sim-mem-mib applies to a simulated device: give --device SIM0 too");
             }
-            return Ok(None);
+            return Ok(Vec::new());
         };
-        let is_sim = name.to_ascii_uppercase().starts_with("SIM");
-        if sim_mem.is_some() && !is_sim {
+        let names = parse_device_list(arg)?;
+        let not_sim = names
+            .iter()
+            .find(|n| !n.to_ascii_uppercase().starts_with("SIM"));
+        let all_cpu = names.is_empty();
+        if let (Some(_), true) = (sim_mem, all_cpu) {
+            bail!("--sim-mem-mib applies to a simulated device: give --device SIM0 too");
+        }
+        if let (Some(_), Some(name)) = (sim_mem, not_sim) {
             bail!("--sim-mem-mib applies to simulated devices (SIM0, ...), not --device {name}");
         }
         let sim_profile = match &self.sim_profile {
             Some(spec) => {
-                if !is_sim {
+                if all_cpu {
+                    bail!("--sim-profile: needs a simulated device (--device SIM0)");
+                }
+                if let Some(name) = not_sim {
                     bail!(
                         "--sim-profile: device {name} is not a simulated device (SIM0, SIM1, ...)"
                     );
@@ -183,9 +273,16 @@ impl PlacementArgs {
             offload_min_batch: self.offload_min_batch,
             sim_profile,
             sim_mem,
+            sim_clock: None,
         };
-        llama::device::open_device_with(name, &opts)
-            .map_err(|e| anyhow::anyhow!("--device {name}: {e}"))
+        if all_cpu {
+            // `--device CPU`: checks the flags against the CPU as before
+            return llama::device::open_device_with(arg.trim(), &opts)
+                .map(|_| Vec::new())
+                .map_err(|e| anyhow::anyhow!("--device {arg}: {e}"));
+        }
+        llama::device::open_devices(&names, &opts)
+            .map_err(|e| anyhow::anyhow!("--device {arg}: {e}"))
     }
 
     /// `--sim-mem-mib` in bytes; errs on anything but a positive number.
@@ -198,6 +295,30 @@ impl PlacementArgs {
             _ => bail!("--sim-mem-mib {v}: give the device's memory in MiB, a number > 0"),
         }
     }
+}
+
+/// Parse a `--device` list: `A,B,...` (llama.cpp's `,`; `/` also, as
+/// llama-bench's device sets); `CPU` or `none` alone is the empty list.
+pub fn parse_device_list(arg: &str) -> Result<Vec<String>> {
+    let t = arg.trim();
+    if t.eq_ignore_ascii_case("cpu") || t.eq_ignore_ascii_case("none") {
+        return Ok(Vec::new());
+    }
+    let mut out: Vec<String> = Vec::new();
+    for part in t.split([',', '/']) {
+        let name = part.trim();
+        if name.is_empty() {
+            bail!("--device {arg}: an empty device name in the list");
+        }
+        if name.eq_ignore_ascii_case("cpu") || name.eq_ignore_ascii_case("none") {
+            bail!("--device {arg}: '{name}' is not a device (the CPU computes what no device holds; list devices only)");
+        }
+        if out.iter().any(|o| o.eq_ignore_ascii_case(name)) {
+            bail!("--device {arg}: device '{name}' is listed twice");
+        }
+        out.push(name.to_ascii_uppercase());
+    }
+    Ok(out)
 }
 
 /// The device cache of host experts: `--moe-cache-mib`, `--moe-cache-policy`,
@@ -401,24 +522,24 @@ pub fn load_model(
     let wants_device = placement.n_gpu_layers.is_some_and(|n| n != 0)
         || placement.cpu_moe
         || placement.n_cpu_moe.is_some_and(|n| n > 0);
-    let mut device = placement.open_device(n_threads)?;
+    let mut devices = placement.open_devices(n_threads)?;
     let mut defaulted = false;
-    if device.is_none() && placement.device.is_none() && wants_device {
+    if devices.is_empty() && placement.device.is_none() && wants_device {
         // as llama.cpp: the first CUDA device when there is one
         if let Some(d) = crate::devices::default_gpu() {
             let chosen = PlacementArgs {
                 device: Some(d.clone()),
                 ..placement.clone()
             };
-            device = chosen.open_device(n_threads)?;
-            defaulted = device.is_some();
+            devices = chosen.open_devices(n_threads)?;
+            defaulted = !devices.is_empty();
             if defaulted {
                 eprintln!("{tool}: no --device given: using {d}");
             }
         }
     }
-    let dev_name = device.as_ref().map(|d| d.name().to_string());
-    let rules = placement.placement(dev_name.as_deref())?;
+    let dev_names: Vec<String> = devices.iter().map(|d| d.name().to_string()).collect();
+    let rules = placement.placement(&dev_names)?;
     let path = match path {
         Some(p) => {
             check_model_path(p)?;
@@ -426,17 +547,18 @@ pub fn load_model(
         }
         None => crate::default_model::ensure_default_model(tool)?,
     };
-    if device.is_none() && wants_device && !defaulted {
+    if devices.is_empty() && wants_device && !defaulted {
         eprintln!("{tool}: note: no --device given and no CUDA device found: the CPU runs everything (-ngl/--cpu-moe have no effect)");
     }
     let bar = Progress::new("loading");
     let progress = std::rc::Rc::new(std::cell::RefCell::new(bar));
     let p2 = std::rc::Rc::clone(&progress);
     let params = ModelParams {
-        device,
+        devices,
         placement: rules,
         progress: Some(Box::new(move |f| p2.borrow_mut().set(f))),
         load_mode: placement.load_mode,
+        ..Default::default()
     };
     let t0 = Instant::now();
     let model = Model::load(&path, params)
@@ -454,19 +576,29 @@ pub fn load_model(
     })
 }
 
-/// The name of the model's device backend, `CPU` when it has none.
+/// The names of the model's device backends (`SIM0`, `SIM0,SIM1`),
+/// `CPU` when it has none.
 pub fn device_name(model: &Model) -> String {
+    if model.devices.is_empty() {
+        return "CPU".into();
+    }
     model
-        .device
-        .as_ref()
-        .map(|d| d.name().to_string())
-        .unwrap_or_else(|| "CPU".into())
+        .devices
+        .iter()
+        .map(|d| d.name())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// One line describing where the weights went.
 pub fn placement_summary(model: &Model) -> String {
     let mut host = (0usize, 0usize);
-    let mut dev = (0usize, 0usize, String::new());
+    // per device, in --device order: tensors, bytes
+    let mut dev: Vec<(String, usize, usize)> = model
+        .devices
+        .iter()
+        .map(|d| (d.name().to_string(), 0, 0))
+        .collect();
     for w in &model.weights {
         let bytes = ggml_core::Tensor::new(w.ty, w.ne).nbytes();
         match &w.target {
@@ -475,24 +607,32 @@ pub fn placement_summary(model: &Model) -> String {
                 host.1 += bytes;
             }
             Target::Device(d) => {
-                dev.0 += 1;
-                dev.1 += bytes;
-                dev.2 = d.clone();
+                let i = match dev.iter().position(|e| &e.0 == d) {
+                    Some(i) => i,
+                    None => {
+                        dev.push((d.clone(), 0, 0));
+                        dev.len() - 1
+                    }
+                };
+                dev[i].1 += 1;
+                dev[i].2 += bytes;
             }
         }
     }
-    if dev.0 == 0 {
+    if dev.iter().all(|d| d.1 == 0) {
         return format!(
             "all {} tensors ({}) in host memory",
             host.0,
             fmt_bytes(host.1 as f64)
         );
     }
+    let on: Vec<String> = dev
+        .iter()
+        .map(|(name, n, b)| format!("{n} tensors ({}) on {name}", fmt_bytes(*b as f64)))
+        .collect();
     format!(
-        "{} tensors ({}) on {}, {} tensors ({}) in host memory",
-        dev.0,
-        fmt_bytes(dev.1 as f64),
-        dev.2,
+        "{}, {} tensors ({}) in host memory",
+        on.join(", "),
         host.0,
         fmt_bytes(host.1 as f64)
     )
@@ -646,7 +786,7 @@ mod tests {
             ..Default::default()
         };
         assert!(a
-            .placement(Some("SIM0"))
+            .placement(&["SIM0".into()])
             .unwrap_err()
             .to_string()
             .contains("CUDA3"));
@@ -654,7 +794,7 @@ mod tests {
             override_tensor: vec!["exps=sim0,attn=cpu".into()],
             ..Default::default()
         };
-        let p = a.placement(Some("SIM0")).unwrap();
+        let p = a.placement(&["SIM0".into()]).unwrap();
         assert_eq!(p.overrides[0].backend, "SIM0");
         assert_eq!(p.overrides[1].backend, "CPU");
         let a = PlacementArgs {
@@ -662,9 +802,80 @@ mod tests {
             ..Default::default()
         };
         assert!(a
-            .placement(None)
+            .placement(&[])
             .unwrap_err()
             .to_string()
             .contains("does not compile"));
+    }
+
+    fn err(a: &PlacementArgs, devices: &[&str]) -> String {
+        let d: Vec<String> = devices.iter().map(|s| s.to_string()).collect();
+        error_chain(&a.placement(&d).unwrap_err())
+    }
+
+    #[test]
+    fn device_lists_and_split_flags() {
+        let a = |d: &str| PlacementArgs {
+            device: Some(d.into()),
+            ..Default::default()
+        };
+        assert_eq!(a("SIM0,sim1").device_names().unwrap(), ["SIM0", "SIM1"]);
+        assert_eq!(a("SIM0/SIM1").device_names().unwrap(), ["SIM0", "SIM1"]);
+        assert!(a("cpu").device_names().unwrap().is_empty());
+        let e = a("SIM0,SIM0").device_names().unwrap_err().to_string();
+        assert!(e.contains("'SIM0' is listed twice"), "{e}");
+        let e = a("SIM0,,SIM1").device_names().unwrap_err().to_string();
+        assert!(e.contains("empty device name"), "{e}");
+        let e = a("SIM0,CPU").device_names().unwrap_err().to_string();
+        assert!(e.contains("'CPU' is not a device"), "{e}");
+        let e = error_chain(&a("SIM0,GPU7").open_devices(1).err().unwrap());
+        assert!(e.contains("unknown device 'GPU7'"), "{e}");
+        assert_eq!(a("SIM0,SIM1").open_devices(1).unwrap().len(), 2);
+
+        let two = ["SIM0", "SIM1"];
+        let flags = |sm: Option<&str>, ts: Option<&str>, mg: Option<i64>| PlacementArgs {
+            split_mode: sm.map(String::from),
+            tensor_split: ts.map(String::from),
+            main_gpu: mg,
+            ..Default::default()
+        };
+        let p = flags(Some("none"), Some("3,1"), Some(1))
+            .placement(&["SIM0".into(), "SIM1".into()])
+            .unwrap();
+        assert_eq!(p.split_mode, SplitMode::None);
+        assert_eq!(p.tensor_split, vec![3.0, 1.0]);
+        assert_eq!(p.main_gpu, 1);
+        assert_eq!(p.devices, ["SIM0", "SIM1"]);
+        let e = err(&flags(Some("row"), None, None), &two);
+        assert!(e.contains("-sm row") && e.contains("not supported"), "{e}");
+        let e = err(&flags(Some("rows"), None, None), &two);
+        assert!(e.contains("'rows' is not a split mode"), "{e}");
+        let e = err(&flags(None, Some("3,1,1"), None), &two);
+        assert!(e.contains("-ts 3,1,1: 3 values for 2 devices"), "{e}");
+        let e = err(&flags(None, Some("3,-1"), None), &two);
+        assert!(e.contains("-1 is not a share"), "{e}");
+        let e = err(&flags(None, Some("0,0"), None), &two);
+        assert!(e.contains("every share is zero"), "{e}");
+        let e = err(&flags(None, None, Some(2)), &two);
+        assert!(
+            e.contains("-mg 2: no such device") && e.contains("0..1"),
+            "{e}"
+        );
+        let e = err(&flags(None, None, Some(-1)), &two);
+        assert!(e.contains("-mg -1: no such device"), "{e}");
+        let e = err(&flags(None, Some("1"), None), &[]);
+        assert!(e.contains("1 value for 0 devices"), "{e}");
+        // -ot to any listed device
+        let ot = PlacementArgs {
+            override_tensor: vec![r"blk\.0\.=sim1".into()],
+            ..Default::default()
+        };
+        let p = ot.placement(&["SIM0".into(), "SIM1".into()]).unwrap();
+        assert_eq!(p.overrides[0].backend, "SIM1");
+        let e = err(&ot, &["SIM0"]);
+        assert!(
+            e.contains("'sim1' does not exist") && e.contains("CPU, SIM0"),
+            "{e}"
+        );
     }
 }

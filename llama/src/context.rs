@@ -263,7 +263,7 @@ impl Context {
         let n_threads = params.n_threads.max(1);
         let n_threads_batch = params.n_threads_batch.unwrap_or(n_threads).max(1);
         let mut cpu_be = CpuBackend::new(n_threads.max(n_threads_batch));
-        let clock = model.device.as_ref().and_then(|d| d.device_clock());
+        let clock = model.devices.iter().find_map(|d| d.device_clock());
         if let Some(c) = &clock {
             cpu_be = cpu_be.with_clock(Arc::clone(c));
         }
@@ -278,7 +278,7 @@ impl Context {
             &cpu,
         )?;
         let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
-        if let Some(d) = &model.device {
+        for d in &model.devices {
             backends.push(Arc::clone(d));
         }
         backends.push(Arc::clone(&cpu));
@@ -380,6 +380,10 @@ impl Context {
         let Some(dev) = &model.device else {
             return Ok(None);
         };
+        if model.devices.len() > 1 {
+            // staging slots live on one device: not yet per device
+            return Ok(None);
+        }
         Self::alloc_largest_graph(
             model,
             params,
@@ -414,6 +418,10 @@ impl Context {
         let Some(dev) = &model.device else {
             return Ok(None);
         };
+        if model.devices.len() > 1 {
+            // one cache serves one device: not yet per device
+            return Ok(None);
+        }
         let groups = model_groups(model);
         if mc.size == CacheSize::Off || groups.is_empty() {
             return Ok(None);
@@ -900,7 +908,13 @@ impl Context {
 
     /// The backends' busy wall time so far ([`Backend::busy_wall_ns`]).
     fn busy_ns(&self) -> u64 {
-        self.cpu.busy_wall_ns() + self.model.device.as_ref().map_or(0, |d| d.busy_wall_ns())
+        self.cpu.busy_wall_ns()
+            + self
+                .model
+                .devices
+                .iter()
+                .map(|d| d.busy_wall_ns())
+                .sum::<u64>()
     }
 
     /// Give a new graph's input tensors memory in the context's input

@@ -39,6 +39,10 @@ pub struct DeviceOptions {
     /// A sim device's memory capacity in bytes (`--sim-mem-mib`; `None` =
     /// unlimited); an error for a device that is not simulated.
     pub sim_mem: Option<usize>,
+    /// The simulated clock a sim device joins (several sim devices of one
+    /// run share one, [`open_devices`]); `None`: a clock of its own with
+    /// `sim_profile`.
+    pub sim_clock: Option<Arc<SimClock>>,
 }
 
 impl Default for DeviceOptions {
@@ -48,6 +52,7 @@ impl Default for DeviceOptions {
             offload_min_batch: 32,
             sim_profile: None,
             sim_mem: None,
+            sim_clock: None,
         }
     }
 }
@@ -88,7 +93,9 @@ pub fn open_device_with(name: &str, opts: &DeviceOptions) -> Result<Option<Arc<d
         let dev: usize = n.parse().map_err(|_| unknown(name))?;
         let mut b =
             SimBackend::new(dev, n_threads.max(1)).with_offload_min_batch(offload_min_batch as i64);
-        if let Some(p) = &opts.sim_profile {
+        if let Some(c) = &opts.sim_clock {
+            b = b.with_clock(Arc::clone(c));
+        } else if let Some(p) = &opts.sim_profile {
             b = b.with_clock(SimClock::new(p.clone()));
         }
         if let Some(bytes) = sim_mem {
@@ -101,6 +108,55 @@ pub fn open_device_with(name: &str, opts: &DeviceOptions) -> Result<Option<Arc<d
         return open_cuda(dev, offload_min_batch).map(Some);
     }
     Err(unknown(name))
+}
+
+/// Open every device of a `--device A,B,...` list with `opts`, in order.
+/// The simulated devices among them share one simulated clock (one
+/// timeline, a link per device); a name listed twice, `CPU` inside a list
+/// of several, or an unknown name is an error naming it. `CPU` (or `none`)
+/// alone gives an empty list.
+pub fn open_devices(names: &[String], opts: &DeviceOptions) -> Result<Vec<Arc<dyn Backend>>> {
+    if let [one] = names {
+        if one.eq_ignore_ascii_case("CPU") || one.eq_ignore_ascii_case("none") {
+            return open_device_with(one, opts).map(|_| Vec::new());
+        }
+    }
+    let mut clock: Option<Arc<SimClock>> = None;
+    let mut out: Vec<Arc<dyn Backend>> = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let upper = name.trim().to_ascii_uppercase();
+        if names[..i]
+            .iter()
+            .any(|n| n.trim().eq_ignore_ascii_case(&upper))
+        {
+            return Err(LlamaError::Invalid(format!(
+                "device list {}: device '{name}' is listed twice",
+                names.join(",")
+            )));
+        }
+        if upper == "CPU" || upper == "NONE" || upper.is_empty() {
+            return Err(LlamaError::Invalid(format!(
+                "device list {}: '{name}' is not a device (the CPU always computes what no device holds; list devices only)",
+                names.join(",")
+            )));
+        }
+        let mut o = opts.clone();
+        if upper.starts_with("SIM") {
+            let c = clock.get_or_insert_with(|| {
+                SimClock::new(
+                    opts.sim_profile
+                        .clone()
+                        .unwrap_or_else(SimProfile::default_profile),
+                )
+            });
+            o.sim_clock = Some(Arc::clone(c));
+        }
+        match open_device_with(name.trim(), &o)? {
+            Some(d) => out.push(d),
+            None => return Err(unknown(name)),
+        }
+    }
+    Ok(out)
 }
 
 /// One device `--device` can name.
@@ -196,6 +252,34 @@ mod tests {
         let e = open_device("GPU0", 1, 32).err().unwrap().to_string();
         assert!(e.contains("unknown device 'GPU0'"), "{e}");
         // without a CUDA driver this is an ordinary error naming the problem
+        let two = open_devices(&["SIM0".into(), "sim1".into()], &DeviceOptions::default()).unwrap();
+        assert_eq!(two.len(), 2);
+        let (c0, c1) = (
+            SimClock::of(two[0].as_ref()).unwrap(),
+            SimClock::of(two[1].as_ref()).unwrap(),
+        );
+        assert!(
+            Arc::ptr_eq(&c0, &c1),
+            "sim devices of one list share a clock"
+        );
+        let e = open_devices(&["SIM0".into(), "SIM0".into()], &DeviceOptions::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("'SIM0' is listed twice"), "{e}");
+        let e = open_devices(&["SIM0".into(), "CPU".into()], &DeviceOptions::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("'CPU' is not a device"), "{e}");
+        let e = open_devices(&["SIM0".into(), "XPU1".into()], &DeviceOptions::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("unknown device 'XPU1'"), "{e}");
+        assert!(open_devices(&["cpu".into()], &DeviceOptions::default())
+            .unwrap()
+            .is_empty());
         if ggml_cuda::unavailable_reason().is_some() {
             let e = open_device("CUDA0", 1, 32).err().unwrap().to_string();
             assert!(e.contains("no CUDA device"), "{e}");

@@ -268,9 +268,9 @@ impl KvCache {
         };
         let mut layers = Vec::with_capacity(hp.n_layer);
         for lw in &model.layers {
-            let be: &Arc<dyn Backend> = match (&model.device, lw.on_device) {
-                (Some(d), true) => d,
-                _ => host,
+            let be: &Arc<dyn Backend> = match lw.device.and_then(|d| model.devices.get(d)) {
+                Some(d) => d,
+                None => host,
             };
             let stores = [(ty, ek, "K"), (ty_v, if v_bytes > 0 { ev } else { 0 }, "V")];
             for (t, n, what) in stores {

@@ -165,8 +165,11 @@ pub struct LayerWeights {
     pub ffn_norm: WeightId,
     /// The FFN's weights.
     pub ffn: FfnWeights,
-    /// Whether this layer's KV cache and activations belong on the device.
+    /// Whether this layer's KV cache and activations belong on a device.
     pub on_device: bool,
+    /// Which device (an index into [`Model::devices`]) holds the layer, its
+    /// KV cache and its dense weights; `None`: host memory.
+    pub device: Option<usize>,
 }
 
 impl LayerWeights {
@@ -182,8 +185,13 @@ impl LayerWeights {
 /// What to load and where.
 #[derive(Default)]
 pub struct ModelParams {
-    /// The device backend for offloaded tensors (`--device`); `None` = CPU only.
+    /// The one device backend for offloaded tensors (`--device X`); `None`
+    /// = CPU only, or the devices are in `devices`.
     pub device: Option<Arc<dyn Backend>>,
+    /// Several device backends (`--device A,B`), in the order of
+    /// [`Placement::devices`] (which, when empty, takes their names); give
+    /// either this or `device`.
+    pub devices: Vec<Arc<dyn Backend>>,
     /// Placement rules.
     pub placement: Placement,
     /// Called with the fraction loaded, from 0 to 1.
@@ -208,12 +216,19 @@ pub struct Model {
     pub output_norm: WeightId,
     /// `output.weight` (or the embedding, when tied).
     pub output: WeightId,
-    /// Whether the output head runs on the device.
+    /// Whether the output head runs on a device.
     pub output_on_device: bool,
+    /// The device of the output head (an index into [`Model::devices`]).
+    pub output_device: Option<usize>,
     /// The tokenizer from the file's vocabulary.
     pub tokenizer: Tokenizer,
-    /// The device backend, if any.
+    /// The main device (`-mg`; with one `--device`, that device), if any.
     pub device: Option<Arc<dyn Backend>>,
+    /// Every device backend, in `--device` order (empty: the CPU only).
+    pub devices: Vec<Arc<dyn Backend>>,
+    /// The placement as applied: its device list names `devices`, and a
+    /// split by free memory is filled in.
+    pub placement: Placement,
     /// The mapped file.
     pub file: Arc<GgufFile>,
     /// What loading did other than asked (`--load-mode` fallbacks, `pin`
@@ -349,6 +364,7 @@ impl Loader<'_> {
             ffn_norm,
             ffn,
             on_device: false,
+            device: None,
         })
     }
 
@@ -541,6 +557,51 @@ impl Loader<'_> {
     }
 }
 
+/// The device backends `params` gives (its `device` or its `devices`),
+/// with `params.placement`'s device list checked against them (or filled
+/// with their names), its flags checked, and an unset split filled from the
+/// devices' free memory.
+fn device_list(params: &mut ModelParams) -> Result<Vec<Arc<dyn Backend>>> {
+    let mut devices = std::mem::take(&mut params.devices);
+    if let Some(d) = params.device.take() {
+        if !devices.is_empty() {
+            return Err(LlamaError::Invalid(
+                "model parameters give both a device and a device list: give one".into(),
+            ));
+        }
+        devices.push(d);
+    }
+    let names: Vec<String> = devices.iter().map(|d| d.name().to_string()).collect();
+    let p = &mut params.placement;
+    if p.devices.is_empty() {
+        p.devices = names;
+    } else if p.devices.len() != names.len()
+        || p.devices
+            .iter()
+            .zip(&names)
+            .any(|(a, b)| !a.eq_ignore_ascii_case(b))
+    {
+        return Err(LlamaError::Placement(format!(
+            "the placement names devices {} but the open devices are {}",
+            p.devices.join(","),
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(",")
+            }
+        )));
+    } else {
+        p.devices = names;
+    }
+    p.check()?;
+    let free: Vec<Option<usize>> = devices
+        .iter()
+        .map(|d| d.memory().map(|(free, _)| free))
+        .collect();
+    p.split_by_free_memory(&free);
+    Ok(devices)
+}
+
 fn weight_type_ok(ty: GgmlType) -> bool {
     !matches!(
         ty,
@@ -601,38 +662,45 @@ impl Model {
         } = l;
 
         // placement
-        let device_name = params.device.as_ref().map(|d| d.name().to_string());
-        let rules = params.placement.effective_overrides();
+        let devices = device_list(&mut params)?;
+        let placement = &params.placement;
+        let rules = placement.effective_overrides();
         let mut targets = Vec::with_capacity(wanted.len());
         for (name, ..) in &wanted {
-            targets.push(params.placement.target(
-                &rules,
-                name,
-                device_name.as_deref(),
-                hp.n_layer,
-            )?);
+            targets.push(placement.target(&rules, name, hp.n_layer)?);
         }
         for (il, lw) in layers.iter_mut().enumerate() {
-            lw.on_device =
-                device_name.is_some() && params.placement.layer_on_device(il, hp.n_layer);
+            lw.device = placement.layer_device(il, hp.n_layer);
+            lw.on_device = lw.device.is_some();
         }
-        let output_on_device =
-            device_name.is_some() && params.placement.layer_on_device(hp.n_layer, hp.n_layer);
+        let output_device = placement.layer_device(hp.n_layer, hp.n_layer);
+        let output_on_device = output_device.is_some();
+        let main_device = devices
+            .get(placement.main_gpu.min(devices.len().saturating_sub(1)))
+            .cloned();
+        let dev_index = |t: &Target| match t {
+            Target::Device(n) => devices.iter().position(|d| d.name() == n),
+            Target::Host => None,
+        };
 
         // host weights: in place from the mapping
         let host: Arc<dyn ggml_core::Buffer> =
             Arc::new(MappedBuffer::new(Arc::new(Shared(file.bytes().clone()))));
         let align = 64usize;
-        let dev_total: usize = wanted
-            .iter()
-            .zip(&targets)
-            .filter(|(_, t)| matches!(t, Target::Device(_)))
-            .map(|(w, _)| w.4.next_multiple_of(align))
-            .sum();
-        let dev_buf = match (&params.device, dev_total) {
-            (Some(d), n) if n > 0 => Some(d.alloc_buffer(n, BufferUsage::Weights)?),
-            _ => None,
-        };
+        let mut dev_bufs = Vec::with_capacity(devices.len());
+        for (di, d) in devices.iter().enumerate() {
+            let total: usize = wanted
+                .iter()
+                .zip(&targets)
+                .filter(|(_, t)| dev_index(t) == Some(di))
+                .map(|(w, _)| w.4.next_multiple_of(align))
+                .sum();
+            dev_bufs.push(if total > 0 {
+                Some(d.alloc_buffer(total, BufferUsage::Weights)?)
+            } else {
+                None
+            });
+        }
         // `pin`: page-lock the span of the weights that stay in host memory
         let host_span = wanted
             .iter()
@@ -646,7 +714,7 @@ impl Model {
         let mut pin = None;
         if params.load_mode == LoadMode::Pin {
             let len = file.bytes().len();
-            match (&params.device, host_span) {
+            match (&main_device, host_span) {
                 (None, _) => load_notes.push(
                     "--load-mode pin: no device backend copies from host memory: behaves as mmap"
                         .to_string(),
@@ -676,12 +744,22 @@ impl Model {
         }
         let total = wanted.len().max(1);
         let mut weights = Vec::with_capacity(wanted.len());
-        let mut dev_off = 0usize;
+        let mut dev_off = vec![0usize; devices.len()];
         let bytes = file.bytes().as_slice();
         for (i, ((name, ty, ne, off, size), target)) in wanted.into_iter().zip(targets).enumerate()
         {
-            let data = match (&target, &dev_buf) {
-                (Target::Device(_), Some(buf)) => {
+            let di = dev_index(&target);
+            let buf = di.and_then(|d| dev_bufs[d].as_ref());
+            match (di, buf) {
+                (Some(_), None) | (None, Some(_)) => {
+                    return Err(LlamaError::Placement(format!(
+                        "'{name}' is placed on {target:?}, which is not an open device"
+                    )))
+                }
+                _ => {}
+            }
+            let data = match (di, buf) {
+                (Some(di), Some(buf)) => {
                     let src = bytes
                         .get(off..off + size)
                         .ok_or_else(|| LlamaError::BadTensor {
@@ -689,12 +767,12 @@ impl Model {
                             found: "data past the end of the file".into(),
                             expected: "data inside the file".into(),
                         })?;
-                    buf.write(dev_off, src)?;
+                    buf.write(dev_off[di], src)?;
                     let d = TensorData {
                         buffer: Arc::clone(buf),
-                        offset: dev_off,
+                        offset: dev_off[di],
                     };
-                    dev_off += size.next_multiple_of(align);
+                    dev_off[di] += size.next_multiple_of(align);
                     d
                 }
                 _ => TensorData {
@@ -722,8 +800,11 @@ impl Model {
             output_norm,
             output,
             output_on_device,
+            output_device,
             tokenizer,
-            device: params.device.take(),
+            device: main_device,
+            devices,
+            placement: params.placement,
             file: Arc::new(file),
             load_notes,
             host_pinned: pin.is_some(),

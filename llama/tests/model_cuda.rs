@@ -104,6 +104,7 @@ fn fixture_on_cuda0(name: &str) {
                 placement,
                 progress: None,
                 load_mode,
+                ..Default::default()
             };
             let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
             if load_mode == LoadMode::Pin {

@@ -102,6 +102,7 @@ fn auto_counts(fx: &Fixture, json: &str) -> llama::moe_cache::LayerCacheStats {
             offload_min_batch: 1,
             sim_profile: Some(prof),
             sim_mem: None,
+            ..Default::default()
         },
     )
     .expect("SIM0");

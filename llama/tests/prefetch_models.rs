@@ -199,6 +199,7 @@ fn auto_leaves_partly_used_tensors_to_the_selective_copy_when_compute_hides_noth
                 offload_min_batch: 1,
                 sim_profile: Some(prof.clone()),
                 sim_mem: None,
+                ..Default::default()
             },
         )
         .expect("SIM0");

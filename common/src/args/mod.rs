@@ -17,6 +17,9 @@ pub const MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
     ("-cmoe", "--cpu-moe"),
     ("-ncmoe", "--n-cpu-moe"),
     ("-dev", "--device"),
+    ("-sm", "--split-mode"),
+    ("-ts", "--tensor-split"),
+    ("-mg", "--main-gpu"),
     ("-nomb", "--offload-min-batch"),
     ("-fa", "--flash-attn"),
     ("-tb", "--threads-batch"),
@@ -79,12 +82,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("-if", "use -cnv for an interactive chat"),
     ("--interactive-first", "use -cnv for an interactive chat"),
     ("--mlock", "use --load-mode mlock"),
-    ("-sm", "one device at a time: use --device"),
-    ("--split-mode", "one device at a time: use --device"),
-    ("-ts", "one device at a time: use --device"),
-    ("--tensor-split", "one device at a time: use --device"),
-    ("-mg", "one device at a time: use --device"),
-    ("--main-gpu", "one device at a time: use --device"),
 ];
 
 /// Whether `s` is a number with a minus sign (`-1`, `-0.5`, `-1e3`).

@@ -193,9 +193,7 @@ fn split_mode(s: &str) -> Result<String, String> {
 fn split_mode_ok(v: &Value) -> Result<(), String> {
     match v.str() {
         "none" | "layer" => Ok(()),
-        m => Err(format!(
-            "split mode {m} is not supported: one device holds every offloaded tensor (none, layer)"
-        )),
+        m => Err(format!("split mode {m} is not supported (none, layer)")),
     }
 }
 
@@ -272,23 +270,26 @@ fn device(s: &str) -> Result<String, String> {
         "none" | "cpu" => return Ok("none".into()),
         _ => {}
     }
-    if t.contains('/') {
-        return Err(format!(
-            "'{t}': more than one device per test is not supported (one of SIM0.., CUDA0..)"
-        ));
+    // llama.cpp's device set of one test: `SIM0/SIM1`
+    let mut out: Vec<String> = Vec::new();
+    for part in t.split('/') {
+        let up = part.trim().to_ascii_uppercase();
+        let ok = ["SIM", "CUDA"].iter().any(|p| {
+            up.strip_prefix(p)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+        if !ok {
+            return Err(format!(
+                "unknown device '{}' in '{t}' (auto, none, SIM0, SIM1, ..., CUDA0, CUDA1, ...; a set of one test: SIM0/SIM1)",
+                part.trim()
+            ));
+        }
+        if out.contains(&up) {
+            return Err(format!("'{t}': device {up} is listed twice"));
+        }
+        out.push(up);
     }
-    let up = t.to_ascii_uppercase();
-    let ok = ["SIM", "CUDA"].iter().any(|p| {
-        up.strip_prefix(p)
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-    });
-    if ok {
-        Ok(up)
-    } else {
-        Err(format!(
-            "unknown device '{t}' (auto, none, SIM0, SIM1, ..., CUDA0, CUDA1, ...)"
-        ))
-    }
+    Ok(out.join("/"))
 }
 
 /// `-ts`: proportions separated by `/` or `;`, written as llama.cpp does
@@ -432,7 +433,7 @@ pub static PARAMS: &[ParamSpec] = &[
         field: "split_mode",
         flags: &["-sm", "--split-mode"],
         metavar: "none|layer|row|tensor",
-        help: "how to split the model across devices (one device: none, layer)",
+        help: "how to split the offloaded layers across the -dev set (none, layer)",
         syntax: Syntax::Text(split_mode),
         default: default!(s("layer")),
         accept: split_mode_ok,
@@ -456,13 +457,13 @@ pub static PARAMS: &[ParamSpec] = &[
         field: "main_gpu",
         flags: &["-mg", "--main-gpu"],
         metavar: "I",
-        help: "main device index (only 0)",
+        help: "main device index (an index into the test's -dev set; -sm none puts every offloaded layer there)",
         syntax: Syntax::Ints {
             min: 0,
             max: i64::MAX,
         },
         default: default!(Value::Int(0)),
-        accept: |v| only(v, &Value::Int(0), "one device per test"),
+        accept: any,
         md: md("main_gpu", 0),
         scope: Scope::Model,
         ours: false,
@@ -470,8 +471,8 @@ pub static PARAMS: &[ParamSpec] = &[
     ParamSpec {
         field: "devices",
         flags: &["-dev", "--device"],
-        metavar: "auto|none|SIM0|CUDA0",
-        help: "device for offloaded weights (auto and none: host only)",
+        metavar: "auto|none|SIM0|SIM0/SIM1|CUDA0",
+        help: "devices for offloaded weights, a '/'-separated set per test (auto and none: host only)",
         syntax: Syntax::Text(device),
         default: default!(s("auto")),
         accept: any,
@@ -483,10 +484,10 @@ pub static PARAMS: &[ParamSpec] = &[
         field: "tensor_split",
         flags: &["-ts", "--tensor-split"],
         metavar: "TS0/TS1/..",
-        help: "split proportions across devices (only 0: one device)",
+        help: "split proportions across the test's -dev set, one per device (0: by free memory, else even)",
         syntax: Syntax::Text(tensor_split),
         default: default!(s("0.00")),
-        accept: |v| only(v, &s("0.00"), "one device per test"),
+        accept: any,
         md: md("ts", 0),
         scope: Scope::Model,
         ours: false,
@@ -926,7 +927,9 @@ mod tests {
         assert!(p("-nkvo", "1").unwrap_err().contains("not supported"));
         assert_eq!(p("-dev", "none,sim0").unwrap(), [s("none"), s("SIM0")]);
         assert!(p("-dev", "GPU0").unwrap_err().contains("GPU0"));
-        assert!(p("-dev", "SIM0/SIM1").unwrap_err().contains("one device"));
+        assert_eq!(p("-dev", "SIM0/sim1").unwrap(), [s("SIM0/SIM1")]);
+        assert!(p("-dev", "SIM0/SIM0").unwrap_err().contains("listed twice"));
+        assert!(p("-dev", "SIM0/GPU1").unwrap_err().contains("'GPU1'"));
         assert_eq!(p("-ctk", "F16,f32").unwrap(), [s("f16"), s("f32")]);
         assert_eq!(
             p("-ctk", "f16,q8_0,Q4_0,bf16").unwrap(),
@@ -937,7 +940,8 @@ mod tests {
             .contains("q5_1 is not supported"));
         assert!(p("-ctk", "q9").unwrap_err().contains("unknown cache type"));
         assert_eq!(p("-ts", "0").unwrap(), [s("0.00")]);
-        assert!(p("-ts", "3/1").is_err());
+        assert_eq!(p("-ts", "3/1").unwrap(), [s("3.00/1.00")]);
+        assert!(p("-ts", "3/-1").is_err());
         assert_eq!(p("-ngl", "-1,0-2").unwrap().len(), 4);
         assert!(p("-t", "0").unwrap_err().contains("0"));
         assert!(p("--poll", "101").unwrap_err().contains("outside"));

@@ -50,6 +50,15 @@ pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
             .filter(|m| *m != "none")
             .map(str::to_string),
         load_mode: crate::bench::params::load_mode_of(inst.str("load_mode")),
+        split_mode: Some(inst.str("split_mode").to_string()),
+        // llama-bench's 0 (all zero): no split given
+        tensor_split: Some(inst.str("tensor_split"))
+            .filter(|ts| {
+                ts.split('/')
+                    .any(|v| v.parse::<f64>().is_ok_and(|x| x > 0.0))
+            })
+            .map(str::to_string),
+        main_gpu: Some(inst.int("main_gpu")),
         ..Default::default()
     }
 }
@@ -87,11 +96,17 @@ pub fn check(p: &Params, insts: &[Instance]) -> Result<()> {
     let mut devices: Vec<&str> = insts.iter().filter_map(Instance::device).collect();
     devices.dedup();
     for d in devices {
-        llama::device::open_device(d, 1, 32).map_err(|e| anyhow::anyhow!("-dev {d}: {e}"))?;
+        let names = cli::parse_device_list(d)?;
+        let opts = llama::device::DeviceOptions::default();
+        llama::device::open_devices(&names, &opts).map_err(|e| anyhow::anyhow!("-dev {d}: {e}"))?;
     }
     for inst in insts {
+        let names = match inst.device() {
+            Some(d) => cli::parse_device_list(d)?,
+            None => Vec::new(),
+        };
         placement_args(inst, p.no_expert_copy)
-            .placement(inst.device())
+            .placement(&names)
             .with_context(|| format!("devices {}", inst.str("devices")))?;
         kv_type(inst.str("type_k"))?;
         let v = kv_type(inst.str("type_v"))?;

@@ -1,0 +1,193 @@
+//! Several devices: every model fixture on `SIM0,SIM1` gives the CPU's
+//! logits bit for bit, with the layers split (even, `-ts 3,1`, `-ts 1,3`),
+//! with `--cpu-moe`, with `-sm none -mg 1`, and with `-ot` sending a layer
+//! to the second device; the split follows llama.cpp's rule and each
+//! layer's KV cache lives on the layer's device.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{or_skip, Fixture, MODELS};
+use llama::device::{open_devices, DeviceOptions};
+use llama::placement::{Placement, SplitMode, Target};
+use llama::{Context, ContextParams, Model, ModelParams};
+
+fn load(fx: &Fixture, devices: &[&str], placement: Placement) -> Arc<Model> {
+    let names: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+    let opts = DeviceOptions {
+        n_threads: 2,
+        offload_min_batch: 1,
+        ..Default::default()
+    };
+    let params = ModelParams {
+        devices: open_devices(&names, &opts).expect("devices"),
+        placement: Placement {
+            devices: names,
+            ..placement
+        },
+        ..Default::default()
+    };
+    Arc::new(Model::load(&fx.gguf, params).expect("load"))
+}
+
+/// Prompt logits (all rows) then 4 teacher-forced rows.
+fn logits(model: &Arc<Model>, fx: &Fixture) -> Vec<f32> {
+    let p = ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: 256,
+        n_threads: 2,
+        ..Default::default()
+    };
+    let mut c = Context::new(Arc::clone(model), p).expect("context");
+    c.decode(&fx.tokens, true).expect("prompt");
+    let mut out = Vec::new();
+    for i in 0..fx.tokens.len() {
+        out.extend_from_slice(c.logits(i).expect("row"));
+    }
+    for &t in &fx.gen[..4] {
+        c.decode(&[t], false).expect("decode");
+        out.extend_from_slice(c.logits(0).expect("row"));
+    }
+    out
+}
+
+/// Which device each layer (and, last, the output head) is on.
+fn layer_devices(model: &Model) -> Vec<Option<usize>> {
+    let mut v: Vec<_> = model.layers.iter().map(|l| l.device).collect();
+    v.push(model.output_device);
+    v
+}
+
+#[test]
+fn two_sim_devices_give_cpu_logits_bit_for_bit() {
+    let cases: Vec<(&str, Placement)> = vec![
+        ("layers split", Placement::default()),
+        (
+            "-ts 3,1",
+            Placement {
+                tensor_split: vec![3.0, 1.0],
+                ..Default::default()
+            },
+        ),
+        (
+            "-ts 1,3",
+            Placement {
+                tensor_split: vec![1.0, 3.0],
+                ..Default::default()
+            },
+        ),
+        (
+            "--cpu-moe",
+            Placement {
+                cpu_moe: true,
+                ..Default::default()
+            },
+        ),
+        (
+            "-sm none -mg 1",
+            Placement {
+                split_mode: SplitMode::None,
+                main_gpu: 1,
+                ..Default::default()
+            },
+        ),
+        (
+            "-ot blk.0=SIM1 --n-cpu-moe 1",
+            Placement {
+                overrides: Placement::parse_overrides(r"blk\.0\.=SIM1").unwrap(),
+                n_cpu_moe: 1,
+                ..Default::default()
+            },
+        ),
+    ];
+    for name in MODELS {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let cpu = logits(&load(&fx, &[], Placement::default()), &fx);
+        for (flag, placement) in &cases {
+            let model = load(&fx, &["SIM0", "SIM1"], placement.clone());
+            let n_layer = model.layers.len();
+            let expect: Vec<_> = (0..=n_layer)
+                .map(|il| model.placement.layer_device(il, n_layer))
+                .collect();
+            assert_eq!(layer_devices(&model), expect, "{name} {flag}");
+            let got = logits(&model, &fx);
+            let same = got.len() == cpu.len()
+                && got
+                    .iter()
+                    .zip(&cpu)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "{name} on SIM0,SIM1 {flag} (layers on {:?}): logits differ from the CPU's",
+                layer_devices(&model)
+            );
+        }
+    }
+}
+
+#[test]
+fn weights_go_to_their_layers_device() {
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"), return);
+    let model = load(&fx, &["SIM0", "SIM1"], Placement::default());
+    let n_layer = model.layers.len();
+    let mut on = [0usize; 2];
+    for w in &model.weights {
+        let layer = w
+            .name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .or_else(|| w.name.starts_with("output").then_some(n_layer));
+        let want = match layer.and_then(|il| model.placement.layer_device(il, n_layer)) {
+            Some(d) => Target::Device(model.devices[d].name().to_string()),
+            None => Target::Host,
+        };
+        assert_eq!(w.target, want, "{}", w.name);
+        if let Target::Device(d) = &w.target {
+            on[usize::from(d == "SIM1")] += 1;
+        }
+    }
+    assert!(on[0] > 0 && on[1] > 0, "both devices hold weights: {on:?}");
+    // each layer's KV cache is in its device's memory
+    let c = Context::new(Arc::clone(&model), ContextParams::default()).expect("context");
+    for (il, lw) in model.layers.iter().enumerate() {
+        let buf = &c.kv_cache().layers[il].k.buffer;
+        let d = lw.device.expect("every layer offloaded");
+        assert!(model.devices[d].can_use_buffer(buf.as_ref()), "layer {il}");
+        assert!(
+            !model.devices[1 - d].can_use_buffer(buf.as_ref()),
+            "layer {il}"
+        );
+    }
+    assert_eq!(model.device.as_ref().map(|d| d.name()), Some("SIM0"));
+}
+
+#[test]
+fn mismatched_device_lists_are_errors() {
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"), return);
+    let opts = DeviceOptions::default();
+    let devs = open_devices(&["SIM0".into(), "SIM1".into()], &opts).unwrap();
+    let params = ModelParams {
+        devices: devs,
+        placement: Placement {
+            devices: vec!["SIM1".into(), "SIM0".into()],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let e = Model::load(&fx.gguf, params).err().unwrap().to_string();
+    assert!(e.contains("SIM1,SIM0") && e.contains("SIM0,SIM1"), "{e}");
+    let devs = open_devices(&["SIM0".into(), "SIM1".into()], &opts).unwrap();
+    let params = ModelParams {
+        devices: devs,
+        placement: Placement {
+            tensor_split: vec![1.0],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let e = Model::load(&fx.gguf, params).err().unwrap().to_string();
+    assert!(e.contains("1 values for 2 devices"), "{e}");
+}

@@ -1,0 +1,117 @@
+//! `--device A,B` with `-sm`, `-ts`, `-mg` on the tools: bad values are
+//! clear errors naming them, and llama-run on `SIM0,SIM1` writes the CPU's
+//! logits, byte for byte.
+
+mod common;
+use common::*;
+
+const RUN: &str = env!("CARGO_BIN_EXE_llama-run");
+const BENCH: &str = env!("CARGO_BIN_EXE_llama-bench");
+
+#[test]
+fn bad_device_lists_and_split_flags_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
+    let m = m.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--device", "SIM0,SIM0"], "device 'SIM0' is listed twice"),
+        (&["--device", "SIM0,GPU3"], "unknown device 'GPU3'"),
+        (&["--device", "SIM0,,SIM1"], "empty device name"),
+        (&["--device", "SIM0,CPU"], "'CPU' is not a device"),
+        (
+            &["--device", "SIM0,SIM1", "-ts", "3,1,1"],
+            "-ts 3,1,1: 3 values for 2 devices",
+        ),
+        (
+            &["--device", "SIM0,SIM1", "-ts", "3,-1"],
+            "-1 is not a share",
+        ),
+        (
+            &["--device", "SIM0,SIM1", "-ts", "0,0"],
+            "every share is zero",
+        ),
+        (
+            &["--device", "SIM0,SIM1", "-mg", "2"],
+            "-mg 2: no such device",
+        ),
+        (&["--device", "SIM0,SIM1", "-sm", "row"], "'row'"),
+        (
+            &["--device", "SIM0,SIM1", "-sm", "tensor"],
+            "'tensor' is not a split mode",
+        ),
+        (
+            &["--device", "SIM0,SIM1", "-ot", "exps=SIM2"],
+            "backend 'SIM2'",
+        ),
+    ];
+    for (flags, want) in cases {
+        let mut args = vec!["-m", m, "-p", "hi", "-n", "1"];
+        args.extend_from_slice(flags);
+        let o = run(RUN, &args, dir.path());
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{flags:?}: {e}");
+        assert!(e.contains(want), "{flags:?}: want '{want}' in: {e}");
+        assert!(!e.contains("panicked"), "{e}");
+    }
+    for (flags, want) in [
+        (vec!["-dev", "SIM0/SIM0"], "listed twice"),
+        (
+            vec!["-dev", "SIM0/SIM1", "-ts", "1/2/3"],
+            "3 values for 2 devices",
+        ),
+        (
+            vec!["-dev", "SIM0/SIM1", "-mg", "4"],
+            "-mg 4: no such device",
+        ),
+    ] {
+        let mut args = vec!["-m", m, "-p", "0", "-n", "1", "-r", "1"];
+        args.extend_from_slice(&flags);
+        let o = run(BENCH, &args, dir.path());
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{flags:?}: {e}");
+        assert!(e.contains(want), "{flags:?}: want '{want}' in: {e}");
+        assert!(!e.contains("panicked"), "{e}");
+    }
+}
+
+#[test]
+fn two_sim_devices_write_the_cpus_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
+    let m = m.to_str().unwrap();
+    let logits = |flags: &[&str], name: &str| {
+        let out = dir.path().join(format!("{name}.bin"));
+        let mut args = vec![
+            "-m",
+            m,
+            "-p",
+            "Once upon a time",
+            "-n",
+            "6",
+            "--temp",
+            "0",
+            "--logits-out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        let o = run(RUN, &args, dir.path());
+        ok(&o);
+        std::fs::read(&out).unwrap()
+    };
+    let cpu = logits(&["--device", "CPU"], "cpu");
+    assert!(!cpu.is_empty());
+    for (i, flags) in [
+        &["--device", "SIM0,SIM1"][..],
+        &["--device", "SIM0,SIM1", "-ts", "1,3"],
+        &["--device", "SIM0,SIM1", "--cpu-moe", "--moe-cache-mib", "0"],
+        &["-dev", "SIM0,SIM1", "-sm", "none", "-mg", "1"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert!(
+            logits(flags, &format!("d{i}")) == cpu,
+            "{flags:?}: logits differ from the CPU's"
+        );
+    }
+}
