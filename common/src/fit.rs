@@ -3,12 +3,14 @@
 //! ([`llama::fit`]), print the plan as a table on stderr, write it as JSON,
 //! and turn it into the placement and cache flags the load then uses.
 //!
-//! The plan fills in what was not given: the layer split, which expert
-//! tensors stay in host memory (an `-ot` rule, or `--n-cpu-moe N` when they
-//! are the first N layers), each device's cache size (`--moe-cache-mib`).
-//! `--cpu-moe`, `--n-cpu-moe` and `-ot` are kept; an explicit
-//! `--moe-cache-mib N` caps the planned cache, `0` plans none; `-ngl` is
-//! refused (the plan decides the layers).
+//! The plan fills in what was not given: the layer split (`-ts`, over
+//! several `--device`s), which expert tensors stay in host memory (an `-ot`
+//! rule, or `--n-cpu-moe N` when they are the first N layers), each
+//! device's cache size (`--moe-cache-mib`; while the load takes one size
+//! for every device, the smallest planned one). `--cpu-moe`, `--n-cpu-moe`,
+//! `-ot`, `-ts` and `-sm none` are kept; an explicit `--moe-cache-mib N`
+//! caps the planned cache, `0` plans none; `-ngl` is refused (the plan
+//! decides the layers).
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +20,7 @@ use ggml_core::gguf::GgufFile;
 use ggml_core::GgmlType;
 use llama::fit::{plan, FitDevice, FitModel, FitParams, FitPlan};
 use llama::moe_cache::CacheSize;
+use llama::placement::SplitMode;
 
 use crate::cli::{MoeCacheArgs, PlacementArgs};
 use crate::outfile::AtomicFile;
@@ -123,8 +126,8 @@ pub fn apply(
     let fm = FitModel::from_gguf(&file, ctx.type_k, ctx.type_v)
         .with_context(|| format!("--fit: '{}'", path.display()))?;
     drop(file);
-    let device_names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-    let rules = placement.placement(device_names.first().copied())?;
+    let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
+    let rules = placement.placement(&names)?;
     let cache_cap = match moe_cache.moe_cache_mib.as_slice() {
         [one] => one
             .parse::<CacheSize>()
@@ -146,7 +149,8 @@ pub fn apply(
         overrides: rules.overrides.clone(),
         cpu_moe: rules.cpu_moe,
         n_cpu_moe: rules.n_cpu_moe,
-        tensor_split: None,
+        tensor_split: (!rules.tensor_split.is_empty()).then(|| rules.tensor_split.clone()),
+        split_none: (rules.split_mode == SplitMode::None).then_some(rules.main_gpu),
         prefetch_slots: ctx.prefetch_slots,
         cache: cache_cap != CacheSize::Off && !placement.no_expert_copy,
         cache_max_batch: moe_cache.moe_cache_max_batch,
@@ -172,29 +176,39 @@ pub fn apply(
         (Some(n), _) => placement.n_cpu_moe = Some(placement.n_cpu_moe.unwrap_or(0).max(n)),
         (None, Some(ot)) => placement.override_tensor.push(ot),
     }
-    moe_cache.moe_cache_mib = pl.cache_mib().iter().map(|m| m.to_string()).collect();
+    if rules.split_mode == SplitMode::Layer && names.len() > 1 && placement.tensor_split.is_none() {
+        let ts: Vec<String> = pl.tensor_split().iter().map(|v| v.to_string()).collect();
+        placement.tensor_split = Some(ts.join(","));
+    }
+    // one size for every device until the caches are per device: the
+    // smallest planned one fits on each
+    let cache = pl.cache_mib().iter().copied().fold(f64::INFINITY, f64::min);
+    moe_cache.moe_cache_mib = vec![if cache.is_finite() { cache } else { 0.0 }.to_string()];
     Ok(Some(pl))
 }
 
 /// Each device's free memory, by opening it (a simulated device needs
 /// `--sim-mem-mib`: without it its memory is unlimited).
 fn free_memory(placement: &PlacementArgs) -> Result<Vec<FitDevice>> {
-    let Some(name) = placement.device.clone() else {
-        bail!("--fit on: give the device to plan for (--device SIM0, CUDA0, ...)");
-    };
-    let Some(dev) = placement.open_device(1)? else {
-        bail!("--fit on: --device {name} has no device memory to plan");
-    };
-    let Some((free, _total)) = dev.memory() else {
-        bail!(
-            "--fit on: the free memory of {} is unknown (a simulated device needs --sim-mem-mib)",
-            dev.name()
-        );
-    };
-    Ok(vec![FitDevice {
-        name: dev.name().to_string(),
-        free: free as u64,
-    }])
+    if placement.device.is_none() {
+        bail!("--fit on: give the devices to plan for (--device SIM0, CUDA0,CUDA1, ...)");
+    }
+    let devs = placement.open_devices(1)?;
+    if devs.is_empty() {
+        bail!("--fit on: --device CPU has no device memory to plan");
+    }
+    devs.iter()
+        .map(|d| match d.memory() {
+            Some((free, _total)) => Ok(FitDevice {
+                name: d.name().to_string(),
+                free: free as u64,
+            }),
+            None => bail!(
+                "--fit on: the free memory of {} is unknown (a simulated device needs --sim-mem-mib)",
+                d.name()
+            ),
+        })
+        .collect()
 }
 
 /// The plan as `--fit-out` writes it (keys in docs/running.md).

@@ -44,7 +44,7 @@ use regex::Regex;
 
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
-use crate::placement::{OverrideRule, EXPERT_PATTERN};
+use crate::placement::{OverrideRule, Placement, SplitMode, EXPERT_PATTERN};
 
 /// The margin every device keeps free when `--fit-target` is not given:
 /// llama.cpp's default, 1024 MiB ...
@@ -199,6 +199,8 @@ pub struct FitParams {
     pub n_cpu_moe: usize,
     /// `-ts` given (kept): a proportion per device.
     pub tensor_split: Option<Vec<f32>>,
+    /// `-sm none` given (kept): every layer on this device (`-mg`).
+    pub split_none: Option<usize>,
     /// Staging slots of the prefill prefetch (`--prefetch-experts-slots`;
     /// `-1` = auto).
     pub prefetch_slots: i32,
@@ -221,6 +223,7 @@ impl Default for FitParams {
             cpu_moe: false,
             n_cpu_moe: 0,
             tensor_split: None,
+            split_none: None,
             prefetch_slots: 0,
             cache: true,
             cache_max_batch: crate::moe_cache::DEFAULT_MAX_BATCH,
@@ -289,9 +292,14 @@ pub struct FitPlan {
 }
 
 impl FitPlan {
-    /// The layer split as `-ts` proportions: each device's layer count.
+    /// The layer split as `-ts` proportions: each device's layer count, the
+    /// output head counted on its device (the placement splits the layers
+    /// and the head, `n_layer + 1` in all, by these shares).
     pub fn tensor_split(&self) -> Vec<f32> {
-        self.devices.iter().map(|d| d.n_layers as f32).collect()
+        self.devices
+            .iter()
+            .map(|d| (d.n_layers + usize::from(d.output)) as f32)
+            .collect()
     }
 
     /// `Some(N)` when the host expert layers are exactly `0..N`
@@ -553,10 +561,16 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
         |output: bool| -> u64 { compute_bytes(&model.shape, n_tok, n_kv, output, copies) };
     // room for layers once the fixed costs are reserved (the worst case:
     // host experts on every device)
+    // a split given (-ts, -sm none) is kept, as the placement applies it
+    let given = match (&p.tensor_split, p.split_none) {
+        (None, None) => None,
+        (ts, main) => Some(given_split(ts.as_deref().unwrap_or(&[]), main, nd, nl)?),
+    };
+    let out_dev = given.as_ref().map_or(nd - 1, |g| g.1);
     let fixed: Vec<u64> = (0..nd)
         .map(|i| {
             margins[i]
-                + compute_full(i + 1 == nd)
+                + compute_full(i == out_dev)
                 + if has_experts {
                     staging + cache_overhead
                 } else {
@@ -577,13 +591,13 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
             .iter()
             .enumerate()
             .map(|(i, d)| {
-                let c = compute_bytes(&model.shape, n_tok, n_kv, i + 1 == nd, 0);
+                let c = compute_bytes(&model.shape, n_tok, n_kv, i == out_dev, 0);
                 d.free.saturating_sub(margins[i] + c)
             })
             .collect();
         let whole: Vec<u64> = (0..=nl).map(|l| cost[l] + free_experts[l]).collect();
-        let counts = match &p.tensor_split {
-            Some(ts) => split_by_proportions(ts, nd, nl)?,
+        let counts = match &given {
+            Some((c, _)) => c.clone(),
             None => split_by_room(&whole[..nl], whole[nl], &lean_room),
         };
         let mut first = 0;
@@ -622,8 +636,8 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
     }
     // then the dense part split by what is left once the worst case
     // (host experts on every device) is reserved
-    let counts = match &p.tensor_split {
-        Some(ts) => split_by_proportions(ts, nd, nl)?,
+    let counts = match &given {
+        Some((c, _)) => c.clone(),
         None => split_by_room(&cost[..nl], cost[nl], &room),
     };
     // check the dense part fits on each device
@@ -636,7 +650,7 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
     let mut missing = Vec::new();
     for (i, r) in ranges.iter().enumerate() {
         let mut need: u64 = r.clone().map(|l| cost[l]).sum();
-        if i + 1 == nd {
+        if i == out_dev {
             need += cost[nl];
         }
         if need + fixed[i] > devices[i].free {
@@ -658,9 +672,9 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
                     mib(devices[i].free),
                     r.start,
                     r.end,
-                    mib(r.clone().map(|l| cost[l]).sum::<u64>() + if i + 1 == nd { cost[nl] } else { 0 }),
+                    mib(r.clone().map(|l| cost[l]).sum::<u64>() + if i == out_dev { cost[nl] } else { 0 }),
                     p.n_ctx,
-                    mib(compute_full(i + 1 == nd)),
+                    mib(compute_full(i == out_dev)),
                     n_tok,
                     mib(margins[i])
                 )
@@ -677,7 +691,7 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
     let mut host_layers = Vec::new();
     let mut host_expert_bytes = 0u64;
     for (i, r) in ranges.iter().enumerate() {
-        let last = i + 1 == nd;
+        let last = i == out_dev;
         let dense_d: u64 =
             r.clone().map(|l| dense[l]).sum::<u64>() + if last { dense[nl] } else { 0 };
         let kv_d: u64 = r.clone().map(|l| kv[l]).sum();
@@ -754,35 +768,33 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
     })
 }
 
-/// Layer counts from `-ts` proportions (llama.cpp's rule: layer `il` goes
-/// to the first device whose cumulative share exceeds `il / n_layer`).
-fn split_by_proportions(ts: &[f32], nd: usize, nl: usize) -> Result<Vec<usize>> {
-    let mut props: Vec<f64> = (0..nd)
-        .map(|i| ts.get(i).copied().unwrap_or(0.0) as f64)
-        .collect();
-    if props.iter().any(|x| !x.is_finite() || *x < 0.0) {
-        return Err(LlamaError::Invalid(format!(
-            "--fit: -ts {ts:?}: proportions must be numbers >= 0"
-        )));
-    }
-    let total: f64 = props.iter().sum();
-    if total <= 0.0 {
-        props = vec![1.0; nd];
-    }
-    let total: f64 = props.iter().sum();
-    let mut cum = Vec::with_capacity(nd);
-    let mut acc = 0.0;
-    for x in &props {
-        acc += x / total;
-        cum.push(acc);
-    }
+/// The layer counts of a given split and the device of the output head,
+/// by [`Placement::layer_device`] (the rule the load applies): `-ts`
+/// proportions, or every layer on `main` (`-sm none`).
+fn given_split(
+    ts: &[f32],
+    main: Option<usize>,
+    nd: usize,
+    nl: usize,
+) -> Result<(Vec<usize>, usize)> {
+    let pl = Placement {
+        devices: (0..nd).map(|i| format!("DEV{i}")).collect(),
+        split_mode: if main.is_some() {
+            SplitMode::None
+        } else {
+            SplitMode::Layer
+        },
+        tensor_split: ts.to_vec(),
+        main_gpu: main.unwrap_or(0),
+        ..Placement::default()
+    };
+    pl.check()
+        .map_err(|e| LlamaError::Invalid(format!("--fit: {e}")))?;
     let mut counts = vec![0usize; nd];
     for il in 0..nl {
-        let x = il as f64 / nl as f64;
-        let d = cum.iter().position(|&c| c > x).unwrap_or(nd - 1);
-        counts[d] += 1;
+        counts[pl.layer_device(il, nl).unwrap_or(nd - 1)] += 1;
     }
-    Ok(counts)
+    Ok((counts, pl.layer_device(nl, nl).unwrap_or(nd - 1)))
 }
 
 /// Contiguous layer counts so that each device's share of the layers'
@@ -959,15 +971,47 @@ mod tests {
         }
         assert_eq!(
             pl.tensor_split(),
-            vec![a.n_layers as f32, b.n_layers as f32]
+            vec![a.n_layers as f32, b.n_layers as f32 + 1.0]
         );
-        // a given -ts is kept
+        assert_same_split(&pl);
+        // a given -ts is kept, split as the placement splits it
         let p = FitParams {
             tensor_split: Some(vec![1.0, 1.0]),
             ..params()
         };
         let pl = plan(&m, &[dev("SIM0", 300), dev("SIM1", 300)], &p).unwrap();
-        assert_eq!(pl.tensor_split(), vec![4.0, 4.0]);
+        assert_eq!(pl.tensor_split(), vec![5.0, 4.0]);
+        assert_same_split(&pl);
+        // -sm none: every layer on -mg
+        let p = FitParams {
+            split_none: Some(1),
+            ..params()
+        };
+        let pl = plan(&m, &[dev("SIM0", 300), dev("SIM1", 600)], &p).unwrap();
+        assert_eq!(pl.tensor_split(), vec![0.0, 9.0]);
+        assert!(pl.devices[1].output);
+    }
+
+    /// The plan's `-ts`, applied by the placement, puts every layer and the
+    /// head where the plan counted them.
+    fn assert_same_split(pl: &FitPlan) {
+        let placement = Placement {
+            devices: pl.devices.iter().map(|d| d.name.clone()).collect(),
+            tensor_split: pl.tensor_split(),
+            ..Placement::default()
+        };
+        for (i, d) in pl.devices.iter().enumerate() {
+            for il in d.first_layer..d.first_layer + d.n_layers {
+                assert_eq!(
+                    placement.layer_device(il, pl.n_layer),
+                    Some(i),
+                    "layer {il}"
+                );
+            }
+            if d.output {
+                assert_eq!(placement.layer_device(pl.n_layer, pl.n_layer), Some(i));
+            }
+        }
     }
 
     #[test]

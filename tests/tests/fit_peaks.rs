@@ -48,32 +48,60 @@ fn params(n_ubatch: usize) -> FitParams {
     }
 }
 
-/// Apply `plan` to a placement (one device).
+/// Apply `plan` to a placement: the host expert rule, and the layer split
+/// over several devices.
 fn placement(pl: &FitPlan) -> Placement {
-    let mut p = Placement::default();
+    let mut p = Placement {
+        devices: pl.devices.iter().map(|d| d.name.clone()).collect(),
+        ..Placement::default()
+    };
+    if pl.devices.len() > 1 {
+        p.tensor_split = pl.tensor_split();
+    }
     if let Some(r) = pl.override_rule() {
         p.overrides.push(r);
     }
     p
 }
 
-/// Load with `pl` on a sim device of `mem` bytes, decode a prompt and a few
-/// tokens with the cache on; the measured peak of the device's memory and
-/// the scheduler's compute memory on it.
-fn run(bytes: &[u8], pl: &FitPlan, mem: u64, n_ubatch: usize) -> Result<(u64, u64), String> {
-    let sim = SimBackend::new(0, 2).with_memory_capacity(mem as usize);
-    let account = Arc::clone(sim.memory_account());
+/// Load with `pl` on sim devices of `mems` bytes, decode a prompt and a
+/// few tokens with the cache on; each device's measured peak and the
+/// scheduler's compute memory on it.
+fn run(
+    bytes: &[u8],
+    pl: &FitPlan,
+    mems: &[u64],
+    n_ubatch: usize,
+) -> Result<Vec<(u64, u64)>, String> {
+    let clock = ggml_core::SimClock::new(ggml_core::SimProfile::default_profile());
+    let sims: Vec<SimBackend> = mems
+        .iter()
+        .enumerate()
+        .map(|(i, &m)| {
+            SimBackend::new(i, 2)
+                .with_clock(Arc::clone(&clock))
+                .with_memory_capacity(m as usize)
+        })
+        .collect();
+    let accounts: Vec<_> = sims
+        .iter()
+        .map(|s| Arc::clone(s.memory_account()))
+        .collect();
     let file = GgufFile::from_bytes(bytes.to_vec()).map_err(|e| e.to_string())?;
     let model = Model::from_gguf(
         file,
         ModelParams {
-            device: Some(Arc::new(sim)),
+            devices: sims
+                .into_iter()
+                .map(|s| Arc::new(s) as Arc<dyn ggml_core::Backend>)
+                .collect(),
             placement: placement(pl),
             ..Default::default()
         },
     )
     .map_err(|e| format!("load: {e}"))?;
-    let cache = pl.devices[0].cache;
+    // one cache size for every device: the smallest planned one
+    let cache = pl.devices.iter().map(|d| d.cache).min().unwrap_or(0);
     let cp = ContextParams {
         n_ctx: N_CTX,
         n_batch: N_CTX,
@@ -108,76 +136,120 @@ fn run(bytes: &[u8], pl: &FitPlan, mem: u64, n_ubatch: usize) -> Result<(u64, u6
             .map_err(|e| format!("decode: {e}"))?;
         tok = llama::sampling::argmax(ctx.logits(0).ok_or("no logits")?);
     }
-    let compute: u64 = ctx
-        .compute_buffer_sizes()
+    let sizes = ctx.compute_buffer_sizes();
+    Ok(pl
+        .devices
         .iter()
-        .filter(|(b, _)| b == "SIM0")
-        .map(|(_, n)| *n as u64)
-        .sum();
-    Ok((account.peak() as u64, compute))
+        .zip(&accounts)
+        .map(|(d, a)| {
+            let compute = sizes
+                .iter()
+                .filter(|(b, _)| *b == d.name)
+                .map(|(_, n)| *n as u64)
+                .sum();
+            (a.peak() as u64, compute)
+        })
+        .collect())
 }
 
-#[test]
-fn fit_plans_stay_within_the_measured_peak_on_one_device() {
-    // (layers, experts, embedding, expert FFN width)
-    // (layers, experts, embedding, expert FFN width, ubatch): the last
-    // ubatch is large enough for the device to copy host experts in
-    let shapes = [
-        (2, 32, 128, 256, 16),
-        (4, 64, 128, 256, 16),
-        (4, 32, 256, 256, 64),
-    ];
+/// (layers, experts, embedding, expert FFN width, ubatch): the last ubatch
+/// is large enough for a device to copy host experts in.
+const SHAPES: [(usize, usize, usize, usize, usize); 3] = [
+    (2, 32, 128, 256, 16),
+    (4, 64, 128, 256, 16),
+    (4, 32, 256, 256, 64),
+];
+
+/// For each shape, three memory sizes per device (everything on the
+/// devices; some experts on them and a cache; only the dense part, every
+/// expert in host memory with a small cache): plan, run, and check each
+/// device's measured peak against its size.
+fn check_peaks(n_dev: usize) {
+    let names: Vec<String> = (0..n_dev).map(|i| format!("SIM{i}")).collect();
+    let devs = |free: u64| -> Vec<FitDevice> {
+        names
+            .iter()
+            .map(|n| FitDevice {
+                name: n.clone(),
+                free,
+            })
+            .collect()
+    };
     let mut rows = Vec::new();
-    for &(nl, ne, embd, ff, ub) in &shapes {
+    for &(nl, ne, embd, ff, ub) in &SHAPES {
         let bytes = synth_file(nl, ne, embd, ff);
         let file = GgufFile::from_bytes(bytes.clone()).expect("parse");
         let fm = FitModel::from_gguf(&file, GgmlType::F16, GgmlType::F16).expect("fit model");
-        // the three sizes: everything on the device; some experts on the
-        // device and a cache; only the dense part, every expert in host
-        // memory with a small cache
-        let huge = plan(&fm, &[dev(1 << 40)], &params(ub)).expect("plan");
-        let all = huge.devices[0].total();
+        let largest = |pl: &FitPlan, f: &dyn Fn(&llama::fit::DevicePlan) -> u64| {
+            pl.devices.iter().map(f).max().unwrap_or(0)
+        };
+        let huge = plan(&fm, &devs(1 << 40), &params(ub)).expect("plan");
+        let all = largest(&huge, &|d| d.total());
+        let experts = largest(&huge, &|d| d.experts);
         let host = FitParams {
             cpu_moe: true,
             ..params(ub)
         };
-        let d = &plan(&fm, &[dev(1 << 40)], &host).expect("plan").devices[0];
-        let dense = d.total() - d.cache;
-        let experts = huge.devices[0].experts;
+        let hp = plan(&fm, &devs(1 << 40), &host).expect("plan");
+        let dense = largest(&hp, &|d| d.total() - d.cache);
         let sizes = [
             all + all / 8,
             dense + dense / 8 + experts / 2,
             dense + dense / 8 + experts / 8,
         ];
         for mem in sizes {
-            let pl = plan(&fm, &[dev(mem)], &params(ub)).unwrap_or_else(|e| {
-                panic!("{nl}x{ne}x{embd}x{ff} on {mem} bytes: {e}");
+            let pl = plan(&fm, &devs(mem), &params(ub)).unwrap_or_else(|e| {
+                panic!("{nl}x{ne}x{embd}x{ff} on {n_dev} x {mem} bytes: {e}");
             });
-            let d = &pl.devices[0];
-            let (peak, compute) = run(&bytes, &pl, mem, ub)
-                .unwrap_or_else(|e| panic!("{nl}x{ne}x{embd}x{ff} on {mem} B:\n{}{e}", pl.table()));
-            rows.push(format!(
-                "{nl} layers x {ne} experts, embd {embd}, ff {ff}, -ub {ub}: device {:.2} MiB, planned {:.2} MiB (compute {:.2} est., {:.2} measured; cache {:.2}; host-expert layers {}), measured peak {:.2} MiB",
-                mem as f64 / MIB as f64,
-                d.total() as f64 / MIB as f64,
-                d.compute as f64 / MIB as f64,
-                compute as f64 / MIB as f64,
-                d.cache as f64 / MIB as f64,
-                d.host_expert_layers.len(),
-                peak as f64 / MIB as f64
-            ));
-            assert!(peak <= mem, "peak {peak} > device {mem}\n{}", pl.table());
-            assert!(
-                compute <= d.compute,
-                "compute memory {compute} above the estimate {}\n{}",
-                d.compute,
-                pl.table()
-            );
+            let mems = vec![mem; n_dev];
+            let measured = run(&bytes, &pl, &mems, ub).unwrap_or_else(|e| {
+                panic!(
+                    "{nl}x{ne}x{embd}x{ff} on {n_dev} x {mem} B:\n{}{e}",
+                    pl.table()
+                )
+            });
+            for (d, &(peak, compute)) in pl.devices.iter().zip(&measured) {
+                rows.push(format!(
+                    "{nl} layers x {ne} experts, embd {embd}, ff {ff}, -ub {ub}: {} of {n_dev}: {:.2} MiB, layers {}, planned {:.2} MiB (compute {:.2} est., {:.2} measured; cache {:.2}; host-expert layers {}), measured peak {:.2} MiB",
+                    d.name,
+                    mem as f64 / MIB as f64,
+                    d.n_layers,
+                    d.total() as f64 / MIB as f64,
+                    d.compute as f64 / MIB as f64,
+                    compute as f64 / MIB as f64,
+                    d.cache as f64 / MIB as f64,
+                    d.host_expert_layers.len(),
+                    peak as f64 / MIB as f64
+                ));
+                assert!(
+                    peak <= mem,
+                    "{}: peak {peak} > device {mem}\n{}",
+                    d.name,
+                    pl.table()
+                );
+                assert!(
+                    compute <= d.compute,
+                    "{}: compute memory {compute} above the estimate {}\n{}",
+                    d.name,
+                    d.compute,
+                    pl.table()
+                );
+            }
         }
     }
     for r in &rows {
         println!("{r}");
     }
+}
+
+#[test]
+fn fit_plans_stay_within_the_measured_peak_on_one_device() {
+    check_peaks(1);
+}
+
+#[test]
+fn fit_plans_stay_within_the_measured_peaks_on_two_devices() {
+    check_peaks(2);
 }
 
 #[test]
