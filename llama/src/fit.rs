@@ -393,17 +393,13 @@ impl FitPlan {
             "fit: MiB; layers a-b (+o: output head); host-x: layers whose experts stay in host memory ({:.2} MiB of experts in host memory)",
             mib(self.host_expert_bytes)
         );
-        let ts: Vec<String> = self
-            .devices
-            .iter()
-            .map(|d| d.n_layers.to_string())
-            .collect();
         let cache: Vec<String> = self.cache_mib().iter().map(|c| c.to_string()).collect();
-        let mut flags = format!(
-            "fit: as flags: -ts {} --moe-cache-mib {}",
-            ts.join(","),
-            cache.join(",")
-        );
+        let mut flags = String::from("fit: as flags:");
+        if self.devices.len() > 1 {
+            let ts: Vec<String> = self.tensor_split().iter().map(|v| v.to_string()).collect();
+            let _ = write!(flags, " -ts {}", ts.join(","));
+        }
+        let _ = write!(flags, " --moe-cache-mib {}", cache.join(","));
         match (self.n_cpu_moe(), self.override_text()) {
             (_, None) => {}
             (Some(n), _) => {

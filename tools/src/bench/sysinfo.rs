@@ -37,12 +37,28 @@ pub fn cpu_model_name(cpuinfo: &str) -> Option<String> {
     })
 }
 
-/// The backend kind of a device name, as llama.cpp's `backends` field
-/// names registries: `SIM0` -> `SIM`, `CUDA1` -> `CUDA`.
-pub fn backend_kind(device: &str) -> String {
-    device
-        .trim_end_matches(|c: char| c.is_ascii_digit())
-        .to_string()
+/// The backend kinds of a test's device set, as llama.cpp's `backends`
+/// field names registries (each once, `,`-separated): `SIM0` -> `SIM`,
+/// `CUDA1` -> `CUDA`, `SIM0/SIM1` -> `SIM`, `CUDA0/SIM0` -> `CUDA,SIM`.
+pub fn backend_kind(devices: &str) -> String {
+    let mut kinds: Vec<&str> = Vec::new();
+    for d in devices.split('/') {
+        let k = d.trim().trim_end_matches(|c: char| c.is_ascii_digit());
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    kinds.join(",")
+}
+
+/// The `gpu_info` of a test's device set: each device's description,
+/// `, `-separated (llama.cpp's `get_gpu_info`).
+pub fn devices_description(devices: &str) -> String {
+    devices
+        .split('/')
+        .map(|d| device_description(d.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A device's description for `gpu_info` and `--list-devices`.
@@ -135,5 +151,13 @@ mod tests {
         assert!(!cpu_info().is_empty());
         assert_eq!(backend_kind("SIM0"), "SIM");
         assert_eq!(backend_kind("CUDA12"), "CUDA");
+        assert_eq!(backend_kind("SIM0/SIM1"), "SIM");
+        assert_eq!(backend_kind("CUDA0/SIM0/CUDA1"), "CUDA,SIM");
+        assert_eq!(
+            devices_description("SIM0/SIM1")
+                .matches("simulated device")
+                .count(),
+            2
+        );
     }
 }
