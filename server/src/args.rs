@@ -431,4 +431,18 @@ mod tests {
             .to_string()
             .contains("--moe-cache-policy nope"));
     }
+
+    #[test]
+    fn fit_flags_as_llama_cpp_spells_them() {
+        let a =
+            parse("llama-server --device SIM0 --sim-mem-mib 64 -fit on -fitt 2 --fit-out p.json")
+                .unwrap();
+        assert!(a.fit.on());
+        assert_eq!(a.fit.fit_target, Some(2.0));
+        assert!(!parse("llama-server --fit off").unwrap().fit.on());
+        assert!(parse("llama-server --fit-out p.json")
+            .unwrap_err()
+            .to_string()
+            .contains("--fit on"));
+    }
 }
