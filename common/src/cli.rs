@@ -327,7 +327,9 @@ pub fn parse_device_list(arg: &str) -> Result<Vec<String>> {
 pub struct MoeCacheArgs {
     /// device cache of host experts, MiB per device: N, auto (the device's
     /// free memory after the graph's; every expert when its memory is
-    /// unlimited) or 0 (off); llama-bench takes a comma-separated list
+    /// unlimited) or 0 (off); with several --device, one value for all or
+    /// one per device (A,B); llama-bench takes a comma-separated list of
+    /// tests
     #[arg(
         long = "moe-cache-mib",
         value_name = "N|auto",
@@ -413,15 +415,42 @@ impl MoeCacheArgs {
             .collect()
     }
 
-    /// The one `--moe-cache-mib` value's settings (llama-run).
+    /// The settings of `--moe-cache-mib N` (one size for every device) or
+    /// `--moe-cache-mib A,B` (one size per `--device`): the settings (of
+    /// the first size) and, for a list, every device's size; a list whose
+    /// length is not the device count is an error naming both.
     pub fn params(&self, placement: &PlacementArgs) -> Result<MoeCacheParams> {
+        self.device_params(placement).map(|(p, _)| p)
+    }
+
+    /// [`MoeCacheArgs::params`] with the per-device sizes
+    /// ([`llama::ContextParams::moe_cache_sizes`]; empty for one size).
+    pub fn device_params(
+        &self,
+        placement: &PlacementArgs,
+    ) -> Result<(MoeCacheParams, Vec<CacheSize>)> {
         let all = self.all_params(placement)?;
         match all.as_slice() {
-            [p] => Ok(*p),
-            _ => bail!(
-                "--moe-cache-mib {}: give one size here (lists are for llama-bench)",
-                self.moe_cache_mib.join(",")
-            ),
+            [p] => Ok((*p, Vec::new())),
+            [first, ..] => {
+                let devices = placement.device_names()?;
+                if devices.len() != all.len() {
+                    bail!(
+                        "--moe-cache-mib {}: {} sizes for {} device{} ({}): give one size for all, or one per --device",
+                        self.moe_cache_mib.join(","),
+                        all.len(),
+                        devices.len(),
+                        if devices.len() == 1 { "" } else { "s" },
+                        if devices.is_empty() {
+                            "none given".to_string()
+                        } else {
+                            devices.join(",")
+                        }
+                    );
+                }
+                Ok((*first, all.iter().map(|p| p.size).collect()))
+            }
+            [] => bail!("--moe-cache-mib needs a value"),
         }
     }
 }

@@ -6,11 +6,10 @@
 //! The plan fills in what was not given: the layer split (`-ts`, over
 //! several `--device`s), which expert tensors stay in host memory (an `-ot`
 //! rule, or `--n-cpu-moe N` when they are the first N layers), each
-//! device's cache size (`--moe-cache-mib`; while the load takes one size
-//! for every device, the smallest planned one). `--cpu-moe`, `--n-cpu-moe`,
+//! device's cache size (`--moe-cache-mib A,B`). `--cpu-moe`, `--n-cpu-moe`,
 //! `-ot`, `-ts` and `-sm none` are kept; an explicit `--moe-cache-mib N`
-//! caps the planned cache, `0` plans none; `-ngl` is refused (the plan
-//! decides the layers).
+//! (or `A,B`) caps the planned caches, `0` plans none; `-ngl` is refused
+//! (the plan decides the layers).
 
 use std::path::{Path, PathBuf};
 
@@ -128,15 +127,31 @@ pub fn apply(
     drop(file);
     let names: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
     let rules = placement.placement(&names)?;
-    let cache_cap = match moe_cache.moe_cache_mib.as_slice() {
-        [one] => one
-            .parse::<CacheSize>()
-            .map_err(|e| anyhow::anyhow!("--moe-cache-mib {one}: {e}"))?,
-        more => bail!(
-            "--moe-cache-mib {}: --fit plans one size per device; give one value or none",
-            more.join(",")
-        ),
+    // an explicit size caps the planned cache (one for all devices, or one
+    // per device); 0 plans none; auto plans it
+    let caps = moe_cache
+        .moe_cache_mib
+        .iter()
+        .map(|m| {
+            m.parse::<CacheSize>()
+                .map_err(|e| anyhow::anyhow!("--moe-cache-mib {m}: {e}"))
+        })
+        .collect::<Result<Vec<CacheSize>>>()?;
+    let cap_of = |i: usize| -> CacheSize {
+        match caps.as_slice() {
+            [one] => *one,
+            many => many.get(i).copied().unwrap_or(CacheSize::Auto),
+        }
     };
+    if caps.len() > 1 && caps.len() != names.len() {
+        bail!(
+            "--moe-cache-mib {}: {} sizes for {} devices: give one size for all, or one per --device",
+            moe_cache.moe_cache_mib.join(","),
+            caps.len(),
+            names.len()
+        );
+    }
+    let cache_wanted = (0..names.len()).any(|i| cap_of(i) != CacheSize::Off);
     let n_ctx = if ctx.n_ctx == 0 {
         fm.n_ctx_train
     } else {
@@ -152,14 +167,19 @@ pub fn apply(
         tensor_split: (!rules.tensor_split.is_empty()).then(|| rules.tensor_split.clone()),
         split_none: (rules.split_mode == SplitMode::None).then_some(rules.main_gpu),
         prefetch_slots: ctx.prefetch_slots,
-        cache: cache_cap != CacheSize::Off && !placement.no_expert_copy,
+        cache: cache_wanted && !placement.no_expert_copy,
         cache_max_batch: moe_cache.moe_cache_max_batch,
         offload_min_batch: placement.offload_min_batch,
     };
     let mut pl = plan(&fm, &devices, &params)?;
-    if let CacheSize::Bytes(cap) = cache_cap {
-        for d in &mut pl.devices {
-            d.cache = d.cache.min(cap);
+    for (i, d) in pl.devices.iter_mut().enumerate() {
+        match cap_of(i) {
+            CacheSize::Bytes(cap) => d.cache = d.cache.min(cap),
+            CacheSize::Off => d.cache = 0,
+            CacheSize::Auto => {}
+        }
+        if d.cache == 0 {
+            d.cache_overhead = 0;
         }
     }
     eprint!("{}", pl.table().replace("fit:", &format!("{tool}: fit:")));
@@ -180,10 +200,7 @@ pub fn apply(
         let ts: Vec<String> = pl.tensor_split().iter().map(|v| v.to_string()).collect();
         placement.tensor_split = Some(ts.join(","));
     }
-    // one size for every device until the caches are per device: the
-    // smallest planned one fits on each
-    let cache = pl.cache_mib().iter().copied().fold(f64::INFINITY, f64::min);
-    moe_cache.moe_cache_mib = vec![if cache.is_finite() { cache } else { 0.0 }.to_string()];
+    moe_cache.moe_cache_mib = pl.cache_mib().iter().map(|m| m.to_string()).collect();
     Ok(Some(pl))
 }
 

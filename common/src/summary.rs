@@ -76,8 +76,9 @@ pub struct RunSummary {
     pub sim: Option<SimReport>,
     /// The expert cache's policy (empty when there is no cache).
     pub moe_cache_policy: String,
-    /// The cache's budget per device in MiB (what `--moe-cache-mib`
-    /// resolved to; 0 = no cache).
+    /// The cache's budget in MiB (what `--moe-cache-mib` resolved to; 0 =
+    /// no cache); with several devices the sum of their budgets (each in
+    /// `devices`).
     pub moe_cache_mib: f64,
     /// Needed experts found in the cache (every ubatch).
     pub moe_cache_hits: u64,
@@ -118,6 +119,12 @@ pub struct RunSummary {
     /// The MoE layers were routed by a trace (`--expert-trace-in`): the
     /// text is not the model's.
     pub forced_routing: bool,
+    /// One object per `--device`, in order (empty on the CPU alone):
+    /// `name`, `layers` (how many of the model's layers it holds),
+    /// `moe_cache_mib` (its cache's budget), `moe_cache_hit_rate` (its
+    /// cache's decode hit rate) and `h2d_bytes_experts` (expert bytes
+    /// uploaded to it; the devices' values sum to `h2d_bytes_experts`).
+    pub devices: Vec<llama::DeviceStats>,
     /// The summary's line about the forced routing (text summary only).
     #[serde(skip)]
     pub forced_routing_text: Option<String>,
@@ -176,6 +183,18 @@ impl RunSummary {
         }
         t.push_str(&self.prefetch.to_text());
         t.push_str(&self.pipeline.to_text(&self.device));
+        if self.devices.len() > 1 {
+            for d in &self.devices {
+                t.push_str(&format!(
+                    "device {:<6} = {} layers, expert cache {:.2} MiB (decode hit rate {}), expert h2d {}\n",
+                    d.name,
+                    d.layers,
+                    d.moe_cache_mib,
+                    pct(d.moe_cache_hit_rate),
+                    fmt_bytes(d.h2d_bytes_experts as f64)
+                ));
+            }
+        }
         t
     }
 

@@ -25,7 +25,7 @@ use crate::graph::decoder::DecoderGraph;
 use crate::graph::GraphBuilder;
 use crate::kv_cache::{KvCache, SeqId, MAX_SEQ};
 use crate::model::Model;
-use crate::moe_cache::layout::{bytes_for_all, model_groups};
+use crate::moe_cache::layout::{bytes_for_all, model_groups, model_groups_on};
 use crate::moe_cache::predict::{PredictShared, PredictStats};
 use crate::moe_cache::prefetch::{PrefetchStats, Staging, LOOKAHEAD_SPLITS};
 use crate::moe_cache::{
@@ -62,8 +62,13 @@ pub struct ContextParams {
     /// costs a read per layer per token.
     pub record_expert_ids: bool,
     /// The device cache of host experts (`--moe-cache-mib`, ...); off by
-    /// default in the library (the tools default to `auto`).
+    /// default in the library (the tools default to `auto`). With several
+    /// devices each has a cache of this size ([`crate::moe_cache::layout`]).
     pub moe_cache: MoeCacheParams,
+    /// One cache size per device (`--moe-cache-mib A,B`), in
+    /// [`Model::devices`] order; empty (the default): `moe_cache.size` for
+    /// every device.
+    pub moe_cache_sizes: Vec<CacheSize>,
     /// Hybrid experts (`--moe-cache-cpu-share`, `--moe-hybrid off`): with a
     /// cache, each miss is computed on the CPU or uploaded as this share
     /// says ([`crate::moe_cache::hybrid`]); `None` (the library's default)
@@ -97,6 +102,7 @@ impl Default for ContextParams {
             flash_attn: false,
             record_expert_ids: false,
             moe_cache: MoeCacheParams::default(),
+            moe_cache_sizes: Vec::new(),
             moe_hybrid: None,
             prefetch_experts_slots: 0,
             moe_predict: false,
@@ -214,6 +220,8 @@ pub struct Context {
     sched: Scheduler,
     policy: Arc<Mutex<PolicyShared>>,
     policy_base: ExpertCopyStats,
+    /// Per-device expert bytes at the last reset.
+    backend_bytes_base: std::collections::BTreeMap<String, u64>,
     input_buf: Option<Arc<dyn ggml_core::Buffer>>,
     logits: Vec<f32>,
     /// Keep the output rows' last hidden states ([`Context::set_embeddings`]).
@@ -310,6 +318,7 @@ impl Context {
             sched,
             policy,
             policy_base: ExpertCopyStats::default(),
+            backend_bytes_base: Default::default(),
             input_buf: None,
             logits: Vec::new(),
             embeddings: false,
@@ -342,7 +351,7 @@ impl Context {
         sched: &mut Scheduler,
         what: &str,
     ) -> Result<()> {
-        let Some(dev) = model.device.as_ref().filter(|d| d.memory().is_some()) else {
+        let Some(dev) = model.devices.iter().find(|d| d.memory().is_some()) else {
             return Ok(());
         };
         let n = params.n_ubatch.min(kv.size).max(1);
@@ -375,13 +384,9 @@ impl Context {
         let min_tokens = params.moe_cache.max_batch.min(params.n_ubatch);
         if slots < -1 {
             // a bad count errs before anything is allocated
-            Staging::new(model, slots, Some(0), 0, min_tokens).map(drop)?;
+            Staging::new(model, slots, &[], &[], min_tokens).map(drop)?;
         }
-        let Some(dev) = &model.device else {
-            return Ok(None);
-        };
-        if model.devices.len() > 1 {
-            // staging slots live on one device: not yet per device
+        if model.devices.is_empty() {
             return Ok(None);
         }
         Self::alloc_largest_graph(
@@ -391,12 +396,25 @@ impl Context {
             sched,
             &format!("--prefetch-experts-slots {slots}"),
         )?;
-        let reserve = match params.moe_cache.size {
-            CacheSize::Bytes(b) => b,
-            _ => 0,
+        let size_of = |d: usize| {
+            params
+                .moe_cache_sizes
+                .get(d)
+                .copied()
+                .unwrap_or(params.moe_cache.size)
         };
-        let free = crate::moe_cache::prefetch::free_memory(dev);
-        let st = Staging::new(model, slots, free, reserve, min_tokens)?;
+        let reserve: Vec<u64> = (0..model.devices.len())
+            .map(|d| match size_of(d) {
+                CacheSize::Bytes(b) => b,
+                _ => 0,
+            })
+            .collect();
+        let free: Vec<Option<u64>> = model
+            .devices
+            .iter()
+            .map(crate::moe_cache::prefetch::free_memory)
+            .collect();
+        let st = Staging::new(model, slots, &free, &reserve, min_tokens)?;
         Ok(Some(Arc::new(Mutex::new(st))))
     }
 
@@ -418,16 +436,27 @@ impl Context {
         let Some(dev) = &model.device else {
             return Ok(None);
         };
-        if model.devices.len() > 1 {
-            // one cache serves one device: not yet per device
-            return Ok(None);
-        }
+        let n_dev = model.devices.len();
+        // one size per device (`--moe-cache-mib A,B`), or one for all
+        let sizes: Vec<CacheSize> = match params.moe_cache_sizes.as_slice() {
+            [] => vec![mc.size; n_dev],
+            v if v.len() == n_dev => v.to_vec(),
+            v => {
+                return Err(LlamaError::Invalid(format!(
+                    "--moe-cache-mib {}: {} sizes for {} devices ({}): give one for all, or one per device",
+                    v.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+                    v.len(),
+                    n_dev,
+                    model.devices.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")
+                )))
+            }
+        };
         let groups = model_groups(model);
-        if mc.size == CacheSize::Off || groups.is_empty() {
+        if sizes.iter().all(|s| *s == CacheSize::Off) || groups.is_empty() {
             return Ok(None);
         }
-        // the largest graph's memory first, so the cache takes what is left
-        if dev.memory().is_some() {
+        // the largest graph's memory first, so the caches take what is left
+        if let Some(d) = model.devices.iter().find(|d| d.memory().is_some()) {
             let n = params.n_ubatch.min(kv.size).max(1);
             let n_kv = n.next_multiple_of(KV_PAD).min(kv.size);
             let mut b = GraphBuilder::new(model);
@@ -437,28 +466,31 @@ impl Context {
                 LlamaError::Invalid(format!(
                     "--moe-cache-mib {}: the graph of a {n}-token ubatch does not fit on {} before the cache: {e}",
                     mc.size,
-                    dev.name()
+                    d.name()
                 ))
             })?;
         }
-        let budget = match (mc.size, dev.memory()) {
-            (CacheSize::Bytes(b), Some((free, total))) if b > free as u64 => {
-                return Err(LlamaError::Invalid(format!(
-                    "--moe-cache-mib {}: a cache of {:.2} MiB does not fit in {}'s memory ({:.2} MiB free of {:.2} MiB after the graph's)",
-                    mc.size,
-                    mib(b),
-                    dev.name(),
-                    mib(free as u64),
-                    mib(total as u64)
-                )))
-            }
-            (CacheSize::Bytes(b), _) => b,
-            (CacheSize::Auto, Some((free, _))) => (free - free / AUTO_MARGIN_DIV) as u64,
-            (CacheSize::Auto, None) => bytes_for_all(&groups),
-            (CacheSize::Off, _) => return Ok(None),
-        };
+        let mut budgets = Vec::with_capacity(n_dev);
+        for (di, (d, size)) in model.devices.iter().zip(&sizes).enumerate() {
+            budgets.push(match (*size, d.memory()) {
+                (CacheSize::Bytes(b), Some((free, total))) if b > free as u64 => {
+                    return Err(LlamaError::Invalid(format!(
+                        "--moe-cache-mib {size}: a cache of {:.2} MiB does not fit in {}'s memory ({:.2} MiB free of {:.2} MiB after the graph's)",
+                        mib(b),
+                        d.name(),
+                        mib(free as u64),
+                        mib(total as u64)
+                    )))
+                }
+                (CacheSize::Bytes(b), _) => b,
+                (CacheSize::Auto, Some((free, _))) => (free - free / AUTO_MARGIN_DIV) as u64,
+                (CacheSize::Auto, None) => bytes_for_all(&model_groups_on(model, Some(di))),
+                (CacheSize::Off, _) => 0,
+            });
+        }
+        let budget: u64 = budgets.iter().sum();
         let max_batch = mc.max_batch.min(params.n_ubatch);
-        let layout = CacheLayout::new(model, dev, cpu, budget, max_batch)?;
+        let layout = CacheLayout::new(model, &budgets, cpu, max_batch)?;
         let mut shared = CacheShared::new(Arc::new(layout), mc.policy, budget);
         if let Some(share) = params.moe_hybrid {
             shared.hybrid = Some(crate::moe_cache::hybrid::HybridShared::new(
@@ -1165,6 +1197,7 @@ impl Context {
         self.stats = TransferStats::default();
         self.host_base = self.host;
         self.policy_base = self.policy.lock().stats;
+        self.backend_bytes_base = self.policy.lock().bytes_by_backend.clone();
         self.cache_base = self.cache.as_ref().map(|c| c.lock().stats.clone());
         if let Some(p) = &self.prefetch {
             self.prefetch_base = p.lock().stats;
@@ -1179,6 +1212,45 @@ impl Context {
     pub fn predict_stats(&self) -> Option<PredictStats> {
         let p = self.predict.as_ref()?;
         Some(p.lock().stats.since(&self.predict_base))
+    }
+
+    /// Each device's counters since creation or the last reset, in
+    /// [`Model::devices`] order (empty without devices).
+    pub fn device_stats(&self) -> Vec<crate::DeviceStats> {
+        let m = &self.model;
+        let n_layer = m.layers.len();
+        let cache = self.moe_cache_stats();
+        let layout = self.cache.as_ref().map(|c| Arc::clone(&c.lock().layout));
+        let bytes = self.policy.lock().bytes_by_backend.clone();
+        m.devices
+            .iter()
+            .enumerate()
+            .map(|(di, d)| {
+                let name = d.name().to_string();
+                let mut total = crate::moe_cache::LayerCacheStats::default();
+                let mut budget = 0u64;
+                if let (Some(cs), Some(l)) = (&cache, &layout) {
+                    budget = l.device_budget.get(di).copied().unwrap_or(0);
+                    for (layer, s) in &cs.layers {
+                        let g = l.layers.get(*layer as usize).and_then(|c| c.as_ref());
+                        if g.is_some_and(|g| l.group_device.get(g.group) == Some(&di)) {
+                            total.add(s);
+                        }
+                    }
+                }
+                let now = bytes.get(&name).copied().unwrap_or(0);
+                let base = self.backend_bytes_base.get(&name).copied().unwrap_or(0);
+                crate::DeviceStats {
+                    layers: (0..n_layer)
+                        .filter(|&il| m.layers[il].device == Some(di))
+                        .count(),
+                    moe_cache_mib: mib(budget),
+                    moe_cache_hit_rate: total.hit_rate_decode(),
+                    h2d_bytes_experts: now.saturating_sub(base),
+                    name,
+                }
+            })
+            .collect()
     }
 
     /// The prefill prefetch's counters since creation or the last reset;

@@ -21,6 +21,7 @@ pub mod batch;
 pub mod chat;
 pub mod context;
 pub mod device;
+pub mod device_stats;
 pub mod error;
 pub mod expert_copy;
 pub mod fit;
@@ -35,6 +36,7 @@ pub mod tokenizer;
 
 pub use batch::Batch;
 pub use context::{Context, ContextParams, HostTime, TransferStats};
+pub use device_stats::DeviceStats;
 pub use error::{LlamaError, Result};
 pub use kv_cache::SeqId;
 pub use model::{Model, ModelParams};

@@ -191,3 +191,157 @@ fn mismatched_device_lists_are_errors() {
     let e = Model::load(&fx.gguf, params).err().unwrap().to_string();
     assert!(e.contains("1 values for 2 devices"), "{e}");
 }
+
+/// Prompt + 4 teacher-forced rows with `p`; the context for its counters.
+fn logits_with(model: &Arc<Model>, fx: &Fixture, p: ContextParams) -> (Vec<f32>, Context) {
+    let mut c = Context::new(Arc::clone(model), p).expect("context");
+    c.decode(&fx.tokens, true).expect("prompt");
+    let mut out = Vec::new();
+    for i in 0..fx.tokens.len() {
+        out.extend_from_slice(c.logits(i).expect("row"));
+    }
+    for &t in &fx.gen[..4] {
+        c.decode(&[t], false).expect("decode");
+        out.extend_from_slice(c.logits(0).expect("row"));
+    }
+    (out, c)
+}
+
+fn cache_params(size: CacheSize, max_batch: usize) -> ContextParams {
+    ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: 256,
+        n_threads: 2,
+        moe_cache: MoeCacheParams {
+            size,
+            max_batch,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+use llama::moe_cache::hybrid::CpuShare;
+use llama::moe_cache::layout::{bytes_for_all, model_groups_on};
+use llama::moe_cache::{CacheSize, MoeCacheParams};
+
+/// `--cpu-moe` with an expert cache on each of SIM0 and SIM1 (`-ts 1,3`:
+/// one layer each on the 2-layer fixtures): the CPU's logits bit for bit,
+/// with the whole cache, a cache of half the experts, prediction, hybrid
+/// experts and prefill prefetch; each device's cache serves its own
+/// layers and the per-device expert bytes add up to the total.
+#[test]
+fn cpu_moe_with_a_cache_on_each_device_bit_for_bit() {
+    for name in MODELS {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let cpu = logits(&load(&fx, &[], Placement::default()), &fx);
+        let model = load(
+            &fx,
+            &["SIM0", "SIM1"],
+            Placement {
+                cpu_moe: true,
+                tensor_split: vec![1.0, 3.0],
+                ..Default::default()
+            },
+        );
+        let half = |d: usize| bytes_for_all(&model_groups_on(&model, Some(d))) / 2;
+        let cases: Vec<(&str, ContextParams)> = vec![
+            (
+                "cache auto (every expert)",
+                cache_params(CacheSize::Auto, 32),
+            ),
+            (
+                "cache of half the experts",
+                ContextParams {
+                    moe_cache_sizes: vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))],
+                    ..cache_params(CacheSize::Auto, 32)
+                },
+            ),
+            (
+                "half, --moe-predict on",
+                ContextParams {
+                    moe_cache_sizes: vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))],
+                    moe_predict: true,
+                    ..cache_params(CacheSize::Auto, 32)
+                },
+            ),
+            (
+                "half, hybrid 0.5",
+                ContextParams {
+                    moe_cache_sizes: vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))],
+                    moe_hybrid: Some(CpuShare::Fixed(0.5)),
+                    ..cache_params(CacheSize::Auto, 32)
+                },
+            ),
+            (
+                "auto, prefetch 2 slots, max batch 1",
+                ContextParams {
+                    prefetch_experts_slots: 2,
+                    ..cache_params(CacheSize::Auto, 1)
+                },
+            ),
+            (
+                "SIM0 only (SIM1: 0)",
+                ContextParams {
+                    moe_cache_sizes: vec![CacheSize::Auto, CacheSize::Off],
+                    ..cache_params(CacheSize::Auto, 32)
+                },
+            ),
+        ];
+        for (what, p) in cases {
+            let (got, c) = logits_with(&model, &fx, p.clone());
+            let same = got.len() == cpu.len()
+                && got
+                    .iter()
+                    .zip(&cpu)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "{name} SIM0,SIM1 --cpu-moe {what}: logits differ from the CPU's"
+            );
+            c.moe_cache_verify().expect("cache state");
+            let devs = c.device_stats();
+            assert_eq!(devs.len(), 2);
+            let sum: u64 = devs.iter().map(|d| d.h2d_bytes_experts).sum();
+            assert_eq!(sum, c.stats().h2d_bytes_experts, "{name} {what}: {devs:?}");
+            for (di, d) in devs.iter().enumerate() {
+                let has_moe = !model_groups_on(&model, Some(di)).is_empty();
+                let cache_off = p.moe_cache_sizes.get(di) == Some(&CacheSize::Off);
+                assert_eq!(
+                    d.moe_cache_mib > 0.0,
+                    has_moe && !cache_off,
+                    "{name} {what}: {d:?}"
+                );
+                // (without a cache, a host expert matmul offloaded by
+                // --offload-min-batch goes to the first device that asks,
+                // as in llama.cpp's scheduler)
+                if has_moe && !cache_off {
+                    assert!(d.h2d_bytes_experts > 0, "{name} {what}: {d:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cache_sizes_per_device_must_match_the_devices() {
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"), return);
+    let model = load(
+        &fx,
+        &["SIM0", "SIM1"],
+        Placement {
+            cpu_moe: true,
+            ..Default::default()
+        },
+    );
+    let p = ContextParams {
+        moe_cache_sizes: vec![CacheSize::Auto; 3],
+        ..cache_params(CacheSize::Auto, 32)
+    };
+    let e = Context::new(Arc::clone(&model), p)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("3 sizes for 2 devices (SIM0,SIM1)"), "{e}");
+}

@@ -100,20 +100,28 @@ fn run(
         },
     )
     .map_err(|e| format!("load: {e}"))?;
-    // one cache size for every device: the smallest planned one
-    let cache = pl.devices.iter().map(|d| d.cache).min().unwrap_or(0);
+    let size = |b: u64| {
+        if b > 0 {
+            CacheSize::Bytes(b)
+        } else {
+            CacheSize::Off
+        }
+    };
+    let cache = pl.devices[0].cache;
     let cp = ContextParams {
         n_ctx: N_CTX,
         n_batch: N_CTX,
         n_ubatch,
         n_threads: 2,
         moe_cache: MoeCacheParams {
-            size: if cache > 0 {
-                CacheSize::Bytes(cache)
-            } else {
-                CacheSize::Off
-            },
+            size: size(cache),
             ..MoeCacheParams::default()
+        },
+        // each device's planned cache
+        moe_cache_sizes: if pl.devices.len() > 1 {
+            pl.devices.iter().map(|d| size(d.cache)).collect()
+        } else {
+            Vec::new()
         },
         ..Default::default()
     };

@@ -115,3 +115,100 @@ fn two_sim_devices_write_the_cpus_logits() {
         );
     }
 }
+
+/// `--stats-out` key `devices`: one object per `--device` with exactly
+/// `name`, `layers`, `moe_cache_mib`, `moe_cache_hit_rate`,
+/// `h2d_bytes_experts`; the expert bytes add up to the run's; an empty
+/// list on the CPU; `--moe-cache-mib A,B` sizes each device's cache.
+#[test]
+fn stats_out_has_a_devices_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
+    let m = m.to_str().unwrap();
+    let stats = |flags: &[&str], name: &str| -> serde_json::Value {
+        let out = dir.path().join(format!("{name}.json"));
+        let mut args = vec![
+            "-m",
+            m,
+            "-p",
+            "Once upon a time",
+            "-n",
+            "8",
+            "--temp",
+            "0",
+            "--stats-out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        let o = run(RUN, &args, dir.path());
+        ok(&o);
+        serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+    };
+    let s = stats(
+        &[
+            "--device",
+            "SIM0,SIM1",
+            "-ts",
+            "1,3",
+            "--cpu-moe",
+            "--moe-cache-mib",
+            "1,0.5",
+        ],
+        "two",
+    );
+    let devs = s["devices"].as_array().expect("devices list");
+    assert_eq!(devs.len(), 2, "{s}");
+    let mut sum = 0;
+    for (d, (name, mib)) in devs.iter().zip([("SIM0", 1.0), ("SIM1", 0.5)]) {
+        let keys: Vec<&str> = d.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            [
+                "h2d_bytes_experts",
+                "layers",
+                "moe_cache_hit_rate",
+                "moe_cache_mib",
+                "name"
+            ],
+            "{d}"
+        );
+        assert_eq!(d["name"], name, "{d}");
+        assert_eq!(d["layers"], 1, "{d}");
+        assert_eq!(d["moe_cache_mib"].as_f64(), Some(mib), "{d}");
+        let hr = d["moe_cache_hit_rate"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&hr) && hr > 0.0, "{d}");
+        let b = d["h2d_bytes_experts"].as_u64().unwrap();
+        assert!(b > 0, "{d}");
+        sum += b;
+    }
+    assert_eq!(Some(sum), s["h2d_bytes_experts"].as_u64(), "{s}");
+    let cpu = stats(&["--device", "CPU"], "cpu");
+    assert_eq!(cpu["devices"], serde_json::json!([]), "{cpu}");
+    let one = stats(&["--device", "SIM0", "--cpu-moe"], "one");
+    assert_eq!(one["devices"].as_array().map(Vec::len), Some(1), "{one}");
+    assert_eq!(one["devices"][0]["layers"], 2, "{one}");
+
+    let o = run(
+        RUN,
+        &[
+            "-m",
+            m,
+            "-p",
+            "hi",
+            "-n",
+            "1",
+            "--device",
+            "SIM0,SIM1",
+            "--moe-cache-mib",
+            "1,2,3",
+        ],
+        dir.path(),
+    );
+    let e = stderr(&o);
+    assert!(
+        !o.status.success() && e.contains("3 sizes for 2 devices (SIM0,SIM1)"),
+        "{e}"
+    );
+}

@@ -9,6 +9,8 @@
 //! - Each device has one **compute stream** and `copy_engines` **copy
 //!   streams**. Host-to-device copies share the device's link (one copy at a
 //!   time per direction; with one copy engine both directions share it).
+//!   Several devices on one clock have a link each, or, with the profile's
+//!   `shared_host_link`, one link for all: their copies then serialize.
 //! - An **event** is the time a stream's queued work completes; a stream
 //!   that waits on it starts its next work no earlier; the host waiting on
 //!   it (or synchronizing a device) jumps to that time.
@@ -129,6 +131,10 @@ impl State {
         }
     }
 }
+
+/// The key of the one host link all devices use with
+/// [`SimProfile::shared_host_link`].
+const SHARED_LINK: &str = "host link";
 
 /// Simulated seconds to whole nanoseconds (rounded; deterministic).
 pub fn ns(seconds: f64) -> u64 {
@@ -341,14 +347,20 @@ impl SimClock {
                 .unwrap_or(0);
             start = start.max(all);
         }
+        // the link: the device's own, or the one all devices share
+        let link_dev = if self.profile.shared_host_link {
+            SHARED_LINK
+        } else {
+            dev
+        };
         let link = st
             .links
-            .get(&(dev.to_string(), link_key))
+            .get(&(link_dev.to_string(), link_key))
             .copied()
             .unwrap_or(0);
         start = start.max(link);
         let end = start + dur;
-        st.links.insert((dev.to_string(), link_key), end);
+        st.links.insert((link_dev.to_string(), link_key), end);
         st.set_ready(dev, stream, end);
         if blocking {
             st.host = end;
@@ -533,5 +545,25 @@ mod tests {
         let (s, e) = c.copy("SIM0", Stream::Copy(0), CopyDir::D2H, 10, true, None);
         assert_eq!((s, e), (40, 50));
         assert_eq!(c.now_ns(), 50);
+    }
+
+    #[test]
+    fn devices_have_a_link_each_unless_they_share_one() {
+        for (shared, second_end) in [(false, 50), (true, 100)] {
+            let mut p = SimProfile::default_profile();
+            p.link.h2d_bw = 1e9;
+            p.link.latency_s = 0.0;
+            p.shared_host_link = shared;
+            let c = SimClock::new(p);
+            let (s0, e0) = c.copy("SIM0", Stream::Copy(0), CopyDir::H2D, 50, false, None);
+            let (_, e1) = c.copy("SIM1", Stream::Copy(0), CopyDir::H2D, 50, false, None);
+            assert_eq!((s0, e0), (0, 50));
+            assert_eq!(e1, second_end, "shared_host_link {shared}");
+            // each device's link time is its own copies' either way
+            assert_eq!(c.totals().link_busy_ns, 100);
+        }
+        let p = SimProfile::from_json(r#"{"shared_host_link": true}"#).unwrap();
+        assert!(p.shared_host_link);
+        assert!(!SimProfile::default_profile().shared_host_link);
     }
 }

@@ -14,7 +14,8 @@
 //!   "link":   { "h2d_bw": 2.5e10, "d2h_bw": 2.5e10, "latency_s": 1.0e-5 },
 //!   "copy_engines": 2,
 //!   "cpu":    { "flops": 1.0e11, "mem_bw": 2.5e10, "op_s": 1.0e-6 },
-//!   "host_time_scale": 1.0
+//!   "host_time_scale": 1.0,
+//!   "shared_host_link": false
 //! }
 //! ```
 //!
@@ -26,6 +27,12 @@
 //! then repeat exactly from run to run and machine to machine). `copy_engines` is the number of copy
 //! streams the device offers; with one, host-to-device and device-to-host
 //! copies share one engine, with two or more they run side by side.
+//! `shared_host_link` says how several sim devices of one run (`--device
+//! SIM0,SIM1`, one clock) reach the host: `false` (every preset) gives each
+//! device a link of its own (each card in its own x16 slot, transfers of
+//! the devices overlap); `true` puts them behind one link (one root
+//! complex or a switch with one upstream x16: the transfers of all devices
+//! serialize on it, direction by direction as for one device).
 
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +90,10 @@ pub struct SimProfile {
     /// module docs): 1 as measured, 0 left out.
     #[serde(default = "one")]
     pub host_time_scale: f64,
+    /// Whether several devices share one host link (see the module docs):
+    /// their copies then serialize; `false` (the default): a link each.
+    #[serde(default)]
+    pub shared_host_link: bool,
 }
 
 fn one() -> f64 {
@@ -100,6 +111,7 @@ struct ProfileFile {
     copy_engines: Option<usize>,
     cpu: Option<PartialCpu>,
     host_time_scale: Option<f64>,
+    shared_host_link: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -194,6 +206,7 @@ impl SimProfile {
             copy_engines: 2,
             cpu: CPU_2_CORES,
             host_time_scale: 1.0,
+            shared_host_link: false,
         })
     }
 
@@ -225,6 +238,7 @@ impl SimProfile {
             p.cpu.op_s = c.op_s.unwrap_or(p.cpu.op_s);
         }
         p.host_time_scale = f.host_time_scale.unwrap_or(p.host_time_scale);
+        p.shared_host_link = f.shared_host_link.unwrap_or(p.shared_host_link);
         p.validate()?;
         Ok(p)
     }

@@ -57,6 +57,22 @@ pub struct PolicyShared {
     pub id_filter: Option<IdFilter>,
     /// When false the policy declines everything (full copies).
     pub disabled: bool,
+    /// Expert bytes uploaded to each device backend (by name), by every
+    /// path of the hook: selective copies, cache uploads, prefetch and
+    /// prediction (per-device `h2d_bytes_experts`).
+    pub bytes_by_backend: std::collections::BTreeMap<String, u64>,
+}
+
+impl PolicyShared {
+    /// Count `bytes` of experts uploaded to `backend`.
+    pub fn add_backend_bytes(&mut self, backend: &str, bytes: u64) {
+        if bytes > 0 {
+            *self
+                .bytes_by_backend
+                .entry(backend.to_string())
+                .or_default() += bytes;
+        }
+    }
 }
 
 /// The expert copy policy.
@@ -219,6 +235,7 @@ impl CopyHook for ExpertCopyPolicy {
         let copied = cx.bytes_written();
         let mut s = self.shared();
         s.stats.bytes += copied;
+        s.add_backend_bytes(cx.backend().name(), copied);
         if !bias {
             s.stats.experts_copied += used.iter().filter(|&&u| u).count() as u64;
         }

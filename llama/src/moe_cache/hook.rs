@@ -352,6 +352,9 @@ impl MoeCacheHook {
         }
         st.bytes_uploaded += uploaded;
         st.bytes_from_bank += h * slot_bytes;
+        self.copy_shared
+            .lock()
+            .add_backend_bytes(cx.backend().name(), uploaded);
         st.evictions += acc.evicted.len() as u64;
         st.id_reads += 1;
         st.writes += writes;
@@ -454,6 +457,7 @@ impl MoeCacheHook {
             s.stats.full_bytes += total as u64;
             s.stats.experts_full += used.len() as u64;
             s.stats.bytes += cx.bytes_written();
+            s.add_backend_bytes(cx.backend().name(), cx.bytes_written());
             s.stats.experts_copied += host_used.iter().filter(|&&u| u).count() as u64;
         }
         let st = cache.stats.layers.entry(layer as u32).or_default();
@@ -475,10 +479,25 @@ impl CopyHook for MoeCacheHook {
 
     fn prefetch_input(&mut self, cx: &mut ggml_sched::PrefetchCtx<'_>) -> Result<bool, HookError> {
         if let (Some(p), Some(c)) = (&self.predict, &self.cache) {
-            p.lock().offer(c, cx)?;
+            let mut p = p.lock();
+            let before = p.stats.bytes;
+            p.offer(c, cx)?;
+            let added = p.stats.bytes - before;
+            self.copy_shared
+                .lock()
+                .add_backend_bytes(cx.backend().name(), added);
         }
         match &self.prefetch {
-            Some(p) => p.lock().offer(cx),
+            Some(p) => {
+                let mut p = p.lock();
+                let before = p.stats.bytes;
+                let r = p.offer(cx)?;
+                let added = p.stats.bytes - before;
+                self.copy_shared
+                    .lock()
+                    .add_backend_bytes(cx.backend().name(), added);
+                Ok(r)
+            }
             None => Ok(false),
         }
     }

@@ -1,6 +1,12 @@
 //! Where the cache's memory is: groups of layers with equal expert shapes,
 //! their slot counts for a budget, and the buffers (banks on the device,
 //! slot maps in host weights memory, the lookups' results on the device).
+//!
+//! With several devices every device has a cache of its own: the layers a
+//! device holds ([`cache_device`]) form that device's groups, whose banks,
+//! lookup results and budget are that device's; a group never spans two
+//! devices, so a layer's experts are served from the memory of the device
+//! that computes the layer.
 
 use std::sync::Arc;
 
@@ -80,12 +86,42 @@ fn roles_of(model: &Model, il: usize) -> Option<[WeightId; 3]> {
     Some([m.gate_exps, m.up_exps, m.down_exps])
 }
 
-/// The groups of a model: layers whose three expert tensors are all in
-/// host memory, grouped by equal role shapes (in order of first layer).
+/// The device (an index into [`Model::devices`]) whose cache serves layer
+/// `il`'s host experts: the layer's device, or the main device for a layer
+/// in host memory (`-ngl` below the layer count); `None` without devices.
+pub fn cache_device(model: &Model, il: usize) -> Option<usize> {
+    if model.devices.is_empty() {
+        return None;
+    }
+    let main = model
+        .placement
+        .main_gpu
+        .min(model.devices.len().saturating_sub(1));
+    Some(model.layers.get(il).and_then(|l| l.device).unwrap_or(main))
+}
+
+/// The groups of a model, device after device ([`model_groups_on`] of
+/// each; without devices, every layer's): layers whose three expert
+/// tensors are all in host memory, grouped by equal role shapes (in order
+/// of first layer).
 pub fn model_groups(model: &Model) -> Vec<GroupShape> {
+    if model.devices.is_empty() {
+        return model_groups_on(model, None);
+    }
+    (0..model.devices.len())
+        .flat_map(|d| model_groups_on(model, Some(d)))
+        .collect()
+}
+
+/// The groups of the layers device `device` caches ([`cache_device`];
+/// `None`: every layer).
+pub fn model_groups_on(model: &Model, device: Option<usize>) -> Vec<GroupShape> {
     let hp = &model.hparams;
     let mut layers = Vec::new();
     for il in 0..model.layers.len() {
+        if device.is_some() && cache_device(model, il) != device {
+            continue;
+        }
         let Some(roles) = roles_of(model, il) else {
             continue;
         };
@@ -200,8 +236,12 @@ pub struct CacheLayout {
     pub map_buffer: Arc<dyn Buffer>,
     /// Largest ubatch that uses the cache.
     pub max_batch: usize,
+    /// The device of each group (an index into [`Model::devices`]).
+    pub group_device: Vec<usize>,
+    /// Each device's budget in bytes (index as [`Model::devices`]).
+    pub device_budget: Vec<u64>,
     _banks: Vec<Arc<dyn Buffer>>,
-    _slots: Option<Arc<dyn Buffer>>,
+    _slots: Vec<Arc<dyn Buffer>>,
 }
 
 fn oom(what: &str, budget: u64, e: ggml_core::BackendError) -> LlamaError {
@@ -212,17 +252,31 @@ fn oom(what: &str, budget: u64, e: ggml_core::BackendError) -> LlamaError {
 }
 
 impl CacheLayout {
-    /// Lay out a cache of `budget` bytes for `model`'s groups on `device`,
+    /// Lay out a cache on each of `model`'s devices, device `d` with a
+    /// budget of `budgets[d]` bytes for its groups ([`model_groups_on`]),
     /// slot maps in `host` memory; lookups of up to `max_batch` tokens.
     pub fn new(
         model: &Model,
-        device: &Arc<dyn Backend>,
+        budgets: &[u64],
         host: &Arc<dyn Backend>,
-        budget: u64,
         max_batch: usize,
     ) -> Result<CacheLayout> {
-        let shapes = model_groups(model);
-        let slots = split_budget(&shapes, budget);
+        if budgets.len() != model.devices.len() || budgets.is_empty() {
+            return Err(LlamaError::Invalid(format!(
+                "--moe-cache-mib: {} budgets for {} devices",
+                budgets.len(),
+                model.devices.len()
+            )));
+        }
+        let mut shapes = Vec::new();
+        let mut slots = Vec::new();
+        let mut group_device = Vec::new();
+        for (d, &budget) in budgets.iter().enumerate() {
+            let sh = model_groups_on(model, Some(d));
+            slots.extend(split_budget(&sh, budget));
+            group_device.extend(std::iter::repeat_n(d, sh.len()));
+            shapes.extend(sh);
+        }
         let n_layer = model.layers.len();
         let mut layers: Vec<Option<LayerCache>> = vec![None; n_layer];
         let mut groups = Vec::new();
@@ -231,12 +285,13 @@ impl CacheLayout {
         let map_stride = (n_expert * 4).next_multiple_of(ALIGN);
         let map_buffer = host
             .alloc_buffer(map_stride * n_layer.max(1), BufferUsage::Weights)
-            .map_err(|e| oom("slot maps", budget, e))?;
+            .map_err(|e| oom("slot maps", budgets.iter().sum(), e))?;
         let minus_one: Vec<u8> = (0..n_expert).flat_map(|_| (-1i32).to_le_bytes()).collect();
         let n_used = model.hparams.n_expert_used.max(1);
         let slot_stride = (n_used * max_batch.max(1) * 4).next_multiple_of(ALIGN);
         let mut cached_layers = Vec::new();
         for (gi, (g, &n_slots)) in shapes.iter().zip(&slots).enumerate() {
+            let (device, budget) = (&model.devices[group_device[gi]], budgets[group_device[gi]]);
             let fallback = n_slots < g.n_used || n_slots == 0;
             let bank_bytes = if fallback { 0 } else { g.bank_bytes(n_slots) };
             groups.push(GroupInfo {
@@ -253,7 +308,13 @@ impl CacheLayout {
             }
             let buf = device
                 .alloc_buffer(bank_bytes as usize, BufferUsage::Weights)
-                .map_err(|e| oom(&format!("banks of {n_slots} slots"), budget, e))?;
+                .map_err(|e| {
+                    oom(
+                        &format!("banks of {n_slots} slots on {}", device.name()),
+                        budget,
+                        e,
+                    )
+                })?;
             let mut off = 0usize;
             let mut bank = Vec::new();
             for r in &g.roles {
@@ -277,15 +338,24 @@ impl CacheLayout {
                 ));
             }
         }
-        let slots_buf = if cached_layers.is_empty() {
-            None
-        } else {
-            Some(
-                device
-                    .alloc_buffer(slot_stride * n_layer, BufferUsage::Compute)
-                    .map_err(|e| oom("lookup results", budget, e))?,
-            )
-        };
+        // each device's lookup results, in its own memory
+        let mut slots_bufs: Vec<Option<Arc<dyn Buffer>>> = vec![None; model.devices.len()];
+        for &(_, gi, _, _) in &cached_layers {
+            let d = group_device[gi];
+            if slots_bufs[d].is_none() {
+                slots_bufs[d] = Some(
+                    model.devices[d]
+                        .alloc_buffer(slot_stride * n_layer, BufferUsage::Compute)
+                        .map_err(|e| {
+                            oom(
+                                &format!("lookup results on {}", model.devices[d].name()),
+                                budgets[d],
+                                e,
+                            )
+                        })?,
+                );
+            }
+        }
         for (l, gi, bank, max_tokens) in cached_layers {
             let li = l as usize;
             map_buffer.write(li * map_stride, &minus_one)?;
@@ -293,7 +363,9 @@ impl CacheLayout {
                 continue;
             };
             let ws = roles.map(|w| model.weight(w));
-            let Some(sb) = &slots_buf else { break };
+            let Some(sb) = &slots_bufs[group_device[gi]] else {
+                continue;
+            };
             layers[li] = Some(LayerCache {
                 layer: l,
                 group: gi,
@@ -318,8 +390,10 @@ impl CacheLayout {
             shapes,
             map_buffer,
             max_batch,
+            group_device,
+            device_budget: budgets.to_vec(),
             _banks: banks,
-            _slots: slots_buf,
+            _slots: slots_bufs.into_iter().flatten().collect(),
         })
     }
 

@@ -218,6 +218,11 @@ impl PredictShared {
         let pd = g.data_of(pred).ok_or_else(|| {
             HookError::msg(format!("'{}' has no memory", pred_name(layer as usize)))
         })?;
+        // (with several devices, a prediction computed on another device
+        // than the one whose cache it fills is skipped)
+        if !cx.backend().can_use_buffer(pd.buffer.as_ref()) {
+            return Ok(false);
+        }
         let mut raw = vec![0u8; len];
         cx.backend().read_after_compute(&pd, 0, &mut raw)?;
         if let Some(c) = cx.backend().pipeline_counters() {

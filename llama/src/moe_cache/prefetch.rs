@@ -25,6 +25,11 @@
 //! `-1` (auto) makes [`AUTO_SLOTS`] slots and decides per tensor and
 //! ubatch whether to stage it at all ([`super::prefetch_auto`]); `N > 0`
 //! stages every offered expert tensor whole.
+//!
+//! With several devices each device gets its own slots, for the layers
+//! whose experts it computes (the same count on each, as many as fit in
+//! its memory); a tensor is staged into a slot of the device of the split
+//! that reads it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -36,7 +41,7 @@ use crate::error::{LlamaError, Result};
 use crate::model::Model;
 
 use super::cost::CostModel;
-use super::layout::model_groups;
+use super::layout::model_groups_on;
 use super::prefetch_auto::{AutoCounts, AutoPlan};
 
 /// Slots `--prefetch-experts-slots -1` (auto) asks for: one layer's gate,
@@ -107,9 +112,13 @@ struct Pending {
 
 /// The staging slots and their state, shared by the hook and the context.
 pub struct Staging {
-    slots: Vec<TensorData>,
+    /// Each slot: the device it is on (an index into `devices`) and its memory.
+    slots: Vec<(usize, TensorData)>,
+    /// The devices' names.
+    devices: Vec<String>,
     slot_bytes: usize,
-    next: usize,
+    /// Per device, the slot to try first.
+    next: Vec<usize>,
     min_tokens: usize,
     n_tokens: usize,
     pending: Vec<Pending>,
@@ -128,21 +137,23 @@ fn mib(b: u64) -> f64 {
 }
 
 impl Staging {
-    /// Slots for `model` on its device: `requested` (`-1` auto, `0` none),
-    /// as many as fit in `free` bytes of device memory (`None`: unlimited)
-    /// after `reserve` bytes for other users of it. Ubatches of more than
-    /// `min_tokens` tokens are prefetched.
+    /// Slots for `model` on each of its devices: `requested` (`-1` auto,
+    /// `0` none), as many as fit in `free[d]` bytes of device `d`'s memory
+    /// (`None`, or no entry: unlimited) after `reserve[d]` bytes for other
+    /// users of it (no entry: 0). Ubatches of more than `min_tokens` tokens
+    /// are prefetched.
     pub fn new(
         model: &Model,
         requested: i32,
-        free: Option<u64>,
-        reserve: u64,
+        free: &[Option<u64>],
+        reserve: &[u64],
         min_tokens: usize,
     ) -> Result<Staging> {
         let mut st = Staging {
             slots: Vec::new(),
+            devices: model.devices.iter().map(|d| d.name().to_string()).collect(),
             slot_bytes: 0,
-            next: 0,
+            next: vec![0; model.devices.len()],
             min_tokens,
             n_tokens: 0,
             pending: Vec::new(),
@@ -156,12 +167,32 @@ impl Staging {
                 "--prefetch-experts-slots {requested}: give a number of staging slots >= 0 (0 = off), or -1 for auto"
             )));
         }
-        let Some(dev) = model.device.as_ref() else {
-            return Ok(st);
-        };
-        let groups = model_groups(model);
+        for (di, dev) in model.devices.iter().enumerate() {
+            let groups = model_groups_on(model, Some(di));
+            st.add_device_slots(
+                di,
+                dev,
+                &groups,
+                free.get(di).copied().flatten(),
+                reserve.get(di).copied().unwrap_or(0),
+            );
+        }
+        Ok(st)
+    }
+
+    /// Make device `di`'s slots for the host expert tensors of `groups`.
+    fn add_device_slots(
+        &mut self,
+        di: usize,
+        dev: &Arc<dyn Backend>,
+        groups: &[super::layout::GroupShape],
+        free: Option<u64>,
+        reserve: u64,
+    ) {
+        let requested = self.requested;
+        let st = self;
         if requested == 0 || groups.is_empty() || dev.is_host() || dev.n_copy_streams() == 0 {
-            return Ok(st);
+            return;
         }
         let tensor_bytes = groups
             .iter()
@@ -198,8 +229,8 @@ impl Staging {
                 n = fit;
             }
         }
-        st.slot_bytes = tensor_bytes;
-        if requested < 0 {
+        st.slot_bytes = st.slot_bytes.max(tensor_bytes);
+        if requested < 0 && st.auto.is_none() {
             let cost = match ggml_core::SimClock::of(dev.as_ref()) {
                 Some(c) => CostModel::from_sim(c.profile()),
                 None => CostModel::calibrate(dev),
@@ -209,23 +240,25 @@ impl Staging {
         }
         for _ in 0..n {
             match dev.alloc_buffer(slot_bytes, BufferUsage::Compute) {
-                Ok(b) => st.slots.push(TensorData {
-                    buffer: b,
-                    offset: 0,
-                }),
+                Ok(b) => st.slots.push((
+                    di,
+                    TensorData {
+                        buffer: b,
+                        offset: 0,
+                    },
+                )),
                 Err(e) => {
                     st.note = Some(format!(
                         "--prefetch-experts-slots {requested}: slot {} of {:.2} MiB could not be allocated on {} ({e}); using {}",
                         st.slots.len() + 1,
                         mib(slot_bytes as u64),
                         dev.name(),
-                        st.slots.len()
+                        st.slots.iter().filter(|s| s.0 == di).count()
                     ));
                     break;
                 }
             }
         }
-        Ok(st)
     }
 
     /// Number of slots made.
@@ -240,7 +273,7 @@ impl Staging {
 
     /// Device memory the slots hold.
     pub fn bytes(&self) -> u64 {
-        self.slots.iter().map(|s| s.buffer.size() as u64).sum()
+        self.slots.iter().map(|s| s.1.buffer.size() as u64).sum()
     }
 
     /// A ubatch of `n_tokens` tokens is about to be computed.
@@ -313,11 +346,18 @@ impl Staging {
                 return Ok(false);
             }
         }
-        let n = self.slots.len();
+        // the slots of the device whose split reads the tensor
+        let Some(di) = self.devices.iter().position(|d| d == cx.backend().name()) else {
+            return Ok(false);
+        };
+        let mine: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].0 == di)
+            .collect();
+        let n = mine.len();
         for k in 0..n {
-            let i = (self.next + k) % n;
-            if cx.stage(self.slots[i].clone())? {
-                self.next = (i + 1) % n;
+            let j = (self.next[di] + k) % n;
+            if cx.stage(self.slots[mine[j]].1.clone())? {
+                self.next[di] = (j + 1) % n;
                 cx.copy_range(0, len)?;
                 self.stats.bytes += len as u64;
                 self.stats.inputs += 1;

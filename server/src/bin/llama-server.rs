@@ -54,7 +54,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
     let mut params = a.batch.context_params(n_ctx, threads, &placement);
     params.kv_type = tk;
     params.kv_type_v = Some(tv);
-    params.moe_cache = moe_cache.params(&placement)?;
+    (params.moe_cache, params.moe_cache_sizes) = moe_cache.device_params(&placement)?;
     params.moe_hybrid = a.moe_cache.hybrid()?;
     params.prefetch_experts_slots = a.prefetch.slots()?;
     params.moe_predict = a.prefetch.predict();

@@ -61,6 +61,7 @@ pub(crate) fn conversation(
             .forced_routing
             .as_deref()
             .map(common::forced::summary_line),
+        devices: ctx.device_stats(),
         ..Default::default()
     };
     eprintln!();

@@ -99,7 +99,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
 
     let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &placement);
-    ctx_params.moe_cache = moe_cache.params(&placement)?;
+    (ctx_params.moe_cache, ctx_params.moe_cache_sizes) = moe_cache.device_params(&placement)?;
     ctx_params.moe_hybrid = a.moe_cache.hybrid()?;
     ctx_params.prefetch_experts_slots = a.prefetch.slots()?;
     ctx_params.moe_predict = a.prefetch.predict();
@@ -385,6 +385,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     s.set_cache(ctx.moe_cache_stats());
+    s.devices = ctx.device_stats();
     s.pipeline = common::pipeline_summary::PipelineSummary::of(
         &ctx.pipeline_counts().since(&pipeline_prompt),
         gen_decodes,
