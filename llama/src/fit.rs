@@ -594,7 +594,14 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
         let whole: Vec<u64> = (0..=nl).map(|l| cost[l] + free_experts[l]).collect();
         let counts = match &given {
             Some((c, _)) => c.clone(),
-            None => split_by_room(&whole[..nl], whole[nl], &lean_room),
+            None => {
+                let c = split_by_room(&whole[..nl], whole[nl], &lean_room);
+                if fits_rooms(&c, &whole, &lean_room) {
+                    c
+                } else {
+                    fill_in_order(&whole, &lean_room).unwrap_or(c)
+                }
+            }
         };
         let mut first = 0;
         let mut plans = Vec::with_capacity(nd);
@@ -634,7 +641,15 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
     // (host experts on every device) is reserved
     let counts = match &given {
         Some((c, _)) => c.clone(),
-        None => split_by_room(&cost[..nl], cost[nl], &room),
+        None => {
+            let c = split_by_room(&cost[..nl], cost[nl], &room);
+            if fits_rooms(&c, &cost, &room) {
+                c
+            } else {
+                // a layer boundary overfilled a device: fill them in order
+                fill_in_order(&cost, &room).unwrap_or(c)
+            }
+        }
     };
     // check the dense part fits on each device
     let mut first = 0;
@@ -791,6 +806,45 @@ fn given_split(
         counts[pl.layer_device(il, nl).unwrap_or(nd - 1)] += 1;
     }
     Ok((counts, pl.layer_device(nl, nl).unwrap_or(nd - 1)))
+}
+
+/// Whether contiguous `counts` (the last device taking the head,
+/// `cost[n_layer]`) fit each device's `room`.
+fn fits_rooms(counts: &[usize], cost: &[u64], room: &[u64]) -> bool {
+    let nl = cost.len() - 1;
+    let mut first = 0;
+    counts.iter().enumerate().all(|(i, &c)| {
+        let mut need: u64 = cost[first..first + c].iter().sum();
+        first += c;
+        if i + 1 == counts.len() {
+            need += cost[nl];
+        }
+        need <= room[i]
+    })
+}
+
+/// Contiguous layer counts filling each device in order as far as its
+/// `room` holds (the last device also taking the head), when they all fit.
+fn fill_in_order(cost: &[u64], room: &[u64]) -> Option<Vec<usize>> {
+    let nl = cost.len() - 1;
+    let nd = room.len();
+    let mut counts = vec![0usize; nd];
+    let mut il = 0;
+    for (i, &r) in room.iter().enumerate() {
+        let mut used = if i + 1 == nd { cost[nl] } else { 0 };
+        if i + 1 == nd {
+            // the last device takes every layer left
+            counts[i] = nl - il;
+            used += cost[il..nl].iter().sum::<u64>();
+            return (used <= r).then_some(counts);
+        }
+        while il < nl && used + cost[il] <= r {
+            used += cost[il];
+            il += 1;
+            counts[i] += 1;
+        }
+    }
+    None
 }
 
 /// Contiguous layer counts so that each device's share of the layers'
@@ -986,6 +1040,17 @@ mod tests {
         let pl = plan(&m, &[dev("SIM0", 300), dev("SIM1", 600)], &p).unwrap();
         assert_eq!(pl.tensor_split(), vec![0.0, 9.0]);
         assert!(pl.devices[1].output);
+    }
+
+    #[test]
+    fn a_split_that_overfills_a_device_is_filled_in_order() {
+        // room for 2 layers on the first device, 1 and the head on the
+        // second: the proportional split gives the first 3
+        let cost = [10, 10, 10, 5];
+        assert!(!fits_rooms(&[3, 0], &cost, &[25, 20]));
+        assert_eq!(fill_in_order(&cost, &[25, 20]), Some(vec![2, 1]));
+        assert!(fits_rooms(&[2, 1], &cost, &[25, 20]));
+        assert_eq!(fill_in_order(&cost, &[25, 10]), None);
     }
 
     /// The plan's `-ts`, applied by the placement, puts every layer and the
