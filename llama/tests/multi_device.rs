@@ -345,3 +345,41 @@ fn cache_sizes_per_device_must_match_the_devices() {
         .to_string();
     assert!(e.contains("3 sizes for 2 devices (SIM0,SIM1)"), "{e}");
 }
+
+/// `-ngl 1` on two devices: layer 0 stays in host memory and its host
+/// experts are served by the main device's cache (`-mg 1`: SIM1), layer 1
+/// is on SIM0 (the offloaded layers split over both devices); the CPU's
+/// logits bit for bit.
+#[test]
+fn host_layers_use_the_main_devices_cache() {
+    for name in ["tiny-qwen3moe-f32", "tiny-gptoss-mxfp4"] {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let cpu = logits(&load(&fx, &[], Placement::default()), &fx);
+        let model = load(
+            &fx,
+            &["SIM0", "SIM1"],
+            Placement {
+                cpu_moe: true,
+                n_gpu_layers: Some(1),
+                main_gpu: 1,
+                ..Default::default()
+            },
+        );
+        let n_layer = model.layers.len();
+        assert_eq!(model.layers[0].device, None, "{name}");
+        assert_eq!(
+            llama::moe_cache::layout::cache_device(&model, 0),
+            Some(1),
+            "{name}"
+        );
+        assert!(model.layers[n_layer - 1].device.is_some(), "{name}");
+        let (got, c) = logits_with(&model, &fx, cache_params(CacheSize::Auto, 32));
+        assert!(
+            got.iter()
+                .zip(&cpu)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}: -ngl 1 on SIM0,SIM1 with caches: logits differ from the CPU's"
+        );
+        c.moe_cache_verify().expect("cache state");
+    }
+}

@@ -317,6 +317,12 @@ impl ServerArgs {
                 self.keep
             );
         }
+        if self.placement.device.is_some() {
+            // the device list and the split flags (-sm, -ts, -mg), before
+            // anything is loaded
+            let devices = self.placement.device_names()?;
+            self.placement.placement(&devices)?;
+        }
         self.moe_cache.params(&self.placement)?;
         self.moe_cache.hybrid()?;
         self.prefetch.slots()?;
@@ -415,6 +421,23 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("one size"));
+        // several devices: a cache size each, llama.cpp's split flags
+        let a = parse(
+            "llama-server --device SIM0,SIM1 -sm layer -ts 1,3 -mg 1 --cpu-moe --moe-cache-mib 64,32",
+        )
+        .unwrap();
+        assert_eq!(a.placement.device_names().unwrap(), ["SIM0", "SIM1"]);
+        let p = a
+            .placement
+            .placement(&["SIM0".into(), "SIM1".into()])
+            .unwrap();
+        assert_eq!((p.tensor_split.clone(), p.main_gpu), (vec![1.0, 3.0], 1));
+        let (_, sizes) = a.moe_cache.device_params(&a.placement).unwrap();
+        assert_eq!(sizes.len(), 2);
+        assert!(parse("llama-server --device SIM0,SIM1 -sm row")
+            .unwrap_err()
+            .to_string()
+            .contains("'row'"));
         // llama.cpp's server flags as its test suite passes them
         let a = parse("llama-server --temp 0.0 --seed 42 --jinja --chat-template chatml --slots --slot-save-path ./tmp --no-context-shift --verbose --no-webui --props --embedding --pooling last --keep 4").unwrap();
         assert_eq!((a.sampling.temp, a.sampling.seed, a.keep), (0.0, 42, 4));

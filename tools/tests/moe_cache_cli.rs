@@ -72,7 +72,8 @@ fn bad_cache_flags_are_errors_naming_the_flag() {
     fails_with_exit_1(
         RUN,
         &["-m", &m, "--device", "SIM0", "--moe-cache-mib", "1,2"],
-        &["--moe-cache-mib 1,2", "llama-bench"],
+        // a list gives one size per --device (issue 36): two for one device
+        &["--moe-cache-mib 1,2", "2 sizes for 1 device (SIM0)"],
     );
 }
 

@@ -37,12 +37,13 @@ pub fn cpu_model_name(cpuinfo: &str) -> Option<String> {
     })
 }
 
-/// The backend kinds of a test's device set, as llama.cpp's `backends`
-/// field names registries (each once, `,`-separated): `SIM0` -> `SIM`,
-/// `CUDA1` -> `CUDA`, `SIM0/SIM1` -> `SIM`, `CUDA0/SIM0` -> `CUDA,SIM`.
-pub fn backend_kind(devices: &str) -> String {
+/// The backend kind of a device name, as llama.cpp's `backends` field
+/// names registries: `SIM0` -> `SIM`, `CUDA1` -> `CUDA`; a device set of
+/// one test names each kind once (`SIM0/SIM1` -> `SIM`, `SIM0/CUDA0` ->
+/// `SIM,CUDA`).
+pub fn backend_kind(device: &str) -> String {
     let mut kinds: Vec<&str> = Vec::new();
-    for d in devices.split('/') {
+    for d in device.split('/') {
         let k = d.trim().trim_end_matches(|c: char| c.is_ascii_digit());
         if !kinds.contains(&k) {
             kinds.push(k);
@@ -159,5 +160,6 @@ mod tests {
                 .count(),
             2
         );
+        assert_eq!(backend_kind("SIM0/CUDA1"), "SIM,CUDA");
     }
 }
