@@ -16,6 +16,7 @@
 //! [`summary`] (speed, expert traffic, cache hit rates, the
 //! [`hybrid_summary`], the [`prefetch_report`], simulated time from
 //! [`simtime`]); files it writes go through [`outfile`] (atomic).
+//! [`fit`] plans the device memory before loading (`--fit on`).
 //! [`devices`] lists what `--device` can name; [`tok`] is the one place
 //! the tools touch the tokenizer. [`forced`] reads `--expert-trace-in`.
 
@@ -26,6 +27,7 @@ pub mod chat;
 pub mod cli;
 pub mod default_model;
 pub mod devices;
+pub mod fit;
 pub mod forced;
 pub mod hybrid_summary;
 pub mod outfile;

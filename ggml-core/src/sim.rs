@@ -84,14 +84,16 @@ impl SimCounters {
     }
 }
 
-/// Memory accounting of a sim device: an optional capacity and the bytes
-/// its live buffers hold.
+/// Memory accounting of a sim device: an optional capacity, the bytes its
+/// live buffers hold, and the most they ever held at once (the peak).
 #[derive(Debug, Default)]
 pub struct SimMemory {
     /// Capacity in bytes; `None` = unlimited.
     capacity: Option<usize>,
     /// Bytes held by live buffers.
     used: AtomicUsize,
+    /// The largest `used` seen since creation (or [`SimMemory::reset_peak`]).
+    peak: AtomicUsize,
 }
 
 impl SimMemory {
@@ -105,17 +107,32 @@ impl SimMemory {
         self.capacity
     }
 
+    /// The most bytes live buffers held at once: the measured peak of the
+    /// device's memory.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Restart the peak from the bytes held now.
+    pub fn reset_peak(&self) {
+        self.peak.store(self.used(), Ordering::Relaxed);
+    }
+
     /// Reserve `size` bytes, or fail when they exceed the capacity.
     fn reserve(&self, name: &str, size: usize) -> Result<(), BackendError> {
         let Some(cap) = self.capacity else {
-            self.used.fetch_add(size, Ordering::Relaxed);
+            let before = self.used.fetch_add(size, Ordering::Relaxed);
+            self.peak
+                .fetch_max(before.saturating_add(size), Ordering::Relaxed);
             return Ok(());
         };
         self.used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
                 u.checked_add(size).filter(|&n| n <= cap)
             })
-            .map(|_| ())
+            .map(|before| {
+                self.peak.fetch_max(before + size, Ordering::Relaxed);
+            })
             .map_err(|u| {
                 BackendError::OutOfMemory(format!(
                     "{name}: {size} bytes requested, {} of {cap} bytes free",
@@ -328,7 +345,7 @@ impl SimBackend {
     pub fn with_memory_capacity(mut self, bytes: usize) -> SimBackend {
         self.account = Arc::new(SimMemory {
             capacity: Some(bytes),
-            used: AtomicUsize::new(0),
+            ..SimMemory::default()
         });
         self
     }
@@ -648,6 +665,7 @@ mod memory_tests {
         assert_eq!(b.memory(), Some((1000, 1000)));
         let a = b.alloc_buffer(600, BufferUsage::Weights).expect("fits");
         assert_eq!(b.memory(), Some((400, 1000)));
+        assert_eq!(b.memory_account().peak(), 600);
         let e = b.alloc_buffer(500, BufferUsage::Compute).unwrap_err();
         assert!(
             matches!(&e, BackendError::OutOfMemory(m) if m.contains("SIM1") && m.contains("400 of 1000")),
@@ -655,6 +673,10 @@ mod memory_tests {
         );
         drop(a);
         assert_eq!(b.memory(), Some((1000, 1000)));
+        // a failed allocation does not count; the peak outlives the buffer
+        assert_eq!(b.memory_account().peak(), 600);
+        b.memory_account().reset_peak();
+        assert_eq!(b.memory_account().peak(), 0);
         // copies inside the device: counted apart, bounds checked
         let x = b.alloc_buffer(64, BufferUsage::Compute).expect("fits");
         x.write(0, &[7u8; 16]).unwrap();
@@ -672,5 +694,11 @@ mod memory_tests {
         assert!(!other.copy_within(&td(0), 0, &td(32), 0, 16).unwrap());
         drop(x);
         assert!(b.alloc_buffer(1000, BufferUsage::Compute).is_ok());
+        assert_eq!(b.memory_account().peak(), 1000);
+        let u = SimBackend::new(3, 1);
+        let y = u.alloc_buffer(70, BufferUsage::Compute).expect("unlimited");
+        let z = u.alloc_buffer(30, BufferUsage::Compute).expect("unlimited");
+        drop((y, z));
+        assert_eq!(u.memory_account().peak(), 100);
     }
 }

@@ -285,6 +285,9 @@ impl Scheduler {
                 continue;
             }
             let be = &self.backends[b];
+            // release the smaller buffer first: its contents are not carried
+            // over, and holding both would double the device's peak
+            self.bufs[b] = None;
             let m = be
                 .alloc_buffer(need, BufferUsage::Compute)
                 .map_err(|source| SchedError::Alloc {

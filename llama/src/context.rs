@@ -532,6 +532,12 @@ impl Context {
         self.sched.n_plans()
     }
 
+    /// Compute memory the scheduler holds per backend, `(name, bytes)`
+    /// (what `--fit`'s compute estimate bounds).
+    pub fn compute_buffer_sizes(&self) -> Vec<(String, usize)> {
+        self.sched.compute_buffer_sizes()
+    }
+
     /// The context's CPU backend (its thread count is that of the last
     /// ubatch: [`ContextParams::n_threads`] for one token,
     /// [`ContextParams::n_threads_batch`] for more).

@@ -10,7 +10,9 @@
 //! [`kv_cache`] and [`batch`]) and the scheduler; each
 //! `decode` builds the ubatch's graph with [`graph`] (shared blocks stacked by
 //! the decoder, switched per architecture by [`arch::LayerStyle`]), binds the
-//! inputs, and computes it; the logits feed [`sampling`].
+//! inputs, and computes it; the logits feed [`sampling`]. Before loading,
+//! [`fit`] can plan the devices' memory (`--fit on`) from the file's
+//! header and each device's free memory.
 
 #![warn(missing_docs)]
 
@@ -22,6 +24,7 @@ pub mod device;
 pub mod device_stats;
 pub mod error;
 pub mod expert_copy;
+pub mod fit;
 pub mod graph;
 pub mod hparams;
 pub mod kv_cache;

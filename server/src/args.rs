@@ -90,6 +90,9 @@ pub struct ServerArgs {
     pub moe_cache: MoeCacheArgs,
 
     #[command(flatten)]
+    pub fit: common::fit::FitArgs,
+
+    #[command(flatten)]
     pub prefetch: PrefetchArgs,
 
     /// API key clients must send as `Authorization: Bearer KEY`
@@ -323,6 +326,7 @@ impl ServerArgs {
         self.moe_cache.params(&self.placement)?;
         self.moe_cache.hybrid()?;
         self.prefetch.slots()?;
+        self.fit.check()?;
         Ok(())
     }
 
@@ -449,5 +453,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--moe-cache-policy nope"));
+    }
+
+    #[test]
+    fn fit_flags_as_llama_cpp_spells_them() {
+        let a =
+            parse("llama-server --device SIM0 --sim-mem-mib 64 -fit on -fitt 2 --fit-out p.json")
+                .unwrap();
+        assert!(a.fit.on());
+        assert_eq!(a.fit.fit_target, Some(2.0));
+        assert!(!parse("llama-server --fit off").unwrap().fit.on());
+        assert!(parse("llama-server --fit-out p.json")
+            .unwrap_err()
+            .to_string()
+            .contains("--fit on"));
     }
 }

@@ -28,6 +28,8 @@ pub const MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
     ("-no-cnv", "--no-conversation"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
+    ("-fit", "--fit"),
+    ("-fitt", "--fit-target"),
 ];
 
 /// llama.cpp flags that this project does not support, with the reason.

@@ -26,7 +26,24 @@ fn main() -> ExitCode {
 
 fn serve(a: &ServerArgs) -> Result<()> {
     let threads = a.threads.unwrap_or_else(cli::default_threads);
-    let loaded = cli::load_model(TOOL, a.model.as_deref(), &a.placement, threads)?;
+    let (tk, tv) = a.cache_types()?;
+    let mut placement = a.placement.clone();
+    let mut moe_cache = a.moe_cache.clone();
+    common::fit::apply(
+        TOOL,
+        &a.fit,
+        a.model.as_deref(),
+        &common::fit::FitContext {
+            n_ctx: a.ctx_size,
+            n_ubatch: a.batch.ubatch_size.min(a.batch.batch_size),
+            type_k: tk,
+            type_v: tv,
+            prefetch_slots: a.prefetch.slots()?,
+        },
+        &mut placement,
+        &mut moe_cache,
+    )?;
+    let loaded = cli::load_model(TOOL, a.model.as_deref(), &placement, threads)?;
     let model = loaded.model;
     let n_ctx = if a.ctx_size == 0 {
         model.hparams.n_ctx_train
@@ -34,11 +51,10 @@ fn serve(a: &ServerArgs) -> Result<()> {
         a.ctx_size
     };
     let n_slot_ctx = n_ctx / a.parallel;
-    let (tk, tv) = a.cache_types()?;
-    let mut params = a.batch.context_params(n_ctx, threads, &a.placement);
+    let mut params = a.batch.context_params(n_ctx, threads, &placement);
     params.kv_type = tk;
     params.kv_type_v = Some(tv);
-    (params.moe_cache, params.moe_cache_sizes) = a.moe_cache.device_params(&a.placement)?;
+    (params.moe_cache, params.moe_cache_sizes) = moe_cache.device_params(&placement)?;
     params.moe_hybrid = a.moe_cache.hybrid()?;
     params.prefetch_experts_slots = a.prefetch.slots()?;
     params.moe_predict = a.prefetch.predict();

@@ -214,7 +214,7 @@ fn load(p: &Params, inst: &Instance) -> Result<(Loaded, ModelInfo)> {
         size: l.model.size_bytes() as u64,
         n_params: l.model.n_params(),
         backends: dev.map_or_else(|| "CPU".into(), sysinfo::backend_kind),
-        gpu_info: dev.map(sysinfo::device_description).unwrap_or_default(),
+        gpu_info: dev.map(sysinfo::devices_description).unwrap_or_default(),
     };
     Ok((l, info))
 }

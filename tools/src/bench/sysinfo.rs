@@ -52,6 +52,16 @@ pub fn backend_kind(device: &str) -> String {
     kinds.join(",")
 }
 
+/// The `gpu_info` of a test's device set: each device's description,
+/// `, `-separated (llama.cpp's `get_gpu_info`).
+pub fn devices_description(devices: &str) -> String {
+    devices
+        .split('/')
+        .map(|d| device_description(d.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A device's description for `gpu_info` and `--list-devices`.
 pub fn device_description(device: &str) -> String {
     if let Some(n) = device.strip_prefix("CUDA") {
@@ -143,6 +153,13 @@ mod tests {
         assert_eq!(backend_kind("SIM0"), "SIM");
         assert_eq!(backend_kind("CUDA12"), "CUDA");
         assert_eq!(backend_kind("SIM0/SIM1"), "SIM");
+        assert_eq!(backend_kind("CUDA0/SIM0/CUDA1"), "CUDA,SIM");
+        assert_eq!(
+            devices_description("SIM0/SIM1")
+                .matches("simulated device")
+                .count(),
+            2
+        );
         assert_eq!(backend_kind("SIM0/CUDA1"), "SIM,CUDA");
     }
 }

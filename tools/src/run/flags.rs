@@ -117,6 +117,9 @@ pub struct Args {
     pub(crate) moe_cache: MoeCacheArgs,
 
     #[command(flatten)]
+    pub(crate) fit: common::fit::FitArgs,
+
+    #[command(flatten)]
     pub(crate) prefetch: common::args::prefetch::PrefetchArgs,
 
     #[command(flatten)]
@@ -241,6 +244,7 @@ pub(crate) fn check_args(a: &Args) -> Result<()> {
     }
     a.extra.check()?;
     a.batch.check()?;
+    a.fit.check()?;
     if a.n_predict < -1 {
         bail!("-n {}: must be -1 (unlimited) or at least 0", a.n_predict);
     }

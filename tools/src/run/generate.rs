@@ -54,9 +54,24 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     };
 
     let RunPlacement {
-        placement,
+        mut placement,
         default_run,
     } = run_placement(a);
+    let mut moe_cache = a.moe_cache.clone();
+    common::fit::apply(
+        TOOL,
+        &a.fit,
+        a.model.as_deref(),
+        &common::fit::FitContext {
+            n_ctx: a.ctx_size,
+            n_ubatch: a.batch.ubatch_size.min(a.batch.batch_size),
+            type_k: kv_type,
+            type_v: kv_type_v,
+            prefetch_slots: a.prefetch.slots()?,
+        },
+        &mut placement,
+        &mut moe_cache,
+    )?;
     if default_run {
         if let Some(d) = &placement.device {
             eprintln!("{}", announce(TOOL, d));
@@ -84,7 +99,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
 
     let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &placement);
-    (ctx_params.moe_cache, ctx_params.moe_cache_sizes) = a.moe_cache.device_params(&placement)?;
+    (ctx_params.moe_cache, ctx_params.moe_cache_sizes) = moe_cache.device_params(&placement)?;
     ctx_params.moe_hybrid = a.moe_cache.hybrid()?;
     ctx_params.prefetch_experts_slots = a.prefetch.slots()?;
     ctx_params.moe_predict = a.prefetch.predict();

@@ -1,0 +1,133 @@
+//! llama-bench's `-dev` and `-ts` lists: one test per combination, each
+//! written with llama.cpp's `devices` and `tensor_split` fields (json, csv)
+//! and its `dev` and `ts` columns (md), and `backends` / `gpu_info` naming
+//! every device of the test's set.
+
+mod common;
+use common::*;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_llama-bench");
+
+fn bench(args: &[&str], dir: &std::path::Path) -> String {
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
+    let mut all = vec!["-m", m.to_str().unwrap(), "-p", "4", "-n", "0", "-r", "1"];
+    all.extend_from_slice(args);
+    let o = run(BENCH, &all, dir);
+    ok(&o);
+    stdout(&o)
+}
+
+/// The value of a string field in one JSON object of llama-bench's output.
+fn field<'a>(obj: &'a str, key: &str) -> &'a str {
+    let pat = format!("\"{key}\": \"");
+    let start = obj
+        .find(&pat)
+        .unwrap_or_else(|| panic!("no {key} in {obj}"))
+        + pat.len();
+    let end = obj[start..].find('"').unwrap() + start;
+    &obj[start..end]
+}
+
+#[test]
+fn dev_and_ts_lists_make_one_test_per_combination() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["-dev", "SIM0/SIM1,SIM1/SIM0", "-ts", "1/1,3/1"];
+    // json: four tests, in llama.cpp's nesting order (devices outside
+    // tensor_split), each with its own fields
+    let mut args = flags.to_vec();
+    args.extend_from_slice(&["-o", "json"]);
+    let out = bench(&args, dir.path());
+    let objs: Vec<&str> = out
+        .split("\n  }")
+        .filter(|o| o.contains("\"devices\""))
+        .collect();
+    assert_eq!(objs.len(), 4, "{out}");
+    let got: Vec<(&str, &str)> = objs
+        .iter()
+        .map(|o| (field(o, "devices"), field(o, "tensor_split")))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("SIM0/SIM1", "1.00/1.00"),
+            ("SIM0/SIM1", "3.00/1.00"),
+            ("SIM1/SIM0", "1.00/1.00"),
+            ("SIM1/SIM0", "3.00/1.00"),
+        ]
+    );
+    for o in &objs {
+        assert_eq!(field(o, "backends"), "SIM", "{o}");
+        let gpu = field(o, "gpu_info");
+        assert!(gpu.contains("SIM0") && gpu.contains("SIM1"), "{gpu}");
+    }
+    // csv: the same values under llama.cpp's header names
+    let mut args = flags.to_vec();
+    args.extend_from_slice(&["-o", "csv"]);
+    let out = bench(&args, dir.path());
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (dc, tc) = (col("devices"), col("tensor_split"));
+    assert!(
+        dc < tc,
+        "llama.cpp's field order: devices, then tensor_split"
+    );
+    let rows: Vec<(String, String)> = lines
+        .map(|l| {
+            let v: Vec<&str> = l.split("\",\"").collect();
+            (v[dc].to_string(), v[tc].to_string())
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    assert_eq!(rows[1], ("SIM0/SIM1".into(), "3.00/1.00".into()));
+    // md: the dev and ts columns, as llama.cpp shows parameters that differ
+    // from their defaults
+    let mut args = flags.to_vec();
+    args.extend_from_slice(&["-o", "md"]);
+    let out = bench(&args, dir.path());
+    let head = out.lines().find(|l| l.contains("| model")).unwrap();
+    let cols: Vec<&str> = head.split('|').map(str::trim).collect();
+    let (d, t) = (
+        cols.iter().position(|c| *c == "dev").expect("dev column"),
+        cols.iter().position(|c| *c == "ts").expect("ts column"),
+    );
+    assert!(d < t, "{head}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.contains("SIM0/SIM1") || l.contains("SIM1/SIM0"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    assert_eq!((rows[3][d], rows[3][t]), ("SIM1/SIM0", "3.00/1.00"));
+}
+
+#[test]
+fn a_split_that_does_not_match_a_device_set_is_refused_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = lean_model("tiny-qwen3moe-f32.gguf");
+    let o = run(
+        BENCH,
+        &[
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            "4",
+            "-n",
+            "0",
+            "-r",
+            "1",
+            "-dev",
+            "SIM0/SIM1,SIM0",
+            "-ts",
+            "1/1",
+        ],
+        dir.path(),
+    );
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("devices SIM0") && e.contains("2 values for 1 device"),
+        "{e}"
+    );
+    assert!(stdout(&o).is_empty(), "no test ran: {}", stdout(&o));
+}
