@@ -38,15 +38,8 @@ fn ctx(model: &Arc<Model>, expert_copy: bool) -> Context {
 /// Prompt logits (all rows) then 4 teacher-forced rows.
 fn logits(model: &Arc<Model>, fx: &Fixture, expert_copy: bool) -> Vec<f32> {
     let mut c = ctx(model, expert_copy);
-    c.decode(&fx.tokens, true).expect("prompt");
-    let mut out = Vec::new();
-    for i in 0..fx.tokens.len() {
-        out.extend_from_slice(c.logits(i).expect("row"));
-    }
-    for &t in &fx.gen[..4] {
-        c.decode(&[t], false).expect("decode");
-        out.extend_from_slice(c.logits(0).expect("row"));
-    }
+    let (mut out, forced) = fx.prompt_and_forced(&mut c, 4);
+    out.extend(forced);
     out
 }
 

@@ -46,15 +46,8 @@ fn ctx(model: &Arc<Model>, forced: Option<ForcedRouting>) -> Context {
 /// routing trace of the run.
 fn run(c: &mut Context, fx: &Fixture) -> (Vec<f32>, Trace) {
     c.start_expert_trace();
-    c.decode(&fx.tokens, true).expect("prompt");
-    let mut out = Vec::new();
-    for i in 0..fx.tokens.len() {
-        out.extend_from_slice(c.logits(i).expect("row"));
-    }
-    for &t in &fx.gen[..4] {
-        c.decode(&[t], false).expect("decode");
-        out.extend_from_slice(c.logits(0).expect("row"));
-    }
+    let (mut out, forced) = fx.prompt_and_forced(c, 4);
+    out.extend(forced);
     (out, c.take_expert_trace().expect("trace"))
 }
 

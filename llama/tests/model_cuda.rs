@@ -110,17 +110,8 @@ fn fixture_on_cuda0(name: &str) {
                 ..Default::default()
             };
             let mut ctx = Context::new(Arc::clone(&model), cp).expect("context");
-            ctx.decode(&fx.tokens, true).expect("prompt");
-            let mut ours = Vec::new();
-            for i in 0..fx.tokens.len() {
-                ours.extend_from_slice(ctx.logits(i).expect("row"));
-            }
+            let (ours, forced) = fx.prompt_and_forced(&mut ctx, fx.gen.len());
             let p = nmse(&ours, &fx.logits);
-            let mut forced = Vec::new();
-            for &t in &fx.gen {
-                ctx.decode(&[t], false).expect("decode");
-                forced.extend_from_slice(ctx.logits(0).expect("row"));
-            }
             let f = nmse(&forced, &fx.genlogits);
             let st = ctx.stats();
             println!(

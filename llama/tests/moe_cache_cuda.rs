@@ -92,16 +92,7 @@ fn fixture_with_the_expert_cache(name: &str, sizes: &[usize]) {
                     ..Default::default()
                 };
                 let mut ctx = Context::new(Arc::clone(&model), cp).expect("context");
-                ctx.decode(&fx.tokens, true).expect("prompt");
-                let mut ours = Vec::new();
-                for i in 0..fx.tokens.len() {
-                    ours.extend_from_slice(ctx.logits(i).expect("row"));
-                }
-                let mut forced = Vec::new();
-                for &t in &fx.gen {
-                    ctx.decode(&[t], false).expect("decode");
-                    forced.extend_from_slice(ctx.logits(0).expect("row"));
-                }
+                let (ours, forced) = fx.prompt_and_forced(&mut ctx, fx.gen.len());
                 let (p, f) = (nmse(&ours, &fx.logits), nmse(&forced, &fx.genlogits));
                 let t = ctx.moe_cache_stats().expect("a cache").total();
                 println!(

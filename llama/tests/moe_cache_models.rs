@@ -36,15 +36,8 @@ fn cache(policy: PolicyKind, bytes: u64) -> MoeCacheParams {
 
 /// Prompt logits (all rows) then 4 teacher-forced rows.
 fn logits(c: &mut Context, fx: &Fixture) -> Vec<f32> {
-    c.decode(&fx.tokens, true).expect("prompt");
-    let mut out = Vec::new();
-    for i in 0..fx.tokens.len() {
-        out.extend_from_slice(c.logits(i).expect("row"));
-    }
-    for &t in &fx.gen[..4] {
-        c.decode(&[t], false).expect("decode");
-        out.extend_from_slice(c.logits(0).expect("row"));
-    }
+    let (mut out, forced) = fx.prompt_and_forced(c, 4);
+    out.extend(forced);
     // a batch after the cache filled: too large for small caches, which
     // then serve what they hold from the bank
     let more = &fx.gen[4..11];

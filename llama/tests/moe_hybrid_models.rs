@@ -38,15 +38,8 @@ fn ctx(model: &Arc<Model>, ubatch: usize, bytes: u64, hybrid: Option<CpuShare>) 
 
 /// Prompt logits (all rows), then 6 teacher-forced single-token rows.
 fn logits(c: &mut Context, fx: &Fixture) -> Vec<f32> {
-    c.decode(&fx.tokens, true).expect("prompt");
-    let mut out = Vec::new();
-    for i in 0..fx.tokens.len() {
-        out.extend_from_slice(c.logits(i).expect("row"));
-    }
-    for &t in &fx.gen[..6] {
-        c.decode(&[t], false).expect("decode");
-        out.extend_from_slice(c.logits(0).expect("row"));
-    }
+    let (mut out, forced) = fx.prompt_and_forced(c, 6);
+    out.extend(forced);
     out
 }
 

@@ -41,15 +41,8 @@ fn logits(model: &Arc<Model>, fx: &Fixture) -> Vec<f32> {
         ..Default::default()
     };
     let mut c = Context::new(Arc::clone(model), p).expect("context");
-    c.decode(&fx.tokens, true).expect("prompt");
-    let mut out = Vec::new();
-    for i in 0..fx.tokens.len() {
-        out.extend_from_slice(c.logits(i).expect("row"));
-    }
-    for &t in &fx.gen[..4] {
-        c.decode(&[t], false).expect("decode");
-        out.extend_from_slice(c.logits(0).expect("row"));
-    }
+    let (mut out, forced) = fx.prompt_and_forced(&mut c, 4);
+    out.extend(forced);
     out
 }
 
@@ -195,15 +188,8 @@ fn mismatched_device_lists_are_errors() {
 /// Prompt + 4 teacher-forced rows with `p`; the context for its counters.
 fn logits_with(model: &Arc<Model>, fx: &Fixture, p: ContextParams) -> (Vec<f32>, Context) {
     let mut c = Context::new(Arc::clone(model), p).expect("context");
-    c.decode(&fx.tokens, true).expect("prompt");
-    let mut out = Vec::new();
-    for i in 0..fx.tokens.len() {
-        out.extend_from_slice(c.logits(i).expect("row"));
-    }
-    for &t in &fx.gen[..4] {
-        c.decode(&[t], false).expect("decode");
-        out.extend_from_slice(c.logits(0).expect("row"));
-    }
+    let (mut out, forced) = fx.prompt_and_forced(&mut c, 4);
+    out.extend(forced);
     (out, c)
 }
 

@@ -62,15 +62,8 @@ fn ctx(model: &Arc<Model>, slots: i32, cache: CacheSize) -> Context {
 
 /// Prompt logits (all rows), 3 decoded rows, then a batch of 7 tokens.
 fn logits(c: &mut Context, fx: &Fixture) -> Vec<f32> {
-    c.decode(&fx.tokens, true).expect("prompt");
-    let mut out = Vec::new();
-    for i in 0..fx.tokens.len() {
-        out.extend_from_slice(c.logits(i).expect("row"));
-    }
-    for &t in &fx.gen[..3] {
-        c.decode(&[t], false).expect("decode");
-        out.extend_from_slice(c.logits(0).expect("row"));
-    }
+    let (mut out, forced) = fx.prompt_and_forced(c, 3);
+    out.extend(forced);
     let more = &fx.gen[3..10];
     c.decode(more, true).expect("batch");
     for i in 0..more.len() {

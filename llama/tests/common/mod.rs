@@ -155,3 +155,26 @@ impl Fixture {
         std::sync::Arc::new(llama::Model::load(&self.gguf, params).expect("load"))
     }
 }
+
+impl Fixture {
+    /// Run the fixture's prompt through `ctx` (every row's logits), then
+    /// feed `n_gen` of the reference's generated tokens one at a time
+    /// (teacher forcing): the prompt rows and the forced rows.
+    pub fn prompt_and_forced(
+        &self,
+        ctx: &mut llama::Context,
+        n_gen: usize,
+    ) -> (Vec<f32>, Vec<f32>) {
+        ctx.decode(&self.tokens, true).expect("prompt");
+        let mut prompt = Vec::with_capacity(self.logits.len());
+        for i in 0..self.tokens.len() {
+            prompt.extend_from_slice(ctx.logits(i).expect("row"));
+        }
+        let mut forced = Vec::new();
+        for &t in &self.gen[..n_gen.min(self.gen.len())] {
+            ctx.decode(&[t], false).expect("decode");
+            forced.extend_from_slice(ctx.logits(0).expect("row"));
+        }
+        (prompt, forced)
+    }
+}
