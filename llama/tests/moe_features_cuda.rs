@@ -9,8 +9,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{nmse, or_skip, Fixture};
+use common::{nmse, or_skip, same_bits, Fixture};
 use llama::device::open_device;
+use llama::moe_cache::forced::ForcedRouting;
 use llama::moe_cache::hybrid::CpuShare;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
@@ -60,16 +61,9 @@ fn params() -> ContextParams {
 /// Prompt rows, then 4 teacher-forced rows; with the NMSE of each part
 /// against the fixture.
 fn logits(c: &mut Context, fx: &Fixture) -> (Vec<f32>, f64, f64) {
-    c.decode(&fx.tokens, true).expect("prompt");
-    let mut out = Vec::new();
-    for i in 0..fx.tokens.len() {
-        out.extend_from_slice(c.logits(i).expect("row"));
-    }
+    let (mut out, forced) = fx.prompt_and_forced(c, 4);
     let prompt = out.len();
-    for &t in &fx.gen[..4] {
-        c.decode(&[t], false).expect("decode");
-        out.extend_from_slice(c.logits(0).expect("row"));
-    }
+    out.extend(forced);
     let p = nmse(&out[..prompt], &fx.logits);
     let f = nmse(&out[prompt..], &fx.genlogits[..out.len() - prompt]);
     (out, p, f)
@@ -115,10 +109,6 @@ fn cuda0_plain_run(fx: &Fixture) -> Arc<PlainRun> {
         Arc::new((out, (st.h2d_bytes_experts, st.h2d_bytes_full_copy)))
     })
     .clone()
-}
-
-fn same_bits(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 #[test]
@@ -200,6 +190,42 @@ fn moe_predict_on_cuda0_changes_no_logit() {
                 "{name}: the {on} prediction changed the logits"
             );
         }
+    }
+}
+
+/// Forced routing on CUDA0 (its ids are device inputs there, uploaded
+/// before the compute that reads them): the model's own routing, recorded
+/// and forced back with the cache and the history prediction on, gives the
+/// same logits bit for bit and the same routing.
+#[test]
+fn forced_own_routing_on_cuda0_changes_no_logit() {
+    use_emulator_without_gpu();
+    for name in FIXTURES {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let model = load(&fx, "CUDA0");
+        let run = |forced: Option<ForcedRouting>| {
+            let mut cp = params();
+            cp.moe_cache = MoeCacheParams {
+                size: CacheSize::Bytes(bytes_for_all(&model_groups(&model)) / 2),
+                ..MoeCacheParams::default()
+            };
+            cp.moe_predict = MoePredict::History;
+            cp.forced_routing = forced.map(Arc::new);
+            let mut c = Context::new(Arc::clone(&model), cp).expect("context");
+            c.start_expert_trace();
+            let (got, p, f) = logits(&mut c, &fx);
+            within(&fx, "forced routing", p, f);
+            c.moe_cache_verify().expect("banks agree with the maps");
+            (got, c.take_expert_trace().expect("trace"))
+        };
+        let (want, trace) = run(None);
+        let forced = ForcedRouting::new(&trace, &model).expect("forced");
+        let (got, again) = run(Some(forced));
+        assert!(
+            same_bits(&want, &got),
+            "{name}: its own routing forced back on CUDA0 changed the logits"
+        );
+        assert_eq!(again, trace, "{name}: the routing");
     }
 }
 

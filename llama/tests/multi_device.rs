@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{or_skip, Fixture, MODELS};
+use common::{or_skip, same_bits, Fixture, MODELS};
 use llama::device::{open_devices, DeviceOptions};
 use llama::placement::{Placement, SplitMode, Target};
 use llama::{Context, ContextParams, Model, ModelParams};
@@ -106,13 +106,8 @@ fn two_sim_devices_give_cpu_logits_bit_for_bit() {
                 .collect();
             assert_eq!(layer_devices(&model), expect, "{name} {flag}");
             let got = logits(&model, &fx);
-            let same = got.len() == cpu.len()
-                && got
-                    .iter()
-                    .zip(&cpu)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(
-                same,
+                same_bits(&got, &cpu),
                 "{name} on SIM0,SIM1 {flag} (layers on {:?}): logits differ from the CPU's",
                 layer_devices(&model)
             );
@@ -278,13 +273,8 @@ fn cpu_moe_with_a_cache_on_each_device_bit_for_bit() {
         ];
         for (what, p) in cases {
             let (got, c) = logits_with(&model, &fx, p.clone());
-            let same = got.len() == cpu.len()
-                && got
-                    .iter()
-                    .zip(&cpu)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(
-                same,
+                same_bits(&got, &cpu),
                 "{name} SIM0,SIM1 --cpu-moe {what}: logits differ from the CPU's"
             );
             c.moe_cache_verify().expect("cache state");
@@ -362,9 +352,7 @@ fn host_layers_use_the_main_devices_cache() {
         assert!(model.layers[n_layer - 1].device.is_some(), "{name}");
         let (got, c) = logits_with(&model, &fx, cache_params(CacheSize::Auto, 32));
         assert!(
-            got.iter()
-                .zip(&cpu)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            same_bits(&got, &cpu),
             "{name}: -ngl 1 on SIM0,SIM1 with caches: logits differ from the CPU's"
         );
         c.moe_cache_verify().expect("cache state");

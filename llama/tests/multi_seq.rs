@@ -23,7 +23,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{nmse, or_skip, Fixture, MODELS};
+use common::{nmse, or_skip, same_bits, Fixture, MODELS};
 use ggml_core::GgmlType;
 use llama::{Batch, Context, ContextParams, LlamaError, Model, ModelParams};
 
@@ -85,11 +85,6 @@ fn one(t: i32, pos: i32) -> Batch {
     let mut b = Batch::new();
     b.add(t, pos, 0, true);
     b
-}
-
-/// Whether two logit rows are the same bits.
-fn same_bits(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// The second prompt: the fixture's prompt tokens reversed and shifted,

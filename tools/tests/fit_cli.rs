@@ -13,30 +13,37 @@ fn json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&text).expect("JSON")
 }
 
+/// `--fit on --fit-out DIR/plan.json` with `mib` MiB on each of `devices`,
+/// `-c 512`, `extra` after: the run and the plan file's path.
+fn run_fit(
+    devices: &str,
+    mib: &str,
+    extra: &[&str],
+    dir: &std::path::Path,
+) -> (std::process::Output, std::path::PathBuf) {
+    let plan = dir.join("plan.json");
+    let mut args = vec![
+        "--device",
+        devices,
+        "--sim-mem-mib",
+        mib,
+        "--fit",
+        "on",
+        "-c",
+        "512",
+        "-n",
+        "4",
+        "--fit-out",
+        plan.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    (run(RUN, &args, dir), plan)
+}
+
 #[test]
 fn fit_plans_prints_writes_and_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let plan = dir.path().join("plan.json");
-    let o = run(
-        RUN,
-        &[
-            "--device",
-            "SIM0",
-            "--sim-mem-mib",
-            "64",
-            "--fit",
-            "on",
-            "-c",
-            "512",
-            "-n",
-            "4",
-            "--temp",
-            "0",
-            "--fit-out",
-            plan.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
+    let (o, plan) = run_fit("SIM0", "64", &["--temp", "0"], dir.path());
     ok(&o);
     let e = stderr(&o);
     assert!(e.contains("llama-run: fit: SIM0"), "{e}");
@@ -98,27 +105,7 @@ fn fit_plans_prints_writes_and_runs() {
 #[test]
 fn fit_splits_two_devices() {
     let dir = tempfile::tempdir().unwrap();
-    let plan = dir.path().join("plan.json");
-    let o = run(
-        RUN,
-        &[
-            "--device",
-            "SIM0,SIM1",
-            "--sim-mem-mib",
-            "64",
-            "--fit",
-            "on",
-            "-c",
-            "512",
-            "-n",
-            "4",
-            "--temp",
-            "0",
-            "--fit-out",
-            plan.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
+    let (o, plan) = run_fit("SIM0,SIM1", "64", &["--temp", "0"], dir.path());
     ok(&o);
     let j = json(&plan);
     let ts: Vec<f64> = j["tensor_split"]

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use super::bank::{BankError, SlotBank};
 use super::policy::{Key, Policy};
 use super::predict_history::{score, HistoryParams, HistoryPredictor};
-use super::replay::TraceUbatch;
+use super::replay::{count_access, TraceUbatch};
 use super::stats::LayerCacheStats;
 
 /// What a replay with prediction counted. Byte counters count one byte per
@@ -135,19 +135,7 @@ pub fn replay_predicted(
             }
             if let Some(b) = bank.as_mut() {
                 let acc = b.access(l, ids)?;
-                let st = &mut out.cache;
-                let (h, m) = (acc.hits.len() as u64, acc.misses.len() as u64);
-                if ub.n_tokens <= 1 {
-                    st.hits_decode += h;
-                    st.misses_decode += m;
-                } else {
-                    st.hits_prompt += h;
-                    st.misses_prompt += m;
-                }
-                st.bytes_uploaded += m;
-                st.bytes_from_bank += h;
-                st.evictions += acc.evicted.len() as u64;
-                st.id_reads += 1;
+                count_access(&mut out.cache, ub.n_tokens, &acc);
             }
             pred.observe(l, prev, ids);
             prev = Some((l, ids));

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::bank::{BankError, SlotBank};
+use super::bank::{BankError, LayerAccess, SlotBank};
 use super::policy::Policy;
 use super::stats::LayerCacheStats;
 
@@ -42,21 +42,28 @@ pub fn replay(
         for (l, ids) in &ub.layers {
             let Some(st) = out.get_mut(l) else { continue };
             let acc = bank.access(*l, ids)?;
-            let (h, m) = (acc.hits.len() as u64, acc.misses.len() as u64);
-            if ub.n_tokens <= 1 {
-                st.hits_decode += h;
-                st.misses_decode += m;
-            } else {
-                st.hits_prompt += h;
-                st.misses_prompt += m;
-            }
-            st.bytes_uploaded += m;
-            st.bytes_from_bank += h;
-            st.evictions += acc.evicted.len() as u64;
-            st.id_reads += 1;
+            count_access(st, ub.n_tokens, &acc);
         }
     }
     Ok(out)
+}
+
+/// Count one replayed layer access of a ubatch of `n_tokens` tokens into
+/// `st`: hits and misses (decode or prompt), bytes counted one per expert,
+/// evictions, and the id read.
+pub fn count_access(st: &mut LayerCacheStats, n_tokens: u32, acc: &LayerAccess) {
+    let (h, m) = (acc.hits.len() as u64, acc.misses.len() as u64);
+    if n_tokens <= 1 {
+        st.hits_decode += h;
+        st.misses_decode += m;
+    } else {
+        st.hits_prompt += h;
+        st.misses_prompt += m;
+    }
+    st.bytes_uploaded += m;
+    st.bytes_from_bank += h;
+    st.evictions += acc.evicted.len() as u64;
+    st.id_reads += 1;
 }
 
 /// The future of `trace` as [`super::policy::belady::Belady::new`] takes

@@ -114,6 +114,12 @@ impl Fixture {
     }
 }
 
+/// Whether two logit vectors are the same bits (same length, every value
+/// bit for bit).
+pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 /// mean((a - b)^2) / mean(b^2)
 pub fn nmse(ours: &[f32], reference: &[f32]) -> f64 {
     assert_eq!(ours.len(), reference.len(), "logits lengths differ");
