@@ -135,6 +135,8 @@ pub fn stats_delta(a: &TransferStats, b: &TransferStats) -> TransferStats {
     TransferStats {
         h2d_bytes_experts: b.h2d_bytes_experts - a.h2d_bytes_experts,
         h2d_bytes_other: b.h2d_bytes_other - a.h2d_bytes_other,
+        d2d_bytes: b.d2d_bytes - a.d2d_bytes,
+        d2d_bytes_via_host: b.d2d_bytes_via_host - a.d2d_bytes_via_host,
         h2d_bytes_full_copy: b.h2d_bytes_full_copy - a.h2d_bytes_full_copy,
         experts_copied: b.experts_copied - a.experts_copied,
         experts_full_copy: b.experts_full_copy - a.experts_full_copy,
@@ -177,6 +179,14 @@ impl RunSummary {
     pub fn to_text(&self) -> String {
         let mut t = self.forced_routing_text.clone().unwrap_or_default();
         t.push_str(&self.traffic_text());
+        let (d2d, via) = (self.traffic.d2d_bytes, self.traffic.d2d_bytes_via_host);
+        if d2d + via > 0 {
+            t.push_str(&format!(
+                "between devs = {} device to device, {} through host memory (activations at the split boundaries)\n",
+                fmt_bytes(d2d as f64),
+                fmt_bytes(via as f64)
+            ));
+        }
         if let Some(c) = &self.moe_cache {
             t.push_str(&cache_text(c, &self.device));
             t.push_str(&self.hybrid.to_text(&self.device));

@@ -296,6 +296,28 @@ pub trait Backend: Send + Sync {
     ) -> Result<bool, BackendError> {
         Ok(false)
     }
+
+    /// Copy `len` bytes from `src`, memory of another device backend
+    /// `src_be`, to `dst` (this backend's memory) on `stream`, device
+    /// to device without host memory (`ggml_backend_cpy_tensor_async` in
+    /// spirit: CUDA's peer copy, a sim device's peer link). `stream` first
+    /// waits for `after`, an event of `src_be` after the work that wrote
+    /// `src` (a cross-device wait); the copy is complete once an event
+    /// recorded on `stream` after it is, and the caller keeps `src_be` from
+    /// overwriting `src` until then (its compute stream waits for that
+    /// event). `Ok(false)`: this pair of devices cannot, and nothing was
+    /// queued; the caller copies through host memory.
+    fn copy_from_peer(
+        &self,
+        _src_be: &dyn Backend,
+        _src: &TensorData,
+        _dst: &TensorData,
+        _len: usize,
+        _stream: Stream,
+        _after: Option<&Event>,
+    ) -> Result<bool, BackendError> {
+        Ok(false)
+    }
 }
 
 /// Copy `len` bytes between two tensors' memory on any backends, staging

@@ -53,6 +53,9 @@ pub struct SimCounters {
     pub writes: AtomicU64,
     /// Bytes copied inside the device (`copy_within`).
     pub bytes_d2d: AtomicU64,
+    /// Bytes copied into the device from another sim device's memory by a
+    /// peer copy (`copy_from_peer`), not through host memory.
+    pub bytes_peer_in: AtomicU64,
     /// Wall-clock nanoseconds spent computing and copying in the device's
     /// memory ([`Backend::busy_wall_ns`]).
     pub busy_ns: AtomicU64,
@@ -473,6 +476,55 @@ impl Backend for SimBackend {
             2 * len as u64,
             detail,
         );
+        Ok(true)
+    }
+
+    fn copy_from_peer(
+        &self,
+        src_be: &dyn Backend,
+        src: &TensorData,
+        dst: &TensorData,
+        len: usize,
+        stream: Stream,
+        after: Option<&Event>,
+    ) -> Result<bool, BackendError> {
+        // two sim devices of one clock (one run), unless the profile turns
+        // peer copies off
+        let Some(bw) = self.clock.profile().peer_bw() else {
+            return Ok(false);
+        };
+        let Some(s) = src.buffer.as_any().downcast_ref::<SimBuffer>() else {
+            return Ok(false);
+        };
+        if s.device == self.device || !Arc::ptr_eq(&s.clock, &self.clock) {
+            return Ok(false);
+        }
+        let d = self.sim_buffer(dst)?;
+        let so = src.offset;
+        let dof = dst.offset;
+        check_range(&s.name, s.mem.size(), so, len)?;
+        check_range(&d.name, d.mem.size(), dof, len)?;
+        let stream = self.stream(stream);
+        if let Some(ev) = after {
+            self.wait_event_on(stream, ev)?;
+        }
+        busy(&self.counters.busy_ns, || {
+            // SAFETY: both ranges were checked against their buffers, which
+            // the TensorData keep alive; they are two devices' allocations,
+            // so they do not overlap; sim work runs in order on the calling
+            // thread, so nothing computes in them meanwhile.
+            unsafe { std::ptr::copy_nonoverlapping(s.mem.ptr().add(so), d.mem.ptr().add(dof), len) }
+        });
+        self.counters
+            .bytes_peer_in
+            .fetch_add(len as u64, Ordering::Relaxed);
+        let detail = self.clock.recording().then(|| SpanDetail {
+            name: format!("peer copy from {}: {}", src_be.name(), self.label.lock()),
+            reads: vec![s.range(so, len)],
+            writes: vec![d.range(dof, len)],
+        });
+        self.clock
+            .peer_copy(&s.name, &self.name, stream, len, bw, detail);
         Ok(true)
     }
 

@@ -21,6 +21,9 @@ pub enum SpanKind {
     CopyH2D,
     /// Bytes moved device to host.
     CopyD2H,
+    /// Bytes moved from one device to another (a peer copy), on the
+    /// destination's track.
+    CopyD2D,
     /// A stream (or the host) waiting for an event.
     Wait,
 }
@@ -32,6 +35,7 @@ impl SpanKind {
             SpanKind::Op => "op",
             SpanKind::CopyH2D => "h2d",
             SpanKind::CopyD2H => "d2h",
+            SpanKind::CopyD2D => "d2d",
             SpanKind::Wait => "wait",
         }
     }

@@ -172,6 +172,9 @@ pub struct CudaBackend {
     planning: Mutex<Option<Vec<Planned>>>,
     /// The splits' captured graphs.
     graphs: Mutex<GraphCache>,
+    /// Per peer device ordinal: whether this device copies from it peer to
+    /// peer (access checked and enabled on the first copy).
+    peers: Mutex<Vec<(usize, bool)>>,
 }
 
 impl CudaBackend {
@@ -195,6 +198,7 @@ impl CudaBackend {
             node_access: Mutex::new(Vec::new()),
             planning: Mutex::new(None),
             graphs: Mutex::new(GraphCache::new()),
+            peers: Mutex::new(Vec::new()),
         })
     }
 
@@ -294,6 +298,24 @@ impl CudaBackend {
         bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
     ) -> Result<HostRegistration, BackendError> {
         HostRegistration::new(&self.dev, bytes)
+    }
+
+    /// Whether this device copies from `peer`'s memory directly: asks the
+    /// driver once per peer, enabling access where it can.
+    fn peer_ok(&self, peer: &Arc<Dev>) -> Result<bool, BackendError> {
+        let mut peers = self
+            .peers
+            .lock()
+            .map_err(|_| BackendError::Device("peer table lock poisoned".into()))?;
+        if let Some(&(_, ok)) = peers.iter().find(|(o, _)| *o == peer.ordinal) {
+            return Ok(ok);
+        }
+        let ok = self.dev.drv.can_access_peer(peer.drv.as_ref())?;
+        if ok {
+            self.dev.drv.enable_peer_access(peer.drv.as_ref())?;
+        }
+        peers.push((peer.ordinal, ok));
+        Ok(ok)
     }
 
     fn owns(&self, b: &dyn Buffer) -> bool {
@@ -1601,6 +1623,60 @@ impl Backend for CudaBackend {
                 .stream
                 .memcpy_dtod(dp + dof as u64, sp + so as u64, len)
         }?;
+        Ok(true)
+    }
+
+    fn copy_from_peer(
+        &self,
+        _src_be: &dyn Backend,
+        src: &TensorData,
+        dst: &TensorData,
+        len: usize,
+        stream: Stream,
+        after: Option<&Event>,
+    ) -> Result<bool, BackendError> {
+        let Some(sb) = src
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|c| !c.same_dev(&self.dev))
+        else {
+            return Ok(false);
+        };
+        let Some(db) = dst
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|c| c.same_dev(&self.dev))
+        else {
+            return Ok(false);
+        };
+        if !self.peer_ok(&sb.mem.dev)? {
+            return Ok(false);
+        }
+        check_range(sb.name(), sb.size(), src.offset, len)?;
+        check_range(db.name(), db.size(), dst.offset, len)?;
+        if let Some(ev) = after {
+            self.wait_event_on(stream, ev)?;
+        }
+        if len == 0 {
+            return Ok(true);
+        }
+        self.dev.bind()?;
+        let (sp, dp) = (
+            sb.device_ptr() + src.offset as u64,
+            db.device_ptr() + dst.offset as u64,
+        );
+        self.traced(stream, SpanKind::CopyD2D, len as u64, String::new, || {
+            // SAFETY: both ranges were checked against their allocations,
+            // which the TensorData keep alive; the caller keeps the source
+            // unwritten until an event after this copy is complete.
+            unsafe {
+                self.dev
+                    .stream_of(stream)
+                    .memcpy_peer(dp, sp, sb.mem.dev.drv.as_ref(), len)
+            }
+        })?;
         Ok(true)
     }
 }

@@ -137,7 +137,7 @@ impl Drop for PooledEvent {
 pub(crate) struct DevMem {
     pub ptr: DevPtr,
     pub size: usize,
-    dev: Arc<Dev>,
+    pub dev: Arc<Dev>,
 }
 
 impl DevMem {

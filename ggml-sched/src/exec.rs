@@ -8,7 +8,12 @@
 //!    everything live in split `i - 1`, so only older readers can still be
 //!    using the bytes the copies overwrite; this lets split `i`'s copies
 //!    overlap split `i - 1`'s compute).
-//! 2. Inputs that are not host weights are copied on it: host sources are
+//! 2. Inputs that are not host weights are copied on it. Between two
+//!    devices that can, device to device ([`Backend::copy_from_peer`]): the
+//!    copy stream waits for the event of the split on the other device that
+//!    produced the input (an event of another device), and that device's
+//!    compute stream waits for the copies before it may overwrite the
+//!    source. Otherwise through host memory: host sources are
 //!    staged (as CUDA does with pageable memory, so the CPU may reuse the
 //!    source right away); device sources are read on their backend's
 //!    readback stream (its second copy stream, where it has one) after the
@@ -149,7 +154,22 @@ impl Exec<'_> {
         Ok(Some((len, sd)))
     }
 
-    /// Copy a non-host-weight input `src` (on `src_be`) into `dst` on `be`.
+    /// The event of the split that last wrote `src`'s memory in this
+    /// graph, if one did.
+    fn writer_event(&self, src: TensorId) -> Option<&Event> {
+        let root = self.g.view_root(src).index();
+        self.st
+            .writer
+            .get(root)
+            .copied()
+            .flatten()
+            .and_then(|j| self.st.done[j].as_ref())
+    }
+
+    /// Copy a non-host-weight input `src` (on `src_be`) into `dst` on `be`:
+    /// device to device where both can ([`Backend::copy_from_peer`]),
+    /// through host memory otherwise. Returns the bytes and whether they
+    /// went device to device.
     fn copy_input(
         &mut self,
         src_be: &dyn Backend,
@@ -157,10 +177,29 @@ impl Exec<'_> {
         be: &dyn Backend,
         dst: &TensorData,
         stream: Stream,
-    ) -> Result<u64, BackendError> {
+    ) -> Result<(u64, bool), BackendError> {
         let Some((len, sd)) = self.source(src)? else {
-            return Ok(0);
+            return Ok((0, false));
         };
+        if !sd.buffer.is_host() && !be.is_host() && !src_be.is_host() {
+            // the destination's copy stream waits for the split that wrote
+            // the source (an event of the other device), or, for memory no
+            // split of this graph wrote (a cache bank the copy hook uploads
+            // into), for the source's uploads queued so far
+            // (a test-only planted bug may drop this wait: `planted_drop_wait`)
+            let after = if be.planted_drop_wait("peer") {
+                None
+            } else {
+                match self.writer_event(src) {
+                    Some(ev) => Some(ev.clone()),
+                    None => Some(src_be.record_event_on(upload_stream(src_be))?),
+                }
+            };
+            be.set_label(&self.g.tensor(src).name);
+            if be.copy_from_peer(src_be, &sd, dst, len, stream, after.as_ref())? {
+                return Ok((len as u64, true));
+            }
+        }
         let mut tmp = vec![0u8; len];
         if sd.buffer.is_host() {
             sd.buffer.read(sd.offset, &mut tmp)?;
@@ -168,14 +207,7 @@ impl Exec<'_> {
             // read back after the split that wrote it; the host waits for
             // this read only
             let rs = download_stream(src_be);
-            let root = self.g.view_root(src).index();
-            let writer = self
-                .st
-                .writer
-                .get(root)
-                .copied()
-                .flatten()
-                .and_then(|j| self.st.done[j].as_ref());
+            let writer = self.writer_event(src);
             // (a test-only planted bug may drop this wait: `planted_drop_wait`)
             if !src_be.planted_drop_wait("readback") {
                 match writer {
@@ -204,7 +236,7 @@ impl Exec<'_> {
             be.write_on(stream, dst, 0, &tmp)?;
             self.st.staging.push(tmp);
         }
-        Ok(len as u64)
+        Ok((len as u64, false))
     }
 
     /// Copy a host weight whole (the hook declined it).
@@ -314,18 +346,35 @@ impl Exec<'_> {
         }
 
         // 1. every input that is not a host weight
+        let mut peer_srcs: Vec<usize> = Vec::new();
         for (inp, pi) in info.inputs.iter().zip(&sp.inputs) {
             if !pi.copied || pi.host_weight {
                 continue;
             }
             let dst = self.data(inp.copy)?;
             let src_be = backends[pi.src_backend].as_ref();
-            let n = self
+            let (n, peer) = self
                 .copy_input(src_be, inp.src, be, &dst, stream)
                 .map_err(|e| copy_err(inp, e))?;
             stats.add(&inp.src_backend, be.name(), n, 0);
+            if peer {
+                stats.add_peer(&inp.src_backend, be.name(), n);
+                if !peer_srcs.contains(&pi.src_backend) {
+                    peer_srcs.push(pi.src_backend);
+                }
+            }
             ss.sched_bytes += n;
             ss.n_copies += 1;
+        }
+        // a device whose memory a peer copy reads does not overwrite it
+        // before the copy is done: its later compute waits for the copies
+        if !peer_srcs.is_empty() {
+            let ev = be.record_event_on(stream).map_err(compute_err)?;
+            for &b in &peer_srcs {
+                backends[b]
+                    .wait_event_on(Stream::Compute, &ev)
+                    .map_err(compute_err)?;
+            }
         }
         // 2. host weights, offered to the hook first
         let mut hook = hook;

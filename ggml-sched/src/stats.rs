@@ -9,6 +9,9 @@ pub struct PairStats {
     pub dst: String,
     /// Bytes copied by the scheduler (full copies).
     pub sched_bytes: u64,
+    /// Of `sched_bytes`, those copied device to device by a peer copy
+    /// (`Backend::copy_from_peer`), not through host memory.
+    pub peer_bytes: u64,
     /// Bytes written by the copy hook.
     pub hook_bytes: u64,
 }
@@ -67,6 +70,12 @@ impl ComputeStats {
         self.pairs.iter().map(|p| p.sched_bytes).sum()
     }
 
+    /// Total bytes the scheduler copied device to device by peer copies
+    /// (part of [`ComputeStats::sched_bytes`]).
+    pub fn peer_bytes(&self) -> u64 {
+        self.pairs.iter().map(|p| p.peer_bytes).sum()
+    }
+
     /// Total bytes written by the copy hook.
     pub fn hook_bytes(&self) -> u64 {
         self.pairs.iter().map(|p| p.hook_bytes).sum()
@@ -108,6 +117,13 @@ impl ComputeStats {
         ss.sched_bytes = 0;
         ss.hook_bytes = 0;
         ss
+    }
+
+    /// Count `bytes` (already in `sched_bytes`) as a peer copy.
+    pub(crate) fn add_peer(&mut self, src: &str, dst: &str, bytes: u64) {
+        if let Some(p) = self.pairs.iter_mut().find(|p| p.src == src && p.dst == dst) {
+            p.peer_bytes += bytes;
+        }
     }
 
     pub(crate) fn add(&mut self, src: &str, dst: &str, sched: u64, hook: u64) {

@@ -119,8 +119,16 @@ impl Default for ContextParams {
 pub struct TransferStats {
     /// Bytes of expert weights copied by the expert copy policy.
     pub h2d_bytes_experts: u64,
-    /// Bytes copied by plain (whole-tensor) input copies.
+    /// Bytes copied into a device from host memory by plain (whole-tensor)
+    /// input copies (a copy between two devices through host memory
+    /// counts here too; a peer copy does not).
     pub h2d_bytes_other: u64,
+    /// Bytes copied between two devices directly, device to device (peer
+    /// copies: the activations crossing a layer-split boundary).
+    pub d2d_bytes: u64,
+    /// Bytes copied between two devices through host memory (read back,
+    /// then uploaded: where the pair cannot copy peer to peer).
+    pub d2d_bytes_via_host: u64,
     /// What the policy's inputs would have cost copied whole.
     pub h2d_bytes_full_copy: u64,
     /// Experts copied by the policy.
@@ -1088,10 +1096,16 @@ impl Context {
             .sched
             .compute_again(g)
             .map_err(|e| LlamaError::Sched(e.to_string()))?;
+        let cpu = self.cpu.name();
         for p in &st.pairs {
-            if p.dst != self.cpu.name() {
-                self.stats.h2d_bytes_other += p.sched_bytes;
+            let via_host = p.sched_bytes - p.peer_bytes;
+            if p.dst != cpu {
+                self.stats.h2d_bytes_other += via_host;
+                if p.src != cpu {
+                    self.stats.d2d_bytes_via_host += via_host;
+                }
             }
+            self.stats.d2d_bytes += p.peer_bytes;
         }
         self.stats.graphs += 1;
         Ok(())

@@ -1,11 +1,14 @@
-//! Planted bugs on the emulated CUDA0: for each kind of wait
-//! (`GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging`, set here
+//! Planted bugs on the emulated CUDA0 (and CUDA1 for `peer`): for each kind
+//! of wait (`GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging|peer`,
+//! set here
 //! through `ggml_cuda::emulator::set_thread_config`), 20 seeds of random stream
 //! delays with that wait dropped: every run must be caught, by the hazard
 //! detector or by logits outside the fixture's bound. The same 20 seeds with
 //! no wait dropped must all pass (no hazard, logits within the bound).
 //! `slot` is the exception: its wait is implied by the router-id read that
-//! precedes every eviction (see `check_redundant`).
+//! precedes every eviction (see `check_redundant`). `peer` runs the layers
+//! split over two emulated devices: the activations cross device to device,
+//! and the peer copy on CUDA1's copy stream must wait for CUDA0's compute.
 //! Always on the emulator (a real GPU has no planted bugs).
 //!
 //! Each run gives its host thread its own emulator configuration
@@ -20,7 +23,7 @@ use std::sync::Arc;
 
 use common::{nmse, or_skip, Fixture};
 use ggml_cuda::emulator;
-use llama::device::open_device;
+use llama::device::{open_device, open_devices, DeviceOptions};
 use llama::moe_cache::layout::model_groups;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::placement::Placement;
@@ -73,6 +76,10 @@ fn run(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Outcome {
     c.seed = Some(seed);
     c.hazards = true;
     c.drop_wait = drop.then(|| kind.to_string());
+    if kind == "peer" {
+        c.devices = c.devices.max(2);
+        c.peer = true;
+    }
     emulator::set_thread_config(Some(c));
     // `upload` and `staging` offload every batch (expert uploads on the
     // copy stream); `readback` computes experts on the CPU (activations
@@ -82,15 +89,36 @@ fn run(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Outcome {
     } else {
         32
     };
-    let dev = open_device("CUDA0", 2, min_batch).expect("emulated CUDA0");
-    let params = ModelParams {
-        device: dev,
-        placement: Placement {
-            cpu_moe: true,
+    let params = if kind == "peer" {
+        // the layers split over CUDA0 and CUDA1 (one each), experts on the
+        // devices: the hidden state crosses by a peer copy
+        let names = vec!["CUDA0".to_string(), "CUDA1".to_string()];
+        let opts = DeviceOptions {
+            n_threads: 2,
+            offload_min_batch: min_batch,
             ..Default::default()
-        },
-        progress: None,
-        ..Default::default()
+        };
+        ModelParams {
+            devices: open_devices(&names, &opts).expect("emulated CUDA0,CUDA1"),
+            placement: Placement {
+                devices: names,
+                tensor_split: vec![1.0, 3.0],
+                ..Default::default()
+            },
+            progress: None,
+            ..Default::default()
+        }
+    } else {
+        let dev = open_device("CUDA0", 2, min_batch).expect("emulated CUDA0");
+        ModelParams {
+            device: dev,
+            placement: Placement {
+                cpu_moe: true,
+                ..Default::default()
+            },
+            progress: None,
+            ..Default::default()
+        }
     };
     let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
     let mut cp = ContextParams {
@@ -143,6 +171,14 @@ fn run(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Outcome {
     let found = emulator::take_hazards();
     if let Some(h) = found.first() {
         return Outcome::Hazard(h.clone());
+    }
+    if kind == "peer" {
+        // the configuration did cross device to device, never through host
+        let st = ctx.stats();
+        assert!(
+            st.d2d_bytes > 0 && st.d2d_bytes_via_host == 0,
+            "seed {seed}: {st:?}"
+        );
     }
     if std::env::var("EMURT_DEBUG").is_ok() {
         eprintln!(
@@ -273,4 +309,9 @@ fn dropped_slot_wait_is_implied_by_the_ids_readback() {
 #[test]
 fn dropped_staging_wait_is_caught() {
     check_kind("staging");
+}
+
+#[test]
+fn dropped_peer_wait_is_caught() {
+    check_kind("peer");
 }

@@ -2,7 +2,8 @@
 //! logits bit for bit, with the layers split (even, `-ts 3,1`, `-ts 1,3`),
 //! with `--cpu-moe`, with `-sm none -mg 1`, and with `-ot` sending a layer
 //! to the second device; the split follows llama.cpp's rule and each
-//! layer's KV cache lives on the layer's device.
+//! layer's KV cache lives on the layer's device; the activations cross the
+//! split boundary device to device (peer copies), none through host memory.
 
 mod common;
 
@@ -11,13 +12,24 @@ use std::sync::Arc;
 use common::{or_skip, same_bits, Fixture, MODELS};
 use llama::device::{open_devices, DeviceOptions};
 use llama::placement::{Placement, SplitMode, Target};
-use llama::{Context, ContextParams, Model, ModelParams};
+use ggml_core::sim::SimProfile;
+use llama::{Context, ContextParams, Model, ModelParams, TransferStats};
 
 fn load(fx: &Fixture, devices: &[&str], placement: Placement) -> Arc<Model> {
+    load_with(fx, devices, placement, None)
+}
+
+fn load_with(
+    fx: &Fixture,
+    devices: &[&str],
+    placement: Placement,
+    sim_profile: Option<SimProfile>,
+) -> Arc<Model> {
     let names: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
     let opts = DeviceOptions {
         n_threads: 2,
         offload_min_batch: 1,
+        sim_profile,
         ..Default::default()
     };
     let params = ModelParams {
@@ -33,6 +45,11 @@ fn load(fx: &Fixture, devices: &[&str], placement: Placement) -> Arc<Model> {
 
 /// Prompt logits (all rows) then 4 teacher-forced rows.
 fn logits(model: &Arc<Model>, fx: &Fixture) -> Vec<f32> {
+    logits_and_stats(model, fx).0
+}
+
+/// [`logits`] and the context's transfer counters.
+fn logits_and_stats(model: &Arc<Model>, fx: &Fixture) -> (Vec<f32>, TransferStats) {
     let p = ContextParams {
         n_ctx: 256,
         n_batch: 256,
@@ -43,7 +60,7 @@ fn logits(model: &Arc<Model>, fx: &Fixture) -> Vec<f32> {
     let mut c = Context::new(Arc::clone(model), p).expect("context");
     let (mut out, forced) = fx.prompt_and_forced(&mut c, 4);
     out.extend(forced);
-    out
+    (out, c.stats())
 }
 
 /// Which device each layer (and, last, the output head) is on.
@@ -112,6 +129,42 @@ fn two_sim_devices_give_cpu_logits_bit_for_bit() {
                 layer_devices(&model)
             );
         }
+    }
+}
+
+/// With the layers split over SIM0,SIM1 the activations cross the
+/// boundary device to device (peer copies): no byte of it goes through host
+/// memory, and the logits are the CPU's bit for bit. With peer copies off
+/// in the profile (`d2d_bw` 0) the same bytes cross through host memory,
+/// with the same logits.
+#[test]
+fn split_boundaries_cross_device_to_device() {
+    let no_peer = SimProfile::from_json(r#"{"d2d_bw": 0}"#).expect("profile");
+    let mut n = 0;
+    for name in MODELS {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let cpu = logits(&load(&fx, &[], Placement::default()), &fx);
+        let peer = load(&fx, &["SIM0", "SIM1"], Placement::default());
+        let (got, st) = logits_and_stats(&peer, &fx);
+        assert!(same_bits(&got, &cpu), "{name}: peer copies change logits");
+        let devs = layer_devices(&peer);
+        if !(devs.contains(&Some(0)) && devs.contains(&Some(1))) {
+            continue; // nothing crosses
+        }
+        n += 1;
+        assert!(st.d2d_bytes > 0, "{name}: {st:?}");
+        assert_eq!(st.d2d_bytes_via_host, 0, "{name}: {st:?}");
+        let host = load_with(&fx, &["SIM0", "SIM1"], Placement::default(), Some(no_peer.clone()));
+        let (got, sh) = logits_and_stats(&host, &fx);
+        assert!(same_bits(&got, &cpu), "{name}: logits differ through host");
+        assert_eq!(sh.d2d_bytes, 0, "{name}: {sh:?}");
+        assert_eq!(sh.d2d_bytes_via_host, st.d2d_bytes, "{name}: {sh:?}");
+        // the same bytes cross either way; through host memory they also
+        // count as host-to-device bytes
+        assert_eq!(sh.h2d_bytes_other, st.h2d_bytes_other + st.d2d_bytes, "{name}");
+    }
+    if n == 0 {
+        println!("skipped: no fixture with layers on both devices");
     }
 }
 

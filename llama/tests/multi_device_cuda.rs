@@ -2,7 +2,11 @@
 //! devices, as `GGML_CUDA_EMULATOR_DEVICES=2` makes them): the fixtures
 //! within their bounds of llama.cpp's logits with the layers split over
 //! both devices (`-ts 1,3`: one layer each on the 2-layer fixtures), and
-//! with `--cpu-moe` and an expert cache on each device.
+//! with `--cpu-moe` and an expert cache on each device. The activations
+//! cross from CUDA0 to CUDA1 by peer copies, none through host memory
+//! (where the devices can address each other: always on the emulator); with
+//! the emulator's peer access off (`GGML_CUDA_EMULATOR_PEER=0`) they cross
+//! through host memory, with the same bounds.
 //!
 //! Every fixture runs, on the emulator as on two real GPUs (both cases
 //! together take about 15 s on the 2-core machine). One test per case, so
@@ -13,6 +17,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{nmse, or_skip, Fixture, MODELS};
+use ggml_cuda::emulator;
 use llama::device::{open_devices, DeviceOptions};
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::placement::Placement;
@@ -44,10 +49,26 @@ fn two_devices() -> bool {
 const ACTIVATION_SENSITIVE: (&str, f64) = ("tiny-deepseek2-q4_k", 1e-2);
 
 fn on_two_cuda_devices(cpu_moe: bool) {
+    on_two_cuda_devices_with(cpu_moe, true, &MODELS);
+}
+
+fn on_two_cuda_devices_with(cpu_moe: bool, peer: bool, models: &[&str]) {
     let emulated = two_devices();
+    if emulated {
+        // this thread's emulator: two devices, peer access as asked
+        emulator::set_thread_config(None);
+        emulator::set_thread_config(Some(emulator::Config {
+            devices: 2,
+            peer,
+            ..emulator::config()
+        }));
+    } else if !peer {
+        println!("skipped: peer access cannot be turned off on real GPUs");
+        return;
+    }
     let mut failures = Vec::new();
     let mut ran = 0;
-    for name in MODELS {
+    for &name in models {
         let fx = or_skip!(Fixture::load(name), continue);
         let t0 = std::time::Instant::now();
         let names = vec!["CUDA0".to_string(), "CUDA1".to_string()];
@@ -92,6 +113,28 @@ fn on_two_cuda_devices(cpu_moe: bool) {
         let p = nmse(&ours, &fx.logits);
         let f = nmse(&forced, &fx.genlogits);
         let devs = ctx.device_stats();
+        let st = ctx.stats();
+        // where the pair can, the boundary crosses device to device
+        let can_peer = if emulated {
+            peer
+        } else {
+            st.d2d_bytes > 0
+        };
+        if can_peer {
+            assert!(
+                st.d2d_bytes > 0 && st.d2d_bytes_via_host == 0,
+                "{name}: {st:?}"
+            );
+        } else {
+            assert!(
+                st.d2d_bytes == 0 && st.d2d_bytes_via_host > 0,
+                "{name}: {st:?}"
+            );
+        }
+        println!(
+            "{name}: {} bytes device to device, {} through host memory",
+            st.d2d_bytes, st.d2d_bytes_via_host
+        );
         println!(
             "{name} on CUDA0,CUDA1{}{}: prompt NMSE {p:.2e}, teacher-forced NMSE {f:.2e}, per device {:?} ({:.1} s)",
             if emulated { " (emulated)" } else { "" },
@@ -130,4 +173,11 @@ fn fixtures_on_two_cuda_devices_layers_split() {
 #[test]
 fn fixtures_on_two_cuda_devices_cpu_moe_cache_each() {
     on_two_cuda_devices(true);
+}
+
+/// Without peer access the activations cross through host memory, within
+/// the same bounds (two fixtures; emulator only).
+#[test]
+fn without_peer_access_activations_cross_through_host() {
+    on_two_cuda_devices_with(false, false, &["tiny-qwen3moe-f32", "tiny-gptoss-mxfp4"]);
 }

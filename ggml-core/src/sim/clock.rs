@@ -11,6 +11,9 @@
 //!   time per direction; with one copy engine both directions share it).
 //!   Several devices on one clock have a link each, or, with the profile's
 //!   `shared_host_link`, one link for all: their copies then serialize.
+//!   A peer copy between two devices holds the source's device-to-host
+//!   direction and the destination's host-to-device one
+//!   ([`SimClock::peer_copy`]).
 //! - An **event** is the time a stream's queued work completes; a stream
 //!   that waits on it starts its next work no earlier; the host waiting on
 //!   it (or synchronizing a device) jumps to that time.
@@ -385,6 +388,65 @@ impl SimClock {
         (start, end)
     }
 
+    /// A peer copy of `bytes` from device `src` to device `dst`, queued on
+    /// `dst`'s `stream` at the profile's peer rate `bw` (bytes/s): it holds
+    /// `src`'s device-to-host link direction and `dst`'s host-to-device one
+    /// (with `shared_host_link`, the shared link's), see
+    /// [`SimProfile`]'s module docs. Returns its `(start, end)`.
+    pub fn peer_copy(
+        &self,
+        src: &str,
+        dst: &str,
+        stream: Stream,
+        bytes: usize,
+        bw: f64,
+        detail: Option<SpanDetail>,
+    ) -> (u64, u64) {
+        let dur = ns(self.profile.link.latency_s + bytes as f64 / bw);
+        let key = |dir: CopyDir| {
+            if self.profile.copy_engines <= 1 {
+                CopyDir::H2D
+            } else {
+                dir
+            }
+        };
+        let link = |dev: &str| {
+            if self.profile.shared_host_link {
+                SHARED_LINK.to_string()
+            } else {
+                dev.to_string()
+            }
+        };
+        let out = (link(src), key(CopyDir::D2H));
+        let inn = (link(dst), key(CopyDir::H2D));
+        let mut st = self.st.lock();
+        let busy = |st: &State, k: &(String, CopyDir)| st.links.get(k).copied().unwrap_or(0);
+        let start = st
+            .host
+            .max(st.ready(dst, stream))
+            .max(busy(&st, &out))
+            .max(busy(&st, &inn));
+        let end = start + dur;
+        st.links.insert(out, end);
+        st.links.insert(inn, end);
+        st.set_ready(dst, stream, end);
+        let v = st.h2d_busy.entry(dst.to_string()).or_default();
+        match v.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => v.push((start, end)),
+        }
+        st.push(
+            dst,
+            &stream_name(stream),
+            SpanKind::CopyD2D,
+            start,
+            end,
+            bytes as u64,
+            detail,
+        );
+        (start, end)
+    }
+
     /// Time at which the work queued so far on `stream` completes (an
     /// event's time).
     pub fn record(&self, dev: &str, stream: Stream) -> u64 {
@@ -565,5 +627,38 @@ mod tests {
         let p = SimProfile::from_json(r#"{"shared_host_link": true}"#).unwrap();
         assert!(p.shared_host_link);
         assert!(!SimProfile::default_profile().shared_host_link);
+    }
+
+    #[test]
+    fn a_peer_copy_holds_the_source_outbound_and_the_destination_inbound() {
+        for shared in [false, true] {
+            let mut p = SimProfile::default_profile();
+            p.link.h2d_bw = 1e9;
+            p.link.d2h_bw = 1e9;
+            p.link.latency_s = 0.0;
+            p.shared_host_link = shared;
+            p.d2d_bw = Some(2e9); // 2 bytes per ns
+            let bw = p.peer_bw().unwrap();
+            let c = SimClock::new(p);
+            // SIM0 reads 30 bytes back; SIM1 uploads 40
+            c.copy("SIM0", Stream::Copy(1), CopyDir::D2H, 30, false, None);
+            c.copy("SIM1", Stream::Copy(0), CopyDir::H2D, 40, false, None);
+            // the peer copy waits for both directions it holds
+            let (s, e) = c.peer_copy("SIM0", "SIM1", Stream::Copy(0), 100, bw, None);
+            assert_eq!((s, e), (40, 90), "shared {shared}");
+            // an upload into SIM0 uses the other direction of its link: free
+            // unless the link is the shared one
+            let (s, _) = c.copy("SIM0", Stream::Copy(0), CopyDir::H2D, 10, false, None);
+            assert_eq!(s, if shared { 90 } else { 0 }, "shared {shared}");
+            // SIM1's inbound direction is held until the peer copy ends
+            let (s, _) = c.copy("SIM1", Stream::Copy(1), CopyDir::H2D, 10, false, None);
+            assert_eq!(s, 90.max(if shared { 100 } else { 0 }), "shared {shared}");
+        }
+        let p = SimProfile::from_json(r#"{"d2d_bw": 0}"#).unwrap();
+        assert_eq!(p.peer_bw(), None);
+        let d = SimProfile::default_profile();
+        assert_eq!(d.peer_bw(), Some(d.link.h2d_bw.min(d.link.d2h_bw)));
+        let e = SimProfile::from_json(r#"{"d2d_bw": -1}"#).unwrap_err();
+        assert!(e.contains("d2d_bw"), "{e}");
     }
 }

@@ -15,7 +15,8 @@
 //!   "copy_engines": 2,
 //!   "cpu":    { "flops": 1.0e11, "mem_bw": 2.5e10, "op_s": 1.0e-6 },
 //!   "host_time_scale": 1.0,
-//!   "shared_host_link": false
+//!   "shared_host_link": false,
+//!   "d2d_bw": null
 //! }
 //! ```
 //!
@@ -33,6 +34,20 @@
 //! the devices overlap); `true` puts them behind one link (one root
 //! complex or a switch with one upstream x16: the transfers of all devices
 //! serialize on it, direction by direction as for one device).
+//!
+//! `d2d_bw` is the rate of a **peer copy** between two devices of one run
+//! (an activation crossing a layer-split boundary, CUDA's
+//! `cuMemcpyPeerAsync`), bytes/s; `null` or absent (every preset) takes the
+//! link's, `min(h2d_bw, d2h_bw)` (PCIe peer-to-peer through the root
+//! complex), `0` turns peer copies off (activations then cross through host
+//! memory: a read back to the host, then an upload). A peer copy lasts
+//! `latency_s + bytes / d2d_bw` on the destination's copy stream and holds
+//! two link directions for that time: the source's device-to-host one (the
+//! bytes leave that card) and the destination's host-to-device one (they
+//! enter this one), so it queues behind and ahead of the uploads and reads
+//! back on either. With `shared_host_link` both directions are the one
+//! shared link's, so a peer copy serializes with every device's copies.
+//! With one copy engine a link's two directions are one, as for any copy.
 
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +109,10 @@ pub struct SimProfile {
     /// their copies then serialize; `false` (the default): a link each.
     #[serde(default)]
     pub shared_host_link: bool,
+    /// Peer-copy rate between two devices, bytes/s (see the module docs):
+    /// `None` (every preset) the link's, `Some(0.0)` no peer copies.
+    #[serde(default)]
+    pub d2d_bw: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -112,6 +131,7 @@ struct ProfileFile {
     cpu: Option<PartialCpu>,
     host_time_scale: Option<f64>,
     shared_host_link: Option<bool>,
+    d2d_bw: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -207,7 +227,18 @@ impl SimProfile {
             cpu: CPU_2_CORES,
             host_time_scale: 1.0,
             shared_host_link: false,
+            d2d_bw: None,
         })
+    }
+
+    /// The peer-copy rate in bytes/s (`d2d_bw`, else the link's), or `None`
+    /// when the profile turns peer copies off (`d2d_bw` 0).
+    pub fn peer_bw(&self) -> Option<f64> {
+        match self.d2d_bw {
+            Some(bw) if bw > 0.0 => Some(bw),
+            Some(_) => None,
+            None => Some(self.link.h2d_bw.min(self.link.d2h_bw)),
+        }
     }
 
     /// The default profile (`pcie4-x16`).
@@ -239,6 +270,7 @@ impl SimProfile {
         }
         p.host_time_scale = f.host_time_scale.unwrap_or(p.host_time_scale);
         p.shared_host_link = f.shared_host_link.unwrap_or(p.shared_host_link);
+        p.d2d_bw = f.d2d_bw.or(p.d2d_bw);
         p.validate()?;
         Ok(p)
     }
@@ -290,6 +322,13 @@ impl SimProfile {
                 "host_time_scale must be between 0 and 100, got {}",
                 self.host_time_scale
             ));
+        }
+        if let Some(v) = self.d2d_bw {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!(
+                    "d2d_bw must be a positive number (0: no peer copies), got {v}"
+                ));
+            }
         }
         if self.copy_engines == 0 || self.copy_engines > 8 {
             return Err(format!(

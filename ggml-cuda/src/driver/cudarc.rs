@@ -135,6 +135,40 @@ impl Device for CudaDevice {
         let _ = unsafe { sys::cuMemHostUnregister(ptr as *mut c_void) };
     }
 
+    fn can_access_peer(&self, peer: &dyn Device) -> Result<bool, BackendError> {
+        let Some(p) = peer.as_any().downcast_ref::<CudaDevice>() else {
+            return Ok(false);
+        };
+        let mut can: std::ffi::c_int = 0;
+        // SAFETY: `can` is a valid out-pointer; both device handles are live.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), p.ctx.cu_device()) }
+            .result()
+            .map_err(|e| dev_err("cuDeviceCanAccessPeer", e))?;
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, peer: &dyn Device) -> Result<(), BackendError> {
+        let Some(p) = peer.as_any().downcast_ref::<CudaDevice>() else {
+            return Err(BackendError::Device(
+                "peer access to a device of another driver".into(),
+            ));
+        };
+        self.bind()?;
+        // SAFETY: this context is current; the peer's context is live.
+        let r = unsafe { sys::cuCtxEnablePeerAccess(p.ctx.cu_ctx(), 0) };
+        match r {
+            sys::cudaError_enum::CUDA_SUCCESS
+            | sys::cudaError_enum::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+            e => e
+                .result()
+                .map_err(|e| dev_err("cuCtxEnablePeerAccess", e)),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
     fn load_kernels(&self, names: &[&'static str]) -> Result<Vec<Function>, BackendError> {
         let (major, minor) = self
             .ctx
@@ -286,6 +320,35 @@ impl Stream for CudaStreamH {
         // SAFETY: the caller guarantees both ranges are live device memory.
         unsafe { result::memcpy_dtod_async(dst, src, n, self.s.cu_stream()) }
             .map_err(|e| dev_err("device-to-device copy", e))
+    }
+
+    unsafe fn memcpy_peer(
+        &self,
+        dst: DevPtr,
+        src: DevPtr,
+        src_dev: &dyn Device,
+        n: usize,
+    ) -> Result<(), BackendError> {
+        let Some(p) = src_dev.as_any().downcast_ref::<CudaDevice>() else {
+            return Err(BackendError::Device(
+                "a peer copy from a device of another driver".into(),
+            ));
+        };
+        self.bind()?;
+        // SAFETY: the caller guarantees both ranges are live device memory
+        // of their contexts until the copy completes.
+        unsafe {
+            sys::cuMemcpyPeerAsync(
+                dst,
+                self.ctx.cu_ctx(),
+                src,
+                p.ctx.cu_ctx(),
+                n,
+                self.s.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| dev_err("cuMemcpyPeerAsync", e))
     }
 
     fn record_event(&self, timing: bool) -> Result<Arc<dyn Event>, BackendError> {

@@ -15,6 +15,11 @@
 //! ([`DevPtr`]), queues copies and launches on streams, and orders streams
 //! with events; the host only sees results after a synchronization.
 //!
+//! Two devices copy peer to peer where the driver says one can address the
+//! other's memory ([`Device::can_access_peer`], then
+//! [`Device::enable_peer_access`] and [`Stream::memcpy_peer`]); the backend
+//! copies through host memory otherwise.
+//!
 //! Dispatch is dynamic (`Arc<dyn Device>`): one virtual call per driver call,
 //! negligible next to the driver call itself.
 
@@ -180,6 +185,14 @@ pub trait Device: Send + Sync {
     fn planted_drop_wait(&self, _kind: &str) -> bool {
         false
     }
+    /// Whether this device can address `peer`'s memory directly
+    /// (`cuDeviceCanAccessPeer`); `false` for a device of another driver.
+    fn can_access_peer(&self, peer: &dyn Device) -> Result<bool, BackendError>;
+    /// Let this context access `peer`'s memory (`cuCtxEnablePeerAccess`;
+    /// already enabled is success).
+    fn enable_peer_access(&self, peer: &dyn Device) -> Result<(), BackendError>;
+    /// For the implementation to downcast devices it is handed (a peer).
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// A stream: work queued on it runs in order, asynchronously to the host.
@@ -209,6 +222,20 @@ pub trait Stream: Send + Sync {
     /// # Safety
     /// Both ranges lie in live device memory.
     unsafe fn memcpy_dtod(&self, dst: DevPtr, src: DevPtr, n: usize) -> Result<(), BackendError>;
+    /// Queue a copy of `n` bytes from `src`, memory of the device
+    /// `src_dev` (a peer this stream's device has enabled access to), to
+    /// `dst` in this stream's device (`cuMemcpyPeerAsync`).
+    ///
+    /// # Safety
+    /// Both ranges lie in live device memory of their devices, and the
+    /// source stays allocated until the copy is complete.
+    unsafe fn memcpy_peer(
+        &self,
+        dst: DevPtr,
+        src: DevPtr,
+        src_dev: &dyn Device,
+        n: usize,
+    ) -> Result<(), BackendError>;
     /// Record an event capturing the work queued so far (timing-capable
     /// when `timing`).
     fn record_event(&self, timing: bool) -> Result<Arc<dyn Event>, BackendError>;

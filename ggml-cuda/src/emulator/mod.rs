@@ -27,9 +27,17 @@
 //!   checked against unordered conflicting accesses; a hazard fails the call
 //!   that queued the operation and is kept for [`take_hazards`].
 //!   `GGML_CUDA_EMULATOR_HAZARDS=0` turns the detector off.
-//! - **Planted bugs**: `GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging`
+//! - **Peer copies**: two emulated devices can address each other's memory
+//!   (`GGML_CUDA_EMULATOR_PEER=0`: they cannot, and the backend copies
+//!   through host memory); a peer copy before the destination enabled peer
+//!   access is an error (stricter than CUDA, which would stage it through
+//!   the host). The copy reads the source device's range and writes the
+//!   destination's, both checked by the hazard detector, whose
+//!   happens-before order spans every device's streams.
+//! - **Planted bugs**: `GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging|peer`
 //!   makes [`crate::driver::Device::planted_drop_wait`] say yes for that
-//!   kind, on emulated devices only (tests prove the emulator catches each).
+//!   kind, on emulated devices only (tests prove the emulator catches each;
+//!   `peer`: a peer copy does not wait for the source device's compute).
 //! - **Configuration** comes from the environment, [`set_config`] (the
 //!   process) or [`set_thread_config`] (one host thread, so that tests with
 //!   different seeds and planted bugs run in parallel).
@@ -49,7 +57,7 @@ use hazard::Tracker;
 use stream::EmuStream;
 
 /// The planted-bug kinds `GGML_CUDA_EMULATOR_DROP_WAIT` accepts.
-pub const DROP_WAIT_KINDS: [&str; 4] = ["upload", "readback", "slot", "staging"];
+pub const DROP_WAIT_KINDS: [&str; 5] = ["upload", "readback", "slot", "staging", "peer"];
 
 /// Device memory alignment (cuMemAlloc's is at least 256 bytes).
 const DEV_ALIGN: usize = 256;
@@ -105,6 +113,10 @@ pub struct Config {
     /// bytes / rate, so an upload spans time beside the kernels as it does
     /// on a GPU (timelines; the durations stay emulated, not a GPU's).
     pub h2d_bytes_per_s: Option<u64>,
+    /// Whether two emulated devices can access each other's memory
+    /// (`GGML_CUDA_EMULATOR_PEER`, default on): peer copies, else the
+    /// backend copies between them through host memory.
+    pub peer: bool,
 }
 
 fn parse_env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -220,6 +232,8 @@ fn env_config() -> Config {
             h2d_bytes_per_s: parse_env::<f64>("GGML_CUDA_EMULATOR_H2D_MBPS")
                 .map(|r| (r * 1e6) as u64) // saturating; NaN gives 0
                 .filter(|&r| r > 0),
+            peer: std::env::var("GGML_CUDA_EMULATOR_PEER")
+                .map_or(true, |v| !matches!(v.trim(), "0" | "false" | "off" | "no")),
         }
     }
 }
@@ -238,6 +252,9 @@ pub struct Stats {
     pub h2d_pageable_bytes: u64,
     /// Device-to-host bytes.
     pub d2h_bytes: u64,
+    /// Bytes copied into this device from another device's memory by peer
+    /// copies (never through host memory).
+    pub peer_in_bytes: u64,
     /// Kernel launches queued (each kernel of a replayed graph included).
     pub launches: u64,
     /// Graphs replayed (`cuGraphLaunch`).
@@ -256,6 +273,7 @@ struct AtomicStats {
     h2d_pinned: AtomicU64,
     h2d_pageable: AtomicU64,
     d2h: AtomicU64,
+    peer_in: AtomicU64,
     launches: AtomicU64,
     graph_replays: AtomicU64,
     events: AtomicU64,
@@ -272,6 +290,9 @@ impl AtomicStats {
     }
     fn count_d2h(&self, n: usize) {
         self.d2h.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn count_peer_in(&self, n: usize) {
+        self.peer_in.fetch_add(n as u64, Ordering::Relaxed);
     }
     fn count_launch(&self) {
         self.launches.fetch_add(1, Ordering::Relaxed);
@@ -291,6 +312,9 @@ pub(crate) struct DeviceState {
     capacity: usize,
     /// Live allocations: address -> layout.
     allocs: Mutex<(HashMap<u64, Layout>, usize, usize)>,
+    /// Ordinals of the devices whose memory this one may access
+    /// (`cuCtxEnablePeerAccess` from any of its contexts).
+    peers: Mutex<Vec<usize>>,
     stats: AtomicStats,
 }
 
@@ -350,6 +374,7 @@ fn device_state(ordinal: usize) -> Result<Arc<DeviceState>, BackendError> {
             name: format!("CUDA{i}"),
             capacity: config().mem_bytes,
             allocs: Mutex::new((HashMap::new(), 0, 0)),
+            peers: Mutex::new(Vec::new()),
             stats: AtomicStats::default(),
         }));
     }
@@ -370,6 +395,7 @@ pub fn stats(ordinal: usize) -> Stats {
         h2d_pinned_bytes: s.stats.h2d_pinned.load(Ordering::Relaxed),
         h2d_pageable_bytes: s.stats.h2d_pageable.load(Ordering::Relaxed),
         d2h_bytes: s.stats.d2h.load(Ordering::Relaxed),
+        peer_in_bytes: s.stats.peer_in.load(Ordering::Relaxed),
         launches: s.stats.launches.load(Ordering::Relaxed),
         graph_replays: s.stats.graph_replays.load(Ordering::Relaxed),
         events_created: s.stats.events.load(Ordering::Relaxed),
@@ -403,8 +429,8 @@ pub fn open(ordinal: usize) -> Result<Arc<dyn Device>, BackendError> {
 }
 
 /// A context on an emulated device.
-struct EmuDevice {
-    st: Arc<DeviceState>,
+pub(crate) struct EmuDevice {
+    pub(crate) st: Arc<DeviceState>,
 }
 
 fn oom(what: String) -> BackendError {
@@ -572,6 +598,39 @@ impl Device for EmuDevice {
                 })
             })
             .collect()
+    }
+
+    fn can_access_peer(&self, peer: &dyn Device) -> Result<bool, BackendError> {
+        Ok(config().peer
+            && peer
+                .as_any()
+                .downcast_ref::<EmuDevice>()
+                .is_some_and(|p| p.st.ordinal != self.st.ordinal))
+    }
+
+    fn enable_peer_access(&self, peer: &dyn Device) -> Result<(), BackendError> {
+        if !self.can_access_peer(peer)? {
+            return Err(BackendError::Device(format!(
+                "cuCtxEnablePeerAccess on {} (emulated): CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+                self.st.name
+            )));
+        }
+        let Some(p) = peer.as_any().downcast_ref::<EmuDevice>() else {
+            return Ok(()); // unreachable: can_access_peer checked the kind
+        };
+        let mut peers = self
+            .st
+            .peers
+            .lock()
+            .map_err(|_| BackendError::Device("emulator: peer table poisoned".into()))?;
+        if !peers.contains(&p.st.ordinal) {
+            peers.push(p.st.ordinal);
+        }
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn planted_drop_wait(&self, kind: &str) -> bool {

@@ -23,7 +23,9 @@ use ggml_core::BackendError;
 
 use super::hazard::Clock;
 use super::{world, DeviceState};
-use crate::driver::{Access, DevPtr, Event, Function, GraphExec, KernelArg, LaunchDims, Stream};
+use crate::driver::{
+    Access, DevPtr, Device, Event, Function, GraphExec, KernelArg, LaunchDims, Stream,
+};
 
 /// A job run on a stream's worker; an error becomes the stream's sticky error.
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
@@ -441,6 +443,57 @@ impl Stream for EmuStream {
         unsafe {
             self.queue_copy(
                 "device-to-device copy",
+                &acc,
+                dst as *mut u8,
+                src as *const u8,
+                n,
+                None,
+            )
+        }
+    }
+
+    unsafe fn memcpy_peer(
+        &self,
+        dst: DevPtr,
+        src: DevPtr,
+        src_dev: &dyn Device,
+        n: usize,
+    ) -> Result<(), BackendError> {
+        let Some(p) = src_dev.as_any().downcast_ref::<super::EmuDevice>() else {
+            return Err(BackendError::Device(
+                "emulator: a peer copy from a device of another driver".into(),
+            ));
+        };
+        let enabled = self
+            .dev
+            .peers
+            .lock()
+            .map_err(|_| poisoned())?
+            .contains(&p.st.ordinal);
+        if !enabled {
+            return Err(BackendError::Device(format!(
+                "cuMemcpyPeerAsync from {} to {} (emulated): peer access not enabled (cuCtxEnablePeerAccess)",
+                p.st.name, self.dev.name
+            )));
+        }
+        self.dev.stats.count_peer_in(n);
+        let acc = [
+            Access {
+                ptr: src,
+                len: n,
+                write: false,
+            },
+            Access {
+                ptr: dst,
+                len: n,
+                write: true,
+            },
+        ];
+        // SAFETY: both ranges are device memory of their (emulated)
+        // devices, host allocations of this process (the caller's contract).
+        unsafe {
+            self.queue_copy(
+                "peer copy",
                 &acc,
                 dst as *mut u8,
                 src as *const u8,
