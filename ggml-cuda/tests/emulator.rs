@@ -325,3 +325,98 @@ fn a_second_emulated_device() {
     emulator::set_config(c);
     assert!(emulator::take_hazards().is_empty());
 }
+
+/// A peer copy between two emulated devices through the backend
+/// (`Backend::copy_from_peer`): after an event of CUDA0's compute it copies
+/// CUDA0's result into CUDA1's memory on CUDA1's copy stream, counted as
+/// peer bytes and not as host traffic; without that event the hazard
+/// detector names the copy and CUDA0's kernel; with peer access off
+/// (`GGML_CUDA_EMULATOR_PEER=0`) the backend declines and nothing is queued.
+#[test]
+fn peer_copies_between_two_emulated_devices() {
+    let _g = setup();
+    let mut c = emulator::config();
+    let old = c.clone();
+    c.devices = 2;
+    c.seed = Some(3);
+    c.drop_wait = None;
+    c.peer = true;
+    emulator::set_config(c.clone());
+    let (d0, d1) = (CudaBackend::new(0).unwrap(), CudaBackend::new(1).unwrap());
+    let n = 1024i64;
+    let len = n as usize * 4;
+    let b0 = d0.alloc_buffer(3 * len, BufferUsage::Compute).unwrap();
+    let b1 = d1.alloc_buffer(len, BufferUsage::Compute).unwrap();
+    let dst = TensorData {
+        buffer: b1.clone(),
+        offset: 0,
+    };
+    let (g0, [a0, b0t, o0]) = add_graph(&b0, n);
+    let src = g0.tensor(o0).data.clone().unwrap();
+    let twos = f32_bytes(&vec![2.0; n as usize]);
+    for id in [a0, b0t] {
+        d0.write_async(&g0.tensor(id).data.clone().unwrap(), 0, &twos)
+            .unwrap();
+    }
+    d0.synchronize().unwrap();
+    let before = (emulator::stats(0), emulator::stats(1));
+    for round in 0..2 {
+        d0.compute(&g0, g0.nodes()).unwrap();
+        let ev = d0.record_event_on(Stream::Compute).unwrap();
+        assert!(d1
+            .copy_from_peer(&d0, &src, &dst, len, Stream::Copy(0), Some(&ev))
+            .unwrap());
+        let done = d1.record_event_on(Stream::Copy(0)).unwrap();
+        // CUDA0 waits for the copy before it may overwrite the source
+        d0.wait_event_on(Stream::Compute, &done).unwrap();
+        d1.event_synchronize(&done).unwrap();
+        let mut out = vec![0u8; 4];
+        b1.read((n as usize - 1) * 4, &mut out).unwrap();
+        assert_eq!(f32::from_le_bytes([out[0], out[1], out[2], out[3]]), 4.0, "round {round}");
+    }
+    d0.synchronize().unwrap();
+    let after = (emulator::stats(0), emulator::stats(1));
+    assert_eq!(after.1.peer_in_bytes - before.1.peer_in_bytes, 2 * len as u64);
+    assert_eq!(after.0.d2h_bytes, before.0.d2h_bytes, "no read back to the host");
+    assert_eq!(after.1.h2d_pageable_bytes, before.1.h2d_pageable_bytes);
+    assert!(emulator::take_hazards().is_empty());
+    // the copy without the wait on CUDA0's compute: a hazard naming both
+    d0.compute(&g0, g0.nodes()).unwrap();
+    let e = d1
+        .copy_from_peer(&d0, &src, &dst, len, Stream::Copy(0), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("hazard (read after write)"), "{e}");
+    assert!(e.contains("peer copy on CUDA1 copy"), "{e}");
+    assert!(e.contains("on CUDA0 compute"), "{e}");
+    let _ = emulator::take_hazards();
+    d0.synchronize().unwrap();
+    d1.synchronize().unwrap();
+    // peer access off: declined, nothing queued (fresh backends ask again)
+    c.peer = false;
+    emulator::set_config(c);
+    let (e0, e1) = (CudaBackend::new(0).unwrap(), CudaBackend::new(1).unwrap());
+    let c0 = e0.alloc_buffer(len, BufferUsage::Compute).unwrap();
+    let c1 = e1.alloc_buffer(len, BufferUsage::Compute).unwrap();
+    let (s, d) = (
+        TensorData {
+            buffer: c0,
+            offset: 0,
+        },
+        TensorData {
+            buffer: c1,
+            offset: 0,
+        },
+    );
+    let peer_before = emulator::stats(1).peer_in_bytes;
+    assert!(!e1
+        .copy_from_peer(&e0, &s, &d, len, Stream::Copy(0), None)
+        .unwrap());
+    assert_eq!(emulator::stats(1).peer_in_bytes, peer_before);
+    // a copy within one device is not a peer copy
+    assert!(!d1
+        .copy_from_peer(&d1, &dst, &dst, len, Stream::Copy(0), None)
+        .unwrap());
+    emulator::set_config(old);
+    assert!(emulator::take_hazards().is_empty());
+}

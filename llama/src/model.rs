@@ -235,8 +235,10 @@ pub struct Model {
     /// without a device that pins), one line each, for the tools to print
     /// once.
     pub load_notes: Vec<String>,
-    /// Whether the host weights are page-locked for the device
-    /// (`--load-mode pin` that took effect).
+    /// Whether the host weights are page-locked for the devices
+    /// (`--load-mode pin` that took effect: pinned through the main device,
+    /// else the first listed device that can; CUDA's registration is
+    /// portable, so every CUDA device of the run copies from it as pinned).
     pub host_pinned: bool,
     by_name: HashMap<String, WeightId>,
     /// The device's page-lock of the host weights; dropped before `file`'s
@@ -723,21 +725,37 @@ impl Model {
                     "--load-mode pin: every weight is on {}: nothing stays in host memory to pin",
                     d.name()
                 )),
-                (Some(d), Some((lo, hi))) => {
+                (Some(main), Some((lo, hi))) => {
                     let lo = lo - lo % PIN_PAGE;
                     let hi = hi.next_multiple_of(PIN_PAGE).min(len);
                     let range = Arc::new(SharedRange(file.bytes().clone(), lo..hi));
-                    match d.pin_host(range) {
-                        Ok(Some(p)) => pin = Some(p),
-                        Ok(None) => load_notes.push(format!(
-                            "--load-mode pin: {} copies from pageable memory as fast: behaves as mmap",
-                            d.name()
-                        )),
-                        Err(e) => load_notes.push(format!(
-                            "--load-mode pin: cannot page-lock the {} bytes of host weights for {}: {e}; copying from pageable memory (as mmap)",
-                            hi - lo,
-                            d.name()
-                        )),
+                    // every device copies from the host weights: the main
+                    // device pins them, else the next device that gains
+                    // from it (CUDA registers the range as portable, so
+                    // one registration serves every CUDA device; a sim
+                    // device gains nothing and passes)
+                    let others = devices.iter().filter(|d| !Arc::ptr_eq(d, main));
+                    let mut notes = Vec::new();
+                    for d in std::iter::once(main).chain(others) {
+                        let r: Arc<dyn AsRef<[u8]> + Send + Sync> = range.clone();
+                        match d.pin_host(r) {
+                            Ok(Some(p)) => {
+                                pin = Some(p);
+                                break;
+                            }
+                            Ok(None) => notes.push(format!(
+                                "--load-mode pin: {} copies from pageable memory as fast: behaves as mmap",
+                                d.name()
+                            )),
+                            Err(e) => notes.push(format!(
+                                "--load-mode pin: cannot page-lock the {} bytes of host weights for {}: {e}; copying from pageable memory (as mmap)",
+                                hi - lo,
+                                d.name()
+                            )),
+                        }
+                    }
+                    if pin.is_none() {
+                        load_notes.extend(notes);
                     }
                 }
             }

@@ -17,6 +17,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{nmse, or_skip, Fixture, MODELS};
+use ggml_core::gguf::LoadMode;
 use ggml_cuda::emulator;
 use llama::device::{open_devices, DeviceOptions};
 use llama::moe_cache::{CacheSize, MoeCacheParams};
@@ -63,7 +64,7 @@ fn on_two_cuda_devices_with(cpu_moe: bool, peer: bool, models: &[&str]) {
             ..emulator::config()
         }));
     } else if !peer {
-        println!("skipped: peer access cannot be turned off on real GPUs");
+        println!("skipped: peer access cannot be turned off on real GPUs (emulator only)");
         return;
     }
     let mut failures = Vec::new();
@@ -180,4 +181,72 @@ fn fixtures_on_two_cuda_devices_cpu_moe_cache_each() {
 #[test]
 fn without_peer_access_activations_cross_through_host() {
     on_two_cuda_devices_with(false, false, &["tiny-qwen3moe-f32", "tiny-gptoss-mxfp4"]);
+}
+
+/// `--load-mode pin` with several devices page-locks the host weights for
+/// every device, not only the main one: with `SIM0` (which gains nothing
+/// from it) as the main device, `CUDA0` pins them; on `CUDA0,CUDA1` the
+/// expert uploads into CUDA1's cache come from page-locked memory (CUDA's
+/// registration is portable: one serves every device). Emulator only (it
+/// counts pinned bytes).
+#[test]
+fn pin_serves_every_device() {
+    if !two_devices() {
+        println!("skipped: real GPUs do not count page-locked uploads (emulator only)");
+        return;
+    }
+    emulator::set_thread_config(None);
+    emulator::set_thread_config(Some(emulator::Config {
+        devices: 2,
+        ..emulator::config()
+    }));
+    let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
+    for list in [["SIM0", "CUDA0"], ["CUDA0", "CUDA1"]] {
+        let names: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        let opts = DeviceOptions {
+            n_threads: 2,
+            offload_min_batch: 1,
+            ..Default::default()
+        };
+        let params = ModelParams {
+            devices: open_devices(&names, &opts).expect("devices"),
+            placement: Placement {
+                devices: names,
+                tensor_split: vec![1.0, 3.0],
+                cpu_moe: true,
+                ..Default::default()
+            },
+            load_mode: LoadMode::Pin,
+            ..Default::default()
+        };
+        let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
+        assert!(model.host_pinned, "{list:?}: {:?}", model.load_notes);
+        assert!(model.load_notes.is_empty(), "{list:?}: {:?}", model.load_notes);
+        if list[1] != "CUDA1" {
+            continue;
+        }
+        let before = emulator::stats(1).h2d_pinned_bytes;
+        let cp = ContextParams {
+            n_ctx: 256,
+            n_batch: 256,
+            n_ubatch: 256,
+            n_threads: 2,
+            moe_cache: MoeCacheParams {
+                size: CacheSize::Auto,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut ctx = Context::new(Arc::clone(&model), cp).expect("context");
+        ctx.decode(&fx.tokens, false).expect("decode");
+        let devs = ctx.device_stats();
+        let on1 = devs.iter().find(|d| d.name == "CUDA1").expect("CUDA1");
+        assert!(on1.h2d_bytes_experts > 0, "{devs:?}");
+        let pinned = emulator::stats(1).h2d_pinned_bytes - before;
+        assert!(
+            pinned >= on1.h2d_bytes_experts,
+            "CUDA1: {pinned} pinned bytes < {} expert bytes",
+            on1.h2d_bytes_experts
+        );
+    }
 }

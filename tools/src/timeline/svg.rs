@@ -106,6 +106,7 @@ fn colour(cat: &str) -> &'static str {
         "op" => "#4e79a7",
         "h2d" => "#f28e2b",
         "d2h" => "#59a14f",
+        "d2d" => "#b07aa1",
         "wait" => "#d3d3d3",
         _ => "#999999",
     }
@@ -210,6 +211,7 @@ pub fn render(
         ("op", "op"),
         ("h2d", "host→device copy"),
         ("d2h", "device→host copy"),
+        ("d2d", "device→device copy"),
         ("wait", "wait"),
     ]
     .iter()
