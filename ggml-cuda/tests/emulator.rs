@@ -372,12 +372,22 @@ fn peer_copies_between_two_emulated_devices() {
         d1.event_synchronize(&done).unwrap();
         let mut out = vec![0u8; 4];
         b1.read((n as usize - 1) * 4, &mut out).unwrap();
-        assert_eq!(f32::from_le_bytes([out[0], out[1], out[2], out[3]]), 4.0, "round {round}");
+        assert_eq!(
+            f32::from_le_bytes([out[0], out[1], out[2], out[3]]),
+            4.0,
+            "round {round}"
+        );
     }
     d0.synchronize().unwrap();
     let after = (emulator::stats(0), emulator::stats(1));
-    assert_eq!(after.1.peer_in_bytes - before.1.peer_in_bytes, 2 * len as u64);
-    assert_eq!(after.0.d2h_bytes, before.0.d2h_bytes, "no read back to the host");
+    assert_eq!(
+        after.1.peer_in_bytes - before.1.peer_in_bytes,
+        2 * len as u64
+    );
+    assert_eq!(
+        after.0.d2h_bytes, before.0.d2h_bytes,
+        "no read back to the host"
+    );
     assert_eq!(after.1.h2d_pageable_bytes, before.1.h2d_pageable_bytes);
     assert!(emulator::take_hazards().is_empty());
     // the copy without the wait on CUDA0's compute: a hazard naming both

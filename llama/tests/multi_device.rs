@@ -10,9 +10,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, same_bits, Fixture, MODELS};
+use ggml_core::sim::SimProfile;
 use llama::device::{open_devices, DeviceOptions};
 use llama::placement::{Placement, SplitMode, Target};
-use ggml_core::sim::SimProfile;
 use llama::{Context, ContextParams, Model, ModelParams, TransferStats};
 
 fn load(fx: &Fixture, devices: &[&str], placement: Placement) -> Arc<Model> {
@@ -154,14 +154,23 @@ fn split_boundaries_cross_device_to_device() {
         n += 1;
         assert!(st.d2d_bytes > 0, "{name}: {st:?}");
         assert_eq!(st.d2d_bytes_via_host, 0, "{name}: {st:?}");
-        let host = load_with(&fx, &["SIM0", "SIM1"], Placement::default(), Some(no_peer.clone()));
+        let host = load_with(
+            &fx,
+            &["SIM0", "SIM1"],
+            Placement::default(),
+            Some(no_peer.clone()),
+        );
         let (got, sh) = logits_and_stats(&host, &fx);
         assert!(same_bits(&got, &cpu), "{name}: logits differ through host");
         assert_eq!(sh.d2d_bytes, 0, "{name}: {sh:?}");
         assert_eq!(sh.d2d_bytes_via_host, st.d2d_bytes, "{name}: {sh:?}");
         // the same bytes cross either way; through host memory they also
         // count as host-to-device bytes
-        assert_eq!(sh.h2d_bytes_other, st.h2d_bytes_other + st.d2d_bytes, "{name}");
+        assert_eq!(
+            sh.h2d_bytes_other,
+            st.h2d_bytes_other + st.d2d_bytes,
+            "{name}"
+        );
     }
     if n == 0 {
         println!("skipped: no fixture with layers on both devices");

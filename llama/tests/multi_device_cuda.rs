@@ -116,11 +116,7 @@ fn on_two_cuda_devices_with(cpu_moe: bool, peer: bool, models: &[&str]) {
         let devs = ctx.device_stats();
         let st = ctx.stats();
         // where the pair can, the boundary crosses device to device
-        let can_peer = if emulated {
-            peer
-        } else {
-            st.d2d_bytes > 0
-        };
+        let can_peer = if emulated { peer } else { st.d2d_bytes > 0 };
         if can_peer {
             assert!(
                 st.d2d_bytes > 0 && st.d2d_bytes_via_host == 0,
@@ -221,7 +217,11 @@ fn pin_serves_every_device() {
         };
         let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
         assert!(model.host_pinned, "{list:?}: {:?}", model.load_notes);
-        assert!(model.load_notes.is_empty(), "{list:?}: {:?}", model.load_notes);
+        assert!(
+            model.load_notes.is_empty(),
+            "{list:?}: {:?}",
+            model.load_notes
+        );
         if list[1] != "CUDA1" {
             continue;
         }

@@ -119,7 +119,9 @@ fn two_sim_devices_write_the_cpus_logits() {
 /// `--stats-out` key `devices`: one object per `--device` with exactly
 /// `name`, `layers`, `moe_cache_mib`, `moe_cache_hit_rate`,
 /// `h2d_bytes_experts`; the expert bytes add up to the run's; an empty
-/// list on the CPU; `--moe-cache-mib A,B` sizes each device's cache.
+/// list on the CPU; `--moe-cache-mib A,B` sizes each device's cache; the
+/// activations between the devices counted as `d2d_bytes` (peer copies),
+/// none in `d2d_bytes_via_host`.
 #[test]
 fn stats_out_has_a_devices_list() {
     let dir = tempfile::tempdir().unwrap();
@@ -184,11 +186,16 @@ fn stats_out_has_a_devices_list() {
         sum += b;
     }
     assert_eq!(Some(sum), s["h2d_bytes_experts"].as_u64(), "{s}");
+    // the activations cross from SIM0 to SIM1 device to device
+    assert!(s["d2d_bytes"].as_u64().is_some_and(|b| b > 0), "{s}");
+    assert_eq!(s["d2d_bytes_via_host"].as_u64(), Some(0), "{s}");
     let cpu = stats(&["--device", "CPU"], "cpu");
     assert_eq!(cpu["devices"], serde_json::json!([]), "{cpu}");
     let one = stats(&["--device", "SIM0", "--cpu-moe"], "one");
     assert_eq!(one["devices"].as_array().map(Vec::len), Some(1), "{one}");
     assert_eq!(one["devices"][0]["layers"], 2, "{one}");
+    assert_eq!(one["d2d_bytes"].as_u64(), Some(0), "{one}");
+    assert_eq!(one["d2d_bytes_via_host"].as_u64(), Some(0), "{one}");
 
     let o = run(
         RUN,

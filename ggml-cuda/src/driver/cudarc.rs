@@ -159,9 +159,7 @@ impl Device for CudaDevice {
         match r {
             sys::cudaError_enum::CUDA_SUCCESS
             | sys::cudaError_enum::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
-            e => e
-                .result()
-                .map_err(|e| dev_err("cuCtxEnablePeerAccess", e)),
+            e => e.result().map_err(|e| dev_err("cuCtxEnablePeerAccess", e)),
         }
     }
 

@@ -491,16 +491,7 @@ impl Stream for EmuStream {
         ];
         // SAFETY: both ranges are device memory of their (emulated)
         // devices, host allocations of this process (the caller's contract).
-        unsafe {
-            self.queue_copy(
-                "peer copy",
-                &acc,
-                dst as *mut u8,
-                src as *const u8,
-                n,
-                None,
-            )
-        }
+        unsafe { self.queue_copy("peer copy", &acc, dst as *mut u8, src as *const u8, n, None) }
     }
 
     fn record_event(&self, _timing: bool) -> Result<Arc<dyn Event>, BackendError> {
