@@ -499,7 +499,9 @@ impl Backend for SimBackend {
         if s.device == self.device || !Arc::ptr_eq(&s.clock, &self.clock) {
             return Ok(false);
         }
-        let d = self.sim_buffer(dst)?;
+        let Ok(d) = self.sim_buffer(dst) else {
+            return Ok(false);
+        };
         let so = src.offset;
         let dof = dst.offset;
         check_range(&s.name, s.mem.size(), so, len)?;

@@ -25,7 +25,9 @@
 //!    without data, copies) is laid out by liveness in one compute buffer per
 //!    backend, kept across computes while large enough. Graph inputs and
 //!    outputs keep their memory; views take none.
-//! 5. **Run.** For each split: copy the inputs that are not host weights,
+//! 5. **Run.** For each split: copy the inputs that are not host weights
+//!    (from another device device to device where the pair can,
+//!    [`ggml_core::Backend::copy_from_peer`], else through host memory),
 //!    then offer each host weight to the [`CopyHook`] (a full copy when it
 //!    declines), all on the backend's copy stream, then queue the split's
 //!    compute behind the copies' event. Splits do not synchronize: a split
@@ -40,8 +42,8 @@
 //! that check: its plan, splits, input copies and compute memory as they
 //! were, and the run's lists reused, so that a steady decode allocates
 //! nothing here. [`ComputeStats`]
-//! counts splits and bytes moved per backend pair, by the scheduler and by
-//! the hook; [`Scheduler::plan_dump`] prints the plan.
+//! counts splits and bytes moved per backend pair, by the scheduler (of
+//! them, the peer copies) and by the hook; [`Scheduler::plan_dump`] prints the plan.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
