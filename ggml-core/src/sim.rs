@@ -756,3 +756,92 @@ mod memory_tests {
         assert_eq!(u.memory_account().peak(), 100);
     }
 }
+
+#[cfg(test)]
+mod peer_tests {
+    use super::*;
+    use crate::timeline::SpanKind;
+
+    /// Two sim devices of one clock copy peer to peer: the bytes arrive,
+    /// count as the destination's `bytes_peer_in` (not as host traffic),
+    /// and the recorded timeline shows a `d2d` span on the destination's
+    /// copy stream reading the source's range. A device on another clock,
+    /// a profile with `d2d_bw` 0 and a copy within one device decline.
+    #[test]
+    fn two_devices_of_one_clock_copy_peer_to_peer() {
+        let clock = SimClock::new(SimProfile::default_profile());
+        let d0 = SimBackend::new(0, 1).with_clock(Arc::clone(&clock));
+        let d1 = SimBackend::new(1, 1).with_clock(Arc::clone(&clock));
+        let a = d0.alloc_buffer(64, BufferUsage::Compute).unwrap();
+        let b = d1.alloc_buffer(64, BufferUsage::Compute).unwrap();
+        a.write(8, &[5u8; 32]).unwrap();
+        let src = TensorData {
+            buffer: Arc::clone(&a),
+            offset: 8,
+        };
+        let dst = TensorData {
+            buffer: Arc::clone(&b),
+            offset: 16,
+        };
+        clock.set_recording(true);
+        let ev = d0.record_event_on(Stream::Compute).unwrap();
+        assert!(d1
+            .copy_from_peer(&d0, &src, &dst, 32, Stream::Copy(0), Some(&ev))
+            .unwrap());
+        let mut out = [0u8; 32];
+        b.read(16, &mut out).unwrap();
+        assert_eq!(out, [5u8; 32]);
+        assert_eq!(d1.counters().bytes_peer_in.load(Ordering::Relaxed), 32);
+        assert_eq!(d0.counters().bytes_out.load(Ordering::Relaxed), 0);
+        assert_eq!(d1.counters().bytes_in.load(Ordering::Relaxed), 0);
+        let tl = clock.take_timeline();
+        let sp: Vec<_> = tl
+            .spans
+            .iter()
+            .filter(|s| s.kind == SpanKind::CopyD2D)
+            .collect();
+        assert_eq!(sp.len(), 1, "{:?}", tl.spans);
+        assert_eq!((sp[0].backend.as_str(), sp[0].bytes), ("SIM1", 32));
+        assert_eq!(sp[0].kind.category(), "d2d");
+        assert!(sp[0].name.contains("from SIM0"), "{}", sp[0].name);
+        // out of range: an error naming the buffer
+        assert!(d1
+            .copy_from_peer(&d0, &src, &dst, 60, Stream::Copy(0), None)
+            .is_err());
+        // declined: another clock, peer copies off, one device
+        let lone = SimBackend::new(2, 1);
+        let c = lone.alloc_buffer(64, BufferUsage::Compute).unwrap();
+        let cd = TensorData {
+            buffer: c,
+            offset: 0,
+        };
+        assert!(!d1
+            .copy_from_peer(&lone, &cd, &dst, 32, Stream::Copy(0), None)
+            .unwrap());
+        let mut p = SimProfile::default_profile();
+        p.d2d_bw = Some(0.0);
+        let off = SimClock::new(p);
+        let o0 = SimBackend::new(0, 1).with_clock(Arc::clone(&off));
+        let o1 = SimBackend::new(1, 1).with_clock(off);
+        let (x, y) = (
+            o0.alloc_buffer(8, BufferUsage::Compute).unwrap(),
+            o1.alloc_buffer(8, BufferUsage::Compute).unwrap(),
+        );
+        let (xs, yd) = (
+            TensorData {
+                buffer: x,
+                offset: 0,
+            },
+            TensorData {
+                buffer: y,
+                offset: 0,
+            },
+        );
+        assert!(!o1
+            .copy_from_peer(&o0, &xs, &yd, 8, Stream::Copy(0), None)
+            .unwrap());
+        assert!(!d1
+            .copy_from_peer(&d1, &dst, &dst, 8, Stream::Copy(0), None)
+            .unwrap());
+    }
+}
