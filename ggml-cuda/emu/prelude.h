@@ -356,16 +356,12 @@ __forceinline__ float __powf(float x, float y) { return powf(x, y); }
 __forceinline__ float __fdividef(float x, float y) { return x / y; }
 __forceinline__ float __frcp_rn(float x) { return 1.0f / x; }
 __forceinline__ float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-// rounded, never contracted into an FMA (the build passes -ffp-contract=off)
-__forceinline__ float __fmul_rn(float a, float b) { return a * b; }
-__forceinline__ float __fadd_rn(float a, float b) { return a + b; }
 __forceinline__ float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 __forceinline__ float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
 __forceinline__ float __int_as_float(int x) { return emu_from_bits<float>((unsigned)x); }
 __forceinline__ int __float_as_int(float x) { return (int)(unsigned)emu_bits(x); }
 __forceinline__ float __uint_as_float(unsigned x) { return emu_from_bits<float>(x); }
-__forceinline__ long long __double_as_longlong(double x) { return (long long)emu_bits(x); }
 __forceinline__ unsigned __float_as_uint(float x) { return (unsigned)emu_bits(x); }
 
 __forceinline__ int __popc(unsigned x) { return __builtin_popcount(x); }

@@ -441,23 +441,6 @@ __device__ float block_sum(float v, float* sh) {
     return warp_sum(r);
 }
 
-// Sum over the block in double, as ggml's CPU sums rows (ggml_float);
-// every thread gets the result. `shd` holds blockDim.x + 1 doubles.
-__device__ double block_sum_d(double v, double* shd) {
-    __syncthreads();
-    shd[threadIdx.x] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double r = 0.0;
-        for (unsigned k = 0; k < blockDim.x; k++) {
-            r += shd[k];
-        }
-        shd[blockDim.x] = r;
-    }
-    __syncthreads();
-    return shd[blockDim.x];
-}
-
 __device__ float block_max(float v, float* sh) {
     int lane = threadIdx.x & 31;
     int w = threadIdx.x >> 5;
@@ -478,41 +461,6 @@ __device__ __forceinline__ float gelu_f(float x) {
 }
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
-
-// ggml_v_expf, the vectorised expf of ggml's CPU softmax and SiLU rows, one
-// lane: the same operations in the same order, with its fused multiply-adds
-// (the CPU backend's `vexp::v_expf`), so the bits match the CPU's.
-__device__ __forceinline__ float ggml_v_expf(float x) {
-    const float r = __uint_as_float(0x4b400000u);
-    float z = fmaf(x, __uint_as_float(0x3fb8aa3bu), r);
-    float n = z - r;
-    float b = fmaf(-n, __uint_as_float(0x35bfbe8eu), fmaf(-n, __uint_as_float(0x3f317200u), x));
-    unsigned e = __float_as_uint(z) << 23;
-    float k = __uint_as_float(e + __float_as_uint(1.0f));
-    float u = __fmul_rn(b, b);
-    float j = fmaf(fmaf(fmaf(__uint_as_float(0x3c072010u), b, __uint_as_float(0x3d2b9f17u)), u,
-                        fmaf(__uint_as_float(0x3e2aaf33u), b, __uint_as_float(0x3efffedbu))),
-                   u, __fmul_rn(__uint_as_float(0x3f7ffff6u), b));
-    if (fabsf(n) <= 126.0f || n != n) {
-        return fmaf(j, k, k);
-    }
-    unsigned g = n <= 0.0f ? 0x82000000u : 0u;
-    float s1 = __uint_as_float(g + 0x7f000000u);
-    float s2 = __uint_as_float(e - g);
-    if (fabsf(n) > 192.0f) {
-        return __fmul_rn(s1, s1);
-    }
-    return __fmul_rn(fmaf(s2, j, s2), s1);
-}
-
-// SiLU of element i0 of a row of ne0, as ggml_vec_silu_f32 / swiglu_f32:
-// ggml_v_expf over the whole chunks of 8, the library expf on the tail.
-__device__ __forceinline__ float silu_row_f(float x, i64 i0, i64 ne0) {
-    if (i0 < ne0 / 8 * 8) {
-        return x / (1.0f + ggml_v_expf(0.0f - x));
-    }
-    return silu_f(x);
-}
 
 // ------------------------------------------------------------ element-wise
 
@@ -554,7 +502,7 @@ extern "C" __global__ void k_unary(u8* dst, T4 td, const u8* a, T4 ta, int tya, 
         case 0: r = x * p0 + p1; break;
         case 1: r = x * x; break;
         case 2: r = sqrtf(x); break;
-        case 3: r = silu_row_f(x, c[0], td.ne[0]); break;
+        case 3: r = silu_f(x); break;
         case 4: r = gelu_f(x); break;
         case 5: r = 1.0f / (1.0f + expf(-x)); break;
         case 6: r = -x; break;
@@ -588,7 +536,7 @@ extern "C" __global__ void k_glu(u8* dst, T4 td, const u8* a, T4 ta, int tya, co
         }
         float r;
         if (op == 0) {
-            r = __fmul_rn(silu_row_f(g, c[0], nc), u);
+            r = silu_f(g) * u;
         } else if (op == 1) {
             r = gelu_f(g) * u;
         } else {
@@ -700,47 +648,42 @@ extern "C" __global__ void k_concat(u8* dst, T4 td, const u8* a, T4 ta, const u8
 
 // ------------------------------------------------------------- reductions
 
-// One block per row (at most 1024 threads). mode: 0 rms_norm, 1 norm,
-// 2 sum_rows, 3 mean. Sums in double and rounds as ggml's CPU does
-// (ggml_vec_sum_f32, rms_norm_f32, norm_f32 accumulate in ggml_float): a
-// float sum rounds the norm's scale differently, which moves values across
-// the activation quantization's rounding steps downstream.
+// One block per row. mode: 0 rms_norm, 1 norm, 2 sum_rows, 3 mean.
 extern "C" __global__ void k_row_reduce(u8* dst, T4 td, const u8* a, T4 ta, int tya, int mode,
                                         float eps) {
-    __shared__ double shd[1025];
+    __shared__ float sh[32];
     i64 row = blockIdx.x;
     i64 i1 = row % ta.ne[1];
     i64 i2 = (row / ta.ne[1]) % ta.ne[2];
     i64 i3 = row / (ta.ne[1] * ta.ne[2]);
     const u8* pa = a + t4_off(ta, 0, i1, i2, i3);
     i64 ne0 = ta.ne[0];
-    double s = 0.0;
+    float s = 0.0f;
     for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
         float x = load_f(pa + k * ta.nb[0], tya);
-        s += mode == 0 ? (double)__fmul_rn(x, x) : (double)x;
+        s += mode == 0 ? x * x : x;
     }
-    s = block_sum_d(s, shd);
+    s = block_sum(s, sh);
+    float mean = s / (float)ne0;
     if (mode >= 2) {
         if (threadIdx.x == 0) {
-            float sf = (float)s;
-            *(float*)(dst + t4_off(td, 0, i1, i2, i3)) = mode == 2 ? sf : sf / (float)ne0;
+            *(float*)(dst + t4_off(td, 0, i1, i2, i3)) = mode == 2 ? s : mean;
         }
         return;
     }
-    float mean = (float)(s / (double)ne0);
     float scale;
     float shift = 0.0f;
     if (mode == 0) {
         scale = 1.0f / sqrtf(mean + eps);
     } else {
         shift = mean;
-        double v = 0.0;
+        float v = 0.0f;
         for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
             float x = load_f(pa + k * ta.nb[0], tya) - mean;
-            v += (double)__fmul_rn(x, x);
+            v += x * x;
         }
-        v = block_sum_d(v, shd);
-        scale = 1.0f / sqrtf((float)(v / (double)ne0) + eps);
+        v = block_sum(v, sh);
+        scale = 1.0f / sqrtf(v / (float)ne0 + eps);
     }
     for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
         float x = load_f(pa + k * ta.nb[0], tya);
@@ -786,39 +729,12 @@ extern "C" __global__ void k_argmax(int* dst, const u8* a, T4 ta, int tya) {
 }
 
 // soft_max_ext, one block per row of `a` (rows = ne1*ne2*ne3):
-// dst = softmax(a*scale + slope*mask) with optional per-head sink logits,
-// in the CPU backend's arithmetic (`softmax_row`, ggml_vec_soft_max_f32):
-// - a masked row (attention over KV cells) with a finite maximum: every
-//   exp by ggml_v_expf, the total a fixed-point count of 2^-40 units
-//   (integer sums do not depend on the order, so the bits match);
-// - otherwise ggml's chunks of 8 (ggml_v_expf, each chunk summed in f32 in
-//   ggml's lane order, the chunk sums added in double), the library expf
-//   on the tail;
-// then an f32 reciprocal of the double total.
-__device__ __forceinline__ float sm_logit(const u8* pa, T4 ta, int tya, const u8* pm, T4 tm,
-                                          int tym, int has_mask, float scale, float slope,
-                                          i64 k) {
-    float w = __fmul_rn(load_f(pa + k * ta.nb[0], tya), scale);
-    if (has_mask) {
-        w = __fadd_rn(w, __fmul_rn(slope, load_f(pm + k * tm.nb[0], tym)));
-    }
-    return w;
-}
-
-// One exp's fixed-point count: round(e * 2^40), exact in a double.
-__device__ __forceinline__ unsigned long long sm_cell_units(float e) {
-    const double magic = 4503599627370496.0; // 2^52
-    double d = fma((double)e, 1099511627776.0, magic);
-    return (unsigned long long)(__double_as_longlong(d) - __double_as_longlong(magic));
-}
-
+// dst = softmax(a*scale + slope*mask) with optional per-head sink logits.
 extern "C" __global__ void k_soft_max(u8* dst, T4 td, const u8* a, T4 ta, int tya,
                                       const u8* mask, T4 tm, int tym, int has_mask,
                                       const float* sinks, int has_sinks, float scale,
                                       float max_bias, float m0, float m1, int n_head_log2) {
     __shared__ float sh[32];
-    __shared__ double shd[1025];
-    __shared__ unsigned long long shu[1025];
     i64 row = blockIdx.x;
     i64 i1 = row % ta.ne[1];
     i64 i2 = (row / ta.ne[1]) % ta.ne[2];
@@ -833,7 +749,11 @@ extern "C" __global__ void k_soft_max(u8* dst, T4 td, const u8* a, T4 ta, int ty
     i64 ne0 = ta.ne[0];
     float mx = neg_inf();
     for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
-        mx = fmaxf(mx, sm_logit(pa, ta, tya, pm, tm, tym, has_mask, scale, slope, k));
+        float w = load_f(pa + k * ta.nb[0], tya) * scale;
+        if (has_mask) {
+            w += slope * load_f(pm + k * tm.nb[0], tym);
+        }
+        mx = fmaxf(mx, w);
     }
     mx = block_max(mx, sh);
     float sink = 0.0f;
@@ -841,59 +761,25 @@ extern "C" __global__ void k_soft_max(u8* dst, T4 td, const u8* a, T4 ta, int ty
         sink = sinks[i2];
         mx = fmaxf(mx, sink);
     }
-    // cells: every element by ggml_v_expf; else whole chunks of 8 by it
-    int cells = has_mask && mx > neg_inf() && mx < -neg_inf();
-    i64 n_v = cells ? ne0 : ne0 / 8 * 8;
-    double total;
-    if (cells) {
-        unsigned long long units = 0;
-        int nan = 0;
-        for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
-            float e = ggml_v_expf(sm_logit(pa, ta, tya, pm, tm, tym, has_mask, scale, slope, k) - mx);
-            nan |= e != e;
-            units += sm_cell_units(e);
-        }
-        __syncthreads();
-        shu[threadIdx.x] = units | (nan ? (1ull << 63) : 0ull);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned long long u = 0;
-            int any_nan = 0;
-            for (unsigned t = 0; t < blockDim.x; t++) {
-                any_nan |= (shu[t] >> 63) != 0;
-                u += shu[t] & ~(1ull << 63);
-            }
-            shd[blockDim.x] = any_nan ? (double)neg_inf() - (double)neg_inf()
-                                      : (double)u / 1099511627776.0;
-        }
-        __syncthreads();
-        total = shd[blockDim.x];
-    } else {
-        double s = 0.0;
-        for (i64 c = threadIdx.x; c < ne0 / 8; c += blockDim.x) {
-            float y[8];
-            for (int l = 0; l < 8; l++) {
-                y[l] = ggml_v_expf(
-                    sm_logit(pa, ta, tya, pm, tm, tym, has_mask, scale, slope, 8 * c + l) - mx);
-            }
-            // ggml's order: high half + low half, then pairs, then the last two
-            float h0 = y[4] + y[0], h1 = y[5] + y[1], h2 = y[6] + y[2], h3 = y[7] + y[3];
-            float p0 = h0 + h2, p1 = h1 + h3;
-            s += (double)(p0 + p1);
-        }
-        for (i64 k = ne0 / 8 * 8 + threadIdx.x; k < ne0; k += blockDim.x) {
-            s += (double)expf(sm_logit(pa, ta, tya, pm, tm, tym, has_mask, scale, slope, k) - mx);
-        }
-        total = block_sum_d(s, shd);
-    }
-    if (has_sinks) {
-        total += (double)expf(sink - mx);
-    }
-    float inv = (float)(1.0 / total);
+    float s = 0.0f;
     for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
-        float w = sm_logit(pa, ta, tya, pm, tm, tym, has_mask, scale, slope, k) - mx;
-        float e = k < n_v ? ggml_v_expf(w) : expf(w);
-        *(float*)(dst + t4_off(td, k, i1, i2, i3)) = __fmul_rn(e, inv);
+        float w = load_f(pa + k * ta.nb[0], tya) * scale;
+        if (has_mask) {
+            w += slope * load_f(pm + k * tm.nb[0], tym);
+        }
+        s += expf(w - mx);
+    }
+    s = block_sum(s, sh);
+    if (has_sinks) {
+        s += expf(sink - mx);
+    }
+    float inv = 1.0f / s;
+    for (i64 k = threadIdx.x; k < ne0; k += blockDim.x) {
+        float w = load_f(pa + k * ta.nb[0], tya) * scale;
+        if (has_mask) {
+            w += slope * load_f(pm + k * tm.nb[0], tym);
+        }
+        *(float*)(dst + t4_off(td, k, i1, i2, i3)) = expf(w - mx) * inv;
     }
 }
 
@@ -924,14 +810,7 @@ extern "C" __global__ void k_rope(u8* dst, T4 td, const u8* a, T4 ta, int tya, c
             }
             continue;
         }
-        // theta as ggml_rope_cache_init (the CPU's) forms it: the position
-        // multiplied by theta_scale once per pair before this one, in f32
-        // (powf(theta_scale, ip) rounds differently, more so at later
-        // positions)
-        float theta_extrap = (float)pos[i2];
-        for (i64 k = 0; k < ip; k++) {
-            theta_extrap *= theta_scale;
-        }
+        float theta_extrap = (float)pos[i2] * powf(theta_scale, (float)ip);
         if (has_ff) {
             theta_extrap /= ff[ip];
         }
@@ -942,13 +821,11 @@ extern "C" __global__ void k_rope(u8* dst, T4 td, const u8* a, T4 ta, int tya, c
             float y = ((float)ip - corr0) / fmaxf(0.001f, corr1 - corr0);
             float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
             float mix = ramp * ext_factor;
-            // one FMA, the other product rounded first: as GCC fuses
-            // ggml's rope_yarn (and the CPU backend does)
-            theta = fmaf(theta_interp, 1.0f - mix, theta_extrap * mix);
-            mscale *= __fadd_rn(1.0f, __fmul_rn(0.1f, logf(1.0f / freq_scale)));
+            theta = theta_interp * (1.0f - mix) + theta_extrap * mix;
+            mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
         }
-        float cs = __fmul_rn(cosf(theta), mscale);
-        float sn = __fmul_rn(sinf(theta), mscale);
+        float cs = cosf(theta) * mscale;
+        float sn = sinf(theta) * mscale;
         i64 j0, j1;
         if (mode == 2) {
             j0 = ip;
@@ -959,9 +836,8 @@ extern "C" __global__ void k_rope(u8* dst, T4 td, const u8* a, T4 ta, int tya, c
         }
         float x0 = load_f(a + t4_off(ta, j0, i1, i2, i3), tya);
         float x1 = load_f(a + t4_off(ta, j1, i1, i2, i3), tya);
-        // fused as GCC fuses ggml's rotate_pairs (the CPU backend too)
-        *(float*)(dst + t4_off(td, j0, i1, i2, i3)) = fmaf(x0, cs, -__fmul_rn(x1, sn));
-        *(float*)(dst + t4_off(td, j1, i1, i2, i3)) = fmaf(x0, sn, __fmul_rn(x1, cs));
+        *(float*)(dst + t4_off(td, j0, i1, i2, i3)) = x0 * cs - x1 * sn;
+        *(float*)(dst + t4_off(td, j1, i1, i2, i3)) = x0 * sn + x1 * cs;
     }
 }
 

@@ -25,20 +25,24 @@ fn use_emulator_without_gpu() {
 }
 
 /// tiny-deepseek2-q4_k is the fixtures' most sensitive file (routing flips,
-/// see `model_fixtures.rs`). On the emulator it lands at prompt 2.2e-3 /
-/// teacher-forced 5.7e-3; the CPU backend at 2.0e-3 / 2.7e-3. The
-/// elementwise kernels now give the CPU's bits (RoPE, norms, softmax,
-/// SiLU: `ops_vs_cpu`'s exact cases), so the graphs agree bit for bit up to
-/// the first quantized matmul, whose float sums run in another order than
-/// the CPU's AVX2 lanes (`kv_cmpr_pe-0` differs by 2e-7, see
-/// `node_dumps_agree_up_to_the_first_quantized_matmul`). A few tokens then
-/// cross a rounding step where activations re-quantize (Q8_0 for the Q5_0
-/// `attn_k_b`, Q8_K for the Q4_K projections: 1e-3..1e-2 on those tokens),
-/// and teacher-forced row 14 flips its grouped sigmoid routing on CUDA
+/// see `model_fixtures.rs`). On the emulator it lands at prompt 1.42e-3 /
+/// teacher-forced 5.70e-3; the CPU backend at 1.96e-3 / 2.74e-3. The
+/// graphs agree within float rounding up to the first quantized matmuls
+/// (`kv_cmpr_pe-0`, `q-0`: Q4_K weights, their sums taken in another order
+/// than the CPU's, 2e-7 apart; see
+/// `node_dumps_agree_within_float_rounding_up_to_the_first_quantized_matmul`).
+/// The first node above that is `q_nope_absorbed-0`: re-quantizing `q-0`
+/// to Q8_0 for the Q5_0 `attn_k_b`, one value (prompt token 10, head 0)
+/// lands on the other side of a rounding step, x/d = -61.49999 on the CPU
+/// and -61.50002 on CUDA. That one step spreads through the later layers
+/// and flips teacher-forced row 14's grouped sigmoid routing on CUDA
 /// (4.8e-2 against 5.4e-4 on the CPU; row 13 flips on both), which alone
-/// makes the 5.7e-3. `llama/examples/node-divergence.rs` prints the rows
-/// and the nodes. Its prompt rows are held to the 5e-3 bound; the
-/// teacher-forced NMSE is printed, and must stay below 1e-2.
+/// makes the 5.70e-3. Making the elementwise and row kernels (RoPE, norms,
+/// softmax, SiLU) give the CPU's bits was tried and did not move the bound
+/// (5.69e-3), so it was not kept: its serial double sums cost decode
+/// latency. `llama/examples/node-divergence.rs` prints the rows and the
+/// nodes. Its prompt rows are held to the 5e-3 bound; the teacher-forced
+/// NMSE is printed, and must stay below 1e-2.
 const ACTIVATION_SENSITIVE: (&str, f64) = ("tiny-deepseek2-q4_k", 1e-2);
 
 fn fixture_on_cuda0(name: &str) {
@@ -204,14 +208,15 @@ fn tiny_gptoss_mxfp4() {
 }
 
 /// [`Context::set_node_dump`] on the CPU and on CUDA0, tiny-deepseek2-q4_k's
-/// prompt: the same named nodes in the same order; the token embeddings and
-/// the first RMS norm bit for bit (CUDA sums the norm's row in double, as
-/// the CPU does); the first quantized projection (`kv_cmpr_pe-0`, Q4_K
-/// weights on Q8_K activations) within float rounding, its sums taken in
-/// another order. Later nodes part further where activations re-quantize
+/// prompt: the same named nodes in the same order; the token embeddings
+/// (rows copied, no arithmetic) bit for bit; the first RMS norm
+/// (`attn_norm-0`, 3.4e-8 apart on the emulator: its row summed in another
+/// order) and the first quantized projection (`kv_cmpr_pe-0`, Q4_K weights
+/// on Q8_K activations, 2.2e-7) within float rounding, 1e-6 relative.
+/// Later nodes part further where activations re-quantize
 /// (`llama/examples/node-divergence.rs` prints the table).
 #[test]
-fn node_dumps_agree_up_to_the_first_quantized_matmul() {
+fn node_dumps_agree_within_float_rounding_up_to_the_first_quantized_matmul() {
     use_emulator_without_gpu();
     let fx = or_skip!(Fixture::load("tiny-deepseek2-q4_k"));
     let dump = |dev: &str| {
@@ -242,13 +247,14 @@ fn node_dumps_agree_up_to_the_first_quantized_matmul() {
             .map(|(_, v)| v.clone())
             .unwrap_or_else(|| panic!("no node {name}"))
     };
-    for name in ["inp_embd", "attn_norm-0"] {
-        assert!(
-            common::same_bits(&node(&cpu, name), &node(&cuda, name)),
-            "{name} differs"
-        );
+    assert!(
+        common::same_bits(&node(&cpu, "inp_embd"), &node(&cuda, "inp_embd")),
+        "inp_embd differs"
+    );
+    for name in ["attn_norm-0", "kv_cmpr_pe-0"] {
+        let (c, g) = (node(&cpu, name), node(&cuda, name));
+        let rel = nmse(&g, &c).sqrt();
+        println!("{name}: relative difference {rel:.2e}");
+        assert!(rel < 1e-6, "{name}: {rel:.2e}");
     }
-    let (c, g) = (node(&cpu, "kv_cmpr_pe-0"), node(&cuda, "kv_cmpr_pe-0"));
-    let rel = nmse(&g, &c).sqrt();
-    assert!(rel < 1e-6, "kv_cmpr_pe-0: {rel:.2e}");
 }
