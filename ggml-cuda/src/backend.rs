@@ -545,10 +545,11 @@ impl CudaBackend {
     /// The device ranges node `n`'s launches access: its destination
     /// (written), its sources (read), and the error flag (written) when it
     /// validates ids. Scratch memory is private to the compute stream.
-    /// `mul_mat_id`'s expert tensor is left out: the kernel reads only the
-    /// experts its device-side ids select (a cache bank's slots), which the
-    /// host cannot name at launch; listing the whole tensor would report
-    /// uploads into other slots as hazards.
+    /// Of `mul_mat_id`'s expert tensor the kernel reads only the experts
+    /// its device-side ids select (a cache bank's slots), which the host
+    /// cannot name at launch: that access is [`driver::Selected`], resolved
+    /// by the emulator when the launch runs (listing the whole tensor would
+    /// report uploads into other slots as hazards).
     fn set_node_access(&self, g: &Graph, n: TensorId) -> Result<(), BackendError> {
         let t = g.tensor(n);
         let mut acc = self
@@ -562,27 +563,25 @@ impl CudaBackend {
         ) {
             return Ok(());
         }
-        acc.push(Access {
-            ptr: self.ptr(g, n)?,
-            len: t.nbytes(),
-            write: true,
-        });
+        acc.push(Access::range(self.ptr(g, n)?, t.nbytes(), true));
         for (i, &src) in t.src.iter().enumerate() {
+            let mut a = Access::range(self.ptr(g, src)?, g.tensor(src).nbytes(), false);
             if t.op == Op::MulMatId && i == 0 {
-                continue;
+                let (Some(&ids), w) = (t.src.get(2), g.tensor(src)) else {
+                    continue;
+                };
+                a.select = Some(driver::Selected {
+                    ids: self.ptr(g, ids)?,
+                    ids_t: T4::of(g, ids),
+                    stride: w.nb[2],
+                    expert_bytes: w.nb[2],
+                    n_expert: w.ne[2].max(0) as usize,
+                });
             }
-            acc.push(Access {
-                ptr: self.ptr(g, src)?,
-                len: g.tensor(src).nbytes(),
-                write: false,
-            });
+            acc.push(a);
         }
         if validates_ids(t.op) {
-            acc.push(Access {
-                ptr: self.err_flag.dev_word.ptr,
-                len: 4,
-                write: true,
-            });
+            acc.push(Access::range(self.err_flag.dev_word.ptr, 4, true));
         }
         Ok(())
     }

@@ -198,3 +198,81 @@ fn events_come_from_a_pool_and_reads_after_compute_use_the_readback_stream() {
     be.synchronize().unwrap();
     assert!(emulator::take_hazards().is_empty());
 }
+
+/// `mul_mat_id` over a bank of 4 expert slots (F32 `[16, 8]` each), ids
+/// selecting slots 1 and 3 for one token: the graph, the bank's offset in
+/// `buf` and one slot's bytes.
+fn bank_graph(buf: &Arc<dyn Buffer>) -> (Graph, TensorId, usize) {
+    let (k, m, n_slot) = (16i64, 8i64, 4i64);
+    let mut g = Graph::new();
+    let bank = g.new_tensor_3d(GgmlType::F32, k, m, n_slot);
+    let x = g.new_tensor_3d(GgmlType::F32, k, 1, 1);
+    let ids = g.new_tensor_2d(GgmlType::I32, 2, 1);
+    let y = g.mul_mat_id(bank, x, ids);
+    g.build_forward_expand(y);
+    let slot = (k * m * 4) as usize;
+    let offs = [0, 4 * slot, 4 * slot + 1024, 4 * slot + 2048];
+    for (id, off) in [bank, x, ids, y].into_iter().zip(offs) {
+        g.tensor_mut(id).data = Some(TensorData {
+            buffer: buf.clone(),
+            offset: off,
+        });
+    }
+    g.write_bytes(bank, &f32_bytes(&vec![0.5; (4 * k * m) as usize]))
+        .unwrap();
+    g.write_bytes(x, &f32_bytes(&[1.0; 16])).unwrap();
+    let sel: Vec<u8> = [1i32, 3].iter().flat_map(|x| x.to_le_bytes()).collect();
+    g.write_bytes(ids, &sel).unwrap();
+    (g, bank, slot)
+}
+
+/// The hazard detector sees the cache slots `mul_mat_id` reads (which its
+/// device-side ids select, resolved when the kernel runs): an upload into
+/// a slot it reads, queued on the upload stream without waiting for the
+/// compute, is a hazard; into a slot it does not read, or after an event
+/// on the compute stream, it is not.
+#[test]
+fn an_upload_into_a_slot_mul_mat_id_reads_needs_a_wait() {
+    let _g = setup();
+    for seed in 1..=8 {
+        let mut c = emulator::config();
+        c.seed = Some(seed);
+        emulator::set_config(c);
+        // a backend per seed: its streams take the seed, and the hazard
+        // found below stays on its compute stream (a sticky error)
+        let be = CudaBackend::new(0).expect("emulated CUDA0");
+        let buf = be.alloc_buffer(8192, BufferUsage::Compute).unwrap();
+        let (g, bank, slot) = bank_graph(&buf);
+        let bd = g.tensor(bank).data.clone().unwrap();
+        let bytes = f32_bytes(&vec![0.25; slot / 4]);
+        // ordered: the upload into slot 1 waits for the compute
+        be.compute(&g, g.nodes()).unwrap();
+        let ev = be.record_event_on(Stream::Compute).unwrap();
+        be.wait_event_on(Stream::Copy(0), &ev).unwrap();
+        be.write_on(Stream::Copy(0), &bd, slot, &bytes).unwrap();
+        be.synchronize().expect("an ordered upload");
+        // unordered, into slot 2 (not read): no hazard
+        be.compute(&g, g.nodes()).unwrap();
+        be.write_on(Stream::Copy(0), &bd, 2 * slot, &bytes).unwrap();
+        be.synchronize()
+            .expect("an upload into a slot nobody reads");
+        assert!(emulator::take_hazards().is_empty());
+        // unordered, into slot 3 (read): a hazard, found when the upload
+        // is queued (the kernel ran and recorded its slots) or when the
+        // kernel runs (the upload was recorded first)
+        be.compute(&g, g.nodes()).unwrap();
+        let queued = be.write_on(Stream::Copy(0), &bd, 3 * slot, &bytes);
+        let synced = be.synchronize();
+        let msg = match (queued, synced) {
+            (Err(e), _) | (Ok(()), Err(e)) => e.to_string(),
+            (Ok(()), Ok(())) => {
+                panic!("seed {seed}: an unordered upload into a slot mul_mat_id reads")
+            }
+        };
+        assert!(
+            msg.contains("hazard") && msg.contains("k_"),
+            "seed {seed}: {msg}"
+        );
+        let _ = emulator::take_hazards();
+    }
+}

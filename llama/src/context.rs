@@ -257,6 +257,8 @@ pub struct Context {
     host_base: HostTime,
     /// The simulated clock the host's own time enters, on a sim device.
     clock: Option<Arc<dyn ggml_core::DeviceClock>>,
+    /// Named F32 nodes of the last ubatch ([`Context::set_node_dump`]).
+    node_dump: Option<Vec<(String, Vec<f32>)>>,
 }
 
 /// Device memory `auto` leaves free for the cached graphs' activations:
@@ -358,6 +360,7 @@ impl Context {
             host: HostTime::default(),
             host_base: HostTime::default(),
             clock,
+            node_dump: None,
         })
     }
 
@@ -872,6 +875,15 @@ impl Context {
         b.forced_routing = self.params.forced_routing.is_some();
         b.want_embd = shape.embd;
         let dg = b.build_decoder(&self.kv, shape.n_tokens, shape.n_kv, shape.n_outputs);
+        if self.node_dump.is_some() {
+            // every named F32 node keeps its memory, to be read after compute
+            for &n in b.g.nodes().to_vec().iter() {
+                let t = b.g.tensor(n);
+                if !t.name.is_empty() && t.ty == ggml_core::GgmlType::F32 && t.view_src.is_none() {
+                    b.g.set_output(n);
+                }
+            }
+        }
         Ok(KeptGraph {
             shape,
             g: b.g,
@@ -923,6 +935,19 @@ impl Context {
         }
         if n_out > 0 {
             read_f32_into(g, dg.logits, logits)?;
+        }
+        if let Some(d) = self.node_dump.as_mut() {
+            d.clear();
+            for &n in g.nodes() {
+                let t = g.tensor(n);
+                if t.flags.output
+                    && !t.name.is_empty()
+                    && t.ty == ggml_core::GgmlType::F32
+                    && t.view_src.is_none()
+                {
+                    d.push((t.name.clone(), g.read_f32(n)?));
+                }
+            }
         }
         let run_ns = t_run.elapsed().as_nanos() as u64;
         // backend work: what the backends were busy with (kernels, copies
@@ -1185,6 +1210,21 @@ impl Context {
         let n = self.model.hparams.n_embd;
         let row = usize::try_from(*self.output_of.get(j)?).ok()?;
         self.embd.get(row * n..(row + 1) * n)
+    }
+
+    /// Keep (`true`) or stop keeping the named F32 nodes of every ubatch's
+    /// graph, for [`Context::node_dump`] (a debugging aid, like llama.cpp's
+    /// eval callback: every such node keeps its own memory, so graphs use
+    /// more of it). The kept graph is rebuilt.
+    pub fn set_node_dump(&mut self, on: bool) {
+        self.node_dump = on.then(Vec::new);
+        self.kept = None;
+    }
+
+    /// The named F32 nodes of the last ubatch, in graph order, when
+    /// [`Context::set_node_dump`] is on.
+    pub fn node_dump(&self) -> &[(String, Vec<f32>)] {
+        self.node_dump.as_deref().unwrap_or(&[])
     }
 
     /// Logits of output row `i` of the last `decode` (every token's row with

@@ -35,10 +35,12 @@ fn emulator_runs(name: &str, small: bool, policy: PolicyKind) -> bool {
         || ((fast || name == "tiny-qwen3moe-q4_k") && small && policy == PolicyKind::ALL[0])
 }
 
-/// tiny-deepseek2-q4_k, the fixtures' most sensitive file: the CUDA kernels
-/// multiply its Q4_K weights with F32 activations where llama.cpp quantizes
-/// them, which moves its teacher-forced rows to NMSE 8.7e-3 (prompt rows
-/// 3.3e-3); as in `model_cuda.rs`, those rows are held to 1e-2.
+/// tiny-deepseek2-q4_k, the fixtures' most sensitive file: on the emulator
+/// its prompt rows are at NMSE 1.42e-3 and its teacher-forced rows at
+/// 5.70e-3, from one Q8_0 activation value in `q_nope_absorbed-0` rounding
+/// a step apart from the CPU's (the Q4_K matmul before it sums in another
+/// order) that later flips teacher-forced row 14's routing (see
+/// `model_cuda.rs`); as there, those rows are held to 1e-2.
 const ACTIVATION_SENSITIVE: (&str, f64) = ("tiny-deepseek2-q4_k", 1e-2);
 
 /// Fixture `name` with the cache: sizes `sizes` (0: a few experts, 1: all

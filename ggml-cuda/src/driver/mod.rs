@@ -101,6 +101,41 @@ pub struct Access {
     pub len: usize,
     /// Whether the launch writes the range (else it only reads it).
     pub write: bool,
+    /// Only the experts of the range that device-side ids select are read
+    /// (`mul_mat_id`'s expert tensor): which ones is known when the launch
+    /// runs, not when it is queued. `None`: the whole range.
+    pub select: Option<Selected>,
+}
+
+impl Access {
+    /// The whole range `[ptr, ptr + len)`, written or only read.
+    pub fn range(ptr: DevPtr, len: usize, write: bool) -> Access {
+        Access {
+            ptr,
+            len,
+            write,
+            select: None,
+        }
+    }
+}
+
+/// The experts a launch reads from a stacked expert tensor (`[ptr, ptr +
+/// len)` of its [`Access`]), chosen by i32 ids in device memory: expert `e`
+/// is bytes `ptr + e * stride ..+ expert_bytes`. Ids outside `0..n_expert`
+/// (`-1` rows) select nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Selected {
+    /// The ids: `ids_t.ne[0]` per row, `ids_t.ne[1]` rows (byte strides
+    /// `ids_t.nb`).
+    pub ids: DevPtr,
+    /// The ids' layout.
+    pub ids_t: T4,
+    /// Bytes from one expert to the next.
+    pub stride: usize,
+    /// Bytes of one expert.
+    pub expert_bytes: usize,
+    /// Experts in the tensor.
+    pub n_expert: usize,
 }
 
 /// A kernel looked up in a loaded module, named for error messages.

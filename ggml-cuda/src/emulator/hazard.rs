@@ -19,8 +19,15 @@
 //! Records are bounded: a write removes the records it covers that are
 //! ordered before it, and a read replaces an older read of the same range
 //! from the same stream.
+//!
+//! A read the host cannot name when it queues the operation (the experts
+//! `mul_mat_id`'s device-side ids select) is checked when the operation
+//! runs ([`Tracker::access_late`]), against the writes recorded by then:
+//! one queued later is not a hazard when it is ordered after the read,
+//! which is why write records keep their operation's whole clock.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A vector clock: one component per emulated stream (by global id).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,6 +66,8 @@ struct Record {
     stream: usize,
     tick: u64,
     op: String,
+    /// A write's clock (what it is ordered after), for reads checked late.
+    after: Option<Arc<Clock>>,
 }
 
 /// What an access conflicted with.
@@ -206,6 +215,65 @@ impl Tracker {
             stream: s,
             tick,
             op: op.to_string(),
+            after: write.then(|| Arc::new(clk.clone())),
+        });
+        Ok(())
+    }
+
+    /// Check and record a read of `[ptr, ptr+len)` by operation `op` (clock
+    /// `clk`, queued on stream `s`) that is known only now, as the
+    /// operation runs: it conflicts with a recorded write ordered neither
+    /// before it nor after it (a write queued later that waited for it).
+    pub fn access_late(
+        &mut self,
+        s: usize,
+        clk: &Clock,
+        op: &str,
+        ptr: u64,
+        len: u64,
+    ) -> Result<(), String> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (lo, hi) = (ptr, ptr.saturating_add(len));
+        let Some((_, recs)) = self
+            .allocs
+            .range_mut(..=ptr)
+            .next_back()
+            .filter(|(&b, (sz, _))| hi <= b + *sz)
+            .map(|(_, v)| v)
+        else {
+            return Err(format!(
+                "{op} accesses device bytes {lo:#x}..{hi:#x}, outside every device allocation"
+            ));
+        };
+        let tick = clk.get(s);
+        for r in recs.iter() {
+            if r.hi <= lo || hi <= r.lo || !r.write {
+                continue;
+            }
+            let before = r.tick <= clk.get(r.stream);
+            let after = r.after.as_ref().is_some_and(|c| c.get(s) >= tick);
+            if before || after {
+                continue;
+            }
+            let h = Hazard {
+                op: op.to_string(),
+                earlier: r.op.clone(),
+                range: (lo.max(r.lo), hi.min(r.hi)),
+                kind: "read unordered with a write",
+            };
+            return Err(h.to_string());
+        }
+        recs.retain(|r| !(r.lo == lo && r.hi == hi && !r.write && r.stream == s));
+        recs.push(Record {
+            lo,
+            hi,
+            write: false,
+            stream: s,
+            tick,
+            op: op.to_string(),
+            after: None,
         });
         Ok(())
     }
@@ -247,5 +315,40 @@ mod tests {
         t.access(b, &c, "w (B)", 0x1080, 16, true).unwrap();
         let e = t.access(b, &c, "w (B)", 0x2000, 16, true).unwrap_err();
         assert!(e.contains("outside every device allocation"), "{e}");
+    }
+
+    #[test]
+    fn a_read_checked_when_it_runs_sees_unordered_writes_only() {
+        let mut t = Tracker::default();
+        let (a, b) = (t.add_stream(), t.add_stream());
+        t.add_alloc(0x1000, 256);
+        // a kernel on a is queued; its read is known only when it runs
+        let k = t.tick(a);
+        // b writes slot 0x1000.. after waiting for it: ordered after
+        let ev = t.clock_of(a);
+        t.stream_waits(b, &ev);
+        let c = t.tick(b);
+        t.access(b, &c, "upload (B)", 0x1000, 64, true).unwrap();
+        t.access_late(a, &k, "k_mmvq_id (A)", 0x1000, 64).unwrap();
+        // a second kernel, and a write to the same slot queued without a wait
+        let k2 = t.tick(a);
+        let c = t.tick(b);
+        t.access(b, &c, "upload2 (B)", 0x1000, 64, true).unwrap();
+        let e = t
+            .access_late(a, &k2, "k_mmvq_id2 (A)", 0x1000, 64)
+            .unwrap_err();
+        assert!(
+            e.contains("upload2 (B)") && e.contains("k_mmvq_id2 (A)"),
+            "{e}"
+        );
+        // another slot is no conflict
+        t.access_late(a, &k2, "k_mmvq_id2 (A)", 0x1080, 64).unwrap();
+        // a write queued after the read ran, without a wait: caught at its
+        // own check
+        let c = t.tick(b);
+        let e = t
+            .access(b, &c, "upload3 (B)", 0x1080, 16, true)
+            .unwrap_err();
+        assert!(e.contains("write after read"), "{e}");
     }
 }

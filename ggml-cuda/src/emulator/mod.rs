@@ -25,7 +25,10 @@
 //!   [`crate::emu_kernels::launch`] (`kernels.cu` compiled for the CPU).
 //! - **Hazards** ([`hazard`]): every queued operation's device ranges are
 //!   checked against unordered conflicting accesses; a hazard fails the call
-//!   that queued the operation and is kept for [`take_hazards`].
+//!   that queued the operation and is kept for [`take_hazards`]. The cache
+//!   slots a `mul_mat_id` launch reads (chosen by device-side ids) are
+//!   checked when the kernel runs; a hazard found then is the stream's
+//!   sticky error, reported by the next wait or synchronize.
 //!   `GGML_CUDA_EMULATOR_HAZARDS=0` turns the detector off.
 //! - **Peer copies**: two emulated devices can address each other's memory
 //!   (`GGML_CUDA_EMULATOR_PEER=0`: they cannot, and the backend copies

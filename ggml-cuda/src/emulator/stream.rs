@@ -239,10 +239,29 @@ impl EmuStream {
         access: &[Access],
     ) -> Result<(), BackendError> {
         self.dev.stats.count_launch();
-        self.submit(
-            name,
-            access,
+        let selected: Vec<Access> = access
+            .iter()
+            .filter(|a| a.select.is_some())
+            .copied()
+            .collect();
+        let (core, label) = (Arc::clone(&self.core), self.core.label.clone());
+        self.submit_with(name, access, move |clk| {
             Box::new(move || {
+                if core.hazards && !selected.is_empty() {
+                    // SAFETY: the ids are live device memory that the
+                    // launch reads (the caller's contract), written by work
+                    // this stream has waited for.
+                    let ranges = unsafe { selected_ranges(&selected) };
+                    let op = format!("{name} on {label}");
+                    let mut w = world()
+                        .lock()
+                        .map_err(|_| "emulator: a lock was poisoned")?;
+                    for (p, n) in ranges {
+                        w.tracker
+                            .access_late(core.id, &clk, &op, p, n)
+                            .map_err(|e| format!("emulator: {e}"))?;
+                    }
+                }
                 let params: Vec<*const std::ffi::c_void> =
                     args.iter().map(KernelArg::as_param).collect();
                 // SAFETY: the queuing call's caller guarantees the arguments
@@ -258,8 +277,8 @@ impl EmuStream {
                     )
                 }
                 .map_err(|e| format!("launching {name}: {e}"))
-            }),
-        )?;
+            })
+        })?;
         Ok(())
     }
 
@@ -295,11 +314,23 @@ impl EmuStream {
         accesses: &[Access],
         job: Job,
     ) -> Result<(u64, Clock), BackendError> {
+        self.submit_with(what, accesses, |_| job)
+    }
+
+    /// [`Self::submit`] with the job made from the operation's clock.
+    /// Accesses with a [`crate::driver::Selected`] part are left to the
+    /// job (checked when it runs).
+    fn submit_with(
+        &self,
+        what: &str,
+        accesses: &[Access],
+        job: impl FnOnce(Clock) -> Job,
+    ) -> Result<(u64, Clock), BackendError> {
         let mut w = world().lock().map_err(|_| poisoned())?;
         let clk = w.tracker.tick(self.core.id);
         if self.core.hazards {
             let op = format!("{what} on {}", self.core.label);
-            for a in accesses {
+            for a in accesses.iter().filter(|a| a.select.is_none()) {
                 if let Err(e) =
                     w.tracker
                         .access(self.core.id, &clk, &op, a.ptr, a.len as u64, a.write)
@@ -318,7 +349,7 @@ impl EmuStream {
         self.tx
             .lock()
             .map_err(|_| poisoned())?
-            .send(job)
+            .send(job(clk.clone()))
             .map_err(|_| BackendError::Device(format!("{}: worker gone", self.core.label)))?;
         Ok((seq, clk))
     }
@@ -362,6 +393,45 @@ impl EmuStream {
     }
 }
 
+/// The device ranges `selected` accesses read: for each, the experts its
+/// ids select (each once; ids outside `0..n_expert` select nothing), as
+/// `(start, length)`.
+///
+/// # Safety
+/// Every access's ids (`ids`, `ids_t`) are live emulated device memory.
+unsafe fn selected_ranges(selected: &[Access]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for a in selected {
+        let Some(sel) = a.select else {
+            continue;
+        };
+        let mut experts: Vec<usize> = Vec::new();
+        let t = sel.ids_t;
+        for r in 0..t.ne[1].max(0) {
+            for c in 0..t.ne[0].max(0) {
+                let off = r * t.nb[1] + c * t.nb[0];
+                // SAFETY: inside the ids tensor (the caller's contract);
+                // device memory is host memory in the emulator.
+                let id = unsafe {
+                    std::ptr::read_unaligned((sel.ids as usize + off as usize) as *const i32)
+                };
+                if id >= 0 && (id as usize) < sel.n_expert {
+                    experts.push(id as usize);
+                }
+            }
+        }
+        experts.sort_unstable();
+        experts.dedup();
+        out.extend(experts.into_iter().map(|e| {
+            (
+                a.ptr + (e * sel.stride) as u64,
+                sel.expert_bytes.min(a.len.saturating_sub(e * sel.stride)) as u64,
+            )
+        }));
+    }
+    out
+}
+
 fn poisoned() -> BackendError {
     BackendError::Device("emulator: a lock was poisoned".into())
 }
@@ -374,11 +444,7 @@ impl Stream for EmuStream {
     unsafe fn memset_d8(&self, dst: DevPtr, value: u8, n: usize) -> Result<(), BackendError> {
         self.not_capturing("memset")?;
         let p = HostPtr(dst as *mut u8);
-        let acc = [Access {
-            ptr: dst,
-            len: n,
-            write: true,
-        }];
+        let acc = [Access::range(dst, n, true)];
         self.submit(
             "memset",
             &acc,
@@ -400,11 +466,7 @@ impl Stream for EmuStream {
         n: usize,
     ) -> Result<(), BackendError> {
         self.dev.stats.count_h2d(n, super::is_page_locked(src, n));
-        let acc = [Access {
-            ptr: dst,
-            len: n,
-            write: true,
-        }];
+        let acc = [Access::range(dst, n, true)];
         let lasts = self
             .h2d_bytes_per_s
             .and_then(|r| Duration::try_from_secs_f64(n as f64 / r as f64).ok());
@@ -416,29 +478,14 @@ impl Stream for EmuStream {
 
     unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevPtr, n: usize) -> Result<(), BackendError> {
         self.dev.stats.count_d2h(n);
-        let acc = [Access {
-            ptr: src,
-            len: n,
-            write: false,
-        }];
+        let acc = [Access::range(src, n, false)];
         // SAFETY: the caller keeps `dst..dst+n` valid and unused until the
         // copy completes; `src` is device memory.
         unsafe { self.queue_copy("device-to-host copy", &acc, dst, src as *const u8, n, None) }
     }
 
     unsafe fn memcpy_dtod(&self, dst: DevPtr, src: DevPtr, n: usize) -> Result<(), BackendError> {
-        let acc = [
-            Access {
-                ptr: src,
-                len: n,
-                write: false,
-            },
-            Access {
-                ptr: dst,
-                len: n,
-                write: true,
-            },
-        ];
+        let acc = [Access::range(src, n, false), Access::range(dst, n, true)];
         // SAFETY: both ranges are device memory (the caller's contract).
         unsafe {
             self.queue_copy(
@@ -525,11 +572,10 @@ impl Stream for EmuStream {
         let Some(e) = e.recorded()? else {
             return Ok(()); // nothing recorded: complete
         };
-        world()
-            .lock()
-            .map_err(|_| poisoned())?
-            .tracker
-            .stream_waits(self.core.id, &e.clock);
+        {
+            let mut w = world().lock().map_err(|_| poisoned())?;
+            w.tracker.stream_waits(self.core.id, &e.clock);
+        }
         if Arc::ptr_eq(&e.core, &self.core) {
             return Ok(()); // the stream's own earlier work: already ordered
         }

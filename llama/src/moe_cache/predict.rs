@@ -397,10 +397,19 @@ impl PredictShared {
         } else {
             cx.stream()
         };
-        if self.mode == MoePredict::History && stream != Stream::Compute && !acc.misses.is_empty() {
+        if self.mode == MoePredict::History
+            && stream != Stream::Compute
+            && !acc.misses.is_empty()
+            && !be.planted_drop_wait("slot")
+        {
             // an evicted slot may belong to a layer an earlier split reads:
             // the uploads wait for the compute queued so far (the router's
-            // guess was read after it; this guess read nothing)
+            // guess was read after it, on the readback stream, and the
+            // host waited for that read: the `readback` class; this guess
+            // read nothing). Implied today by the cache's read of the
+            // current layer's ids in the same split's copies, so free in
+            // practice. This is a slot-reuse wait: the `slot` planted bug
+            // drops it.
             let ev = be.record_event_on(Stream::Compute)?;
             be.wait_event_on(stream, &ev)?;
         }
