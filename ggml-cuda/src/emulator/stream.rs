@@ -524,18 +524,7 @@ impl Stream for EmuStream {
             )));
         }
         self.dev.stats.count_peer_in(n);
-        let acc = [
-            Access {
-                ptr: src,
-                len: n,
-                write: false,
-            },
-            Access {
-                ptr: dst,
-                len: n,
-                write: true,
-            },
-        ];
+        let acc = [Access::range(src, n, false), Access::range(dst, n, true)];
         // SAFETY: both ranges are device memory of their (emulated)
         // devices, host allocations of this process (the caller's contract).
         unsafe { self.queue_copy("peer copy", &acc, dst as *mut u8, src as *const u8, n, None) }
