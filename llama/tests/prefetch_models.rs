@@ -16,6 +16,7 @@ use llama::device::{open_device, open_device_with_memory};
 use llama::moe_cache::forced::ForcedRouting;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
+use llama::moe_cache::prefetch_auto::Choice;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::moe_cache::{Trace, TraceHeader};
 use llama::placement::Placement;
@@ -44,7 +45,13 @@ fn load(fx: &Fixture, device: Option<&str>) -> Arc<Model> {
 /// A context prefetching every ubatch of more than one token (the cache's
 /// insert limit is 1 here, so the short fixture prompts prefetch).
 fn ctx(model: &Arc<Model>, slots: i32, cache: CacheSize) -> Context {
+    ctx_forcing(model, slots, cache, None)
+}
+
+/// [`ctx`], auto taking `force` wherever it can.
+fn ctx_forcing(model: &Arc<Model>, slots: i32, cache: CacheSize, force: Option<Choice>) -> Context {
     let p = ContextParams {
+        prefetch_force: force,
         n_ctx: 256,
         n_batch: 256,
         n_ubatch: 512,
@@ -157,6 +164,66 @@ fn auto_prefetch_matches_off_and_never_moves_more_than_whole_tensors() {
             "{name}: auto decided nothing"
         );
     }
+}
+
+/// Whether a fixture's graph guesses each layer's experts through the next
+/// router (deepseek2 and gpt-oss route through their own blocks, which do
+/// not build the guess yet; one MoE layer has no next layer).
+fn guesses(name: &str, model: &Model) -> bool {
+    let n_moe: usize = model_groups(model).iter().map(|g| g.layers.len()).sum();
+    n_moe >= 2 && !name.contains("deepseek2") && !name.contains("gptoss")
+}
+
+#[test]
+fn selective_prefetch_gives_off_logits_and_never_moves_more_than_whole_tensors() {
+    let mut saw = 0;
+    for name in MODELS {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let model = load(&fx, Some("SIM0"));
+        let mut off = ctx(&model, 0, CacheSize::Off);
+        let want = logits(&mut off, &fx);
+        let mut whole = ctx(&model, 3, CacheSize::Off);
+        let _ = logits(&mut whole, &fx);
+        let w = whole.prefetch_stats().expect("staging");
+        let whole_bytes = whole.stats().h2d_bytes_experts;
+        let off_bytes = off.stats().h2d_bytes_experts;
+        let mut sel = ctx_forcing(&model, -1, CacheSize::Off, Some(Choice::Selective));
+        let got = logits(&mut sel, &fx);
+        assert!(
+            got.len() == want.len()
+                && got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}: selective prefetch's logits differ from prefetch off"
+        );
+        let a = sel.prefetch_stats().expect("staging");
+        let sel_bytes = sel.stats().h2d_bytes_experts;
+        eprintln!(
+            "{name}: off {off_bytes} whole {whole_bytes} selective {sel_bytes}: {a:?} recall {:?} precision {:?}",
+            a.prediction_recall(),
+            a.prediction_precision()
+        );
+        assert_eq!(a.bytes_used + a.bytes_wasted, a.bytes, "{name}");
+        assert!(
+            sel_bytes <= whole_bytes.max(off_bytes),
+            "{name}: selective moved {sel_bytes} bytes, whole {whole_bytes}"
+        );
+        // staged early and completed late, at most whole tensors' bytes
+        assert!(a.bytes + a.selective_late_bytes <= w.bytes, "{name}");
+        if !guesses(name, &model) {
+            assert_eq!(a.auto_selective, 0, "{name}");
+            continue;
+        }
+        assert!(a.auto_selective > 0, "{name}: selective never taken");
+        assert!(a.predicted_layers > 0, "{name}: no guess measured");
+        assert!(a.predicted_experts_correct <= a.predicted_experts_needed);
+        assert!(a.predicted_experts_correct <= a.predicted_experts);
+        // the guess is better than nothing on the model's own router
+        assert!(a.bytes_used > 0, "{name}: no guessed expert was used");
+        saw += 1;
+    }
+    assert!(saw > 0, "no fixture took the selective prefetch");
 }
 
 /// The prompt's logits (all rows), then the prompt again as a second
