@@ -83,7 +83,8 @@ pub struct ContextParams {
     /// ubatches (the prompt graph then predicts them; `true`, the default).
     pub prefetch_selective: bool,
     /// With auto: take this choice wherever possible instead of the cost
-    /// model's (tests and measurements; `None`, the default: the costs).
+    /// model's (tests and measurements; `Selective` stages whole the layers
+    /// without a guess; `None`, the default: the costs).
     pub prefetch_force: Option<crate::moe_cache::prefetch_auto::Choice>,
     /// Predict the next cached layer's experts and upload them early
     /// (`--moe-predict router|history`; needs the expert cache; off by

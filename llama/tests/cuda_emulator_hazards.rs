@@ -5,7 +5,10 @@
 //! detector or by logits outside the fixture's bound. The same 20 seeds with
 //! no wait dropped must all pass (no hazard, logits within the bound).
 //! `slot` is the exception: its wait is implied by the router-id read that
-//! precedes every eviction (see `check_redundant`).
+//! precedes every eviction (see `check_redundant`). `staging-selective`
+//! drops the `staging` wait in a run where prefetch auto is forced to the
+//! selective prefetch: partial stagings reuse slots and are completed by
+//! the hook at their split.
 //! Always on the emulator (a real GPU has no planted bugs).
 //!
 //! Each run gives its host thread its own emulator configuration
@@ -22,6 +25,7 @@ use common::{nmse, or_skip, Fixture};
 use ggml_cuda::emulator;
 use llama::device::open_device;
 use llama::moe_cache::layout::model_groups;
+use llama::moe_cache::prefetch_auto::Choice;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
@@ -72,12 +76,13 @@ fn run(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Outcome {
     let mut c = emulator::config();
     c.seed = Some(seed);
     c.hazards = true;
-    c.drop_wait = drop.then(|| kind.to_string());
+    // `staging-selective` drops the `staging` wait
+    c.drop_wait = drop.then(|| kind.trim_end_matches("-selective").to_string());
     emulator::set_thread_config(Some(c));
     // `upload` and `staging` offload every batch (expert uploads on the
     // copy stream); `readback` computes experts on the CPU (activations
     // read back); `slot` runs the expert cache with room for a few experts
-    let min_batch = if matches!(kind, "upload" | "staging") {
+    let min_batch = if matches!(kind, "upload" | "staging" | "staging-selective") {
         1
     } else {
         32
@@ -107,6 +112,18 @@ fn run(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Outcome {
             cp.moe_cache = MoeCacheParams {
                 size: CacheSize::Bytes(g.bank_bytes(g.n_used * 3)),
                 max_batch: 32,
+                ..MoeCacheParams::default()
+            };
+        }
+        "staging-selective" => {
+            // auto's 3 slots, the selective prefetch forced: the first MoE
+            // layer (no guess) staged whole, the next ones partially and
+            // completed at their split, reusing the first layer's slots
+            cp.prefetch_experts_slots = -1;
+            cp.prefetch_force = Some(Choice::Selective);
+            cp.moe_cache = MoeCacheParams {
+                size: CacheSize::Off,
+                max_batch: 1,
                 ..MoeCacheParams::default()
             };
         }
@@ -143,6 +160,13 @@ fn run(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Outcome {
     let found = emulator::take_hazards();
     if let Some(h) = found.first() {
         return Outcome::Hazard(h.clone());
+    }
+    if kind == "staging-selective" {
+        let p = ctx.prefetch_stats().expect("staging");
+        assert!(
+            p.auto_selective > 0 && p.auto_whole > 0,
+            "seed {seed}: the selective prefetch was not exercised: {p:?}"
+        );
     }
     if std::env::var("EMURT_DEBUG").is_ok() {
         eprintln!(
@@ -273,4 +297,12 @@ fn dropped_slot_wait_is_implied_by_the_ids_readback() {
 #[test]
 fn dropped_staging_wait_is_caught() {
     check_kind("staging");
+}
+
+/// The same wait on the selective prefetch's partial stagings (completed
+/// by the hook at their split): dropping it is caught; kept, every seed
+/// passes.
+#[test]
+fn dropped_staging_wait_is_caught_with_partial_stagings() {
+    check_kind("staging-selective");
 }

@@ -181,7 +181,7 @@ pub struct AutoPlan {
     /// Experts used per token.
     pub n_used: usize,
     /// Take this choice wherever it is possible instead of the costs'
-    /// (tests and measurements; selective falls back to none where the
+    /// (tests and measurements; selective falls back to whole where the
     /// layer has no prediction).
     pub force: Option<Choice>,
     /// Whether the selective prefetch may be chosen by the costs.
@@ -287,7 +287,7 @@ impl AutoPlan {
         let d = match self.force {
             Some(Choice::Selective) => match pred {
                 Prediction::Pending => return None,
-                Prediction::Absent => Choice::None,
+                Prediction::Absent => Choice::Whole,
                 Prediction::Ready { .. } => Choice::Selective,
             },
             Some(c) => c,
@@ -451,9 +451,9 @@ mod tests {
         let t0 = "blk.0.ffn_up_exps.weight";
         assert_eq!(
             p.decide(t0, 0, 1000, 128, ne, Prediction::Absent, &mut n),
-            Some(Choice::None)
+            Some(Choice::Whole)
         );
-        assert_eq!((n.selective, n.none), (1, 1));
+        assert_eq!((n.selective, n.whole), (1, 1));
         assert_eq!("Selective".parse::<Choice>(), Ok(Choice::Selective));
         assert!("some".parse::<Choice>().unwrap_err().contains("'some'"));
     }
