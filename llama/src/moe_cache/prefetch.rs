@@ -619,6 +619,13 @@ impl Staging {
         else {
             return Ok(None);
         };
+        // a guess computed on another device (several devices): none here
+        let here = g
+            .data_of(pred)
+            .is_some_and(|d| !d.buffer.is_host() && cx.backend().can_use_buffer(d.buffer.as_ref()));
+        if !here {
+            return Ok(None);
+        }
         let Some(raw) = cx.read_computed(pred)? else {
             return Ok(Some(None));
         };
