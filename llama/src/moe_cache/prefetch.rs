@@ -252,6 +252,12 @@ pub struct Staging {
     layer_ids: HashMap<u32, TensorId>,
     /// This ubatch: tensors staged selectively, not completed yet.
     partial: HashMap<TensorId, PartialStaged>,
+    /// Auto on a sim device: its clock (device busy time per ubatch).
+    clock: Option<Arc<ggml_core::SimClock>>,
+    /// This ubatch: the device's busy time when it began, and the expert
+    /// tensors offered.
+    busy0: u64,
+    offered: HashSet<TensorId>,
 }
 
 fn mib(b: u64) -> f64 {
@@ -288,6 +294,9 @@ impl Staging {
             guesses: HashMap::new(),
             layer_ids: HashMap::new(),
             partial: HashMap::new(),
+            clock: None,
+            busy0: 0,
+            offered: HashSet::new(),
         };
         if requested < -1 {
             return Err(LlamaError::Invalid(format!(
@@ -358,7 +367,8 @@ impl Staging {
         }
         st.slot_bytes = st.slot_bytes.max(tensor_bytes);
         if requested < 0 && st.auto.is_none() {
-            let cost = match ggml_core::SimClock::of(dev.as_ref()) {
+            st.clock = ggml_core::SimClock::of(dev.as_ref());
+            let cost = match &st.clock {
                 Some(c) => CostModel::from_sim(c.profile()),
                 None => CostModel::calibrate(dev),
             };
@@ -431,6 +441,8 @@ impl Staging {
         self.pending.clear();
         self.guesses.clear();
         self.layer_ids.clear();
+        self.offered.clear();
+        self.busy0 = self.clock.as_ref().map_or(0, |c| c.totals().device_busy_ns);
         for (_, p) in self.partial.drain() {
             // staged by a graph that failed before completing it
             self.stats.bytes_wasted += p.bytes;
@@ -490,6 +502,7 @@ impl Staging {
         let n_expert = src.ne[2] as usize;
         let expert_bytes = src.nb[2];
         let layer = layer_of(&src.name);
+        self.offered.insert(cx.src());
         if let (Some(l), Some(&c)) = (layer, consumers.first()) {
             self.layer_ids.entry(l).or_insert(g.tensor(c).src[2]);
         }
@@ -726,6 +739,11 @@ impl Staging {
         for (_, p) in self.partial.drain() {
             // staged, never completed (its split did not run)
             self.stats.bytes_wasted += p.bytes;
+        }
+        let active = self.active();
+        if let (Some(c), Some(a), true) = (&self.clock, &mut self.auto, active) {
+            let busy = c.totals().device_busy_ns.saturating_sub(self.busy0);
+            a.observe_device_time(busy as f64 / 1e9, self.offered.len(), self.n_tokens);
         }
         if !self.predict || self.auto.is_none() || !self.active() {
             return Ok(());

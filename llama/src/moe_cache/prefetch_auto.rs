@@ -29,9 +29,14 @@
 //! the other tensors so far; with nothing measured yet it is not prefetched
 //! (the look-ahead offers it again before each later split, so a layer
 //! later in the same ubatch can already use what earlier layers measured).
-//! `hidden` is the device's time for the role's expert matmul over the
-//! ubatch (its routed tokens' FLOPs, or the used bytes at device memory
-//! bandwidth), a conservative share of the compute the copy overlaps.
+//! `hidden` is the device's compute time per expert tensor of the ubatch:
+//! measured on the previous prompt ubatch where the device has a clock to
+//! read (the sim device: its busy time over the ubatch, per expert tensor
+//! the ubatch read, per token, times this ubatch's tokens,
+//! [`AutoPlan::observe_device_time`]), and never less than the device's
+//! time for the role's expert matmul over the ubatch (its routed tokens'
+//! FLOPs, or the used bytes at device memory bandwidth), which is all it
+//! is before anything was measured.
 //!
 //! Auto never moves more bytes than whole-tensor prefetch: a tensor moves
 //! whole, not at all, or as the byte ranges of the predicted experts and
@@ -194,6 +199,9 @@ pub struct AutoPlan {
     decided: HashMap<String, Choice>,
     /// Prediction counts per layer, over earlier ubatches.
     pred: HashMap<u32, PredictionCounts>,
+    /// Device compute seconds per expert tensor and token, measured on the
+    /// last prompt ubatch.
+    hidden_per_token_s: Option<f64>,
 }
 
 /// Counters of auto's decisions, cumulative.
@@ -219,6 +227,15 @@ impl AutoPlan {
             use_frac: HashMap::new(),
             decided: HashMap::new(),
             pred: HashMap::new(),
+            hidden_per_token_s: None,
+        }
+    }
+
+    /// The device computed for `busy_s` seconds during a ubatch of
+    /// `n_tokens` tokens that read `n_tensors` expert tensors.
+    pub fn observe_device_time(&mut self, busy_s: f64, n_tensors: usize, n_tokens: usize) {
+        if n_tensors > 0 && n_tokens > 0 && busy_s.is_finite() && busy_s > 0.0 {
+            self.hidden_per_token_s = Some(busy_s / (n_tensors * n_tokens) as f64);
         }
     }
 
@@ -316,8 +333,10 @@ impl AutoPlan {
         let routed = (self.n_tokens * self.n_used) as f64;
         let flops = 2.0 * ne01[0] as f64 * ne01[1] as f64 * routed;
         let used_bytes = u * tensor_bytes as f64;
-        let hidden = (flops / self.cost.device_flops).max(used_bytes / self.cost.device_bw)
+        let modelled = (flops / self.cost.device_flops).max(used_bytes / self.cost.device_bw)
             + self.cost.device_launch_s;
+        let measured = self.hidden_per_token_s.unwrap_or(0.0) * self.n_tokens as f64;
+        let hidden = modelled.max(measured);
         // a tensor whose experts the ubatch cannot all use (fewer routed
         // tokens than experts) is never fully used
         let u = u.min(routed / n_expert);
@@ -429,6 +448,30 @@ mod tests {
             Some(Choice::None)
         );
         assert_eq!(n.none, 1);
+    }
+
+    #[test]
+    fn measured_device_time_hides_more_than_the_expert_matmul() {
+        // a half-used tensor: with only the matmul's time hidden the
+        // selective copy wins; once the device is measured busy for longer
+        // than the link needs per tensor, whole does
+        let mut p = AutoPlan::new(cost(), 8);
+        p.selective = false;
+        let mut n = AutoCounts::default();
+        let t = "blk.1.ffn_up_exps.weight";
+        let (b, ne) = (88_000_000usize, [2048, 768]);
+        p.observe(t, 0.5);
+        p.begin_ubatch(512);
+        let abs = Prediction::Absent;
+        assert_eq!(p.decide(t, 1, b, 128, ne, abs, &mut n), Some(Choice::None));
+        let link = b as f64 / p.cost.link_bw;
+        // 12 tensors, each ubatch's device time 1.5 link times per tensor
+        p.observe_device_time(12.0 * 1.5 * link, 12, 512);
+        p.begin_ubatch(512);
+        assert_eq!(p.decide(t, 1, b, 128, ne, abs, &mut n), Some(Choice::Whole));
+        // a short ubatch hides proportionally less
+        p.begin_ubatch(16);
+        assert_eq!(p.decide(t, 1, b, 128, ne, abs, &mut n), Some(Choice::None));
     }
 
     #[test]
