@@ -118,8 +118,11 @@ fn run(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Outcome {
         "staging-selective" => {
             // auto's 3 slots, the selective prefetch forced: the first MoE
             // layer (no guess) staged whole, the next ones partially and
-            // completed at their split, reusing the first layer's slots
+            // completed at their split, reusing the first layer's slots;
+            // 4-token ubatches, so that every ubatch of the prompt reuses
+            // the slots (more chances for a dropped wait to show)
             cp.prefetch_experts_slots = -1;
+            cp.n_ubatch = 4;
             cp.prefetch_force = Some(Choice::Selective);
             cp.moe_cache = MoeCacheParams {
                 size: CacheSize::Off,

@@ -509,8 +509,14 @@ impl Staging {
         let mut choice = Choice::Whole;
         let mut staged: Option<Vec<bool>> = None;
         if self.auto.is_some() {
+            // (a tensor already decided otherwise needs no guess: no read)
+            let settled = self
+                .auto
+                .as_ref()
+                .and_then(|a| a.decided(&src.name))
+                .is_some_and(|d| d != Choice::Selective);
             let guess = match layer {
-                Some(l) if self.predict => self.guess(cx, l, n_expert)?,
+                Some(l) if self.predict && !settled => self.guess(cx, l, n_expert)?,
                 _ => None,
             };
             let pred = match (&guess, layer) {
