@@ -519,15 +519,15 @@ impl Staging {
                 Some(l) if self.predict && !settled => self.guess(cx, l, n_expert)?,
                 _ => None,
             };
-            let pred = match (&guess, layer) {
-                (Some(Some(m)), _) => Prediction::Ready {
+            let pred = match &guess {
+                Some(Some(m)) => Prediction::Ready {
                     staged_bytes: copy_ranges(m, expert_bytes, len, cx.read_overhang())
                         .iter()
                         .map(|r| r.len())
                         .sum(),
                 },
-                (Some(None), _) => Prediction::Pending,
-                (None, _) => Prediction::Absent,
+                Some(None) => Prediction::Pending,
+                None => Prediction::Absent,
             };
             let Some(a) = self.auto.as_mut() else {
                 return Ok(false);
