@@ -40,6 +40,24 @@ pub struct PrefetchReport {
     pub predicted_experts: u64,
     /// Experts both named and used.
     pub predicted_experts_correct: u64,
+    /// Prefetch auto: expert tensors (per ubatch) left to the selective
+    /// copy at their split.
+    pub prefetch_auto_none: u64,
+    /// Prefetch auto: expert tensors (per ubatch) prefetched whole.
+    pub prefetch_auto_whole: u64,
+    /// Prefetch auto: expert tensors (per ubatch) prefetched selectively
+    /// (the experts guessed through the layer's router early).
+    pub prefetch_auto_selective: u64,
+    /// Of `critical_path_h2d_bytes`: bytes copied at the split for the
+    /// experts a selective prefetch's guess missed.
+    pub prefetch_selective_late_bytes: u64,
+    /// Of the experts each prompt ubatch's MoE layers needed, the fraction
+    /// the prompt guess through the layer's router named (auto; `null`
+    /// when nothing was guessed).
+    pub prefetch_predict_recall: Option<f64>,
+    /// Of the experts the prompt guesses named, the fraction needed
+    /// (`null` when nothing was guessed).
+    pub prefetch_predict_precision: Option<f64>,
 }
 
 impl PrefetchReport {
@@ -72,6 +90,12 @@ impl PrefetchReport {
             predicted_experts_needed: qs.experts_needed,
             predicted_experts: qs.experts_predicted,
             predicted_experts_correct: qs.experts_correct,
+            prefetch_auto_none: p.auto_none,
+            prefetch_auto_whole: p.auto_whole,
+            prefetch_auto_selective: p.auto_selective,
+            prefetch_selective_late_bytes: p.selective_late_bytes,
+            prefetch_predict_recall: p.prediction_recall(),
+            prefetch_predict_precision: p.prediction_precision(),
         }
     }
 
@@ -97,8 +121,32 @@ impl PrefetchReport {
             ),
             None => String::new(),
         };
+        let n_auto =
+            self.prefetch_auto_none + self.prefetch_auto_whole + self.prefetch_auto_selective;
+        let auto = if n_auto > 0 {
+            let guess = match (
+                self.prefetch_predict_recall,
+                self.prefetch_predict_precision,
+            ) {
+                (Some(r), Some(p)) => format!(
+                    ", prompt guess recall {:.1}%, precision {:.1}%",
+                    100.0 * r,
+                    100.0 * p
+                ),
+                _ => String::new(),
+            };
+            format!(
+                "; auto: {} none, {} whole, {} selective ({} late{guess})",
+                self.prefetch_auto_none,
+                self.prefetch_auto_whole,
+                self.prefetch_auto_selective,
+                fmt_bytes(self.prefetch_selective_late_bytes as f64)
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "prefetch      = {} staging slots: {} prefetched, {} used ({hit:.1}% hit rate), {} wasted; {} of expert bytes on the critical path{recall}\n",
+            "prefetch      = {} staging slots: {} prefetched, {} used ({hit:.1}% hit rate), {} wasted; {} of expert bytes on the critical path{auto}{recall}\n",
             self.prefetch_experts_slots,
             fmt_bytes(self.prefetch_bytes as f64),
             fmt_bytes(self.prefetch_bytes_used as f64),
@@ -140,11 +188,34 @@ mod tests {
             "moe_predict_recall",
             "moe_predict_precision",
             "predicted_experts_needed",
+            "prefetch_auto_none",
+            "prefetch_auto_whole",
+            "prefetch_auto_selective",
+            "prefetch_selective_late_bytes",
+            "prefetch_predict_recall",
+            "prefetch_predict_precision",
         ] {
             assert!(v.get(k).is_some(), "{k}");
         }
         assert!(v["moe_predict_recall"].is_null());
         assert!(r.to_text().contains("75.0% hit rate"), "{}", r.to_text());
+        let q = PrefetchStats {
+            auto_none: 2,
+            auto_whole: 1,
+            auto_selective: 3,
+            predicted_experts_needed: 10,
+            predicted_experts: 8,
+            predicted_experts_correct: 6,
+            ..p
+        };
+        let r = PrefetchReport::new(&t, Some(q), 3);
+        assert_eq!(r.prefetch_auto_selective, 3);
+        assert_eq!(r.prefetch_predict_recall, Some(0.6));
+        let text = r.to_text();
+        assert!(
+            text.contains("2 none, 1 whole, 3 selective") && text.contains("recall 60.0%"),
+            "{text}"
+        );
         assert_eq!(PrefetchReport::new(&t, None, 0).to_text(), "");
     }
 }

@@ -22,7 +22,9 @@
 //!    so they do not wait for unrelated uploads; the host waits only for
 //!    that read.
 //! 3. Host weights are offered to the copy hook, whose writes go on the
-//!    same stream; declined ones are copied whole.
+//!    same stream; declined ones are copied whole. Inputs the look-ahead
+//!    staged are not copied, except those staged partially, which are
+//!    offered again with the staged memory as destination.
 //! 4. `B`'s compute stream waits for the copies' event, computes the split,
 //!    and records the split's event.
 //!
@@ -71,9 +73,10 @@ pub(crate) struct State {
     keep: Vec<Arc<dyn Buffer>>,
     /// Splits of look-ahead (0: none).
     lookahead: usize,
-    /// Per split and input: memory the hook staged the input into, and the
-    /// event of the early copies.
-    staged: Vec<Vec<Option<(TensorData, Event)>>>,
+    /// Per split and input: memory the hook staged the input into, the
+    /// event of the early copies, and whether the staging may be incomplete
+    /// (offered to the hook again when the split comes).
+    staged: Vec<Vec<Option<(TensorData, Event, bool)>>>,
     /// Staged memory not yet read by every split that reads it.
     busy: Vec<Busy>,
     /// Input copies pointed at staged memory, restored at the end.
@@ -294,22 +297,31 @@ impl Exec<'_> {
             split: si,
             source,
         };
-        // inputs staged by the look-ahead are not copied again
-        let staged: Vec<Option<Event>> = (0..sp.inputs.len())
+        // inputs staged by the look-ahead are not copied again (those
+        // staged partially are offered to the hook again, to complete)
+        let staged: Vec<Option<(Event, bool)>> = (0..sp.inputs.len())
             .map(|k| {
                 self.st
                     .staged
                     .get(si)
                     .and_then(|v| v.get(k))
                     .and_then(|x| x.as_ref())
-                    .map(|(_, ev)| ev.clone())
+                    .map(|(_, ev, partial)| (ev.clone(), *partial))
             })
             .collect();
+        // copies into the split's own input memory
         let any_copy = sp
             .inputs
             .iter()
             .zip(&staged)
             .any(|(p, st)| p.copied && st.is_none());
+        // completions of partial stagings (into memory the staging claimed:
+        // its reuse is ordered by the staging's own wait)
+        let any_complete = sp
+            .inputs
+            .iter()
+            .zip(&staged)
+            .any(|(p, st)| p.copied && p.host_weight && st.as_ref().is_some_and(|s| s.1));
         if any_copy && !be.is_host() && stream != Stream::Compute {
             if let Some(ev) = si
                 .checked_sub(1)
@@ -379,7 +391,8 @@ impl Exec<'_> {
         // 2. host weights, offered to the hook first
         let mut hook = hook;
         for ((inp, pi), st) in info.inputs.iter().zip(&sp.inputs).zip(&staged) {
-            if !pi.copied || !pi.host_weight || st.is_some() {
+            let completes = st.as_ref().is_some_and(|s| s.1);
+            if !pi.copied || !pi.host_weight || (st.is_some() && !completes) {
                 continue;
             }
             ss.n_copies += 1;
@@ -399,6 +412,7 @@ impl Exec<'_> {
                     src_data: self.data(inp.src)?,
                     dst_data: dst_data.clone(),
                     staging: &mut self.st.staging,
+                    completes,
                     bytes: 0,
                 };
                 let r = h.copy_input(&mut cx);
@@ -429,12 +443,12 @@ impl Exec<'_> {
         // 3. compute after the copies (and after the early copies of the
         // inputs the look-ahead staged), queued after the look-ahead's
         // offers for the next splits
-        if any_copy && !be.is_host() && stream != Stream::Compute {
+        if (any_copy || any_complete) && !be.is_host() && stream != Stream::Compute {
             let ev = be.record_event_on(stream).map_err(compute_err)?;
             be.wait_event_on(Stream::Compute, &ev)
                 .map_err(compute_err)?;
         }
-        for ev in staged.iter().flatten() {
+        for (ev, _) in staged.iter().flatten() {
             be.wait_event_on(Stream::Compute, ev).map_err(compute_err)?;
         }
         if let Some(h) = hook {
@@ -518,10 +532,12 @@ impl Exec<'_> {
                     done: &self.st.done,
                     staging: &mut self.st.staging,
                     target: None,
+                    partial: false,
+                    writer: &self.st.writer,
                     bytes: 0,
                 };
                 let r = hook.prefetch_input(&mut cx);
-                let (bytes, target) = (cx.bytes, cx.target.take());
+                let (bytes, target, partial) = (cx.bytes, cx.target.take(), cx.partial);
                 self.st.keep.push(Arc::clone(&cx.src_data.buffer));
                 stats.add(&inp.src_backend, be.name(), 0, bytes);
                 stats.prefetch_bytes += bytes;
@@ -547,7 +563,7 @@ impl Exec<'_> {
                     last_reader,
                 });
                 self.st.keep.push(Arc::clone(&mem.buffer));
-                self.st.staged[j][k] = Some((mem, ev));
+                self.st.staged[j][k] = Some((mem, ev, partial));
                 stats.prefetched += 1;
             }
         }
@@ -595,7 +611,7 @@ pub(crate) fn run(
             }
         }
         for (k, inp) in info.inputs.iter().enumerate() {
-            if let Some((mem, _)) = &st.staged[si][k] {
+            if let Some((mem, _, _)) = &st.staged[si][k] {
                 let old = g.tensor_mut(inp.copy).data.replace(mem.clone());
                 st.rebound.push((inp.copy, old));
             }

@@ -15,7 +15,8 @@ use crate::prefetch::PrefetchCtx;
 /// User code that copies host weights to a split's backend.
 pub trait CopyHook: Send {
     /// Called once per host-weight input of a split, after all other inputs
-    /// of that split were copied. Return `Ok(true)` if handled (fully or
+    /// of that split were copied (and again for an input staged partially
+    /// by the look-ahead, see [`HookCtx::completes_staging`]). Return `Ok(true)` if handled (fully or
     /// partly, as the consumers need), `Ok(false)` for a full copy by the
     /// scheduler. An error aborts the compute and reaches its caller.
     fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError>;
@@ -66,10 +67,19 @@ pub struct HookCtx<'a> {
     pub(crate) src_data: TensorData,
     pub(crate) dst_data: TensorData,
     pub(crate) staging: &'a mut Vec<Vec<u8>>,
+    pub(crate) completes: bool,
     pub(crate) bytes: u64,
 }
 
 impl<'a> HookCtx<'a> {
+    /// Whether this offer completes an input the hook staged partially
+    /// during the look-ahead ([`PrefetchCtx::stage_partial`]): the
+    /// destination is that staged memory, holding what the hook copied
+    /// then; only what is still missing needs copying.
+    pub fn completes_staging(&self) -> bool {
+        self.completes
+    }
+
     /// The split's backend.
     pub fn backend(&self) -> &'a dyn Backend {
         self.backend

@@ -22,6 +22,21 @@
 //!   declines; a declined input is offered again before each later split
 //!   is queued, up to its own split, just before that split's copies).
 //!
+//! - *partial staging* ([`PrefetchCtx::stage_partial`]): the hook may copy
+//!   only part of the source now (what it expects the consumers to read).
+//!   The input then counts as staged, possibly incomplete: when the
+//!   consuming split is queued, the scheduler offers it to
+//!   [`crate::CopyHook::copy_input`] again with the staged memory as the
+//!   destination ([`crate::HookCtx::completes_staging`]); the hook copies
+//!   what is still missing on the copy stream (the split's compute waits
+//!   for those copies as for any input copy), or declines and the whole
+//!   source is copied into the staged memory. The slot's reuse rules are
+//!   those of whole staging.
+//!
+//! A hook may read a tensor an earlier, already queued split computed
+//! ([`PrefetchCtx::read_computed`]: after that split's event, on the
+//! readback stream), e.g. to decide what to stage.
+//!
 //! The look-ahead stops before the next split that has inputs other than
 //! host weights to copy: those copies would otherwise queue behind early
 //! copies on the link (copies take it in issue order).
@@ -74,6 +89,8 @@ pub struct PrefetchCtx<'a> {
     pub(crate) done: &'a [Option<Event>],
     pub(crate) staging: &'a mut Vec<Vec<u8>>,
     pub(crate) target: Option<TensorData>,
+    pub(crate) partial: bool,
+    pub(crate) writer: &'a [Option<usize>],
     pub(crate) bytes: u64,
 }
 
@@ -162,6 +179,22 @@ impl<'a> PrefetchCtx<'a> {
     /// write into `mem`. Errors when `mem` is too small or not usable by the
     /// backend, or when memory was already claimed for this offer.
     pub fn stage(&mut self, mem: TensorData) -> Result<bool, HookError> {
+        self.claim(mem, false)
+    }
+
+    /// Like [`PrefetchCtx::stage`], but the staged memory may stay
+    /// incomplete: the hook copies only part of the source into it now,
+    /// and when the consuming split is queued the scheduler offers the
+    /// input to [`crate::CopyHook::copy_input`] again, with the staged
+    /// memory as the destination ([`crate::HookCtx::completes_staging`]),
+    /// so the hook can copy what is still missing (on the copy stream,
+    /// before the split computes). A declined completion is a whole copy
+    /// into the staged memory.
+    pub fn stage_partial(&mut self, mem: TensorData) -> Result<bool, HookError> {
+        self.claim(mem, true)
+    }
+
+    fn claim(&mut self, mem: TensorData, partial: bool) -> Result<bool, HookError> {
         if self.target.is_some() {
             return Err(HookError::msg(
                 "prefetch: memory was already staged for this input",
@@ -194,7 +227,49 @@ impl<'a> PrefetchCtx<'a> {
         }
         self.busy.retain(|x| !x.overlaps(b, s, s + len));
         self.target = Some(mem);
+        self.partial = partial;
         Ok(true)
+    }
+
+    /// Whether the memory staged for this offer was claimed with
+    /// [`PrefetchCtx::stage_partial`].
+    pub fn is_partial(&self) -> bool {
+        self.target.is_some() && self.partial
+    }
+
+    /// Read `id`, a tensor computed on this offer's backend by a split
+    /// already queued, into host memory: on the backend's readback stream
+    /// after that split's event (not after later compute or the uploads),
+    /// the host waiting for that read only. `Ok(None)` when no split queued
+    /// so far wrote it (it is not computed yet in this graph), or when its
+    /// memory is not this backend's. Counted as an id read.
+    pub fn read_computed(&self, id: TensorId) -> Result<Option<Vec<u8>>, HookError> {
+        let root = self.g.view_root(id).index();
+        let Some(w) = self.writer.get(root).copied().flatten() else {
+            return Ok(None);
+        };
+        let Some(ev) = self.done.get(w).and_then(|e| e.as_ref()) else {
+            return Ok(None);
+        };
+        let Some(d) = self.g.data_of(id) else {
+            return Ok(None);
+        };
+        let be = self.backend;
+        if d.buffer.is_host() || !be.can_use_buffer(d.buffer.as_ref()) {
+            return Ok(None);
+        }
+        let rs = be.readback_stream();
+        if !be.planted_drop_wait("readback") {
+            be.wait_event_on(rs, ev)?;
+        }
+        let mut out = vec![0u8; self.g.tensor(id).nbytes()];
+        be.read_on(rs, &d, 0, &mut out)?;
+        let done = be.record_event_on(rs)?;
+        be.event_synchronize(&done)?;
+        if let Some(c) = be.pipeline_counters() {
+            c.add_id_read();
+        }
+        Ok(Some(out))
     }
 
     /// The memory staged for this offer, if any.

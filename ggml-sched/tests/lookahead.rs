@@ -2,8 +2,12 @@
 //! host weights whole into rotating buffers of its own: same results as
 //! without it, every weight staged once, the consumers wait for the early
 //! copies and no buffer is overwritten while a split reads it (on the
-//! recorded timeline), and a hook misusing the context gets errors.
+//! recorded timeline), and a hook misusing the context gets errors. A hook
+//! staging only half of each weight (partial staging) is offered every
+//! such input again when its split comes and completes it there (or
+//! declines, and the scheduler copies it whole into the staged memory).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ggml_core::cpu::MappedBuffer;
@@ -23,12 +27,26 @@ struct RingHook {
     staged: usize,
     declined_to_copy: usize,
     misuse: bool,
+    /// Stage only the first half of each weight ...
+    partial: bool,
+    /// ... and complete it when offered again (else decline).
+    complete: bool,
+    completions: Arc<AtomicUsize>,
 }
 
 impl CopyHook for RingHook {
     fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError> {
-        self.declined_to_copy += 1;
         let n = cx.nbytes();
+        if cx.completes_staging() {
+            assert!(self.partial, "a whole staging offered again");
+            self.completions.fetch_add(1, Ordering::Relaxed);
+            if !self.complete {
+                return Ok(false);
+            }
+            cx.copy_range(n / 2, n - n / 2)?;
+            return Ok(true);
+        }
+        self.declined_to_copy += 1;
         cx.copy_range(0, n)?;
         Ok(true)
     }
@@ -47,8 +65,16 @@ impl CopyHook for RingHook {
             return Err(HookError::msg("refused on purpose"));
         }
         for s in &self.slots {
-            if cx.stage(s.clone())? {
-                let n = cx.nbytes();
+            let n = cx.nbytes();
+            if self.partial {
+                if cx.stage_partial(s.clone())? {
+                    assert!(cx.is_partial());
+                    cx.copy_range(0, n / 2)?;
+                    self.staged += 1;
+                    return Ok(true);
+                }
+            } else if cx.stage(s.clone())? {
+                assert!(!cx.is_partial());
                 cx.copy_range(0, n)?;
                 self.staged += 1;
                 return Ok(true);
@@ -85,11 +111,36 @@ fn graph() -> (Graph, TensorId, TensorId, Vec<f32>) {
     (g, x, cur, xs)
 }
 
+/// What one run gave: the output, weights staged, hook-handled copies, the
+/// timeline, bytes copied early, completions offered, bytes the hook and
+/// the scheduler copied at the splits.
+struct Ran {
+    out: Vec<f32>,
+    staged: usize,
+    handled: usize,
+    tl: ggml_core::timeline::Timeline,
+    prefetch_bytes: u64,
+    completions: usize,
+    split_bytes: u64,
+}
+
 fn run(
     lookahead: usize,
     n_slots: usize,
     misuse: bool,
 ) -> Result<(Vec<f32>, usize, usize, ggml_core::timeline::Timeline, u64), String> {
+    let r = run_with(lookahead, n_slots, misuse, None)?;
+    Ok((r.out, r.staged, r.handled, r.tl, r.prefetch_bytes))
+}
+
+/// `partial`: `Some(complete)` stages half of each weight and completes
+/// it (`true`) or declines the completion (`false`).
+fn run_with(
+    lookahead: usize,
+    n_slots: usize,
+    misuse: bool,
+    partial: Option<bool>,
+) -> Result<Ran, String> {
     let clock = SimClock::new(SimProfile::default_profile());
     let sim = Arc::new(
         SimBackend::new(0, 1)
@@ -108,11 +159,15 @@ fn run(
     let backends: Vec<Arc<dyn Backend>> = vec![sim, cpu];
     let mut sched = Scheduler::new(backends).expect("scheduler");
     let (mut g, x, out, xs) = graph();
+    let completions = Arc::new(AtomicUsize::new(0));
     sched.set_copy_hook(Box::new(RingHook {
         slots,
         staged: 0,
         declined_to_copy: 0,
         misuse,
+        partial: partial.is_some(),
+        complete: partial.unwrap_or(false),
+        completions: Arc::clone(&completions),
     }));
     sched.set_lookahead(lookahead);
     sched.alloc_graph(&mut g).expect("alloc");
@@ -121,7 +176,18 @@ fn run(
     let st = sched.compute(&mut g).map_err(|e| e.to_string())?;
     let tl = clock.take_timeline();
     let got = g.read_f32(out).expect("output");
-    Ok((got, st.prefetched, st.hook_handled, tl, st.prefetch_bytes))
+    let split_bytes = st.splits.iter().map(|s| s.hook_bytes + s.sched_bytes).sum();
+    let (staged, handled, prefetch_bytes) = (st.prefetched, st.hook_handled, st.prefetch_bytes);
+    let completions = completions.load(Ordering::Relaxed);
+    Ok(Ran {
+        out: got,
+        staged,
+        handled,
+        tl,
+        prefetch_bytes,
+        completions,
+        split_bytes,
+    })
 }
 
 #[test]
@@ -155,4 +221,32 @@ fn a_hook_misusing_the_context_gets_errors_not_panics() {
     // the scheduler stays usable
     let (_, staged, _, _, _) = run(2, 2, false).expect("run");
     assert_eq!(staged, LAYERS);
+}
+
+#[test]
+fn partly_staged_weights_are_completed_by_the_hook_or_copied_whole() {
+    let base = run_with(0, 2, false, None).expect("run");
+    let want = base.out.clone();
+    // what the splits copy besides the weights (the input)
+    let other = base.split_bytes - (LAYERS * K * K * 4) as u64;
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let w = K * K * 4;
+    for complete in [true, false] {
+        for (lookahead, n_slots) in [(1, 1), (2, 2), (4, 3), (8, 1)] {
+            let what = format!("complete {complete}, lookahead {lookahead}, {n_slots} slots");
+            let r = run_with(lookahead, n_slots, false, Some(complete)).expect("run");
+            assert_eq!(bits(&r.out), bits(&want), "{what}");
+            assert_eq!(r.staged, LAYERS, "{what}");
+            // every partial staging offered again, once, at its split
+            assert_eq!(r.completions, LAYERS, "{what}");
+            assert_eq!(r.prefetch_bytes, (LAYERS * (w / 2)) as u64, "{what}");
+            // completed: the missing half; declined: the whole weight
+            let rest = if complete { w - w / 2 } else { w };
+            assert_eq!(r.split_bytes, other + (LAYERS * rest) as u64, "{what}");
+            // no op reads a staged half or a completion before its copy
+            // ended, and no slot is overwritten while read
+            r.tl.check_hazards()
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
 }

@@ -78,6 +78,14 @@ pub struct ContextParams {
     /// (`--prefetch-experts-slots`): `-1` auto, `0` off (the default), `N`
     /// slots ([`crate::moe_cache::prefetch`]).
     pub prefetch_experts_slots: i32,
+    /// With `prefetch_experts_slots == -1` (auto): whether auto may choose
+    /// the selective prefetch of each layer's predicted experts on prompt
+    /// ubatches (the prompt graph then predicts them; `true`, the default).
+    pub prefetch_selective: bool,
+    /// With auto: take this choice wherever possible instead of the cost
+    /// model's (tests and measurements; `Selective` stages whole the layers
+    /// without a guess; `None`, the default: the costs).
+    pub prefetch_force: Option<crate::moe_cache::prefetch_auto::Choice>,
     /// Predict the next cached layer's experts and upload them early
     /// (`--moe-predict router|history`; needs the expert cache; off by
     /// default, [`crate::moe_cache::predict`]).
@@ -105,6 +113,8 @@ impl Default for ContextParams {
             moe_cache_sizes: Vec::new(),
             moe_hybrid: None,
             prefetch_experts_slots: 0,
+            prefetch_selective: true,
+            prefetch_force: None,
             moe_predict: MoePredict::Off,
             forced_routing: None,
         }
@@ -436,7 +446,8 @@ impl Context {
             .iter()
             .map(crate::moe_cache::prefetch::free_memory)
             .collect();
-        let st = Staging::new(model, slots, &free, &reserve, min_tokens)?;
+        let mut st = Staging::new(model, slots, &free, &reserve, min_tokens)?;
+        st.set_auto_options(params.prefetch_selective, params.prefetch_force);
         Ok(Some(Arc::new(Mutex::new(st))))
     }
 
@@ -872,6 +883,10 @@ impl Context {
             b.moe_hybrid = c.hybrid.as_ref().map(|h| Arc::clone(&h.maps));
         }
         b.moe_predict = self.predict.is_some() && self.params.moe_predict == MoePredict::Router;
+        b.prefetch_predict = self
+            .prefetch
+            .as_ref()
+            .is_some_and(|p| p.lock().predicts(shape.n_tokens));
         b.forced_routing = self.params.forced_routing.is_some();
         b.want_embd = shape.embd;
         let dg = b.build_decoder(&self.kv, shape.n_tokens, shape.n_kv, shape.n_outputs);
@@ -1247,8 +1262,8 @@ impl Context {
             ..self.stats
         };
         if let Some(p) = self.prefetch_stats() {
-            t.h2d_bytes_experts += p.bytes;
-            t.h2d_bytes_full_copy += p.bytes;
+            t.h2d_bytes_experts += p.bytes + p.selective_late_bytes;
+            t.h2d_bytes_full_copy += p.bytes + p.selective_late_bytes;
             t.experts_copied += p.experts;
             t.experts_full_copy += p.experts;
         }

@@ -12,6 +12,9 @@
 //! the layers split over two emulated devices: the activations cross device
 //! to device, and the peer copy on CUDA1's copy stream must wait for CUDA0's
 //! compute.
+//! `staging-selective` drops the `staging` wait in a run where prefetch
+//! auto is forced to the selective prefetch: partial stagings reuse slots
+//! and are completed by the hook at their split.
 //! Always on the emulator (a real GPU has no planted bugs).
 //!
 //! Each run gives its host thread its own emulator configuration
@@ -29,6 +32,7 @@ use ggml_cuda::emulator;
 use llama::device::{open_device, open_devices, DeviceOptions};
 use llama::moe_cache::layout::model_groups;
 use llama::moe_cache::predict::MoePredict;
+use llama::moe_cache::prefetch_auto::Choice;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
@@ -95,7 +99,8 @@ fn run_full(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Run {
     let mut c = emulator::config();
     c.seed = Some(seed);
     c.hazards = true;
-    c.drop_wait = drop.then(|| kind.to_string());
+    // `staging-selective` drops the `staging` wait
+    c.drop_wait = drop.then(|| kind.trim_end_matches("-selective").to_string());
     if kind == "peer" {
         c.devices = c.devices.max(2);
         c.peer = true;
@@ -104,7 +109,7 @@ fn run_full(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Run {
     // `upload` and `staging` offload every batch (expert uploads on the
     // copy stream); `readback` computes experts on the CPU (activations
     // read back); `slot` runs the expert cache with room for a few experts
-    let min_batch = if matches!(kind, "upload" | "staging") {
+    let min_batch = if matches!(kind, "upload" | "staging" | "staging-selective") {
         1
     } else {
         32
@@ -163,6 +168,21 @@ fn run_full(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Run {
             };
             cp.moe_predict = MoePredict::History;
         }
+        "staging-selective" => {
+            // auto's 3 slots, the selective prefetch forced: the first MoE
+            // layer (no guess) staged whole, the next ones partially and
+            // completed at their split, reusing the first layer's slots;
+            // 4-token ubatches, so that every ubatch of the prompt reuses
+            // the slots (more chances for a dropped wait to show)
+            cp.prefetch_experts_slots = -1;
+            cp.n_ubatch = 4;
+            cp.prefetch_force = Some(Choice::Selective);
+            cp.moe_cache = MoeCacheParams {
+                size: CacheSize::Off,
+                max_batch: 1,
+                ..MoeCacheParams::default()
+            };
+        }
         "staging" => {
             cp.prefetch_experts_slots = 1;
             cp.moe_cache = MoeCacheParams {
@@ -210,6 +230,13 @@ fn run_full(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Run {
         assert!(
             st.d2d_bytes > 0 && st.d2d_bytes_via_host == 0,
             "seed {seed}: {st:?}"
+        );
+    }
+    if kind == "staging-selective" {
+        let p = ctx.prefetch_stats().expect("staging");
+        assert!(
+            p.auto_selective > 0 && p.auto_whole > 0,
+            "seed {seed}: the selective prefetch was not exercised: {p:?}"
         );
     }
     if std::env::var("EMURT_DEBUG").is_ok() {
@@ -365,4 +392,12 @@ fn dropped_staging_wait_is_caught() {
 #[test]
 fn dropped_peer_wait_is_caught() {
     check_kind("peer");
+}
+
+/// The same wait on the selective prefetch's partial stagings (completed
+/// by the hook at their split): dropping it is caught; kept, every seed
+/// passes.
+#[test]
+fn dropped_staging_wait_is_caught_with_partial_stagings() {
+    check_kind("staging-selective");
 }

@@ -16,6 +16,7 @@ use llama::device::{open_device, open_device_with_memory};
 use llama::moe_cache::forced::ForcedRouting;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
+use llama::moe_cache::prefetch_auto::Choice;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::moe_cache::{Trace, TraceHeader};
 use llama::placement::Placement;
@@ -44,20 +45,38 @@ fn load(fx: &Fixture, device: Option<&str>) -> Arc<Model> {
 /// A context prefetching every ubatch of more than one token (the cache's
 /// insert limit is 1 here, so the short fixture prompts prefetch).
 fn ctx(model: &Arc<Model>, slots: i32, cache: CacheSize) -> Context {
+    ctx_forcing(model, slots, cache, None)
+}
+
+/// [`ctx`], auto taking `force` wherever it can.
+fn ctx_forcing(model: &Arc<Model>, slots: i32, cache: CacheSize, force: Option<Choice>) -> Context {
     let p = ContextParams {
-        n_ctx: 256,
-        n_batch: 256,
-        n_ubatch: 512,
-        n_threads: 2,
+        prefetch_force: force,
         moe_cache: MoeCacheParams {
             size: cache,
             max_batch: 1,
             ..MoeCacheParams::default()
         },
-        prefetch_experts_slots: slots,
-        ..Default::default()
+        ..auto_params(slots)
     };
     Context::new(Arc::clone(model), p).expect("context")
+}
+
+/// The parameters of [`ctx`] without a cache.
+fn auto_params(slots: i32) -> ContextParams {
+    ContextParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_ubatch: 512,
+        n_threads: 2,
+        moe_cache: MoeCacheParams {
+            size: CacheSize::Off,
+            max_batch: 1,
+            ..MoeCacheParams::default()
+        },
+        prefetch_experts_slots: slots,
+        ..Default::default()
+    }
 }
 
 /// Prompt logits (all rows), 3 decoded rows, then a batch of 7 tokens.
@@ -159,6 +178,66 @@ fn auto_prefetch_matches_off_and_never_moves_more_than_whole_tensors() {
     }
 }
 
+/// Whether a fixture's graph guesses each layer's experts through the next
+/// router (deepseek2 and gpt-oss route through their own blocks, which do
+/// not build the guess yet; one MoE layer has no next layer).
+fn guesses(name: &str, model: &Model) -> bool {
+    let n_moe: usize = model_groups(model).iter().map(|g| g.layers.len()).sum();
+    n_moe >= 2 && !name.contains("deepseek2") && !name.contains("gptoss")
+}
+
+#[test]
+fn selective_prefetch_gives_off_logits_and_never_moves_more_than_whole_tensors() {
+    let mut saw = 0;
+    for name in MODELS {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let model = load(&fx, Some("SIM0"));
+        let mut off = ctx(&model, 0, CacheSize::Off);
+        let want = logits(&mut off, &fx);
+        let mut whole = ctx(&model, 3, CacheSize::Off);
+        let _ = logits(&mut whole, &fx);
+        let w = whole.prefetch_stats().expect("staging");
+        let whole_bytes = whole.stats().h2d_bytes_experts;
+        let off_bytes = off.stats().h2d_bytes_experts;
+        let mut sel = ctx_forcing(&model, -1, CacheSize::Off, Some(Choice::Selective));
+        let got = logits(&mut sel, &fx);
+        assert!(
+            got.len() == want.len()
+                && got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}: selective prefetch's logits differ from prefetch off"
+        );
+        let a = sel.prefetch_stats().expect("staging");
+        let sel_bytes = sel.stats().h2d_bytes_experts;
+        eprintln!(
+            "{name}: off {off_bytes} whole {whole_bytes} selective {sel_bytes}: {a:?} recall {:?} precision {:?}",
+            a.prediction_recall(),
+            a.prediction_precision()
+        );
+        assert_eq!(a.bytes_used + a.bytes_wasted, a.bytes, "{name}");
+        assert!(
+            sel_bytes <= whole_bytes.max(off_bytes),
+            "{name}: selective moved {sel_bytes} bytes, whole {whole_bytes}"
+        );
+        // staged early and completed late, at most whole tensors' bytes
+        assert!(a.bytes + a.selective_late_bytes <= w.bytes, "{name}");
+        if !guesses(name, &model) {
+            assert_eq!(a.auto_selective, 0, "{name}");
+            continue;
+        }
+        assert!(a.auto_selective > 0, "{name}: selective never taken");
+        assert!(a.predicted_layers > 0, "{name}: no guess measured");
+        assert!(a.predicted_experts_correct <= a.predicted_experts_needed);
+        assert!(a.predicted_experts_correct <= a.predicted_experts);
+        // the guess is better than nothing on the model's own router
+        assert!(a.bytes_used > 0, "{name}: no guessed expert was used");
+        saw += 1;
+    }
+    assert!(saw > 0, "no fixture took the selective prefetch");
+}
+
 /// The prompt's logits (all rows), then the prompt again as a second
 /// ubatch of the same sequence and its logits.
 fn twice(c: &mut Context, fx: &Fixture) -> Vec<f32> {
@@ -166,6 +245,19 @@ fn twice(c: &mut Context, fx: &Fixture) -> Vec<f32> {
     for _ in 0..2 {
         c.decode(&fx.tokens, true).expect("prompt");
         for i in 0..fx.tokens.len() {
+            out.extend_from_slice(c.logits(i).expect("row"));
+        }
+    }
+    out
+}
+
+/// The prompt's first `n` tokens, twice, as in [`twice`].
+fn twice_first(c: &mut Context, fx: &Fixture, n: usize) -> Vec<f32> {
+    let mut out = Vec::new();
+    let toks = &fx.tokens[..n.min(fx.tokens.len())];
+    for _ in 0..2 {
+        c.decode(toks, true).expect("prompt");
+        for i in 0..toks.len() {
             out.extend_from_slice(c.logits(i).expect("row"));
         }
     }
@@ -228,6 +320,87 @@ fn auto_leaves_partly_used_tensors_to_the_selective_copy_when_compute_hides_noth
         }
     }
     assert!(saw_none, "no fixture had a partly used tensor");
+}
+
+#[test]
+fn auto_takes_the_selective_prefetch_where_its_guess_hides_and_whole_would_not() {
+    // a device whose compute before each expert tensor's consumer (its
+    // kernel launch cost, the cost model's hidden time) hides three
+    // quarters of that tensor's link time: a whole tensor leaves a quarter
+    // exposed, a good guess of the used experts hides entirely and leaves
+    // only its misses (two-token prompts, so that a layer uses only part
+    // of its experts)
+    let mut saw = 0;
+    for name in [
+        "tiny-qwen3moe-q4_k",
+        "tiny-qwen3moe-f32",
+        "tiny-mixtral-f16",
+    ] {
+        let fx = or_skip!(Fixture::load(name), continue);
+        let probe = load(&fx, Some("SIM0"));
+        let g = &model_groups(&probe)[0];
+        let tensor_bytes = g.roles[0].expert_bytes as f64 * g.n_expert as f64;
+        let launch = 1.0e-3;
+        let link_bw = tensor_bytes / (launch / 0.75);
+        let prof = ggml_core::SimProfile::from_json(&format!(
+            r#"{{"name": "hides-three-quarters",
+            "device": {{"flops": 1.0e18, "mem_bw": 1.0e18, "launch_s": {launch}}},
+            "link": {{"h2d_bw": {link_bw}, "d2h_bw": {link_bw}, "latency_s": 0.0}}}}"#
+        ))
+        .expect("profile");
+        let dev = llama::device::open_device_with(
+            "SIM0",
+            &llama::device::DeviceOptions {
+                n_threads: 2,
+                offload_min_batch: 1,
+                sim_profile: Some(prof),
+                sim_mem: None,
+                ..Default::default()
+            },
+        )
+        .expect("SIM0");
+        let model = load_on(&fx, dev);
+        let want = twice_first(&mut ctx(&model, 0, CacheSize::Off), &fx, 2);
+        let mut auto = ctx(&model, -1, CacheSize::Off);
+        let got = twice_first(&mut auto, &fx, 2);
+        assert!(
+            got.len() == want.len()
+                && got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}: auto's logits differ from prefetch off"
+        );
+        let a = auto.prefetch_stats().expect("staging");
+        eprintln!("{name}: {a:?}");
+        assert_eq!(a.bytes_used + a.bytes_wasted, a.bytes, "{name}");
+        // the guesses were measured on the first prompt; where they were
+        // good, the second prompt takes the selective prefetch
+        let recall = a.prediction_recall().expect("guesses measured");
+        // (a layer whose ubatch uses every expert is best staged whole)
+        let partly_used = a.predicted_experts_needed < a.predicted_layers * g.n_expert as u64;
+        if recall >= 0.8 && partly_used {
+            assert!(
+                a.auto_selective > 0,
+                "{name}: recall {recall:.2}, selective never chosen: {a:?}"
+            );
+            saw += 1;
+        }
+        // without the third choice: no guess in the graph, none taken
+        let two = ContextParams {
+            prefetch_selective: false,
+            ..auto_params(-1)
+        };
+        let mut c = Context::new(Arc::clone(&model), two).expect("context");
+        let got = twice_first(&mut c, &fx, 2);
+        assert!(got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        let b = c.prefetch_stats().expect("staging");
+        assert_eq!((b.auto_selective, b.predicted_layers), (0, 0), "{name}");
+    }
+    assert!(saw > 0, "no fixture's guess was good enough to choose");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! The prefetch flags: `--prefetch-experts-slots N` (upstream's name) and
-//! `--moe-predict off|on|router|history`.
+//! The prefetch flags: `--prefetch-experts-slots N` (upstream's name),
+//! `--prefetch-selective on|off` and `--moe-predict off|on|router|history`.
 
 use anyhow::{anyhow, Result};
 use clap::Args;
@@ -11,8 +11,10 @@ pub struct PrefetchArgs {
     /// tensors are copied into N rotating device slots (each as large as the
     /// largest expert tensor) while the current split computes; -1 = auto
     /// (3 slots, fewer when they do not fit; per layer and ubatch a tensor
-    /// is prefetched whole only when the link and compute costs and the use
-    /// fraction measured on earlier ubatches say it pays), 0 = off;
+    /// is not prefetched, prefetched whole, or only its experts guessed
+    /// through the layer's router, as the link and compute costs, the use
+    /// fraction and the guesses' recall measured on earlier ubatches say),
+    /// 0 = off;
     /// llama-bench takes a comma-separated list
     #[arg(
         long = "prefetch-experts-slots",
@@ -22,6 +24,19 @@ pub struct PrefetchArgs {
         allow_hyphen_values = true
     )]
     pub prefetch_experts_slots: Vec<String>,
+
+    /// with --prefetch-experts-slots -1 (auto): on (the default) lets auto
+    /// prefetch, per layer and prompt ubatch, only the experts guessed from
+    /// the previous layer's hidden state through the layer's router (the
+    /// ones the guess missed are copied when the layer comes); off keeps
+    /// auto to whole tensors or none
+    #[arg(
+        long = "prefetch-selective",
+        value_name = "on|off",
+        default_value = "on",
+        value_parser = ["on", "off"]
+    )]
+    pub prefetch_selective: String,
 
     /// decode prediction: guess the next cached layer's experts and upload
     /// the predicted misses into the expert cache while this layer computes
@@ -56,6 +71,11 @@ impl PrefetchArgs {
     /// The `--moe-predict` predictor.
     pub fn predict(&self) -> llama::moe_cache::predict::MoePredict {
         self.moe_predict.parse().unwrap_or_default()
+    }
+
+    /// Whether auto may take the selective prefetch (`--prefetch-selective`).
+    pub fn selective(&self) -> bool {
+        self.prefetch_selective != "off"
     }
 
     /// The one value (llama-run).

@@ -37,6 +37,9 @@ pub struct GraphBuilder<'m> {
     /// Predict the next cached layer's experts through its router
     /// (`--moe-predict router`, see [`crate::moe_cache::predict`]).
     pub moe_predict: bool,
+    /// Predict every MoE layer's experts for this (prompt) ubatch, for the
+    /// selective prefetch ([`crate::moe_cache::prefetch`]).
+    pub prefetch_predict: bool,
     /// Route by a trace (`--expert-trace-in`): MoE selections are inputs
     /// ([`crate::moe_cache::forced`]).
     pub forced_routing: bool,
@@ -62,6 +65,7 @@ impl<'m> GraphBuilder<'m> {
             moe_cache_bypassed: Vec::new(),
             moe_hybrid: None,
             moe_predict: false,
+            prefetch_predict: false,
             forced_routing: false,
             forced_ids: Vec::new(),
             forced_ids_host: Vec::new(),

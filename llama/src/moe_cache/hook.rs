@@ -508,6 +508,19 @@ impl CopyHook for MoeCacheHook {
     }
 
     fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError> {
+        if cx.completes_staging() {
+            // a tensor the prefetch staged selectively: the experts its
+            // guess missed (declined: copied whole into the slot)
+            let Some(p) = self.prefetch.clone() else {
+                return Ok(false);
+            };
+            let used = self.copy.used_for_input(cx)?;
+            let r = p.lock().complete(cx, used.as_deref())?;
+            self.copy_shared
+                .lock()
+                .add_backend_bytes(cx.backend().name(), cx.bytes_written());
+            return Ok(r);
+        }
         let r = self.copy_input_inner(cx)?;
         if let Some(p) = &self.prefetch {
             let mut p = p.lock();

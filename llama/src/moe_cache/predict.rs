@@ -190,17 +190,18 @@ pub fn pred_name(il: usize) -> String {
 
 impl GraphBuilder<'_> {
     /// With the prediction on and the cache serving layer `il + 1` for this
-    /// ubatch: predict its experts from `cur` (layer `il`'s normalized FFN
-    /// input, `[n_embd, n_tokens]`) through its router.
+    /// ubatch, or with the selective prefetch possible for it
+    /// (`prefetch_predict`): predict layer `il + 1`'s experts from `cur`
+    /// (layer `il`'s normalized FFN input, `[n_embd, n_tokens]`) through
+    /// its router.
     pub fn moe_predict_next(&mut self, il: usize, cur: TensorId) {
-        if !self.moe_predict {
-            return;
-        }
         let nt = self.g.tensor(cur).ne[1].max(0) as usize;
-        let Some(layout) = self.moe_cache.as_ref() else {
-            return;
-        };
-        if layout.layer_for(il + 1, nt).is_none() {
+        let for_cache = self.moe_predict
+            && self
+                .moe_cache
+                .as_ref()
+                .is_some_and(|l| l.layer_for(il + 1, nt).is_some());
+        if !for_cache && !self.prefetch_predict {
             return;
         }
         let Some(FfnWeights::Moe(mw)) = self.model.layers.get(il + 1).map(|l| &l.ffn) else {

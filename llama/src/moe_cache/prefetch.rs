@@ -23,26 +23,49 @@
 //! name) and *wasted* ([`PrefetchStats`]).
 //!
 //! `-1` (auto) makes [`AUTO_SLOTS`] slots and decides per tensor and
-//! ubatch whether to stage it at all ([`super::prefetch_auto`]); `N > 0`
-//! stages every offered expert tensor whole.
+//! ubatch among three choices ([`super::prefetch_auto`]): not staged,
+//! staged whole, or staged *selectively*; `N > 0` stages every offered
+//! expert tensor whole.
+//!
+//! The selective prefetch: under auto, the prompt graph predicts each MoE
+//! layer's experts from the previous layer's hidden state through the
+//! layer's router (the decode predictor's node, [`super::predict::pred_name`],
+//! here over every token of the ubatch). When the look-ahead offers one of
+//! the layer's expert tensors after the split computing that guess was
+//! queued, the hook reads the guess after that split's event
+//! ([`PrefetchCtx::read_computed`]), claims a slot as a *partial* staging
+//! ([`PrefetchCtx::stage_partial`]) and copies the byte ranges of the union
+//! of the tokens' guessed experts, each at its own offset (so `mul_mat_id`
+//! reads the slot as the whole tensor, with unchanged ids). When the
+//! layer's split comes the scheduler offers the tensor again with the slot
+//! as destination; the hook reads the real ids (as the selective copy does)
+//! and copies only the experts the guess missed ([`Staging::complete`]), on
+//! the copy stream, before the split computes. No byte crosses twice: the
+//! late ranges are those of the guessed and needed experts less what was
+//! staged, so a tensor never moves more than its bytes. After each ubatch
+//! the context measures every layer's guess against its ids (precision and
+//! recall, [`PrefetchStats`]), which auto's next decisions use.
 //!
 //! With several devices each device gets its own slots, for the layers
 //! whose experts it computes (the same count on each, as many as fit in
 //! its memory); a tensor is staged into a slot of the device of the split
 //! that reads it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::sync::Arc;
 
 use ggml_core::{Backend, BufferUsage, Graph, Op, TensorData, TensorId};
-use ggml_sched::{HookError, PrefetchCtx};
+use ggml_sched::{HookCtx, HookError, PrefetchCtx};
 
 use crate::error::{LlamaError, Result};
 use crate::model::Model;
 
 use super::cost::CostModel;
 use super::layout::model_groups_on;
-use super::prefetch_auto::{AutoCounts, AutoPlan};
+use super::predict::pred_name;
+use super::prefetch_auto::{AutoCounts, AutoPlan, Choice, Prediction, PredictionCounts};
+use crate::expert_copy::runs::copy_ranges;
 
 /// Slots `--prefetch-experts-slots -1` (auto) asks for: one layer's gate,
 /// up and down tensors (upstream's reviewers saw little gain past 3).
@@ -83,6 +106,20 @@ pub struct PrefetchStats {
     pub auto_whole: u64,
     /// Auto: tensors (per ubatch) it left to the selective copy.
     pub auto_none: u64,
+    /// Auto: tensors (per ubatch) it prefetched selectively (the predicted
+    /// experts early, the missed ones at the split).
+    pub auto_selective: u64,
+    /// Selective prefetch: bytes copied at the consuming split for the
+    /// experts the guess missed (on the critical path; not in `bytes`).
+    pub selective_late_bytes: u64,
+    /// Layers (per ubatch) whose prompt guess was measured.
+    pub predicted_layers: u64,
+    /// Distinct experts those layers' ids named.
+    pub predicted_experts_needed: u64,
+    /// Distinct experts guessed for them.
+    pub predicted_experts: u64,
+    /// Of those, experts the ids named.
+    pub predicted_experts_correct: u64,
 }
 
 impl PrefetchStats {
@@ -96,8 +133,82 @@ impl PrefetchStats {
             experts: self.experts - b.experts,
             auto_whole: self.auto_whole - b.auto_whole,
             auto_none: self.auto_none - b.auto_none,
+            auto_selective: self.auto_selective - b.auto_selective,
+            selective_late_bytes: self.selective_late_bytes - b.selective_late_bytes,
+            predicted_layers: self.predicted_layers - b.predicted_layers,
+            predicted_experts_needed: self.predicted_experts_needed - b.predicted_experts_needed,
+            predicted_experts: self.predicted_experts - b.predicted_experts,
+            predicted_experts_correct: self.predicted_experts_correct - b.predicted_experts_correct,
         }
     }
+
+    /// Of the experts the measured layers needed, the fraction guessed.
+    pub fn prediction_recall(&self) -> Option<f64> {
+        (self.predicted_experts_needed > 0)
+            .then(|| self.predicted_experts_correct as f64 / self.predicted_experts_needed as f64)
+    }
+
+    /// Of the experts guessed, the fraction needed.
+    pub fn prediction_precision(&self) -> Option<f64> {
+        (self.predicted_experts > 0)
+            .then(|| self.predicted_experts_correct as f64 / self.predicted_experts as f64)
+    }
+}
+
+/// A tensor staged selectively, waiting for its completion.
+#[derive(Clone, Debug)]
+struct PartialStaged {
+    name: String,
+    /// The experts staged.
+    staged: Vec<bool>,
+    /// The byte ranges copied early.
+    ranges: Vec<Range<usize>>,
+    expert_bytes: usize,
+    bytes: u64,
+}
+
+/// The MoE layer of an expert tensor named `blk.{il}.…`.
+fn layer_of(name: &str) -> Option<u32> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+/// `want` less `have` (both sorted, disjoint byte ranges).
+fn subtract(want: &[Range<usize>], have: &[Range<usize>]) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    for w in want {
+        let mut start = w.start;
+        for h in have {
+            if h.end <= start || h.start >= w.end {
+                continue;
+            }
+            if h.start > start {
+                out.push(start..h.start);
+            }
+            start = start.max(h.end);
+        }
+        if start < w.end {
+            out.push(start..w.end);
+        }
+    }
+    out
+}
+
+/// Distinct experts named by raw i32 ids, as a mask over `n_expert`; an id
+/// out of range is an error naming `what`.
+fn id_mask(raw: &[u8], n_expert: usize, what: &str) -> std::result::Result<Vec<bool>, String> {
+    let mut m = vec![false; n_expert];
+    for (i, b) in raw.chunks_exact(4).enumerate() {
+        let id = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        match usize::try_from(id).ok().and_then(|e| m.get_mut(e)) {
+            Some(u) => *u = true,
+            None => {
+                return Err(format!(
+                    "expert id {id} at position {i} of '{what}' is out of range (the layer has {n_expert} experts)"
+                ))
+            }
+        }
+    }
+    Ok(m)
 }
 
 /// A staged expert tensor whose use is not counted yet.
@@ -130,6 +241,23 @@ pub struct Staging {
     pub note: Option<String>,
     /// Auto's decisions (`-1` only).
     auto: Option<AutoPlan>,
+    /// Auto: whether the prompt graph predicts each layer's experts.
+    predict: bool,
+    /// Auto: take this choice instead of the costs' (tests, measurements).
+    force: Option<Choice>,
+    /// This ubatch: each layer's guess once read (`None`: not computed yet
+    /// when last asked).
+    guesses: HashMap<u32, Vec<bool>>,
+    /// This ubatch: each MoE layer's ids tensor (its experts' consumers').
+    layer_ids: HashMap<u32, TensorId>,
+    /// This ubatch: tensors staged selectively, not completed yet.
+    partial: HashMap<TensorId, PartialStaged>,
+    /// Auto on a sim device: its clock (device busy time per ubatch).
+    clock: Option<Arc<ggml_core::SimClock>>,
+    /// This ubatch: the device's busy time when it began, and the expert
+    /// tensors offered.
+    busy0: u64,
+    offered: HashSet<TensorId>,
 }
 
 fn mib(b: u64) -> f64 {
@@ -161,6 +289,14 @@ impl Staging {
             requested,
             note: None,
             auto: None,
+            predict: true,
+            force: None,
+            guesses: HashMap::new(),
+            layer_ids: HashMap::new(),
+            partial: HashMap::new(),
+            clock: None,
+            busy0: 0,
+            offered: HashSet::new(),
         };
         if requested < -1 {
             return Err(LlamaError::Invalid(format!(
@@ -231,12 +367,15 @@ impl Staging {
         }
         st.slot_bytes = st.slot_bytes.max(tensor_bytes);
         if requested < 0 && st.auto.is_none() {
-            let cost = match ggml_core::SimClock::of(dev.as_ref()) {
+            st.clock = ggml_core::SimClock::of(dev.as_ref());
+            let cost = match &st.clock {
                 Some(c) => CostModel::from_sim(c.profile()),
                 None => CostModel::calibrate(dev),
             };
             let n_used = groups.iter().map(|g| g.n_used as usize).max().unwrap_or(1);
-            st.auto = Some(AutoPlan::new(cost, n_used));
+            let mut a = AutoPlan::new(cost, n_used);
+            a.force = st.force;
+            st.auto = Some(a);
         }
         for _ in 0..n {
             match dev.alloc_buffer(slot_bytes, BufferUsage::Compute) {
@@ -276,10 +415,38 @@ impl Staging {
         self.slots.iter().map(|s| s.1.buffer.size() as u64).sum()
     }
 
+    /// Auto: whether the selective prefetch may be chosen (the prompt
+    /// graph then predicts each layer's experts; on by default), and a
+    /// choice to take wherever possible instead of the costs' (`None`:
+    /// decide by the costs).
+    pub fn set_auto_options(&mut self, selective: bool, force: Option<Choice>) {
+        self.predict = selective || force == Some(Choice::Selective);
+        self.force = force;
+        if let Some(a) = &mut self.auto {
+            a.force = force;
+            a.selective = self.predict;
+        }
+    }
+
+    /// Whether a ubatch of `n_tokens` tokens predicts each MoE layer's
+    /// experts in its graph (auto, with the selective prefetch possible,
+    /// on a ubatch that prefetches).
+    pub fn predicts(&self, n_tokens: usize) -> bool {
+        self.auto.is_some() && self.predict && !self.slots.is_empty() && n_tokens > self.min_tokens
+    }
+
     /// A ubatch of `n_tokens` tokens is about to be computed.
     pub fn begin_ubatch(&mut self, n_tokens: usize) {
         self.n_tokens = n_tokens;
         self.pending.clear();
+        self.guesses.clear();
+        self.layer_ids.clear();
+        self.offered.clear();
+        self.busy0 = self.clock.as_ref().map_or(0, |c| c.totals().device_busy_ns);
+        for (_, p) in self.partial.drain() {
+            // staged by a graph that failed before completing it
+            self.stats.bytes_wasted += p.bytes;
+        }
         if let Some(a) = &mut self.auto {
             a.begin_ubatch(n_tokens);
         }
@@ -311,8 +478,9 @@ impl Staging {
         !self.slots.is_empty() && self.n_tokens > self.min_tokens
     }
 
-    /// The look-ahead offers a host weight: stage an expert tensor whole
-    /// into the next free slot.
+    /// The look-ahead offers a host weight: under auto, decide it (none,
+    /// whole or selective); stage an expert tensor whole, or its guessed
+    /// experts, into the next free slot.
     pub fn offer(&mut self, cx: &mut PrefetchCtx<'_>) -> std::result::Result<bool, HookError> {
         if !self.active() {
             return Ok(false);
@@ -331,19 +499,62 @@ impl Staging {
         if !expert_matmul || len > self.slot_bytes {
             return Ok(false);
         }
-        if let Some(a) = &mut self.auto {
+        let n_expert = src.ne[2] as usize;
+        let expert_bytes = src.nb[2];
+        let layer = layer_of(&src.name);
+        self.offered.insert(cx.src());
+        if let (Some(l), Some(&c)) = (layer, consumers.first()) {
+            self.layer_ids.entry(l).or_insert(g.tensor(c).src[2]);
+        }
+        let mut choice = Choice::Whole;
+        let mut staged: Option<Vec<bool>> = None;
+        if self.auto.is_some() {
+            // (a tensor already decided otherwise needs no guess: no read)
+            let settled = self
+                .auto
+                .as_ref()
+                .and_then(|a| a.decided(&src.name))
+                .is_some_and(|d| d != Choice::Selective);
+            let guess = match layer {
+                Some(l) if self.predict && !settled => self.guess(cx, l, n_expert)?,
+                _ => None,
+            };
+            let pred = match &guess {
+                Some(Some(m)) => Prediction::Ready {
+                    staged_bytes: copy_ranges(m, expert_bytes, len, cx.read_overhang())
+                        .iter()
+                        .map(|r| r.len())
+                        .sum(),
+                },
+                Some(None) => Prediction::Pending,
+                None => Prediction::Absent,
+            };
+            let Some(a) = self.auto.as_mut() else {
+                return Ok(false);
+            };
             let mut n = AutoCounts::default();
             let d = a.decide(
                 &src.name,
+                layer.unwrap_or(u32::MAX),
                 len,
-                src.ne[2] as usize,
+                n_expert,
                 [src.ne[0], src.ne[1]],
+                pred,
                 &mut n,
             );
             self.stats.auto_whole += n.whole;
             self.stats.auto_none += n.none;
-            if d != Some(true) {
-                return Ok(false);
+            self.stats.auto_selective += n.selective;
+            match d {
+                Some(Choice::Whole) => {}
+                Some(Choice::Selective) => match guess {
+                    Some(Some(m)) => {
+                        choice = Choice::Selective;
+                        staged = Some(m);
+                    }
+                    _ => return Ok(false),
+                },
+                _ => return Ok(false),
             }
         }
         // the slots of the device whose split reads the tensor
@@ -356,28 +567,144 @@ impl Staging {
         let n = mine.len();
         for k in 0..n {
             let j = (self.next[di] + k) % n;
-            if cx.stage(self.slots[mine[j]].1.clone())? {
-                self.next[di] = (j + 1) % n;
-                cx.copy_range(0, len)?;
-                self.stats.bytes += len as u64;
-                self.stats.inputs += 1;
-                self.stats.experts += src.ne[2] as u64;
-                self.pending.push(Pending {
-                    src: cx.src(),
-                    name: src.name.clone(),
-                    bytes: len as u64,
-                    expert_bytes: src.nb[2] as u64,
-                    n_expert: src.ne[2] as usize,
-                });
-                return Ok(true);
+            let slot = self.slots[mine[j]].1.clone();
+            let claimed = match choice {
+                Choice::Selective => cx.stage_partial(slot)?,
+                _ => cx.stage(slot)?,
+            };
+            if !claimed {
+                continue;
             }
+            self.next[di] = (j + 1) % n;
+            match staged {
+                Some(m) => {
+                    let ranges = copy_ranges(&m, expert_bytes, len, cx.read_overhang());
+                    for r in &ranges {
+                        cx.copy_range(r.start, r.len())?;
+                    }
+                    let bytes = cx.bytes_written();
+                    self.stats.bytes += bytes;
+                    self.stats.inputs += 1;
+                    self.stats.experts += m.iter().filter(|&&u| u).count() as u64;
+                    self.partial.insert(
+                        cx.src(),
+                        PartialStaged {
+                            name: src.name.clone(),
+                            staged: m,
+                            ranges,
+                            expert_bytes,
+                            bytes,
+                        },
+                    );
+                }
+                None => {
+                    cx.copy_range(0, len)?;
+                    self.stats.bytes += len as u64;
+                    self.stats.inputs += 1;
+                    self.stats.experts += n_expert as u64;
+                    self.pending.push(Pending {
+                        src: cx.src(),
+                        name: src.name.clone(),
+                        bytes: len as u64,
+                        expert_bytes: expert_bytes as u64,
+                        n_expert,
+                    });
+                }
+            }
+            return Ok(true);
         }
         Ok(false)
     }
 
+    /// Layer `layer`'s guess this ubatch: `None` when the graph has no
+    /// guess for it, `Some(None)` when the split computing it is not
+    /// queued yet, else the guessed experts (read once per ubatch).
+    fn guess(
+        &mut self,
+        cx: &PrefetchCtx<'_>,
+        layer: u32,
+        n_expert: usize,
+    ) -> std::result::Result<Option<Option<Vec<bool>>>, HookError> {
+        if let Some(m) = self.guesses.get(&layer) {
+            return Ok(Some(Some(m.clone())));
+        }
+        let g = cx.graph();
+        let name = pred_name(layer as usize);
+        let Some(pred) = g
+            .nodes()
+            .iter()
+            .copied()
+            .find(|&n| g.tensor(n).name == name)
+        else {
+            return Ok(None);
+        };
+        // a guess computed on another device (several devices): none here
+        let here = g
+            .data_of(pred)
+            .is_some_and(|d| !d.buffer.is_host() && cx.backend().can_use_buffer(d.buffer.as_ref()));
+        if !here {
+            return Ok(None);
+        }
+        let Some(raw) = cx.read_computed(pred)? else {
+            return Ok(Some(None));
+        };
+        let m = id_mask(&raw, n_expert, &name).map_err(HookError::msg)?;
+        self.guesses.insert(layer, m.clone());
+        Ok(Some(Some(m)))
+    }
+
+    /// The scheduler offers a tensor staged selectively again, at its
+    /// split (`cx.completes_staging()`), with the slot as destination:
+    /// copy the experts `used` names (the consumers' ids, `None` when the
+    /// input is not an expert matmul's) that were not staged, without
+    /// copying any byte twice. `Ok(false)` (the scheduler then copies the
+    /// tensor whole into the slot) when the tensor was not staged here or
+    /// its use is unknown.
+    pub fn complete(
+        &mut self,
+        cx: &mut HookCtx<'_>,
+        used: Option<&[bool]>,
+    ) -> std::result::Result<bool, HookError> {
+        let Some(p) = self.partial.remove(&cx.src()) else {
+            return Ok(false);
+        };
+        let Some(used) = used.filter(|u| u.len() == p.staged.len()) else {
+            self.stats.bytes_wasted += p.bytes;
+            return Ok(false);
+        };
+        let total = cx.nbytes();
+        let overhang = cx.read_overhang();
+        let union: Vec<bool> = used.iter().zip(&p.staged).map(|(&u, &s)| u || s).collect();
+        let want = copy_ranges(&union, p.expert_bytes, total, overhang);
+        for r in subtract(&want, &p.ranges) {
+            cx.copy_range(r.start, r.len())?;
+        }
+        let late = cx.bytes_written();
+        self.stats.selective_late_bytes += late;
+        let missed = used
+            .iter()
+            .zip(&p.staged)
+            .filter(|(&u, &s)| u && !s)
+            .count();
+        self.stats.experts += missed as u64;
+        let hit = used.iter().zip(&p.staged).filter(|(&u, &s)| u && s).count();
+        let b = (hit as u64 * p.expert_bytes as u64).min(p.bytes);
+        self.stats.bytes_used += b;
+        self.stats.bytes_wasted += p.bytes - b;
+        if let Some(a) = &mut self.auto {
+            let need: usize = copy_ranges(used, p.expert_bytes, total, overhang)
+                .iter()
+                .map(|r| r.len())
+                .sum();
+            a.observe(&p.name, need as f64 / total.max(1) as f64);
+        }
+        Ok(true)
+    }
+
     /// After the ubatch's graph computed: read the ids of every staged
     /// tensor's `mul_mat_id` (graph outputs, still in memory) and count the
-    /// staged bytes used and wasted.
+    /// staged bytes used and wasted; measure each layer's guess against its
+    /// ids (auto's recall, and the prediction counters).
     pub fn settle(&mut self, g: &Graph) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
         let mut read: Vec<(TensorId, HashSet<i32>)> = Vec::new();
@@ -415,7 +742,73 @@ impl Staging {
             self.stats.bytes_used += b;
             self.stats.bytes_wasted += p.bytes - b;
         }
+        for (_, p) in self.partial.drain() {
+            // staged, never completed (its split did not run)
+            self.stats.bytes_wasted += p.bytes;
+        }
+        let active = self.active();
+        if let (Some(c), Some(a), true) = (&self.clock, &mut self.auto, active) {
+            let busy = c.totals().device_busy_ns.saturating_sub(self.busy0);
+            a.observe_device_time(busy as f64 / 1e9, self.offered.len(), self.n_tokens);
+        }
+        if !self.predict || self.auto.is_none() || !self.active() {
+            return Ok(());
+        }
+        // every layer's guess against its ids
+        let preds: HashMap<u32, TensorId> = g
+            .nodes()
+            .iter()
+            .filter_map(|&n| {
+                let l = g
+                    .tensor(n)
+                    .name
+                    .strip_prefix("ffn_moe_pred-")?
+                    .parse()
+                    .ok()?;
+                Some((l, n))
+            })
+            .collect();
+        let mut layers: Vec<(u32, TensorId)> =
+            self.layer_ids.iter().map(|(&l, &i)| (l, i)).collect();
+        layers.sort_unstable();
+        for (l, ids) in layers {
+            let Some(&pred) = preds.get(&l) else {
+                continue;
+            };
+            let n_expert = self.n_expert_of(g, ids, pred);
+            let need = id_mask(&g.read_bytes(ids)?, n_expert, &g.tensor(ids).name)
+                .map_err(LlamaError::Invalid)?;
+            let guess = id_mask(&g.read_bytes(pred)?, n_expert, &g.tensor(pred).name)
+                .map_err(LlamaError::Invalid)?;
+            let c = PredictionCounts {
+                needed: need.iter().filter(|&&u| u).count() as u64,
+                predicted: guess.iter().filter(|&&u| u).count() as u64,
+                correct: need.iter().zip(&guess).filter(|(&a, &b)| a && b).count() as u64,
+            };
+            self.stats.predicted_layers += 1;
+            self.stats.predicted_experts_needed += c.needed;
+            self.stats.predicted_experts += c.predicted;
+            self.stats.predicted_experts_correct += c.correct;
+            if let Some(a) = &mut self.auto {
+                a.observe_prediction(l, c);
+            }
+        }
         Ok(())
+    }
+
+    /// The expert count of the layer whose ids are `ids`: the first
+    /// expert tensor a `mul_mat_id` reads with them (else the router's
+    /// width, the guess's source).
+    fn n_expert_of(&self, g: &Graph, ids: TensorId, pred: TensorId) -> usize {
+        let by_matmul = g.nodes().iter().find_map(|&n| {
+            let t = g.tensor(n);
+            (t.op == Op::MulMatId && t.src[2] == ids)
+                .then(|| g.tensor(t.src[0]).ne[2].max(0) as usize)
+        });
+        by_matmul.unwrap_or_else(|| {
+            let logits = g.tensor(pred).src[0];
+            g.tensor(logits).ne[0].max(0) as usize
+        })
     }
 }
 

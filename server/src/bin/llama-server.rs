@@ -57,6 +57,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
     (params.moe_cache, params.moe_cache_sizes) = moe_cache.device_params(&placement)?;
     params.moe_hybrid = a.moe_cache.hybrid()?;
     params.prefetch_experts_slots = a.prefetch.slots()?;
+    params.prefetch_selective = a.prefetch.selective();
     params.moe_predict = a.prefetch.predict();
     // one decode holds every slot's pending token plus up to a ubatch of prompt
     params.n_batch = params.n_batch.max(params.n_ubatch + a.parallel);

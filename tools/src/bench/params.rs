@@ -613,6 +613,18 @@ pub static PARAMS: &[ParamSpec] = &[
         ours: true,
     },
     ParamSpec {
+        field: "prefetch_selective",
+        flags: &["--prefetch-selective"],
+        metavar: "0|1|2",
+        help: "with --prefetch-experts-slots -1 (auto): whether auto may prefetch the experts predicted through the next router on prompt ubatches (1, the default), chooses only between whole tensors and none (0), or always takes the selective prefetch where a layer has a guess (2, for measurements)",
+        syntax: Syntax::Ints { min: 0, max: 2 },
+        default: default!(Value::Int(1)),
+        accept: any,
+        md: md("pf_sel", 6),
+        scope: Scope::Context,
+        ours: true,
+    },
+    ParamSpec {
         field: "moe_predict",
         flags: &["--moe-predict"],
         metavar: "0|1|2",

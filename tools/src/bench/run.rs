@@ -315,6 +315,9 @@ fn run_test(
             })?),
         },
         prefetch_experts_slots: inst.int("prefetch_experts_slots") as i32,
+        prefetch_selective: inst.int("prefetch_selective") != 0,
+        prefetch_force: (inst.int("prefetch_selective") == 2)
+            .then_some(llama::moe_cache::prefetch_auto::Choice::Selective),
         moe_predict: match inst.int("moe_predict") {
             1 => llama::moe_cache::predict::MoePredict::Router,
             2 => llama::moe_cache::predict::MoePredict::History,
@@ -411,6 +414,23 @@ fn run_test(
             f.experts_device_cached.add(t.hits_prompt, t.hits_decode, r);
             f.experts_device_uploaded
                 .add(t.misses_prompt, t.misses_decode, r);
+        }
+    }
+    if let Some(pf) = ctx.prefetch_stats() {
+        let n = pf.auto_none + pf.auto_whole + pf.auto_selective;
+        if n > 0 {
+            // auto's choices over the repetitions (and the warm-up)
+            eprintln!(
+                "llama-bench: prefetch auto (slots {}): {} tensor-ubatches none, {} whole, {} selective; prompt guess recall {}, precision {}",
+                inst.int("prefetch_experts_slots"),
+                pf.auto_none,
+                pf.auto_whole,
+                pf.auto_selective,
+                pf.prediction_recall()
+                    .map_or("-".to_string(), |r| format!("{:.1}%", 100.0 * r)),
+                pf.prediction_precision()
+                    .map_or("-".to_string(), |r| format!("{:.1}%", 100.0 * r)),
+            );
         }
     }
     if let (Some(path), Some(t)) = (&p.expert_trace_out, ctx.take_expert_trace()) {

@@ -102,6 +102,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     (ctx_params.moe_cache, ctx_params.moe_cache_sizes) = moe_cache.device_params(&placement)?;
     ctx_params.moe_hybrid = a.moe_cache.hybrid()?;
     ctx_params.prefetch_experts_slots = a.prefetch.slots()?;
+    ctx_params.prefetch_selective = a.prefetch.selective();
     ctx_params.moe_predict = a.prefetch.predict();
     ctx_params.forced_routing = match &a.expert_trace_in {
         Some(p) => Some(Arc::new(common::forced::load(p, model)?)),
