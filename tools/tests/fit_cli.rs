@@ -178,3 +178,77 @@ fn too_small_a_device_is_an_error_naming_the_shortfall() {
     assert!(!o.status.success() && !e.contains("panicked"), "{e}");
     assert!(e.contains("'maybe'") && e.contains("on or off"), "{e}");
 }
+
+/// `llama-run` on emulated CUDA devices of `mib` MiB each
+/// (`GGML_CUDA_EMULATOR_MEM_MIB`), with `args`.
+fn run_emulated(
+    n_devices: u32,
+    mib: u32,
+    args: &[&str],
+    dir: &std::path::Path,
+) -> std::process::Output {
+    std::process::Command::new(RUN)
+        .args(args)
+        .env("GGML_RS_CACHE", dir)
+        .env("GGML_CUDA_EMULATOR", "1")
+        .env("GGML_CUDA_EMULATOR_DEVICES", n_devices.to_string())
+        .env("GGML_CUDA_EMULATOR_MEM_MIB", mib.to_string())
+        .env_remove("GGML_CUDA_EMULATOR_DROP_WAIT")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("run llama-run")
+}
+
+/// On (emulated) CUDA the plan starts from the free memory the driver
+/// reports (`cuMemGetInfo`), not from `--sim-mem-mib`: one and two devices
+/// of 64 MiB plan within that, run with the plan, and 3 MiB is the error
+/// naming the MiB missing on CUDA0.
+#[test]
+fn fit_plans_from_the_cuda_drivers_free_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    for (n, devices) in [(1, "CUDA0"), (2, "CUDA0,CUDA1")] {
+        let plan = dir.path().join(format!("plan{n}.json"));
+        let o = run_emulated(
+            n,
+            64,
+            &[
+                "--device",
+                devices,
+                "--fit",
+                "on",
+                "-c",
+                "512",
+                "-n",
+                "4",
+                "--temp",
+                "0",
+                "--fit-out",
+                plan.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        ok(&o);
+        let e = stderr(&o);
+        assert!(e.contains("llama-run: fit: CUDA0"), "{e}");
+        let j = json(&plan);
+        let devs = j["devices"].as_array().expect("devices");
+        assert_eq!(devs.len(), n as usize, "{j}");
+        for d in devs {
+            let free = d["free_bytes"].as_u64().unwrap();
+            let total = d["total_bytes"].as_u64().unwrap();
+            let margin = d["margin_bytes"].as_u64().unwrap();
+            assert!(free > 0 && free <= 64 << 20, "{d}");
+            assert!(total + margin <= free, "{d}");
+        }
+    }
+    let o = run_emulated(
+        1,
+        3,
+        &["--device", "CUDA0", "--fit", "on", "-c", "512", "-n", "4"],
+        dir.path(),
+    );
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(e.contains("MiB on CUDA0 missing"), "{e}");
+}
