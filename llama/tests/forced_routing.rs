@@ -11,7 +11,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{or_skip, Fixture, MODELS};
+use common::{or_skip, same_bits, Fixture, MODELS};
 use llama::moe_cache::forced::ForcedRouting;
 use llama::moe_cache::hybrid::CpuShare;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
@@ -175,8 +175,7 @@ fn prediction_fires_under_forced_routing_and_changes_no_logit() {
             match &want {
                 None => want = Some(got),
                 Some(w) => assert!(
-                    got.len() == w.len()
-                        && got.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    same_bits(&got, w),
                     "{name}: --moe-predict {on}, hybrid {hybrid:?}: the logits changed under forced routing"
                 ),
             }

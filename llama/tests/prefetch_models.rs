@@ -11,7 +11,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{or_skip, Fixture, MODELS};
+use common::{or_skip, same_bits, Fixture, MODELS};
 use llama::device::{open_device, open_device_with_memory};
 use llama::moe_cache::forced::ForcedRouting;
 use llama::moe_cache::layout::{bytes_for_all, model_groups};
@@ -153,11 +153,7 @@ fn auto_prefetch_matches_off_and_never_moves_more_than_whole_tensors() {
         let whole_bytes = whole.stats().h2d_bytes_experts;
         let mut auto = ctx(&model, -1, CacheSize::Off);
         let got = logits(&mut auto, &fx);
-        let same = got.len() == want.len()
-            && got
-                .iter()
-                .zip(&want)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
+        let same = same_bits(&got, &want);
         assert!(same, "{name}: auto's logits differ from prefetch off");
         let a = auto.prefetch_stats().expect("staging");
         let auto_bytes = auto.stats().h2d_bytes_experts;
@@ -202,11 +198,7 @@ fn selective_prefetch_gives_off_logits_and_never_moves_more_than_whole_tensors()
         let mut sel = ctx_forcing(&model, -1, CacheSize::Off, Some(Choice::Selective));
         let got = logits(&mut sel, &fx);
         assert!(
-            got.len() == want.len()
-                && got
-                    .iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+            same_bits(&got, &want),
             "{name}: selective prefetch's logits differ from prefetch off"
         );
         let a = sel.prefetch_stats().expect("staging");
@@ -300,11 +292,7 @@ fn auto_leaves_partly_used_tensors_to_the_selective_copy_when_compute_hides_noth
         let mut auto = ctx(&model, -1, CacheSize::Off);
         let got = twice(&mut auto, &fx);
         assert!(
-            got.len() == want.len()
-                && got
-                    .iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+            same_bits(&got, &want),
             "{name}: auto's logits differ from prefetch off"
         );
         let a = auto.prefetch_stats().expect("staging");
@@ -364,11 +352,7 @@ fn auto_takes_the_selective_prefetch_where_its_guess_hides_and_whole_would_not()
         let mut auto = ctx(&model, -1, CacheSize::Off);
         let got = twice_first(&mut auto, &fx, 2);
         assert!(
-            got.len() == want.len()
-                && got
-                    .iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+            same_bits(&got, &want),
             "{name}: auto's logits differ from prefetch off"
         );
         let a = auto.prefetch_stats().expect("staging");
@@ -563,11 +547,7 @@ fn predicted_experts_give_cpu_logits_and_exact_accounting() {
             let mut c = predict_ctx(&model, on);
             let got = logits(&mut c, &fx);
             assert!(
-                got.len() == cpu.len()
-                    && got
-                        .iter()
-                        .zip(&cpu)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                same_bits(&got, &cpu),
                 "{name} predict {on}: logits differ from CPU"
             );
             c.moe_cache_verify().expect("banks agree with the maps");
