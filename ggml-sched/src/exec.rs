@@ -12,8 +12,8 @@
 //!    devices that can, device to device ([`Backend::copy_from_peer`]): the
 //!    copy stream waits for the event of the split on the other device that
 //!    produced the input (an event of another device), and that device's
-//!    compute stream waits for the copies before it may overwrite the
-//!    source. Otherwise through host memory: host sources are
+//!    compute stream and its upload stream wait for the copies before
+//!    either may overwrite the source. Otherwise through host memory: host sources are
 //!    staged (as CUDA does with pageable memory, so the CPU may reuse the
 //!    source right away); device sources are read on their backend's
 //!    readback stream (its second copy stream, where it has one) after the
@@ -379,13 +379,20 @@ impl Exec<'_> {
             ss.n_copies += 1;
         }
         // a device whose memory a peer copy reads does not overwrite it
-        // before the copy is done: its later compute waits for the copies
+        // before the copy is done: its later compute, and the input copies
+        // of its later splits (its upload stream, which waits only for its
+        // own splits), wait for the copies
         if !peer_srcs.is_empty() {
             let ev = be.record_event_on(stream).map_err(compute_err)?;
             for &b in &peer_srcs {
-                backends[b]
+                let src_be = backends[b].as_ref();
+                src_be
                     .wait_event_on(Stream::Compute, &ev)
                     .map_err(compute_err)?;
+                let up = upload_stream(src_be);
+                if up != Stream::Compute {
+                    src_be.wait_event_on(up, &ev).map_err(compute_err)?;
+                }
             }
         }
         // 2. host weights, offered to the hook first
