@@ -173,6 +173,12 @@ impl fmt::Debug for Case {
         for l in &b.listing {
             writeln!(f, "  {l}")?;
         }
+        // everything else, so that a failure can be rebuilt as a fixed case
+        writeln!(
+            f,
+            "  cache_place {:?}, n_inputs {}, n_out {}, sim {:?}\n  steps {:?}",
+            self.cache_place, self.n_inputs, self.n_out, self.sim, self.steps
+        )?;
         Ok(())
     }
 }
@@ -1375,4 +1381,88 @@ fn long_chains_share_compute_memory() {
     let sim_bytes = s.compute_buffer_sizes()[0].1;
     // 48 activations of 1 KiB each would need 48 KiB; liveness needs ~3
     assert!(sim_bytes <= 4 * 1024, "{sim_bytes} bytes on SIM0");
+}
+
+/// The graph the property found a peer-copy race in, with a slow peer
+/// link: `v3` (split 1 on SIM0) crosses to SIM1 by a peer copy on SIM1's
+/// copy stream while SIM0's upload stream copies a later split's host
+/// weight into compute memory. That upload must wait for the peer copy
+/// (the source device's upload stream waits for it, not only its compute
+/// stream): else it overwrites `v3` while the copy still reads it.
+#[test]
+fn a_peer_copys_source_is_not_overwritten_by_later_uploads() {
+    let mut p = SimProfile::default_profile();
+    p.host_time_scale = 0.0;
+    p.copy_engines = 2;
+    p.link.h2d_bw = 1e9;
+    p.link.d2h_bw = 1e9;
+    p.d2d_bw = Some(1e3); // a peer copy of 16 bytes lasts 16 ms
+    let clock = SimClock::new(p);
+    clock.set_recording(true);
+    let backends: Vec<Arc<dyn Backend>> = vec![
+        Arc::new(
+            SimBackend::new(0, 1)
+                .with_clock(Arc::clone(&clock))
+                .with_offload_min_batch(1),
+        ),
+        Arc::new(
+            SimBackend::new(1, 1)
+                .with_clock(Arc::clone(&clock))
+                .with_offload_min_batch(1),
+        ),
+        Arc::new(CpuBackend::new(1).with_clock(clock.clone())),
+    ];
+    let host_w: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let host_buf: Arc<dyn Buffer> = Arc::new(MappedBuffer::new(Arc::new(f32_bytes(&host_w))));
+    let dev_buf = |d: usize| {
+        let b = backends[d].alloc_buffer(64, BufferUsage::Weights).unwrap();
+        b.write(0, &f32_bytes(&[0.5; 4])).unwrap();
+        b
+    };
+    let (d0, d1) = (dev_buf(0), dev_buf(1));
+    let mut g = Graph::new();
+    let weight = |g: &mut Graph, buf: &Arc<dyn Buffer>, offset: usize| {
+        let w = g.new_tensor_1d(GgmlType::F32, 4);
+        g.tensor_mut(w).flags.weight = true;
+        g.tensor_mut(w).data = Some(TensorData {
+            buffer: buf.clone(),
+            offset,
+        });
+        w
+    };
+    let x = g.new_tensor_2d(GgmlType::F32, 4, 1);
+    g.set_input(x);
+    let w4 = weight(&mut g, &host_buf, 0);
+    let w7 = weight(&mut g, &d0, 0);
+    let w11 = weight(&mut g, &host_buf, 16);
+    let w13 = weight(&mut g, &d1, 0);
+    let v0 = g.add(x, x);
+    let v2 = g.add(v0, w4);
+    let v3 = g.scale(v2, 0.5);
+    let v4 = g.add(v2, w7);
+    let v7 = g.add(v4, w11);
+    let v8 = g.add(v3, w13);
+    g.set_output(v8);
+    g.set_output(v7);
+    g.build_forward_expand(v8);
+    g.build_forward_expand(v7);
+    let mut s = Scheduler::new(backends.clone()).unwrap();
+    // the layers' placement: v8's weight is on SIM1, the rest on SIM0
+    s.alloc_graph(&mut g).unwrap();
+    let xs = [1.0f32, -2.0, 3.0, 0.25];
+    g.write_f32(x, &xs).unwrap();
+    let st = s.compute(&mut g).unwrap();
+    let tl = clock.take_timeline();
+    tl.check_hazards()
+        .unwrap_or_else(|e| panic!("{e}\n{}", s.plan_dump()));
+    assert!(st.peer_bytes() > 0, "no peer copy:\n{}", s.plan_dump());
+    let v2_want: Vec<f32> = xs.iter().zip(&host_w).map(|(a, w)| 2.0 * a + w).collect();
+    let v8_want: Vec<f32> = v2_want.iter().map(|v| v * 0.5 + 0.5).collect();
+    let v7_want: Vec<f32> = v2_want
+        .iter()
+        .zip(&host_w[4..])
+        .map(|(v, w)| v + 0.5 + w)
+        .collect();
+    assert_eq!(g.read_f32(v8).unwrap(), v8_want);
+    assert_eq!(g.read_f32(v7).unwrap(), v7_want);
 }
