@@ -13,10 +13,11 @@
 //!    copy stream waits for the event of the split on the other device that
 //!    produced the input (an event of another device), and that device's
 //!    compute stream and its upload stream wait for the copies before
-//!    either may overwrite the source. Otherwise through host memory: host sources are
-//!    staged (as CUDA does with pageable memory, so the CPU may reuse the
-//!    source right away); device sources are read on their backend's
-//!    readback stream (its second copy stream, where it has one) after the
+//!    either may overwrite the source. Otherwise through host memory: host
+//!    sources are staged (as CUDA does with pageable memory, so the CPU may
+//!    reuse the source right away); device sources are read on their
+//!    backend's readback stream (its second copy stream, where it has one)
+//!    after the
 //!    event of the split that produced them (memory no split wrote, such as
 //!    a cache bank the hook uploads into: after the uploads queued so far),
 //!    so they do not wait for unrelated uploads; the host waits only for
@@ -46,6 +47,24 @@ use crate::plan::{self, node_name, Plan};
 use crate::prefetch::{buffer_key, Busy, PrefetchCtx};
 use crate::stats::{ComputeStats, SplitStats};
 use crate::{Applied, SchedError};
+
+/// The event of the split that last wrote `id`'s memory (its view root's),
+/// from the run's writer of each tensor and event of each queued split;
+/// `None` when no split queued so far wrote it.
+pub(crate) fn writer_event<'a>(
+    g: &Graph,
+    writer: &[Option<usize>],
+    done: &'a [Option<Event>],
+    id: TensorId,
+) -> Option<&'a Event> {
+    let root = g.view_root(id).index();
+    writer
+        .get(root)
+        .copied()
+        .flatten()
+        .and_then(|j| done.get(j))
+        .and_then(|e| e.as_ref())
+}
 
 /// The stream a backend copies its inputs on.
 fn upload_stream(be: &dyn Backend) -> Stream {
@@ -160,13 +179,7 @@ impl Exec<'_> {
     /// The event of the split that last wrote `src`'s memory in this
     /// graph, if one did.
     fn writer_event(&self, src: TensorId) -> Option<&Event> {
-        let root = self.g.view_root(src).index();
-        self.st
-            .writer
-            .get(root)
-            .copied()
-            .flatten()
-            .and_then(|j| self.st.done[j].as_ref())
+        writer_event(self.g, &self.st.writer, &self.st.done, src)
     }
 
     /// Copy a non-host-weight input `src` (on `src_be`) into `dst` on `be`:

@@ -16,9 +16,10 @@ use crate::prefetch::PrefetchCtx;
 pub trait CopyHook: Send {
     /// Called once per host-weight input of a split, after all other inputs
     /// of that split were copied (and again for an input staged partially
-    /// by the look-ahead, see [`HookCtx::completes_staging`]). Return `Ok(true)` if handled (fully or
-    /// partly, as the consumers need), `Ok(false)` for a full copy by the
-    /// scheduler. An error aborts the compute and reaches its caller.
+    /// by the look-ahead, see [`HookCtx::completes_staging`]). Return
+    /// `Ok(true)` if handled (fully or partly, as the consumers need),
+    /// `Ok(false)` for a full copy by the scheduler. An error aborts the
+    /// compute and reaches its caller.
     fn copy_input(&mut self, cx: &mut HookCtx<'_>) -> Result<bool, HookError>;
 
     /// Called at the start of each graph compute (so the hook can reset

@@ -244,11 +244,7 @@ impl<'a> PrefetchCtx<'a> {
     /// so far wrote it (it is not computed yet in this graph), or when its
     /// memory is not this backend's. Counted as an id read.
     pub fn read_computed(&self, id: TensorId) -> Result<Option<Vec<u8>>, HookError> {
-        let root = self.g.view_root(id).index();
-        let Some(w) = self.writer.get(root).copied().flatten() else {
-            return Ok(None);
-        };
-        let Some(ev) = self.done.get(w).and_then(|e| e.as_ref()) else {
+        let Some(ev) = crate::exec::writer_event(self.g, self.writer, self.done, id) else {
             return Ok(None);
         };
         let Some(d) = self.g.data_of(id) else {

@@ -14,6 +14,7 @@
 //! are counted with the experts. Anything else is declined and copied
 //! whole by the scheduler.
 
+pub mod ids;
 pub mod runs;
 
 use std::collections::HashMap;
@@ -131,13 +132,7 @@ impl ExpertCopyPolicy {
         }
         let mut used = vec![false; n_expert];
         for (i, &id) in vals.iter().enumerate() {
-            if id < 0 || id as usize >= n_expert {
-                return Err(HookError::msg(format!(
-                    "expert id {id} at position {i} of '{}' is out of range (the layer has {n_expert} experts)",
-                    t.name
-                )));
-            }
-            used[id as usize] = true;
+            used[ids::expert_index(id, i, n_expert, &t.name).map_err(HookError::msg)?] = true;
         }
         self.used.insert(ids, used.clone());
         Ok(used)

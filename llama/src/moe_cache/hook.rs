@@ -22,7 +22,7 @@ use super::hybrid::{self, HybridShared};
 use super::layout::CacheLayout;
 use super::policy::PolicyKind;
 use super::stats::{CacheStats, LayerCacheStats};
-use crate::expert_copy::{ExpertCopyPolicy, PolicyShared};
+use crate::expert_copy::{ids, ExpertCopyPolicy, PolicyShared};
 
 /// The cache's state, shared by the hook (owned by the scheduler) and the
 /// context.
@@ -266,23 +266,16 @@ impl MoeCacheHook {
             )));
         }
         let raw = cx.read_ids(ids)?;
-        let mut vals: Vec<i32> = raw
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let mut vals = ids::decode_i32(&raw);
         if let Some(f) = self.copy_shared.lock().id_filter.as_mut() {
             f(&mut vals);
         }
         let n_expert = lc.n_expert;
         let mut experts = Vec::with_capacity(vals.len());
         for (i, &id) in vals.iter().enumerate() {
-            if id < 0 || id as u32 >= n_expert {
-                return Err(HookError::msg(format!(
-                    "expert id {id} at position {i} of '{}' is out of range (the layer has {n_expert} experts)",
-                    g.tensor(producer).name
-                )));
-            }
-            experts.push(id as u32);
+            let e = ids::expert_index(id, i, n_expert as usize, &g.tensor(producer).name)
+                .map_err(HookError::msg)?;
+            experts.push(e as u32);
         }
         let Some(bank) = cache.banks.get_mut(lc.group).and_then(|b| b.as_mut()) else {
             return Err(HookError::msg(format!("layer {layer}'s group has no bank")));

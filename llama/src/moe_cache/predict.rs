@@ -43,6 +43,7 @@ use ggml_sched::{HookError, PrefetchCtx};
 use super::hook::CacheShared;
 use super::policy::Key;
 use super::predict_history::{HistoryParams, HistoryPredictor};
+use crate::expert_copy::ids;
 use crate::graph::GraphBuilder;
 use crate::model::FfnWeights;
 
@@ -491,16 +492,11 @@ fn read_router_guess(
     if let Some(c) = cx.backend().pipeline_counters() {
         c.add_id_read();
     }
+    let what = pred_name(layer as usize);
     let mut experts: Vec<u32> = Vec::with_capacity(raw.len() / 4);
-    for (i, b) in raw.chunks_exact(4).enumerate() {
-        let id = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        if id < 0 || id as u32 >= n_expert {
-            return Err(HookError::msg(format!(
-                "predicted expert id {id} at position {i} of '{}' is out of range (the layer has {n_expert} experts)",
-                pred_name(layer as usize)
-            )));
-        }
-        experts.push(id as u32);
+    for (i, id) in ids::decode_i32(&raw).into_iter().enumerate() {
+        let e = ids::expert_index(id, i, n_expert as usize, &what).map_err(HookError::msg)?;
+        experts.push(e as u32);
     }
     experts.sort_unstable();
     experts.dedup();

@@ -65,6 +65,7 @@ use super::cost::CostModel;
 use super::layout::model_groups_on;
 use super::predict::pred_name;
 use super::prefetch_auto::{AutoCounts, AutoPlan, Choice, Prediction, PredictionCounts};
+use crate::expert_copy::ids;
 use crate::expert_copy::runs::copy_ranges;
 
 /// Slots `--prefetch-experts-slots -1` (auto) asks for: one layer's gate,
@@ -142,16 +143,23 @@ impl PrefetchStats {
         }
     }
 
+    /// The prompt guesses' counts over the measured layers.
+    fn prediction_counts(&self) -> PredictionCounts {
+        PredictionCounts {
+            needed: self.predicted_experts_needed,
+            predicted: self.predicted_experts,
+            correct: self.predicted_experts_correct,
+        }
+    }
+
     /// Of the experts the measured layers needed, the fraction guessed.
     pub fn prediction_recall(&self) -> Option<f64> {
-        (self.predicted_experts_needed > 0)
-            .then(|| self.predicted_experts_correct as f64 / self.predicted_experts_needed as f64)
+        self.prediction_counts().recall()
     }
 
     /// Of the experts guessed, the fraction needed.
     pub fn prediction_precision(&self) -> Option<f64> {
-        (self.predicted_experts > 0)
-            .then(|| self.predicted_experts_correct as f64 / self.predicted_experts as f64)
+        self.prediction_counts().precision()
     }
 }
 
@@ -197,16 +205,8 @@ fn subtract(want: &[Range<usize>], have: &[Range<usize>]) -> Vec<Range<usize>> {
 /// out of range is an error naming `what`.
 fn id_mask(raw: &[u8], n_expert: usize, what: &str) -> std::result::Result<Vec<bool>, String> {
     let mut m = vec![false; n_expert];
-    for (i, b) in raw.chunks_exact(4).enumerate() {
-        let id = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        match usize::try_from(id).ok().and_then(|e| m.get_mut(e)) {
-            Some(u) => *u = true,
-            None => {
-                return Err(format!(
-                    "expert id {id} at position {i} of '{what}' is out of range (the layer has {n_expert} experts)"
-                ))
-            }
-        }
+    for (i, id) in ids::decode_i32(raw).into_iter().enumerate() {
+        m[ids::expert_index(id, i, n_expert, what)?] = true;
     }
     Ok(m)
 }
