@@ -45,6 +45,57 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
     out
 }
 
+/// Prints `line` on stderr the first time this process asks (a tool that
+/// checks its flags before running, as llama-bench does every test's, then
+/// applies them, warns once).
+fn warn_once(line: &str) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !seen.iter().any(|l| l == line) {
+        eprintln!("{line}");
+        seen.push(line.to_string());
+    }
+}
+
+/// `-ts` values fitted to the device list as llama.cpp does (it keeps a
+/// share for every possible device): values past the last device are
+/// dropped, missing ones are 0, and a split left with no share (or no
+/// device) is no split, so the layers go by free memory. The note says what
+/// changed, for a warning; `None` when there is one value per device.
+pub fn split_for_devices(mut v: Vec<f32>, devices: &[String]) -> (Vec<f32>, Option<String>) {
+    let n = devices.len();
+    if v.len() == n {
+        return (v, None);
+    }
+    let given = v.len();
+    let s = |k: usize| if k == 1 { "" } else { "s" };
+    let list = if n == 0 {
+        "none given".to_string()
+    } else {
+        devices.join(",")
+    };
+    let mut note = format!(
+        "{given} value{} for {n} device{} ({list}): ",
+        s(given),
+        s(n)
+    );
+    if given > n {
+        note.push_str(&format!("the last {} ignored", given - n));
+        v.truncate(n);
+    } else {
+        note.push_str(&format!("the missing {} taken as 0", n - given));
+        v.resize(n, 0.0);
+    }
+    if v.iter().all(|&x| x == 0.0) {
+        note.push_str(", and with no share left the layers are split by free memory");
+        v.clear();
+    }
+    note.push_str(", as llama.cpp does");
+    (v, Some(note))
+}
+
 /// Where weights go: llama.cpp's placement flags.
 #[derive(Args, Debug, Clone, Default)]
 pub struct PlacementArgs {
@@ -181,19 +232,9 @@ impl PlacementArgs {
             Some(ts) => {
                 let v = Placement::parse_tensor_split(ts)
                     .map_err(|e| anyhow::anyhow!("-ts {ts}: {e}"))?;
-                if v.len() != devices.len() {
-                    bail!(
-                        "-ts {ts}: {} value{} for {} device{} ({}): give one per --device",
-                        v.len(),
-                        if v.len() == 1 { "" } else { "s" },
-                        devices.len(),
-                        if devices.len() == 1 { "" } else { "s" },
-                        if devices.is_empty() {
-                            "none given".to_string()
-                        } else {
-                            devices.join(",")
-                        }
-                    );
+                let (v, note) = split_for_devices(v, devices);
+                if let Some(note) = note {
+                    warn_once(&format!("warning: -ts {ts}: {note}"));
                 }
                 v
             }
@@ -780,6 +821,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_split_is_fitted_to_the_devices_as_llama_cpp_does() {
+        let devs = |n: usize| -> Vec<String> { (0..n).map(|i| format!("SIM{i}")).collect() };
+        assert_eq!(
+            split_for_devices(vec![3.0, 1.0], &devs(2)),
+            (vec![3.0, 1.0], None)
+        );
+        let (v, note) = split_for_devices(vec![3.0, 1.0, 1.0], &devs(2));
+        assert_eq!(v, [3.0, 1.0]);
+        let note = note.unwrap();
+        assert!(
+            note.starts_with("3 values for 2 devices (SIM0,SIM1): the last 1 ignored"),
+            "{note}"
+        );
+        let (v, note) = split_for_devices(vec![1.0], &devs(3));
+        assert_eq!(v, [1.0, 0.0, 0.0]);
+        assert!(note.unwrap().contains("the missing 2 taken as 0"));
+        // nothing left to split by: free memory decides, as without -ts
+        let (v, note) = split_for_devices(vec![0.0, 1.0], &devs(1));
+        assert!(v.is_empty());
+        assert!(note.unwrap().contains("split by free memory"));
+        let (v, note) = split_for_devices(vec![1.0], &[]);
+        assert!(v.is_empty());
+        assert!(note.unwrap().contains("1 value for 0 devices (none given)"));
+    }
+
+    #[test]
     fn multi_letter_shorts_are_rewritten() {
         let v: Vec<OsString> = ["x", "-ngl", "3", "-p", "-ngl", "--", "-ot"]
             .iter()
@@ -879,8 +946,11 @@ mod tests {
         assert!(e.contains("-sm row") && e.contains("not supported"), "{e}");
         let e = err(&flags(Some("rows"), None, None), &two);
         assert!(e.contains("'rows' is not a split mode"), "{e}");
-        let e = err(&flags(None, Some("3,1,1"), None), &two);
-        assert!(e.contains("-ts 3,1,1: 3 values for 2 devices"), "{e}");
+        // a count that does not match the devices: fitted as llama.cpp does
+        let p = flags(None, Some("3,1,1"), None)
+            .placement(&["SIM0".into(), "SIM1".into()])
+            .unwrap();
+        assert_eq!(p.tensor_split, vec![3.0, 1.0]);
         let e = err(&flags(None, Some("3,-1"), None), &two);
         assert!(e.contains("-1 is not a share"), "{e}");
         let e = err(&flags(None, Some("0,0"), None), &two);
@@ -892,8 +962,8 @@ mod tests {
         );
         let e = err(&flags(None, None, Some(-1)), &two);
         assert!(e.contains("-mg -1: no such device"), "{e}");
-        let e = err(&flags(None, Some("1"), None), &[]);
-        assert!(e.contains("1 value for 0 devices"), "{e}");
+        let p = flags(None, Some("1"), None).placement(&[]).unwrap();
+        assert!(p.tensor_split.is_empty());
         // -ot to any listed device
         let ot = PlacementArgs {
             override_tensor: vec![r"blk\.0\.=sim1".into()],

@@ -484,7 +484,7 @@ pub static PARAMS: &[ParamSpec] = &[
         field: "tensor_split",
         flags: &["-ts", "--tensor-split"],
         metavar: "TS0/TS1/..",
-        help: "split proportions across the test's -dev set, one per device (0: by free memory, else even)",
+        help: "split proportions across the test's -dev set, one per device (0: by free memory, else even; extra values ignored, missing ones 0)",
         syntax: Syntax::Text(tensor_split),
         default: default!(s("0.00")),
         accept: any,
