@@ -2,7 +2,11 @@
 //! params, backend, test, t/s), `ngl` where a device is in use, `threads`
 //! on the CPU, and a column for each test parameter whose list is not its
 //! default, in llama.cpp's column order, then ours; `experts h2d/tok` (our
-//! column) where a device is in use. Widths and alignment are llama.cpp's.
+//! column) where a device is in use, and `t/s simulated` (ours) after
+//! `t/s` where a test runs on a sim device: `t/s` is always the wall clock,
+//! which on a sim device measures the CPU standing in for it, while the
+//! simulated clock's rate (json/csv `sim_avg_ts`) is the figure the device
+//! profile predicts. Widths and alignment are llama.cpp's.
 
 use crate::bench::args::Params;
 use crate::bench::fields::TestResult;
@@ -38,6 +42,9 @@ const LLAMA_COLUMNS: &[&str] = &[
 
 /// Our column of expert bytes copied per token.
 const TRAFFIC_COLUMN: &str = "experts h2d/tok";
+
+/// Our column of the simulated clock's tokens per second (sim devices).
+const SIM_COLUMN: &str = "t/s simulated";
 
 #[derive(Clone, Debug)]
 struct Column {
@@ -83,7 +90,7 @@ fn param_column(field: &'static str) -> Column {
 }
 
 /// The columns for a run.
-fn columns(p: &Params, any_device: bool) -> Vec<Column> {
+fn columns(p: &Params, any_device: bool, any_sim: bool) -> Vec<Column> {
     let mut c = vec![
         fixed("model", -30),
         fixed("size", 10),
@@ -108,7 +115,17 @@ fn columns(p: &Params, any_device: bool) -> Vec<Column> {
     }
     c.push(fixed("test", 15));
     c.push(fixed("t/s", 20));
+    if any_sim {
+        c.push(fixed(SIM_COLUMN, 15));
+    }
     c
+}
+
+/// Whether `device` names a sim device (`SIM0`, `SIM0/SIM1`).
+fn is_sim(device: &str) -> bool {
+    device
+        .split('/')
+        .any(|d| d.to_ascii_uppercase().starts_with("SIM"))
 }
 
 fn cell(width: i32, s: &str) -> String {
@@ -123,7 +140,11 @@ fn cell(width: i32, s: &str) -> String {
 impl Printer for MdPrinter {
     fn header(&mut self, plan: &Plan) -> String {
         let any_device = plan.instances.iter().any(|i| i.device().is_some());
-        self.columns = columns(plan.params, any_device);
+        let any_sim = plan
+            .instances
+            .iter()
+            .any(|i| i.device().is_some_and(is_sim));
+        self.columns = columns(plan.params, any_device, any_sim);
         let mut s = String::from("|");
         for c in &self.columns {
             s.push_str(&cell(c.width, c.title));
@@ -165,6 +186,10 @@ impl Printer for MdPrinter {
                     let (avg, sd) = r.ts();
                     format!("{avg:.2} ± {sd:.2}")
                 }
+                SIM_COLUMN => r
+                    .sim
+                    .as_ref()
+                    .map_or("-".into(), |m| format!("{:.2}", m.avg_ts)),
                 TRAFFIC_COLUMN => r
                     .traffic
                     .map_or("-".into(), |t| common::cli::fmt_bytes(t.experts)),
