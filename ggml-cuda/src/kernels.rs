@@ -247,6 +247,16 @@ pub fn nvrtc_version() -> Result<(i32, i32), BackendError> {
 /// gets [`crate::NO_NVRTC`] and the folders searched.
 pub fn compile(src: &str, arch: &str) -> Result<Compiled, BackendError> {
     let nvrtc = crate::nvrtc::global()?;
+    compile_with(&nvrtc, src, arch)
+}
+
+/// [`compile`] with a given NVRTC (one loaded by [`crate::nvrtc::Nvrtc::load`]
+/// beside the process's, e.g. CUDA 13's next to CUDA 12's).
+pub fn compile_with(
+    nvrtc: &crate::nvrtc::Nvrtc,
+    src: &str,
+    arch: &str,
+) -> Result<Compiled, BackendError> {
     let options = compile_options(arch);
     let out = nvrtc
         .compile(src, KERNELS_FILE_NAME, &options)

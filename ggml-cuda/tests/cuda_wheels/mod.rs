@@ -7,6 +7,10 @@
 //! target folder; never system-wide). `libnvrtc.so.12` is then made the
 //! process's NVRTC by path (`ggml_cuda::nvrtc::use_library`).
 //!
+//! CUDA 13 the same way: `nvidia-cuda-nvrtc` has `libnvrtc.so.13`, loaded
+//! by path beside the process's NVRTC ([`ensure_nvrtc13`]), and
+//! `nvidia-cuda-nvcc` its `ptxas` ([`ensure_ptxas13`]).
+//!
 //! The install is idempotent and safe for several test processes at once:
 //! each installs into its own staging folder and renames it into place;
 //! the loser of a race drops its copy and uses the winner's. Once cached,
@@ -20,8 +24,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use ggml_cuda::libraries::{FoundLibrary, Origin};
+use ggml_cuda::nvrtc::Nvrtc;
 
 /// A PyPI wheel that ships one CUDA tool or library.
 pub struct Wheel {
@@ -65,6 +72,20 @@ pub const PTXAS: Wheel = Wheel {
     unused: &["nvidia/cuda_nvcc/nvvm"],
 };
 
+/// The PTX assembler of CUDA 13.0 (`ptxas`), the release of [`NVRTC13`].
+/// The wheel has no `nvvm`; its other tools are unused (~78 MB).
+pub const PTXAS13: Wheel = Wheel {
+    name: "nvidia-cuda-nvcc",
+    version: "13.0.88",
+    file: "nvidia/cu13/bin/ptxas",
+    unused: &[
+        "nvidia/cu13/bin/nvlink",
+        "nvidia/cu13/bin/nvcc",
+        "nvidia/cu13/bin/cudafe++",
+        "nvidia/cu13/bin/fatbinary",
+    ],
+};
+
 /// Makes NVRTC loadable, once per process. `Ok` says where it came from;
 /// `Err` says why it cannot be had here (the caller skips with it).
 pub fn ensure_nvrtc() -> Result<String, String> {
@@ -99,6 +120,48 @@ pub fn ensure_ptxas() -> Result<PathBuf, String> {
             return Ok(PathBuf::from("ptxas"));
         }
         install_into(&PTXAS, &cache_root()?, None).map_err(|e| format!("no ptxas on PATH, and {e}"))
+    })
+    .clone()
+}
+
+/// NVRTC 13 ([`NVRTC13`]'s wheel), loaded by path beside the process's
+/// NVRTC (usually 12), once per process. `Err` says why it cannot be had
+/// here (the caller skips with it).
+pub fn ensure_nvrtc13() -> Result<Arc<Nvrtc>, String> {
+    static ONCE: OnceLock<Result<Arc<Nvrtc>, String>> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let path = install_into(&NVRTC13, &cache_root()?, None)
+            .map_err(|e| format!("no NVRTC 13: {e}"))?;
+        let n = Nvrtc::load(FoundLibrary {
+            path,
+            major: Some(13),
+            origin: Origin::PythonWheel,
+        })
+        .map_err(|e| e.to_string())?;
+        if n.version().0 != 13 {
+            return Err(format!("{} is not NVRTC 13", n.describe()));
+        }
+        Ok(Arc::new(n))
+    })
+    .clone()
+}
+
+/// A CUDA 13 `ptxas`, once per process: the one on `PATH` if it is release
+/// 13, else [`PTXAS13`]'s. `Err` says why there is none.
+pub fn ensure_ptxas13() -> Result<PathBuf, String> {
+    static ONCE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let on_path = Command::new("ptxas")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| {
+                o.status.success() && String::from_utf8_lossy(&o.stdout).contains("release 13.")
+            });
+        if on_path {
+            return Ok(PathBuf::from("ptxas"));
+        }
+        install_into(&PTXAS13, &cache_root()?, None)
+            .map_err(|e| format!("no CUDA 13 ptxas on PATH, and {e}"))
     })
     .clone()
 }
