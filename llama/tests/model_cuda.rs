@@ -45,6 +45,19 @@ fn use_emulator_without_gpu() {
 /// NMSE is printed, and must stay below 1e-2.
 const ACTIVATION_SENSITIVE: (&str, f64) = ("tiny-deepseek2-q4_k", 1e-2);
 
+/// The fixtures' settings (llama.cpp's run: context, batch and ubatch 512,
+/// 2 threads), flash attention as given.
+fn fixture_context(flash_attn: bool) -> ContextParams {
+    ContextParams {
+        n_ctx: 512,
+        n_batch: 512,
+        n_ubatch: 512,
+        n_threads: 2,
+        flash_attn,
+        ..Default::default()
+    }
+}
+
 fn fixture_on_cuda0(name: &str) {
     use_emulator_without_gpu();
     let cases = [
@@ -101,13 +114,7 @@ fn fixture_on_cuda0(name: &str) {
                 // a refused pin is a warning for users, a failure here
                 assert!(model.host_pinned, "{name}: {:?}", model.load_notes);
             }
-            let cp = ContextParams {
-                n_ctx: 512,
-                n_batch: 512,
-                n_ubatch: 512,
-                n_threads: 2,
-                ..Default::default()
-            };
+            let cp = fixture_context(false);
             let mut ctx = Context::new(Arc::clone(&model), cp).expect("context");
             let (ours, forced) = fx.prompt_and_forced(&mut ctx, fx.gen.len());
             let p = nmse(&ours, &fx.logits);
@@ -226,13 +233,7 @@ fn node_dumps_agree_within_float_rounding_up_to_the_first_quantized_matmul() {
             ..Default::default()
         };
         let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
-        let cp = ContextParams {
-            n_ctx: 512,
-            n_batch: 512,
-            n_ubatch: 512,
-            n_threads: 2,
-            ..Default::default()
-        };
+        let cp = fixture_context(false);
         let mut ctx = Context::new(model, cp).expect("context");
         ctx.set_node_dump(true);
         ctx.decode(&fx.tokens, true).expect("prompt");
@@ -282,14 +283,7 @@ fn tiny_deepseek2_q4_k_flash_attn_within_the_bound() {
             ..Default::default()
         };
         let model = Arc::new(Model::load(&fx.gguf, params).expect("load"));
-        let cp = ContextParams {
-            n_ctx: 512,
-            n_batch: 512,
-            n_ubatch: 512,
-            n_threads: 2,
-            flash_attn: true,
-            ..Default::default()
-        };
+        let cp = fixture_context(true);
         let mut ctx = Context::new(model, cp).expect("context");
         let (ours, forced) = fx.prompt_and_forced(&mut ctx, fx.gen.len());
         let (p, f) = (nmse(&ours, &fx.logits), nmse(&forced, &fx.genlogits));
