@@ -247,10 +247,11 @@ pub trait Backend: Send + Sync {
     }
 
     /// Test-only: whether a planted bug drops waits of `kind` (`upload`,
-    /// `readback`, `slot`, `staging`) on this backend, so tests can prove
-    /// an emulated device catches each missing wait. Only the emulated CUDA
-    /// device says yes (`GGML_CUDA_EMULATOR_DROP_WAIT`); the callers that
-    /// own such a wait skip it then. Always `false` in normal use.
+    /// `readback`, `slot`, `staging`, `peer`, `peer-source`) on this
+    /// backend, so tests can prove an emulated device catches each missing
+    /// wait. Only the emulated CUDA device says yes
+    /// (`GGML_CUDA_EMULATOR_DROP_WAIT`); the callers that own such a wait
+    /// skip it then. Always `false` in normal use.
     fn planted_drop_wait(&self, _kind: &str) -> bool {
         false
     }

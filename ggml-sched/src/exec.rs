@@ -395,10 +395,14 @@ impl Exec<'_> {
         // before the copy is done: its later compute, and the input copies
         // of its later splits (its upload stream, which waits only for its
         // own splits), wait for the copies
+        // (a test-only planted bug may drop both waits: `planted_drop_wait`)
         if !peer_srcs.is_empty() {
             let ev = be.record_event_on(stream).map_err(compute_err)?;
             for &b in &peer_srcs {
                 let src_be = backends[b].as_ref();
+                if src_be.planted_drop_wait("peer-source") {
+                    continue;
+                }
                 src_be
                     .wait_event_on(Stream::Compute, &ev)
                     .map_err(compute_err)?;

@@ -37,10 +37,13 @@
 //!   the host). The copy reads the source device's range and writes the
 //!   destination's, both checked by the hazard detector, whose
 //!   happens-before order spans every device's streams.
-//! - **Planted bugs**: `GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging|peer`
+//! - **Planted bugs**:
+//!   `GGML_CUDA_EMULATOR_DROP_WAIT=upload|readback|slot|staging|peer|peer-source`
 //!   makes [`crate::driver::Device::planted_drop_wait`] say yes for that
 //!   kind, on emulated devices only (tests prove the emulator catches each;
-//!   `peer`: a peer copy does not wait for the source device's compute).
+//!   `peer`: a peer copy does not wait for the source device's compute;
+//!   `peer-source`: the source device's compute and upload streams do not
+//!   wait for the peer copies that read its memory).
 //! - **Configuration** comes from the environment, [`set_config`] (the
 //!   process) or [`set_thread_config`] (one host thread, so that tests with
 //!   different seeds and planted bugs run in parallel).
@@ -60,7 +63,14 @@ use hazard::Tracker;
 use stream::EmuStream;
 
 /// The planted-bug kinds `GGML_CUDA_EMULATOR_DROP_WAIT` accepts.
-pub const DROP_WAIT_KINDS: [&str; 5] = ["upload", "readback", "slot", "staging", "peer"];
+pub const DROP_WAIT_KINDS: [&str; 6] = [
+    "upload",
+    "readback",
+    "slot",
+    "staging",
+    "peer",
+    "peer-source",
+];
 
 /// Device memory alignment (cuMemAlloc's is at least 256 bytes).
 const DEV_ALIGN: usize = 256;
