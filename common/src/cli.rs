@@ -115,7 +115,8 @@ pub struct PlacementArgs {
 
     /// [-ts] each device's share of the offloaded layers, one value per
     /// --device, e.g. 3,1 (default: by free memory where every device
-    /// reports it, else even)
+    /// reports it, else even; as in llama.cpp, extra values are ignored and
+    /// missing ones are 0, with a warning)
     #[arg(long = "tensor-split", value_name = "N0,N1,..")]
     pub tensor_split: Option<String>,
 
