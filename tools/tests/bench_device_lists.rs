@@ -147,3 +147,34 @@ fn a_split_longer_than_a_device_set_is_fitted_with_a_warning() {
         "{out}"
     );
 }
+
+/// On a sim device the md table's `t/s` is the wall clock (the CPU standing
+/// in for the device); the simulated clock's rate follows it in its own
+/// column, `t/s simulated`, as json's `sim_avg_ts`. A run without a sim
+/// device has no such column.
+#[test]
+fn md_labels_the_simulated_rate_in_its_own_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(&["-dev", "SIM0,none"], dir.path());
+    let head: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap()
+        .split('|')
+        .map(str::trim)
+        .collect();
+    let ts = head.iter().position(|c| *c == "t/s").expect("t/s column");
+    assert_eq!(head[ts + 1], "t/s simulated", "{out}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip(2)
+        .filter(|l| l.starts_with('|'))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    let sim: f64 = rows[0][ts + 1].parse().expect("a simulated rate on SIM0");
+    assert!(sim > 0.0, "{out}");
+    assert_eq!(rows[1][ts + 1], "-", "no simulated rate on the CPU: {out}");
+    let cpu_only = bench(&[], dir.path());
+    assert!(!cpu_only.contains("simulated"), "{cpu_only}");
+}
