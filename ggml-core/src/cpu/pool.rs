@@ -49,8 +49,11 @@ struct Shared {
     job: AtomicPtr<()>,
     /// Slots of the current job.
     nth: AtomicUsize,
-    /// The current job's next unclaimed slot.
-    next_slot: AtomicUsize,
+    /// The current job's next unclaimed slot, on a cache line of its own:
+    /// the caller claims its first slot right after publishing the job,
+    /// and on the job's line that would take the line from a worker that
+    /// is reading the job to enter it.
+    next_slot: OwnLine<AtomicUsize>,
     /// The current job's admission word: its generation's low 32 bits,
     /// [`CLOSED`], and the workers inside it (below [`CLOSED`]). A worker
     /// enters only an open job of the generation it saw, and reads the job
@@ -64,9 +67,23 @@ struct Shared {
     /// Test hook: workers do not enter jobs (as if never scheduled).
     #[cfg(test)]
     hold_workers: AtomicBool,
-    runs: AtomicU64,
+    /// Counted by the caller on every job: kept off the job's line too.
+    runs: OwnLine<AtomicU64>,
     caller_sleeps: AtomicU64,
     worker_sleeps: AtomicU64,
+}
+
+/// A value on cache lines of its own (128 bytes: a line and the one the
+/// x86 prefetcher pairs with it), so that writes to it do not move the
+/// lines its neighbours are read from between cores.
+#[repr(align(128))]
+struct OwnLine<T>(T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// Spin iterations before a thread sleeps on a condition variable.
@@ -128,13 +145,13 @@ impl ThreadPool {
             shutdown: AtomicBool::new(false),
             job: AtomicPtr::new(std::ptr::null_mut()),
             nth: AtomicUsize::new(n_threads),
-            next_slot: AtomicUsize::new(0),
+            next_slot: OwnLine(AtomicUsize::new(0)),
             admission: AtomicU64::new(admission_open(0) | CLOSED),
             sleepers: AtomicUsize::new(0),
             caller_waiting: AtomicBool::new(false),
             #[cfg(test)]
             hold_workers: AtomicBool::new(false),
-            runs: AtomicU64::new(0),
+            runs: OwnLine(AtomicU64::new(0)),
             caller_sleeps: AtomicU64::new(0),
             worker_sleeps: AtomicU64::new(0),
         });
