@@ -10,7 +10,7 @@ mod cuda_wheels;
 
 use std::path::{Path, PathBuf};
 
-use ggml_cuda::kernels::{compile_options, KERNELS_FILE_NAME, KERNELS_SRC, KERNEL_NAMES};
+use ggml_cuda::kernels::{self, KERNELS_SRC, KERNEL_NAMES};
 use ggml_cuda::libraries::{find_library, Origin, SearchEnv};
 use ggml_cuda::nvrtc::Nvrtc;
 
@@ -31,16 +31,8 @@ fn link(target: &Path, at: &Path) {
 }
 
 fn compile_with(n: &Nvrtc, arch: &str) {
-    let out = n
-        .compile(KERNELS_SRC, KERNELS_FILE_NAME, &compile_options(arch))
-        .unwrap();
-    assert!(
-        out.error.is_none(),
-        "{} for {arch}: {:?}\n{}",
-        n.describe(),
-        out.error,
-        out.log
-    );
+    let out = kernels::compile_with(n, KERNELS_SRC, arch)
+        .unwrap_or_else(|e| panic!("{} for {arch}: {e}", n.describe()));
     for k in KERNEL_NAMES {
         assert!(
             out.ptx.contains(&format!(".entry {k}(")),

@@ -88,17 +88,7 @@ fn hybrid_experts_give_cpu_logits_bit_for_bit_on_every_fixture() {
 /// experts, `auto`: its expert counters after the prompt and 8 decodes.
 fn auto_counts(fx: &Fixture, json: &str) -> llama::moe_cache::LayerCacheStats {
     let prof = ggml_core::SimProfile::from_json(json).expect("profile");
-    let dev = llama::device::open_device_with(
-        "SIM0",
-        &llama::device::DeviceOptions {
-            n_threads: 2,
-            offload_min_batch: 1,
-            sim_profile: Some(prof),
-            sim_mem: None,
-            ..Default::default()
-        },
-    )
-    .expect("SIM0");
+    let dev = common::sim0_with_profile(prof);
     let params = ModelParams {
         device: dev,
         placement: Placement {

@@ -273,17 +273,7 @@ fn auto_leaves_partly_used_tensors_to_the_selective_copy_when_compute_hides_noth
         "tiny-deepseek2-q4_k",
     ] {
         let fx = or_skip!(Fixture::load(name), continue);
-        let dev = llama::device::open_device_with(
-            "SIM0",
-            &llama::device::DeviceOptions {
-                n_threads: 2,
-                offload_min_batch: 1,
-                sim_profile: Some(prof.clone()),
-                sim_mem: None,
-                ..Default::default()
-            },
-        )
-        .expect("SIM0");
+        let dev = common::sim0_with_profile(prof.clone());
         let model = load_on(&fx, dev);
         let want = twice(&mut ctx(&model, 0, CacheSize::Off), &fx);
         let mut whole = ctx(&model, 3, CacheSize::Off);
@@ -336,17 +326,7 @@ fn auto_takes_the_selective_prefetch_where_its_guess_hides_and_whole_would_not()
             "link": {{"h2d_bw": {link_bw}, "d2h_bw": {link_bw}, "latency_s": 0.0}}}}"#
         ))
         .expect("profile");
-        let dev = llama::device::open_device_with(
-            "SIM0",
-            &llama::device::DeviceOptions {
-                n_threads: 2,
-                offload_min_batch: 1,
-                sim_profile: Some(prof),
-                sim_mem: None,
-                ..Default::default()
-            },
-        )
-        .expect("SIM0");
+        let dev = common::sim0_with_profile(prof);
         let model = load_on(&fx, dev);
         let want = twice_first(&mut ctx(&model, 0, CacheSize::Off), &fx, 2);
         let mut auto = ctx(&model, -1, CacheSize::Off);

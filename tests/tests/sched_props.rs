@@ -8,6 +8,8 @@
 //! graph computed on one CPU backend bit for bit, and every plan must satisfy
 //! the scheduler's invariants. `PROPTEST_CASES=N` runs more cases.
 
+mod peer_race;
+
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1436,16 +1438,7 @@ fn a_peer_copys_source_is_not_overwritten_by_later_uploads() {
     let w7 = weight(&mut g, &d0, 0);
     let w11 = weight(&mut g, &host_buf, 16);
     let w13 = weight(&mut g, &d1, 0);
-    let v0 = g.add(x, x);
-    let v2 = g.add(v0, w4);
-    let v3 = g.scale(v2, 0.5);
-    let v4 = g.add(v2, w7);
-    let v7 = g.add(v4, w11);
-    let v8 = g.add(v3, w13);
-    g.set_output(v8);
-    g.set_output(v7);
-    g.build_forward_expand(v8);
-    g.build_forward_expand(v7);
+    let [v8, v7] = peer_race::build(&mut g, x, w4, w7, w11, w13);
     let mut s = Scheduler::new(backends.clone()).unwrap();
     // the layers' placement: v8's weight is on SIM1, the rest on SIM0
     s.alloc_graph(&mut g).unwrap();

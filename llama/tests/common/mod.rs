@@ -12,6 +12,24 @@ use std::path::PathBuf;
 pub use fixtures::or_skip;
 use fixtures::{fixture_path, SkipReason};
 
+/// SIM0 with the simulated-clock profile `prof`, 2 threads, every batch
+/// offloaded (the prefetch and hybrid tests' device).
+pub fn sim0_with_profile(
+    prof: ggml_core::SimProfile,
+) -> Option<std::sync::Arc<dyn ggml_core::Backend>> {
+    llama::device::open_device_with(
+        "SIM0",
+        &llama::device::DeviceOptions {
+            n_threads: 2,
+            offload_min_batch: 1,
+            sim_profile: Some(prof),
+            sim_mem: None,
+            ..Default::default()
+        },
+    )
+    .expect("SIM0")
+}
+
 /// `models/NAME.gguf`, or why it is absent.
 pub fn model_gguf(name: &str) -> Result<PathBuf, SkipReason> {
     fixture_path(&format!("models/{name}.gguf"))

@@ -444,10 +444,7 @@ pub fn own_columns(p: &Params, insts: &[Instance]) -> Vec<(&'static str, FieldTy
     if p.expert_trace_in.is_some() {
         out.push(("forced_routing", Bool));
     }
-    if insts.iter().any(|i| {
-        i.device()
-            .is_some_and(|d| d.to_ascii_uppercase().starts_with("SIM"))
-    }) {
+    if insts.iter().any(|i| i.on_sim_device()) {
         out.extend_from_slice(SIM_FIELDS);
     }
     out

@@ -46,6 +46,13 @@ impl Instance {
         }
     }
 
+    /// Whether this test runs on a sim device (its device list starts with
+    /// one): it gets the simulated clock's profile and fields.
+    pub fn on_sim_device(&self) -> bool {
+        self.device()
+            .is_some_and(|d| d.to_ascii_uppercase().starts_with("SIM"))
+    }
+
     /// Whether `other` can reuse this test's loaded model: the same values
     /// of every [`Scope::Model`] parameter (and, with a device, the same
     /// threads, which the device computes with).

@@ -43,9 +43,9 @@ pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
         n_cpu_moe: Some(inst.int("n_cpu_moe").max(0) as usize),
         no_expert_copy,
         offload_min_batch: min_batch,
-        sim_profile: dev
-            .filter(|d| d.to_ascii_uppercase().starts_with("SIM"))
-            .map(|_| inst.str("sim_profile").to_string()),
+        sim_profile: inst
+            .on_sim_device()
+            .then(|| inst.str("sim_profile").to_string()),
         sim_mem_mib: Some(inst.str("sim_mem_mib"))
             .filter(|m| *m != "none")
             .map(str::to_string),

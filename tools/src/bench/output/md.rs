@@ -121,13 +121,6 @@ fn columns(p: &Params, any_device: bool, any_sim: bool) -> Vec<Column> {
     c
 }
 
-/// Whether `device` names a sim device (`SIM0`, `SIM0/SIM1`).
-fn is_sim(device: &str) -> bool {
-    device
-        .split('/')
-        .any(|d| d.to_ascii_uppercase().starts_with("SIM"))
-}
-
 fn cell(width: i32, s: &str) -> String {
     let w = width.unsigned_abs() as usize;
     if width < 0 {
@@ -140,10 +133,7 @@ fn cell(width: i32, s: &str) -> String {
 impl Printer for MdPrinter {
     fn header(&mut self, plan: &Plan) -> String {
         let any_device = plan.instances.iter().any(|i| i.device().is_some());
-        let any_sim = plan
-            .instances
-            .iter()
-            .any(|i| i.device().is_some_and(is_sim));
+        let any_sim = plan.instances.iter().any(|i| i.on_sim_device());
         self.columns = columns(plan.params, any_device, any_sim);
         let mut s = String::from("|");
         for c in &self.columns {
