@@ -25,7 +25,7 @@ use crate::graph::decoder::DecoderGraph;
 use crate::graph::GraphBuilder;
 use crate::kv_cache::{KvCache, SeqId, MAX_SEQ};
 use crate::model::Model;
-use crate::moe_cache::layout::{bytes_for_all, model_groups, model_groups_on};
+use crate::moe_cache::cache::layout::{bytes_for_all, model_groups, model_groups_on};
 use crate::moe_cache::predict::{MoePredict, PredictShared, PredictStats};
 use crate::moe_cache::prefetch::{PrefetchStats, Staging, LOOKAHEAD_SPLITS};
 use crate::moe_cache::{
@@ -63,7 +63,7 @@ pub struct ContextParams {
     pub record_expert_ids: bool,
     /// The device cache of host experts (`--moe-cache-mib`, ...); off by
     /// default in the library (the tools default to `auto`). With several
-    /// devices each has a cache of this size ([`crate::moe_cache::layout`]).
+    /// devices each has a cache of this size ([`crate::moe_cache::cache::layout`]).
     pub moe_cache: MoeCacheParams,
     /// One cache size per device (`--moe-cache-mib A,B`), in
     /// [`Model::devices`] order; empty (the default): `moe_cache.size` for
@@ -85,15 +85,15 @@ pub struct ContextParams {
     /// With auto: take this choice wherever possible instead of the cost
     /// model's (tests and measurements; `Selective` stages whole the layers
     /// without a guess; `None`, the default: the costs).
-    pub prefetch_force: Option<crate::moe_cache::prefetch_auto::Choice>,
+    pub prefetch_force: Option<crate::moe_cache::prefetch::auto::Choice>,
     /// Predict the next cached layer's experts and upload them early
     /// (`--moe-predict router|history`; needs the expert cache; off by
     /// default, [`crate::moe_cache::predict`]).
     pub moe_predict: MoePredict,
     /// Route every MoE layer by a trace's expert ids instead of its router's
-    /// (`--expert-trace-in`, [`crate::moe_cache::forced`]); `None` (the
+    /// (`--expert-trace-in`, [`crate::moe_cache::trace::forced`]); `None` (the
     /// default): the model's own routing.
-    pub forced_routing: Option<Arc<crate::moe_cache::forced::ForcedRouting>>,
+    pub forced_routing: Option<Arc<crate::moe_cache::trace::forced::ForcedRouting>>,
 }
 
 impl Default for ContextParams {
@@ -1405,7 +1405,7 @@ impl Context {
                             "slot {slot} of group {gi} should hold layer {} expert {} ({}), but its bytes differ",
                             k.layer,
                             k.expert,
-                            crate::moe_cache::layout::ROLES[r]
+                            crate::moe_cache::cache::layout::ROLES[r]
                         )));
                     }
                 }

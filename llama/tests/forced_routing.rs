@@ -12,11 +12,11 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, same_bits, Fixture, MODELS};
-use llama::moe_cache::forced::ForcedRouting;
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::hybrid::CpuShare;
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
-use llama::moe_cache::synth_trace::{generate, SynthKind, SynthParams};
+use llama::moe_cache::trace::forced::ForcedRouting;
+use llama::moe_cache::trace::synthetic::{generate, SynthKind, SynthParams};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind, Trace, TraceHeader};
 use llama::{Context, ContextParams, Model};
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::{nmse, or_skip, Fixture, MODELS};
 use llama::device::open_device;
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};

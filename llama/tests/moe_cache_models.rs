@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
@@ -374,7 +374,7 @@ fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
 
 #[test]
 fn replaying_the_router_ids_reproduces_the_live_cache_for_every_policy() {
-    use llama::moe_cache::replay::{replay, TraceUbatch};
+    use llama::moe_cache::cache::replay::{replay, TraceUbatch};
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-q8_0"));
     let model = fx.model_with_host_experts(Some("SIM0"));
     let g = &model_groups(&model)[0];

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use common::{nmse, or_skip, same_bits, Fixture};
 use llama::device::open_device;
-use llama::moe_cache::forced::ForcedRouting;
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::hybrid::CpuShare;
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
+use llama::moe_cache::trace::forced::ForcedRouting;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};

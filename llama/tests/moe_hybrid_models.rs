@@ -9,8 +9,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
+use llama::moe_cache::cache::layout::model_groups;
 use llama::moe_cache::hybrid::CpuShare;
-use llama::moe_cache::layout::model_groups;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};

@@ -265,8 +265,8 @@ fn cache_params(size: CacheSize, max_batch: usize) -> ContextParams {
     }
 }
 
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups_on};
 use llama::moe_cache::hybrid::CpuShare;
-use llama::moe_cache::layout::{bytes_for_all, model_groups_on};
 use llama::moe_cache::predict::MoePredict;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 
@@ -407,7 +407,7 @@ fn host_layers_use_the_main_devices_cache() {
         let n_layer = model.layers.len();
         assert_eq!(model.layers[0].device, None, "{name}");
         assert_eq!(
-            llama::moe_cache::layout::cache_device(&model, 0),
+            llama::moe_cache::cache::layout::cache_device(&model, 0),
             Some(1),
             "{name}"
         );

@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use common::{or_skip, same_bits, Fixture, MODELS};
 use llama::device::{open_device, open_device_with_memory};
-use llama::moe_cache::forced::ForcedRouting;
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
-use llama::moe_cache::prefetch_auto::Choice;
+use llama::moe_cache::prefetch::auto::Choice;
+use llama::moe_cache::trace::forced::ForcedRouting;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::moe_cache::{Trace, TraceHeader};
 use llama::placement::Placement;

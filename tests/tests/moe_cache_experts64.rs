@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ggml_core::GgmlType;
 use llama::device::open_device;
-use llama::moe_cache::layout::model_groups;
+use llama::moe_cache::cache::layout::model_groups;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};

@@ -41,7 +41,7 @@ pub struct GraphBuilder<'m> {
     /// selective prefetch ([`crate::moe_cache::prefetch`]).
     pub prefetch_predict: bool,
     /// Route by a trace (`--expert-trace-in`): MoE selections are inputs
-    /// ([`crate::moe_cache::forced`]).
+    /// ([`crate::moe_cache::trace::forced`]).
     pub forced_routing: bool,
     /// With forced routing, each MoE layer's ids input, for the context.
     pub forced_ids: Vec<(usize, TensorId)>,

@@ -44,7 +44,10 @@ impl GraphBuilder<'_> {
         let banks = [0, 1, 2].map(|r| {
             let (data, ty, ne) = &lc.banks[r];
             let mut t = Tensor::new(*ty, *ne);
-            t.name = format!("moe_cache_bank_{}-{il}", crate::moe_cache::layout::ROLES[r]);
+            t.name = format!(
+                "moe_cache_bank_{}-{il}",
+                crate::moe_cache::cache::layout::ROLES[r]
+            );
             t.flags.weight = true;
             t.data = Some(data.clone());
             self.g.push(t)

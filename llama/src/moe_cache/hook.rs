@@ -17,11 +17,11 @@ use ggml_core::{GgmlType, Op};
 use ggml_core::{Stream, TensorData};
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
-use super::bank::{upload_runs, SlotBank};
+use super::cache::bank::{upload_runs, SlotBank};
+use super::cache::layout::CacheLayout;
+use super::cache::stats::{CacheStats, LayerCacheStats};
 use super::hybrid::{self, HybridShared};
-use super::layout::CacheLayout;
 use super::policy::PolicyKind;
-use super::stats::{CacheStats, LayerCacheStats};
 use crate::expert_copy::{ids, ExpertCopyPolicy, PolicyShared};
 
 /// The cache's state, shared by the hook (owned by the scheduler) and the

@@ -5,7 +5,7 @@
 //! with them, every token would copy its experts again. The cache keeps
 //! recently used experts in device memory instead:
 //!
-//! - **Groups and banks** ([`layout`]): the cached layers of a device whose
+//! - **Groups and banks** ([`cache::layout`]): the cached layers of a device whose
 //!   expert tensors share type, shape and expert stride form a group; each
 //!   group has one bank per role (gate, up, down) shaped
 //!   `[ne0, ne1, n_slots]` in a device weights buffer (plus one pad slot,
@@ -18,18 +18,18 @@
 //! - **The hook** ([`hook`]): because the map is a host weight, the
 //!   scheduler offers it to the copy hook. The hook reads the layer's ids
 //!   (computed by an earlier split: the lookup heads its split), plans hits
-//!   and misses with the group's [`bank::SlotBank`], uploads the misses in
+//!   and misses with the group's [`cache::bank::SlotBank`], uploads the misses in
 //!   merged runs straight into the banks, and writes the map last.
 //! - **Policies** ([`policy`]): pure functions of the access sequence, so
-//!   a routing-trace replay ([`replay`]) runs this very code.
+//!   a routing-trace replay ([`cache::replay`]) runs this very code.
 //!
-//! - **Traces** ([`trace`], [`synth_trace`]): recorded routing in a small
+//! - **Traces** ([`trace`], [`trace::synthetic`]): recorded routing in a small
 //!   binary file, and synthetic routing (random, Zipf, or topic-shaped
-//!   like a trained model's) generated from a model's shape; [`forced`]
+//!   like a trained model's) generated from a model's shape; [`trace::forced`]
 //!   makes a model route by a trace (`--expert-trace-in`).
 //!
-//! - **Decode prediction** ([`predict`], [`predict_history`],
-//!   [`predict_replay`]): the next layer's experts guessed (through its
+//! - **Decode prediction** ([`predict`], [`predict::history`],
+//!   [`predict::replay`]): the next layer's experts guessed (through its
 //!   router, or from the routing seen so far) and uploaded early.
 //!
 //! - **Hybrid experts** ([`hybrid`], [`hybrid_graph`], [`cost`]): a miss
@@ -40,33 +40,25 @@
 //! expert matmuls take the selective copy, or the CPU); a group with fewer
 //! slots than the router picks per token falls back to the selective copy.
 
-pub mod bank;
+pub mod cache;
 pub mod cost;
-pub mod forced;
 pub mod graph;
 pub mod hook;
 pub mod hybrid;
 pub mod hybrid_graph;
-pub mod layout;
 pub mod policy;
 pub mod predict;
-pub mod predict_history;
-pub mod predict_replay;
 pub mod prefetch;
-pub mod prefetch_auto;
-pub mod replay;
-pub mod stats;
-pub mod synth_trace;
 pub mod trace;
 
 use std::fmt;
 use std::str::FromStr;
 
-pub use bank::{upload_runs, BankError, LayerAccess, SlotBank, UploadRun};
+pub use cache::bank::{upload_runs, BankError, LayerAccess, SlotBank, UploadRun};
+pub use cache::layout::{CacheLayout, GroupShape, LayerCache};
+pub use cache::stats::{CacheStats, GroupInfo, LayerCacheStats};
 pub use hook::{CacheShared, MoeCacheHook};
-pub use layout::{CacheLayout, GroupShape, LayerCache};
 pub use policy::{Key, Policy, PolicyKind};
-pub use stats::{CacheStats, GroupInfo, LayerCacheStats};
 pub use trace::{Trace, TraceError, TraceHeader};
 
 /// Default largest ubatch that uses (and fills) the cache (upstream: 32).

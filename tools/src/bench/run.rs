@@ -317,7 +317,7 @@ fn run_test(
         prefetch_experts_slots: inst.int("prefetch_experts_slots") as i32,
         prefetch_selective: inst.int("prefetch_selective") != 0,
         prefetch_force: (inst.int("prefetch_selective") == 2)
-            .then_some(llama::moe_cache::prefetch_auto::Choice::Selective),
+            .then_some(llama::moe_cache::prefetch::auto::Choice::Selective),
         moe_predict: match inst.int("moe_predict") {
             1 => llama::moe_cache::predict::MoePredict::Router,
             2 => llama::moe_cache::predict::MoePredict::History,

@@ -26,10 +26,10 @@ use std::sync::Arc;
 
 use ggml_core::{Backend, Buffer, BufferUsage, TensorData};
 
-use super::bank::SlotBank;
-use super::cost::{CostModel, ExpertCost};
-use super::layout::{CacheLayout, GroupShape, ALIGN};
 use crate::error::Result;
+use crate::moe_cache::cache::bank::SlotBank;
+use crate::moe_cache::cache::layout::{CacheLayout, GroupShape, ALIGN};
+use crate::moe_cache::cost::{CostModel, ExpertCost};
 
 /// How many of a cached layer's misses the CPU computes
 /// (`--moe-cache-cpu-share auto|F`).

@@ -30,7 +30,7 @@ use std::fmt;
 
 use ggml_core::{GgmlType, TensorId};
 
-use super::trace::Trace;
+use super::Trace;
 use crate::graph::GraphBuilder;
 use crate::model::Model;
 
@@ -195,8 +195,8 @@ impl GraphBuilder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::moe_cache::layout::RoleShape;
-    use crate::moe_cache::replay::TraceUbatch;
+    use crate::moe_cache::cache::layout::RoleShape;
+    use crate::moe_cache::cache::replay::TraceUbatch;
     use crate::moe_cache::trace::{TraceHeader, TraceLayer};
 
     fn trace(n_expert: u32) -> Trace {

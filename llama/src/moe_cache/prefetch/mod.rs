@@ -23,13 +23,13 @@
 //! name) and *wasted* ([`PrefetchStats`]).
 //!
 //! `-1` (auto) makes [`AUTO_SLOTS`] slots and decides per tensor and
-//! ubatch among three choices ([`super::prefetch_auto`]): not staged,
+//! ubatch among three choices ([`auto`]): not staged,
 //! staged whole, or staged *selectively*; `N > 0` stages every offered
 //! expert tensor whole.
 //!
 //! The selective prefetch: under auto, the prompt graph predicts each MoE
 //! layer's experts from the previous layer's hidden state through the
-//! layer's router (the decode predictor's node, [`super::predict::pred_name`],
+//! layer's router (the decode predictor's node, [`crate::moe_cache::predict::pred_name`],
 //! here over every token of the ubatch). When the look-ahead offers one of
 //! the layer's expert tensors after the split computing that guess was
 //! queued, the hook reads the guess after that split's event
@@ -51,6 +51,8 @@
 //! its memory); a tensor is staged into a slot of the device of the split
 //! that reads it.
 
+pub mod auto;
+
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
@@ -61,12 +63,12 @@ use ggml_sched::{HookCtx, HookError, PrefetchCtx};
 use crate::error::{LlamaError, Result};
 use crate::model::Model;
 
-use super::cost::CostModel;
-use super::layout::model_groups_on;
-use super::predict::pred_name;
-use super::prefetch_auto::{AutoCounts, AutoPlan, Choice, Prediction, PredictionCounts};
 use crate::expert_copy::ids;
 use crate::expert_copy::runs::copy_ranges;
+use crate::moe_cache::cache::layout::model_groups_on;
+use crate::moe_cache::cost::CostModel;
+use crate::moe_cache::predict::pred_name;
+use auto::{AutoCounts, AutoPlan, Choice, Prediction, PredictionCounts};
 
 /// Slots `--prefetch-experts-slots -1` (auto) asks for: one layer's gate,
 /// up and down tensors (upstream's reviewers saw little gain past 3).
@@ -321,7 +323,7 @@ impl Staging {
         &mut self,
         di: usize,
         dev: &Arc<dyn Backend>,
-        groups: &[super::layout::GroupShape],
+        groups: &[crate::moe_cache::cache::layout::GroupShape],
         free: Option<u64>,
         reserve: u64,
     ) {

@@ -13,7 +13,7 @@
 //!     model's own router would pick, not the trace: its recall there says
 //!     nothing of the routing.
 //! - **`history`**: from the routing the hook has already read
-//!   ([`super::predict_history`]): each layer's recent experts and the
+//!   ([`history`]): each layer's recent experts and the
 //!   transitions from the same token's layer before. No graph node, no
 //!   read; it also guesses the ubatch's first cached layer (from recency),
 //!   and it predicts under forced routing.
@@ -32,6 +32,9 @@
 //!   A guess is counted also when the bank had no free unprotected slots
 //!   for its misses (then nothing was uploaded).
 
+pub mod history;
+pub mod replay;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -40,12 +43,12 @@ use parking_lot::Mutex;
 use ggml_core::{Graph, Stream, TensorId};
 use ggml_sched::{HookError, PrefetchCtx};
 
-use super::hook::CacheShared;
-use super::policy::Key;
-use super::predict_history::{HistoryParams, HistoryPredictor};
 use crate::expert_copy::ids;
 use crate::graph::GraphBuilder;
 use crate::model::FfnWeights;
+use crate::moe_cache::hook::CacheShared;
+use crate::moe_cache::policy::Key;
+use history::{HistoryParams, HistoryPredictor};
 
 /// Which predictor guesses the next layer's experts (`--moe-predict`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -416,7 +419,7 @@ impl PredictShared {
             be.wait_event_on(stream, &ev)?;
         }
         let upload = || -> Result<(), HookError> {
-            for run in super::bank::upload_runs(&acc.misses) {
+            for run in crate::moe_cache::cache::bank::upload_runs(&acc.misses) {
                 for r in 0..3 {
                     let eb = lc.expert_bytes[r];
                     let len = run.n as usize * eb;
