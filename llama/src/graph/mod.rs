@@ -7,8 +7,8 @@
 
 pub mod blocks;
 pub mod decoder;
-pub mod hadamard;
 pub mod mla;
+pub mod moe;
 pub mod routing;
 
 use std::collections::HashMap;

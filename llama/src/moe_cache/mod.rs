@@ -14,7 +14,7 @@
 //! - **Slot maps**: each cached layer has an I32 map `[n_expert]` (slot of
 //!   each expert, or -1) in a host weights buffer. The graph computes
 //!   `slots = get_rows(slot_map, ids)` on the device, then the unmodified
-//!   `mul_mat_id(bank, x, slots)` ([`graph`]): no new op, no new kernel.
+//!   `mul_mat_id(bank, x, slots)` ([`crate::graph::moe::cache`]): no new op, no new kernel.
 //! - **The hook** ([`hook`]): because the map is a host weight, the
 //!   scheduler offers it to the copy hook. The hook reads the layer's ids
 //!   (computed by an earlier split: the lookup heads its split), plans hits
@@ -32,7 +32,7 @@
 //!   [`predict::replay`]): the next layer's experts guessed (through its
 //!   router, or from the routing seen so far) and uploaded early.
 //!
-//! - **Hybrid experts** ([`hybrid`], [`hybrid_graph`], [`cost`]): a miss
+//! - **Hybrid experts** ([`hybrid`], [`crate::graph::moe::hybrid`], [`cost`]): a miss
 //!   can be computed on the CPU from host memory instead of uploaded; the
 //!   hook decides per layer per ubatch, from a cost model or a fixed share.
 //!
@@ -42,10 +42,8 @@
 
 pub mod cache;
 pub mod cost;
-pub mod graph;
 pub mod hook;
 pub mod hybrid;
-pub mod hybrid_graph;
 pub mod policy;
 pub mod predict;
 pub mod prefetch;

@@ -8,7 +8,7 @@
 //! over the host expert tensors with ids from the layer's **CPU map**
 //! (`[n_expert]`: the expert itself where the CPU computes it, -1
 //! elsewhere), read by a CPU `get_rows` of the router's ids
-//! ([`crate::moe_cache::hybrid_graph`]). A skipped slot is an exact zero,
+//! ([`crate::graph::moe::hybrid`]). A skipped slot is an exact zero,
 //! so the sum of the two outputs, taken before the expert weights apply,
 //! is bit for bit the output of one `mul_mat_id`.
 //!

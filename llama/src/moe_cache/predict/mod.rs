@@ -4,7 +4,7 @@
 //!
 //! - **`router`** (`on`): layer `l + 1`'s experts from layer `l`'s hidden
 //!   state through layer `l + 1`'s router.
-//!   - **Graph** ([`GraphBuilder::moe_predict_next`]): for a cached
+//!   - **Graph** ([`crate::graph::GraphBuilder::moe_predict_next`]): for a cached
 //!     ubatch, beside layer `l`'s router, `top_k(mul_mat(gate_inp[l + 1],
 //!     x_l))` (`x_l` = layer `l`'s normalized FFN input), named
 //!     `ffn_moe_pred-{l + 1}`, a graph output on the device. The logits do
@@ -44,8 +44,6 @@ use ggml_core::{Graph, Stream, TensorId};
 use ggml_sched::{HookError, PrefetchCtx};
 
 use crate::expert_copy::ids;
-use crate::graph::GraphBuilder;
-use crate::model::FfnWeights;
 use crate::moe_cache::hook::CacheShared;
 use crate::moe_cache::policy::Key;
 use history::{HistoryParams, HistoryPredictor};
@@ -190,36 +188,6 @@ pub struct PredictShared {
 /// The name of layer `il`'s prediction node.
 pub fn pred_name(il: usize) -> String {
     format!("ffn_moe_pred-{il}")
-}
-
-impl GraphBuilder<'_> {
-    /// With the prediction on and the cache serving layer `il + 1` for this
-    /// ubatch, or with the selective prefetch possible for it
-    /// (`prefetch_predict`): predict layer `il + 1`'s experts from `cur`
-    /// (layer `il`'s normalized FFN input, `[n_embd, n_tokens]`) through
-    /// its router.
-    pub fn moe_predict_next(&mut self, il: usize, cur: TensorId) {
-        let nt = self.g.tensor(cur).ne[1].max(0) as usize;
-        let for_cache = self.moe_predict
-            && self
-                .moe_cache
-                .as_ref()
-                .is_some_and(|l| l.layer_for(il + 1, nt).is_some());
-        if !for_cache && !self.prefetch_predict {
-            return;
-        }
-        let Some(FfnWeights::Moe(mw)) = self.model.layers.get(il + 1).map(|l| &l.ffn) else {
-            return;
-        };
-        let gate_inp = mw.gate_inp;
-        let n_used = self.model.hparams.n_expert_used as i32;
-        let logits = self.linear(gate_inp, cur, None);
-        self.name(logits, "ffn_moe_pred_logits", Some(il + 1));
-        let pred = self.g.top_k(logits, n_used);
-        self.g.tensor_mut(pred).name = pred_name(il + 1);
-        self.g.set_output(pred);
-        self.g.build_forward_expand(pred);
-    }
 }
 
 fn find_node(g: &Graph, name: &str) -> Option<TensorId> {
