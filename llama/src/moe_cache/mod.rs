@@ -54,8 +54,9 @@ use std::str::FromStr;
 
 pub use cache::bank::{upload_runs, BankError, LayerAccess, SlotBank, UploadRun};
 pub use cache::layout::{CacheLayout, GroupShape, LayerCache};
+pub use cache::shared::CacheShared;
 pub use cache::stats::{CacheStats, GroupInfo, LayerCacheStats};
-pub use hook::{CacheShared, MoeCacheHook};
+pub use hook::MoeCacheHook;
 pub use policy::{Key, Policy, PolicyKind};
 pub use trace::{Trace, TraceError, TraceHeader};
 

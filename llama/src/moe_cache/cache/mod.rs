@@ -12,4 +12,5 @@
 pub mod bank;
 pub mod layout;
 pub mod replay;
+pub mod shared;
 pub mod stats;

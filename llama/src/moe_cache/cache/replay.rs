@@ -87,7 +87,7 @@ pub fn belady_steps(layers: &[u32], trace: &[TraceUbatch]) -> Vec<(u32, Vec<u32>
 mod tests {
     use super::*;
     use crate::moe_cache::policy::belady::Belady;
-    use crate::moe_cache::PolicyKind;
+    use crate::moe_cache::policy::PolicyKind;
 
     #[test]
     fn belady_beats_lru_on_a_cyclic_trace() {

@@ -44,7 +44,7 @@ use ggml_core::{Graph, Stream, TensorId};
 use ggml_sched::{HookError, PrefetchCtx};
 
 use crate::expert_copy::ids;
-use crate::moe_cache::hook::CacheShared;
+use crate::moe_cache::cache::shared::CacheShared;
 use crate::moe_cache::policy::Key;
 use history::{HistoryParams, HistoryPredictor};
 
