@@ -551,8 +551,11 @@ impl BatchArgs {
             n_batch: self.batch_size,
             n_ubatch: self.ubatch_size,
             n_threads,
-            expert_copy: !placement.no_expert_copy,
             flash_attn: matches!(self.flash_attn.as_str(), "on" | "1"),
+            moe: llama::MoeParams {
+                expert_copy: !placement.no_expert_copy,
+                ..Default::default()
+            },
             ..ContextParams::default()
         }
     }

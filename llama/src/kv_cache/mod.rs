@@ -199,6 +199,9 @@ fn multiplies_v_rows(be: &dyn Backend, ty: GgmlType) -> bool {
 /// A sequence id (llama.cpp's `llama_seq_id`): `0..MAX_SEQ`.
 pub type SeqId = i32;
 
+/// Cells by which the attended KV span grows (llama.cpp pads `n_kv` too).
+pub const KV_PAD: usize = 32;
+
 /// Sequences one cache can hold (a cell's sequence set is a 64-bit mask).
 pub const MAX_SEQ: usize = 64;
 

@@ -11,13 +11,13 @@ impl GraphBuilder<'_> {
     /// forced routing an I32 input `[n_used, n_rows]` the context fills
     /// from the trace (recorded in `forced_ids`).
     pub fn moe_select(&mut self, scores: TensorId, n_used: i32, il: usize) -> TensorId {
-        if !self.forced_routing {
+        if self.moe.forced.is_none() {
             return self.g.top_k(scores, n_used);
         }
         let nt = self.g.tensor(scores).ne[1];
         let t = self.g.new_tensor_2d(GgmlType::I32, i64::from(n_used), nt);
         self.g.set_input(t);
-        self.forced_ids.push((il, t));
+        self.moe.forced_ids.push((il, t));
         t
     }
 
@@ -26,13 +26,13 @@ impl GraphBuilder<'_> {
     /// the same ids, so that it needs no copy from the device; otherwise
     /// `selected` itself.
     pub fn moe_select_host(&mut self, selected: TensorId, il: usize) -> TensorId {
-        if !self.forced_routing || !self.forced_ids.iter().any(|&(_, t)| t == selected) {
+        if self.moe.forced.is_none() || !self.moe.forced_ids.iter().any(|&(_, t)| t == selected) {
             return selected;
         }
         let [n_used, nt, ..] = self.g.tensor(selected).ne;
         let t = self.g.new_tensor_2d(GgmlType::I32, n_used, nt);
         self.g.set_input(t);
-        self.forced_ids_host.push((il, t));
+        self.moe.forced_ids_host.push((il, t));
         t
     }
 }

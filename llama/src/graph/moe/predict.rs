@@ -17,12 +17,13 @@ impl GraphBuilder<'_> {
     /// its router.
     pub fn moe_predict_next(&mut self, il: usize, cur: TensorId) {
         let nt = self.g.tensor(cur).ne[1].max(0) as usize;
-        let for_cache = self.moe_predict
+        let for_cache = self.moe.predict_router
             && self
-                .moe_cache
+                .moe
+                .cache
                 .as_ref()
                 .is_some_and(|l| l.layer_for(il + 1, nt).is_some());
-        if !for_cache && !self.prefetch_predict {
+        if !for_cache && !self.moe.prefetch_predict {
             return;
         }
         let Some(FfnWeights::Moe(mw)) = self.model.layers.get(il + 1).map(|l| &l.ffn) else {

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::bank::SlotBank;
-use super::layout::CacheLayout;
+use super::layout::{CacheLayout, ROLES};
 use super::stats::{CacheStats, LayerCacheStats};
+use crate::error::LlamaError;
 use crate::moe_cache::hybrid::HybridShared;
 use crate::moe_cache::policy::PolicyKind;
 
@@ -110,6 +111,44 @@ impl CacheShared {
     pub fn check(&self) -> Result<(), String> {
         for b in self.banks.iter().flatten() {
             b.check()?;
+        }
+        Ok(())
+    }
+
+    /// Check the cache's invariants: the slot maps, the slots' owners and
+    /// the policy agree, and every resident expert's bytes in the device's
+    /// banks equal the host expert's (reads the banks back: for tests).
+    pub fn verify(&self) -> crate::error::Result<()> {
+        self.check().map_err(LlamaError::Invalid)?;
+        for (gi, bank) in self.banks.iter().enumerate() {
+            let Some(bank) = bank else { continue };
+            for slot in 0..bank.n_slots() {
+                let Some(k) = bank.owner(slot) else { continue };
+                let Some(lc) = self.layout.layers[k.layer as usize].as_ref() else {
+                    return Err(LlamaError::Invalid(format!(
+                        "slot {slot} of group {gi} holds uncached layer {}",
+                        k.layer
+                    )));
+                };
+                for (r, role) in ROLES.iter().enumerate() {
+                    let eb = lc.expert_bytes[r];
+                    let mut dev = vec![0u8; eb];
+                    let b = &lc.banks[r].0;
+                    b.buffer.read(b.offset + slot as usize * eb, &mut dev)?;
+                    let mut host = vec![0u8; eb];
+                    let h = &lc.host[r];
+                    h.buffer
+                        .read(h.offset + k.expert as usize * eb, &mut host)?;
+                    if dev != host {
+                        return Err(LlamaError::Invalid(format!(
+                            "slot {slot} of group {gi} should hold layer {} expert {} ({}), but its bytes differ",
+                            k.layer,
+                            k.expert,
+                            role
+                        )));
+                    }
+                }
+            }
         }
         Ok(())
     }

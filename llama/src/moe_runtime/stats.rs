@@ -1,0 +1,104 @@
+//! Every MoE counter of a context in one snapshot ([`MoeStats`]): the
+//! selective copy's, the cache's, the prefetch's and the prediction's. The
+//! runtime keeps one snapshot as its reset baseline and reports the
+//! difference ([`MoeStats::since`]), so a counter added to any of those
+//! states reaches [`crate::Context::moe_stats`] with no change here.
+
+use std::collections::BTreeMap;
+
+use crate::expert_copy::ExpertCopyStats;
+use crate::moe_cache::predict::PredictStats;
+use crate::moe_cache::prefetch::PrefetchStats;
+use crate::moe_cache::CacheStats;
+use crate::transfer_stats::TransferStats;
+
+/// The MoE counters of a context (cumulative, or since a baseline).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MoeStats {
+    /// The selective expert copy's counters.
+    pub expert_copy: ExpertCopyStats,
+    /// Expert bytes uploaded to each device backend (by name), by every
+    /// path of the hook: selective copies, cache uploads, prefetch and
+    /// prediction.
+    pub bytes_by_backend: BTreeMap<String, u64>,
+    /// The expert cache's counters; `None` without a cache (off, no
+    /// device, or no experts in host memory).
+    pub cache: Option<CacheStats>,
+    /// The prefill prefetch's counters; `None` when it is off or has
+    /// nothing to do (no device, or no experts in host memory).
+    pub prefetch: Option<PrefetchStats>,
+    /// The decode prediction's counters; `None` when `--moe-predict` is
+    /// off or there is no cache.
+    pub predict: Option<PredictStats>,
+}
+
+impl MoeStats {
+    /// `self - base`: each counter less its baseline (a part the baseline
+    /// lacks counts from zero; a cache baseline taken before the cache
+    /// existed leaves the cache's counters as they are).
+    pub fn since(&self, base: &MoeStats) -> MoeStats {
+        MoeStats {
+            expert_copy: self.expert_copy.since(&base.expert_copy),
+            bytes_by_backend: self
+                .bytes_by_backend
+                .iter()
+                .map(|(name, &b)| {
+                    let b0 = base.bytes_by_backend.get(name).copied().unwrap_or(0);
+                    (name.clone(), b.saturating_sub(b0))
+                })
+                .collect(),
+            cache: cache_since(self.cache.as_ref(), base.cache.as_ref()),
+            prefetch: self
+                .prefetch
+                .map(|p| p.since(&base.prefetch.unwrap_or_default())),
+            predict: self
+                .predict
+                .map(|p| p.since(&base.predict.unwrap_or_default())),
+        }
+    }
+
+    /// Add the expert traffic of every MoE path to `t`'s expert fields
+    /// (replacing them): the selective copy's, the prefetch's, the
+    /// prediction's and the cache's uploads. A cached layer's ubatch
+    /// counts as a full copy of its experts would (so the ratio to full
+    /// copies stays meaningful).
+    pub fn expert_traffic(&self, t: &mut TransferStats) {
+        let e = &self.expert_copy;
+        t.h2d_bytes_experts = e.bytes;
+        t.h2d_bytes_full_copy = e.full_bytes;
+        t.experts_copied = e.experts_copied;
+        t.experts_full_copy = e.experts_full;
+        if let Some(p) = &self.prefetch {
+            t.h2d_bytes_experts += p.bytes + p.selective_late_bytes;
+            t.h2d_bytes_full_copy += p.bytes + p.selective_late_bytes;
+            t.experts_copied += p.experts;
+            t.experts_full_copy += p.experts;
+        }
+        if let Some(p) = &self.predict {
+            t.h2d_bytes_experts += p.bytes;
+        }
+        if let Some(cs) = &self.cache {
+            for (l, s) in &cs.layers {
+                let Some(g) = cs.groups.iter().find(|g| g.layers.contains(l)) else {
+                    continue;
+                };
+                t.h2d_bytes_experts += s.bytes_uploaded;
+                t.h2d_bytes_full_copy += s.id_reads * g.n_expert as u64 * g.slot_bytes;
+                t.experts_copied += s.misses() * 3;
+                t.experts_full_copy += s.id_reads * g.n_expert as u64 * 3;
+            }
+        }
+    }
+}
+
+/// The cache's counters since `base` (none yet: as they are).
+pub(super) fn cache_since(
+    now: Option<&CacheStats>,
+    base: Option<&CacheStats>,
+) -> Option<CacheStats> {
+    let now = now?;
+    Some(match base {
+        Some(b) => now.since(b),
+        None => now.clone(),
+    })
+}
