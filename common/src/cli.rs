@@ -466,7 +466,7 @@ impl MoeCacheArgs {
     }
 
     /// [`MoeCacheArgs::params`] with the per-device sizes
-    /// ([`llama::ContextParams::moe_cache_sizes`]; empty for one size).
+    /// ([`llama::MoeParams::cache_sizes`]; empty for one size).
     pub fn device_params(
         &self,
         placement: &PlacementArgs,

@@ -10,6 +10,12 @@
 //! cache cells its tokens are stored at among them) and computes it again
 //! ([`ggml_sched::Scheduler::compute_again`]): nothing is built, planned
 //! or allocated. [`Context::host_time`] says where the host's time went.
+//!
+//! The MoE state is the context's [`MoeRuntime`] ([`Context::moe`]): built
+//! from [`ContextParams::moe`] with the scheduler, it installs the copy hook,
+//! is told of each ubatch around its graph and compute, and holds the MoE
+//! counters ([`Context::moe_stats`]; [`Context::reset_stats`] resets them
+//! with the context's own).
 
 use std::sync::Arc;
 

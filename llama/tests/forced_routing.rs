@@ -1,4 +1,4 @@
-//! Forced routing (`ContextParams::forced_routing`): a trace recorded from
+//! Forced routing (`MoeParams::forced_routing`): a trace recorded from
 //! the model's own routing, forced back, gives its logits bit for bit (on
 //! the CPU and with host experts on the sim device, through the cache); a
 //! foreign trace routes every MoE layer by its ids, token i by trace token

@@ -5,7 +5,7 @@
 //! counters, the device cache of host experts (with hybrid experts), the
 //! prefill prefetch's staging slots, the decode predictor; plus forced
 //! routing and the recording of each layer's expert ids. The runtime
-//! builds them from [`MoeParams`] ([`build`]), installs the hook over them,
+//! builds them from [`MoeParams`] (`build.rs`), installs the hook over them,
 //! and is the one place that reads their counters ([`MoeStats`], with one
 //! reset baseline) and talks to them around each ubatch.
 //!

@@ -392,7 +392,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         r.write_timeline(p)?;
     }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
-    s.set_cache(ctx.moe_cache_stats());
+    s.set_moe(&ctx.moe_stats());
     s.devices = ctx.device_stats();
     s.pipeline = common::pipeline_summary::PipelineSummary::of(
         &ctx.pipeline_counts().since(&pipeline_prompt),
