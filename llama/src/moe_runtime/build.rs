@@ -10,7 +10,8 @@ use parking_lot::Mutex;
 use ggml_core::Backend;
 use ggml_sched::Scheduler;
 
-use super::{mib, MoeParams};
+use super::params::MoeParams;
+use super::stats::mib;
 use crate::error::{LlamaError, Result};
 use crate::graph::GraphBuilder;
 use crate::kv_cache::{KvCache, KV_PAD};

@@ -50,11 +50,8 @@ use crate::moe_cache::{
     CacheShared, CacheStats, LayerCacheStats, MoeCacheHook, Trace, TraceHeader,
 };
 pub use params::MoeParams;
+use stats::mib;
 pub use stats::MoeStats;
-
-fn mib(b: u64) -> f64 {
-    b as f64 / (1024.0 * 1024.0)
-}
 
 /// A context's MoE states, the hook's view of them, and their counters.
 pub struct MoeRuntime {

@@ -102,3 +102,8 @@ pub(super) fn cache_since(
         None => now.clone(),
     })
 }
+
+/// Bytes in MiB.
+pub(super) fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
