@@ -107,3 +107,74 @@ pub(super) fn cache_since(
 pub(super) fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::moe_cache::LayerCacheStats;
+
+    fn stats(n: u64) -> MoeStats {
+        let mut cache = CacheStats::default();
+        cache.layers.insert(
+            1,
+            LayerCacheStats {
+                hits_decode: 2 * n,
+                ..Default::default()
+            },
+        );
+        MoeStats {
+            expert_copy: ExpertCopyStats {
+                bytes: 10 * n,
+                experts_copied: n,
+                ..Default::default()
+            },
+            bytes_by_backend: [("SIM0".to_string(), 100 * n)].into_iter().collect(),
+            cache: Some(cache),
+            prefetch: Some(PrefetchStats {
+                bytes: 3 * n,
+                ..Default::default()
+            }),
+            predict: Some(PredictStats {
+                bytes: 5 * n,
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn since_a_baseline_subtracts_every_part_and_a_missing_part_counts_from_zero() {
+        let d = stats(5).since(&stats(2));
+        assert_eq!(d.expert_copy.bytes, 30);
+        assert_eq!(d.expert_copy.experts_copied, 3);
+        assert_eq!(d.bytes_by_backend.get("SIM0"), Some(&300));
+        assert_eq!(d.cache.as_ref().map(|c| c.layers[&1].hits_decode), Some(6));
+        assert_eq!(d.prefetch.map(|p| p.bytes), Some(9));
+        assert_eq!(d.predict.map(|p| p.bytes), Some(15));
+        // the zero baseline (a context never reset) changes nothing
+        assert_eq!(stats(4).since(&MoeStats::default()), stats(4));
+        // a part the context lacks stays absent
+        let none = MoeStats::default().since(&stats(1));
+        assert_eq!(
+            (none.cache, none.prefetch, none.predict),
+            (None, None, None)
+        );
+        assert!(none.bytes_by_backend.is_empty());
+    }
+
+    #[test]
+    fn expert_traffic_adds_every_path_and_keeps_the_other_fields() {
+        let mut t = TransferStats {
+            h2d_bytes_other: 7,
+            graphs: 2,
+            ..Default::default()
+        };
+        let mut s = stats(1);
+        s.cache = None;
+        s.expert_traffic(&mut t);
+        // copies 10 + prefetch 3 + prediction 5; full copies: 0 + prefetch 3
+        assert_eq!(t.h2d_bytes_experts, 18);
+        assert_eq!(t.h2d_bytes_full_copy, 3);
+        assert_eq!(t.experts_copied, 1);
+        assert_eq!((t.h2d_bytes_other, t.graphs), (7, 2));
+    }
+}

@@ -912,6 +912,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn slot_counts_become_settings_or_errors_naming_the_count() {
+        let auto = AutoPrefetch {
+            selective: false,
+            force: Some(Choice::Whole),
+        };
+        assert_eq!(
+            PrefetchSlots::from_count(0, auto).ok(),
+            Some(PrefetchSlots::Off)
+        );
+        assert_eq!(
+            PrefetchSlots::from_count(-1, auto).ok(),
+            Some(PrefetchSlots::Auto(auto))
+        );
+        assert_eq!(
+            PrefetchSlots::from_count(3, auto).ok(),
+            Some(PrefetchSlots::fixed(3))
+        );
+        assert_eq!(PrefetchSlots::fixed(0), PrefetchSlots::Off);
+        for n in [-1, 0, 1, 7] {
+            let p = PrefetchSlots::from_count(n, auto).expect("a count");
+            assert_eq!(p.count(), n);
+            assert_eq!(p.to_string(), n.to_string());
+            assert_eq!(p.is_on(), n != 0);
+        }
+        for n in [-2, -7, i64::MIN] {
+            let e = PrefetchSlots::from_count(n, auto).expect_err("below -1");
+            let m = e.to_string();
+            assert!(
+                m.contains(&format!("--prefetch-experts-slots {n}")) && m.contains("-1 for auto"),
+                "{m}"
+            );
+        }
+    }
+
+    #[test]
     fn slot_counts_parse_or_fail_naming_the_value() {
         assert_eq!(parse_slots("-1"), Ok(-1));
         assert_eq!(parse_slots("0"), Ok(0));
