@@ -79,6 +79,11 @@ pub struct PolicyShared {
 }
 
 impl PolicyShared {
+    /// A copy of the counters now.
+    pub fn counters(&self) -> ExpertCopyStats {
+        self.stats
+    }
+
     /// Count `bytes` of experts uploaded to `backend`.
     pub fn add_backend_bytes(&mut self, backend: &str, bytes: u64) {
         if bytes > 0 {

@@ -220,11 +220,11 @@ impl MoeRuntime {
     fn snapshot(&self) -> MoeStats {
         let copy = self.copy.lock();
         MoeStats {
-            expert_copy: copy.stats,
+            expert_copy: copy.counters(),
             bytes_by_backend: copy.bytes_by_backend.clone(),
-            cache: self.cache.as_ref().map(|c| c.lock().stats.clone()),
-            prefetch: self.prefetch.as_ref().map(|p| p.lock().stats),
-            predict: self.predict.as_ref().map(|p| p.lock().stats),
+            cache: self.cache.as_ref().map(|c| c.lock().counters()),
+            prefetch: self.prefetch.as_ref().map(|p| p.lock().counters()),
+            predict: self.predict.as_ref().map(|p| p.lock().counters()),
         }
     }
 
@@ -240,14 +240,14 @@ impl MoeRuntime {
 
     /// The selective copy's counters since creation or the last reset.
     pub fn expert_copy_stats(&self) -> ExpertCopyStats {
-        self.copy.lock().stats.since(&self.base.expert_copy)
+        self.copy.lock().counters().since(&self.base.expert_copy)
     }
 
     /// The expert cache's counters since creation or the last reset; `None`
     /// when there is no cache (off, no device, or no experts in host memory).
     pub fn cache_stats(&self) -> Option<CacheStats> {
         let c = self.cache.as_ref()?;
-        stats::cache_since(Some(&c.lock().stats), self.base.cache.as_ref())
+        stats::cache_since(Some(&c.lock().counters()), self.base.cache.as_ref())
     }
 
     /// The prefill prefetch's counters since creation or the last reset;
@@ -255,10 +255,11 @@ impl MoeRuntime {
     /// (no device, or no experts in host memory).
     pub fn prefetch_stats(&self) -> Option<PrefetchStats> {
         let p = self.prefetch.as_ref()?;
+        let base = self.base.prefetch.as_ref();
         Some(
             p.lock()
-                .stats
-                .since(&self.base.prefetch.unwrap_or_default()),
+                .counters()
+                .since(base.unwrap_or(&PrefetchStats::default())),
         )
     }
 
@@ -266,7 +267,12 @@ impl MoeRuntime {
     /// `None` when `--moe-predict` is off or there is no cache.
     pub fn predict_stats(&self) -> Option<PredictStats> {
         let p = self.predict.as_ref()?;
-        Some(p.lock().stats.since(&self.base.predict.unwrap_or_default()))
+        let base = self.base.predict.as_ref();
+        Some(
+            p.lock()
+                .counters()
+                .since(base.unwrap_or(&PredictStats::default())),
+        )
     }
 
     /// Each of `model`'s devices' counters since creation or the last

@@ -50,10 +50,12 @@ impl MoeStats {
             cache: cache_since(self.cache.as_ref(), base.cache.as_ref()),
             prefetch: self
                 .prefetch
-                .map(|p| p.since(&base.prefetch.unwrap_or_default())),
+                .as_ref()
+                .map(|p| p.since(base.prefetch.as_ref().unwrap_or(&PrefetchStats::default()))),
             predict: self
                 .predict
-                .map(|p| p.since(&base.predict.unwrap_or_default())),
+                .as_ref()
+                .map(|p| p.since(base.predict.as_ref().unwrap_or(&PredictStats::default()))),
         }
     }
 

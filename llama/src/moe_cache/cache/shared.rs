@@ -62,6 +62,11 @@ impl CacheShared {
         }
     }
 
+    /// A copy of the counters now.
+    pub fn counters(&self) -> CacheStats {
+        self.stats.clone()
+    }
+
     /// Tokens of the ubatch being computed.
     pub fn n_tokens(&self) -> u32 {
         self.n_tokens

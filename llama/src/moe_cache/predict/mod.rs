@@ -211,6 +211,11 @@ impl PredictShared {
         }
     }
 
+    /// A copy of the counters now.
+    pub fn counters(&self) -> PredictStats {
+        self.stats
+    }
+
     /// The predictor.
     pub fn mode(&self) -> MoePredict {
         self.mode

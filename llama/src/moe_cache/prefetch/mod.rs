@@ -489,6 +489,11 @@ impl Staging {
         }
     }
 
+    /// A copy of the counters now.
+    pub fn counters(&self) -> PrefetchStats {
+        self.stats
+    }
+
     /// Number of slots made.
     pub fn n_slots(&self) -> usize {
         self.slots.len()
