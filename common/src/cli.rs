@@ -466,7 +466,7 @@ impl MoeCacheArgs {
     }
 
     /// [`MoeCacheArgs::params`] with the per-device sizes
-    /// ([`llama::ContextParams::moe_cache_sizes`]; empty for one size).
+    /// ([`llama::MoeParams::cache_sizes`]; empty for one size).
     pub fn device_params(
         &self,
         placement: &PlacementArgs,
@@ -551,8 +551,11 @@ impl BatchArgs {
             n_batch: self.batch_size,
             n_ubatch: self.ubatch_size,
             n_threads,
-            expert_copy: !placement.no_expert_copy,
             flash_attn: matches!(self.flash_attn.as_str(), "on" | "1"),
+            moe: llama::MoeParams {
+                expert_copy: !placement.no_expert_copy,
+                ..Default::default()
+            },
             ..ContextParams::default()
         }
     }

@@ -2,7 +2,7 @@
 //! (stderr) and as one JSON object (`--stats-out`).
 
 use llama::moe_cache::CacheStats;
-use llama::TransferStats;
+use llama::{MoeStats, TransferStats};
 use serde::Serialize;
 
 use crate::cli::fmt_bytes;
@@ -155,6 +155,12 @@ impl RunSummary {
             self.h2d_bytes_full_copy_per_token = gen.h2d_bytes_full_copy as f64 / n;
             self.experts_copied_per_token = gen.experts_copied as f64 / n;
         }
+    }
+
+    /// Fill the MoE fields from the context's MoE counters
+    /// ([`llama::Context::moe_stats`]): the cache's (and hybrid experts').
+    pub fn set_moe(&mut self, m: &MoeStats) {
+        self.set_cache(m.cache.clone());
     }
 
     /// Fill the cache fields from the cache's counters (`None`: no cache).

@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use common::{nmse, or_skip, same_bits, Fixture};
 use llama::device::open_device;
-use llama::moe_cache::forced::ForcedRouting;
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::hybrid::CpuShare;
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
+use llama::moe_cache::prefetch::PrefetchSlots;
+use llama::moe_cache::trace::forced::ForcedRouting;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
@@ -121,8 +122,8 @@ fn prefetch_on_cuda0_changes_no_logit() {
         let base = &plain.0;
         for slots in [1, 3] {
             let mut cp = params();
-            cp.prefetch_experts_slots = slots;
-            cp.moe_cache.max_batch = 1;
+            cp.moe.prefetch = PrefetchSlots::fixed(slots);
+            cp.moe.cache.max_batch = 1;
             let mut c = Context::new(Arc::clone(&model), cp).expect("context");
             let (got, p, f) = logits(&mut c, &fx);
             within(&fx, &format!("prefetch {slots} slots"), p, f);
@@ -146,12 +147,12 @@ fn hybrid_experts_on_cuda0_within_the_bound() {
         for share in [CpuShare::Fixed(0.5), CpuShare::Auto] {
             let mut cp = params();
             cp.n_ubatch = 5;
-            cp.moe_cache = MoeCacheParams {
+            cp.moe.cache = MoeCacheParams {
                 size: CacheSize::Bytes(bytes),
                 policy: PolicyKind::Lru,
                 max_batch: 32,
             };
-            cp.moe_hybrid = Some(share);
+            cp.moe.hybrid = Some(share);
             let mut c = Context::new(Arc::clone(&model), cp).expect("context");
             let (_, p, f) = logits(&mut c, &fx);
             within(&fx, &format!("hybrid {share:?}"), p, f);
@@ -173,11 +174,11 @@ fn moe_predict_on_cuda0_changes_no_logit() {
         let mut outs = Vec::new();
         for on in [MoePredict::Off, MoePredict::Router, MoePredict::History] {
             let mut cp = params();
-            cp.moe_cache = MoeCacheParams {
+            cp.moe.cache = MoeCacheParams {
                 size: CacheSize::Bytes(bytes_for_all(&model_groups(&model)) / 2),
                 ..MoeCacheParams::default()
             };
-            cp.moe_predict = on;
+            cp.moe.predict = on;
             let mut c = Context::new(Arc::clone(&model), cp).expect("context");
             let (got, p, f) = logits(&mut c, &fx);
             within(&fx, &format!("--moe-predict {on}"), p, f);
@@ -205,12 +206,12 @@ fn forced_own_routing_on_cuda0_changes_no_logit() {
         let model = load(&fx, "CUDA0");
         let run = |forced: Option<ForcedRouting>| {
             let mut cp = params();
-            cp.moe_cache = MoeCacheParams {
+            cp.moe.cache = MoeCacheParams {
                 size: CacheSize::Bytes(bytes_for_all(&model_groups(&model)) / 2),
                 ..MoeCacheParams::default()
             };
-            cp.moe_predict = MoePredict::History;
-            cp.forced_routing = forced.map(Arc::new);
+            cp.moe.predict = MoePredict::History;
+            cp.moe.forced_routing = forced.map(Arc::new);
             let mut c = Context::new(Arc::clone(&model), cp).expect("context");
             c.start_expert_trace();
             let (got, p, f) = logits(&mut c, &fx);

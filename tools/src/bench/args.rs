@@ -45,7 +45,7 @@ pub struct Params {
     /// the last test (for llama-moe-cache).
     pub expert_trace_out: Option<std::path::PathBuf>,
     /// `--expert-trace-in`: route every MoE layer by this trace's ids
-    /// (forced routing, `llama::moe_cache::forced`).
+    /// (forced routing, `llama::moe_cache::trace::forced`).
     pub expert_trace_in: Option<std::path::PathBuf>,
 }
 

@@ -20,7 +20,9 @@ use crate::bench::output::{printer, Plan, Printer};
 use crate::bench::overrides;
 use crate::bench::sysinfo;
 use common::cli::{self, Loaded, PlacementArgs};
+use llama::moe_cache::prefetch::{AutoPrefetch, PrefetchSlots};
 use llama::moe_cache::{CacheSize, MoeCacheParams};
+use llama::MoeParams;
 
 const TOOL: &str = "llama-bench";
 
@@ -289,43 +291,50 @@ fn run_test(
         n_threads: inst.int("n_threads") as usize,
         kv_type: kv_type(inst.str("type_k"))?,
         kv_type_v: Some(kv_type(inst.str("type_v"))?),
-        expert_copy: !p.no_expert_copy,
         flash_attn: flash_attn_of(inst)?,
-        moe_cache: MoeCacheParams {
-            // -nopo keeps every op on host weights on the CPU: no cache
-            size: if p.no_expert_copy || inst.bool("no_op_offload") {
-                CacheSize::Off
-            } else {
-                inst.str("moe_cache_mib").parse().map_err(|e| {
-                    anyhow::anyhow!("--moe-cache-mib {}: {e}", inst.str("moe_cache_mib"))
-                })?
+        moe: MoeParams {
+            expert_copy: !p.no_expert_copy,
+            cache: MoeCacheParams {
+                // -nopo keeps every op on host weights on the CPU: no cache
+                size: if p.no_expert_copy || inst.bool("no_op_offload") {
+                    CacheSize::Off
+                } else {
+                    inst.str("moe_cache_mib").parse().map_err(|e| {
+                        anyhow::anyhow!("--moe-cache-mib {}: {e}", inst.str("moe_cache_mib"))
+                    })?
+                },
+                policy: inst.str("moe_cache_policy").parse().map_err(|e| {
+                    anyhow::anyhow!("--moe-cache-policy {}: {e}", inst.str("moe_cache_policy"))
+                })?,
+                max_batch: inst.int("moe_cache_max_batch").max(1) as usize,
             },
-            policy: inst.str("moe_cache_policy").parse().map_err(|e| {
-                anyhow::anyhow!("--moe-cache-policy {}: {e}", inst.str("moe_cache_policy"))
-            })?,
-            max_batch: inst.int("moe_cache_max_batch").max(1) as usize,
-        },
-        moe_hybrid: match inst.str("moe_hybrid") {
-            "off" => None,
-            _ => Some(inst.str("moe_cache_cpu_share").parse().map_err(|e| {
-                anyhow::anyhow!(
-                    "--moe-cache-cpu-share {}: {e}",
-                    inst.str("moe_cache_cpu_share")
-                )
-            })?),
-        },
-        prefetch_experts_slots: inst.int("prefetch_experts_slots") as i32,
-        prefetch_selective: inst.int("prefetch_selective") != 0,
-        prefetch_force: (inst.int("prefetch_selective") == 2)
-            .then_some(llama::moe_cache::prefetch_auto::Choice::Selective),
-        moe_predict: match inst.int("moe_predict") {
-            1 => llama::moe_cache::predict::MoePredict::Router,
-            2 => llama::moe_cache::predict::MoePredict::History,
-            _ => llama::moe_cache::predict::MoePredict::Off,
-        },
-        forced_routing: match &p.expert_trace_in {
-            Some(path) => Some(Arc::new(common::forced::load(path, model)?)),
-            None => None,
+            hybrid: match inst.str("moe_hybrid") {
+                "off" => None,
+                _ => Some(inst.str("moe_cache_cpu_share").parse().map_err(|e| {
+                    anyhow::anyhow!(
+                        "--moe-cache-cpu-share {}: {e}",
+                        inst.str("moe_cache_cpu_share")
+                    )
+                })?),
+            },
+            prefetch: PrefetchSlots::from_count(
+                inst.int("prefetch_experts_slots"),
+                AutoPrefetch {
+                    selective: inst.int("prefetch_selective") != 0,
+                    force: (inst.int("prefetch_selective") == 2)
+                        .then_some(llama::moe_cache::prefetch::auto::Choice::Selective),
+                },
+            )?,
+            predict: match inst.int("moe_predict") {
+                1 => llama::moe_cache::predict::MoePredict::Router,
+                2 => llama::moe_cache::predict::MoePredict::History,
+                _ => llama::moe_cache::predict::MoePredict::Off,
+            },
+            forced_routing: match &p.expert_trace_in {
+                Some(path) => Some(Arc::new(common::forced::load(path, model)?)),
+                None => None,
+            },
+            ..Default::default()
         },
         ..ContextParams::default()
     };

@@ -99,22 +99,22 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
 
     let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &placement);
-    (ctx_params.moe_cache, ctx_params.moe_cache_sizes) = moe_cache.device_params(&placement)?;
-    ctx_params.moe_hybrid = a.moe_cache.hybrid()?;
-    ctx_params.prefetch_experts_slots = a.prefetch.slots()?;
-    ctx_params.prefetch_selective = a.prefetch.selective();
-    ctx_params.moe_predict = a.prefetch.predict();
-    ctx_params.forced_routing = match &a.expert_trace_in {
+    let moe = &mut ctx_params.moe;
+    (moe.cache, moe.cache_sizes) = moe_cache.device_params(&placement)?;
+    moe.hybrid = a.moe_cache.hybrid()?;
+    moe.prefetch = a.prefetch.setting()?;
+    moe.predict = a.prefetch.predict();
+    moe.forced_routing = match &a.expert_trace_in {
         Some(p) => Some(Arc::new(common::forced::load(p, model)?)),
         None => None,
     };
-    let forced_text = ctx_params
+    let forced_text = moe
         .forced_routing
         .as_deref()
         .map(common::forced::summary_line);
     if let Some(t) = &forced_text {
         eprint!("{TOOL}: {t}");
-        if ctx_params.moe_predict == llama::moe_cache::predict::MoePredict::Router {
+        if moe.predict == llama::moe_cache::predict::MoePredict::Router {
             eprintln!(
                 "{TOOL}: warning: --moe-predict {} guesses the model's own routing, not the trace's (--moe-predict history predicts the trace)",
                 a.prefetch.moe_predict
@@ -392,7 +392,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         r.write_timeline(p)?;
     }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
-    s.set_cache(ctx.moe_cache_stats());
+    s.set_moe(&ctx.moe_stats());
     s.devices = ctx.device_stats();
     s.pipeline = common::pipeline_summary::PipelineSummary::of(
         &ctx.pipeline_counts().since(&pipeline_prompt),

@@ -23,13 +23,13 @@
 //! name) and *wasted* ([`PrefetchStats`]).
 //!
 //! `-1` (auto) makes [`AUTO_SLOTS`] slots and decides per tensor and
-//! ubatch among three choices ([`super::prefetch_auto`]): not staged,
+//! ubatch among three choices ([`auto`]): not staged,
 //! staged whole, or staged *selectively*; `N > 0` stages every offered
 //! expert tensor whole.
 //!
 //! The selective prefetch: under auto, the prompt graph predicts each MoE
 //! layer's experts from the previous layer's hidden state through the
-//! layer's router (the decode predictor's node, [`super::predict::pred_name`],
+//! layer's router (the decode predictor's node, [`crate::moe_cache::predict::pred_name`],
 //! here over every token of the ubatch). When the look-ahead offers one of
 //! the layer's expert tensors after the split computing that guess was
 //! queued, the hook reads the guess after that split's event
@@ -51,7 +51,10 @@
 //! its memory); a tensor is staged into a slot of the device of the split
 //! that reads it.
 
+pub mod auto;
+
 use std::collections::{HashMap, HashSet};
+use std::num::NonZeroUsize;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -61,12 +64,12 @@ use ggml_sched::{HookCtx, HookError, PrefetchCtx};
 use crate::error::{LlamaError, Result};
 use crate::model::Model;
 
-use super::cost::CostModel;
-use super::layout::model_groups_on;
-use super::predict::pred_name;
-use super::prefetch_auto::{AutoCounts, AutoPlan, Choice, Prediction, PredictionCounts};
 use crate::expert_copy::ids;
 use crate::expert_copy::runs::copy_ranges;
+use crate::moe_cache::cache::layout::model_groups_on;
+use crate::moe_cache::cost::CostModel;
+use crate::moe_cache::predict::pred_name;
+use auto::{AutoCounts, AutoPlan, Choice, Prediction, PredictionCounts};
 
 /// Slots `--prefetch-experts-slots -1` (auto) asks for: one layer's gate,
 /// up and down tensors (upstream's reviewers saw little gain past 3).
@@ -87,6 +90,91 @@ pub fn parse_slots(s: &str) -> std::result::Result<i32, String> {
         Err(_) => Err(format!(
             "'{s}' is not a slot count: give a number of staging slots >= 0 (0 = off), or -1 for auto"
         )),
+    }
+}
+
+/// How the prefill prefetch stages host expert tensors
+/// (`--prefetch-experts-slots`: `0` off, `-1` auto, `N` slots).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrefetchSlots {
+    /// No prefetch (`0`, the default).
+    #[default]
+    Off,
+    /// [`AUTO_SLOTS`] slots (fewer when they do not fit); per tensor and
+    /// ubatch not staged, staged whole or staged selectively, as the costs
+    /// say (`-1`).
+    Auto(AutoPrefetch),
+    /// This many slots (fewer when they do not fit, or when the model has
+    /// fewer host expert tensors); every offered tensor staged whole (`N`).
+    Fixed(NonZeroUsize),
+}
+
+/// The options of [`PrefetchSlots::Auto`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutoPrefetch {
+    /// Whether auto may choose the selective prefetch of each layer's
+    /// predicted experts on prompt ubatches (the prompt graph then
+    /// predicts them; `--prefetch-selective`, on by default).
+    pub selective: bool,
+    /// Take this choice wherever possible instead of the cost model's
+    /// (tests and measurements; `Selective` stages whole the layers without
+    /// a guess; `None`, the default: the costs).
+    pub force: Option<Choice>,
+}
+
+impl Default for AutoPrefetch {
+    fn default() -> Self {
+        AutoPrefetch {
+            selective: true,
+            force: None,
+        }
+    }
+}
+
+impl PrefetchSlots {
+    /// The setting of a `--prefetch-experts-slots` count (`-1` auto with
+    /// `auto`'s options, `0` off, `N` slots); an error names a count below
+    /// `-1`.
+    pub fn from_count(n: i64, auto: AutoPrefetch) -> Result<PrefetchSlots> {
+        match n {
+            -1 => Ok(PrefetchSlots::Auto(auto)),
+            0 => Ok(PrefetchSlots::Off),
+            n => usize::try_from(n)
+                .ok()
+                .and_then(NonZeroUsize::new)
+                .map(PrefetchSlots::Fixed)
+                .ok_or_else(|| {
+                    LlamaError::Invalid(format!(
+                        "--prefetch-experts-slots {n}: give a number of staging slots >= 0 (0 = off), or -1 for auto"
+                    ))
+                }),
+        }
+    }
+
+    /// `n` slots (`0`: off).
+    pub fn fixed(n: usize) -> PrefetchSlots {
+        NonZeroUsize::new(n).map_or(PrefetchSlots::Off, PrefetchSlots::Fixed)
+    }
+
+    /// The flag's count: `0`, `-1` or `N`.
+    pub fn count(&self) -> i64 {
+        match self {
+            PrefetchSlots::Off => 0,
+            PrefetchSlots::Auto(_) => -1,
+            PrefetchSlots::Fixed(n) => n.get() as i64,
+        }
+    }
+
+    /// Whether the prefetch is on (auto or a count).
+    pub fn is_on(&self) -> bool {
+        *self != PrefetchSlots::Off
+    }
+}
+
+impl std::fmt::Display for PrefetchSlots {
+    /// The flag's spelling (`0`, `-1`, `N`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.count())
     }
 }
 
@@ -235,8 +323,8 @@ pub struct Staging {
     pending: Vec<Pending>,
     /// Counters.
     pub stats: PrefetchStats,
-    /// The slot count asked for (`-1`: auto).
-    pub requested: i32,
+    /// The slots asked for.
+    pub requested: PrefetchSlots,
     /// Why fewer slots than asked for were made, when that happened.
     pub note: Option<String>,
     /// Auto's decisions (`-1` only).
@@ -265,18 +353,17 @@ fn mib(b: u64) -> f64 {
 }
 
 impl Staging {
-    /// Slots for `model` on each of its devices: `requested` (`-1` auto,
-    /// `0` none), as many as fit in `free[d]` bytes of device `d`'s memory
-    /// (`None`, or no entry: unlimited) after `reserve[d]` bytes for other
-    /// users of it (no entry: 0). Ubatches of more than `min_tokens` tokens
-    /// are prefetched.
+    /// Slots for `model` on each of its devices: `requested`, as many as
+    /// fit in `free[d]` bytes of device `d`'s memory (`None`, or no entry:
+    /// unlimited) after `reserve[d]` bytes for other users of it (no entry:
+    /// 0). Ubatches of more than `min_tokens` tokens are prefetched.
     pub fn new(
         model: &Model,
-        requested: i32,
+        requested: PrefetchSlots,
         free: &[Option<u64>],
         reserve: &[u64],
         min_tokens: usize,
-    ) -> Result<Staging> {
+    ) -> Staging {
         let mut st = Staging {
             slots: Vec::new(),
             devices: model.devices.iter().map(|d| d.name().to_string()).collect(),
@@ -298,11 +385,6 @@ impl Staging {
             busy0: 0,
             offered: HashSet::new(),
         };
-        if requested < -1 {
-            return Err(LlamaError::Invalid(format!(
-                "--prefetch-experts-slots {requested}: give a number of staging slots >= 0 (0 = off), or -1 for auto"
-            )));
-        }
         for (di, dev) in model.devices.iter().enumerate() {
             let groups = model_groups_on(model, Some(di));
             st.add_device_slots(
@@ -313,7 +395,10 @@ impl Staging {
                 reserve.get(di).copied().unwrap_or(0),
             );
         }
-        Ok(st)
+        if let PrefetchSlots::Auto(a) = requested {
+            st.set_auto_options(a.selective, a.force);
+        }
+        st
     }
 
     /// Make device `di`'s slots for the host expert tensors of `groups`.
@@ -321,13 +406,17 @@ impl Staging {
         &mut self,
         di: usize,
         dev: &Arc<dyn Backend>,
-        groups: &[super::layout::GroupShape],
+        groups: &[crate::moe_cache::cache::layout::GroupShape],
         free: Option<u64>,
         reserve: u64,
     ) {
         let requested = self.requested;
         let st = self;
-        if requested == 0 || groups.is_empty() || dev.is_host() || dev.n_copy_streams() == 0 {
+        if requested == PrefetchSlots::Off
+            || groups.is_empty()
+            || dev.is_host()
+            || dev.n_copy_streams() == 0
+        {
             return;
         }
         let tensor_bytes = groups
@@ -341,13 +430,13 @@ impl Staging {
             .unwrap_or(0);
         let n_tensors: usize = groups.iter().map(|g| 3 * g.layers.len()).sum();
         let slot_bytes = tensor_bytes + dev.read_overhang();
-        let want = if requested < 0 {
-            AUTO_SLOTS
-        } else {
-            requested as usize
+        let want = match requested {
+            PrefetchSlots::Off => 0,
+            PrefetchSlots::Auto(_) => AUTO_SLOTS,
+            PrefetchSlots::Fixed(n) => n.get(),
         };
         let mut n = want.min(n_tensors.max(1));
-        if n < want && requested > 0 {
+        if n < want && matches!(requested, PrefetchSlots::Fixed(_)) {
             st.note = Some(format!(
                 "--prefetch-experts-slots {requested}: the model has {n_tensors} host expert tensors; using {n} slots"
             ));
@@ -366,7 +455,7 @@ impl Staging {
             }
         }
         st.slot_bytes = st.slot_bytes.max(tensor_bytes);
-        if requested < 0 && st.auto.is_none() {
+        if matches!(requested, PrefetchSlots::Auto(_)) && st.auto.is_none() {
             st.clock = ggml_core::SimClock::of(dev.as_ref());
             let cost = match &st.clock {
                 Some(c) => CostModel::from_sim(c.profile()),
@@ -400,6 +489,11 @@ impl Staging {
         }
     }
 
+    /// A copy of the counters now.
+    pub fn counters(&self) -> PrefetchStats {
+        self.stats
+    }
+
     /// Number of slots made.
     pub fn n_slots(&self) -> usize {
         self.slots.len()
@@ -419,7 +513,7 @@ impl Staging {
     /// graph then predicts each layer's experts; on by default), and a
     /// choice to take wherever possible instead of the costs' (`None`:
     /// decide by the costs).
-    pub fn set_auto_options(&mut self, selective: bool, force: Option<Choice>) {
+    fn set_auto_options(&mut self, selective: bool, force: Option<Choice>) {
         self.predict = selective || force == Some(Choice::Selective);
         self.force = force;
         if let Some(a) = &mut self.auto {
@@ -821,6 +915,41 @@ pub fn free_memory(dev: &Arc<dyn Backend>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_counts_become_settings_or_errors_naming_the_count() {
+        let auto = AutoPrefetch {
+            selective: false,
+            force: Some(Choice::Whole),
+        };
+        assert_eq!(
+            PrefetchSlots::from_count(0, auto).ok(),
+            Some(PrefetchSlots::Off)
+        );
+        assert_eq!(
+            PrefetchSlots::from_count(-1, auto).ok(),
+            Some(PrefetchSlots::Auto(auto))
+        );
+        assert_eq!(
+            PrefetchSlots::from_count(3, auto).ok(),
+            Some(PrefetchSlots::fixed(3))
+        );
+        assert_eq!(PrefetchSlots::fixed(0), PrefetchSlots::Off);
+        for n in [-1, 0, 1, 7] {
+            let p = PrefetchSlots::from_count(n, auto).expect("a count");
+            assert_eq!(p.count(), n);
+            assert_eq!(p.to_string(), n.to_string());
+            assert_eq!(p.is_on(), n != 0);
+        }
+        for n in [-2, -7, i64::MIN] {
+            let e = PrefetchSlots::from_count(n, auto).expect_err("below -1");
+            let m = e.to_string();
+            assert!(
+                m.contains(&format!("--prefetch-experts-slots {n}")) && m.contains("-1 for auto"),
+                "{m}"
+            );
+        }
+    }
 
     #[test]
     fn slot_counts_parse_or_fail_naming_the_value() {

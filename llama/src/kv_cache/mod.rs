@@ -31,6 +31,8 @@
 //! sequence is removed, copied or kept by position range
 //! ([`KvCache::seq_rm`], [`KvCache::seq_cp`], [`KvCache::seq_keep`]).
 
+pub mod rotation;
+
 use std::sync::Arc;
 
 use ggml_core::{Backend, BufferUsage, GgmlType, Graph, TensorData};
@@ -197,6 +199,9 @@ fn multiplies_v_rows(be: &dyn Backend, ty: GgmlType) -> bool {
 /// A sequence id (llama.cpp's `llama_seq_id`): `0..MAX_SEQ`.
 pub type SeqId = i32;
 
+/// Cells by which the attended KV span grows (llama.cpp pads `n_kv` too).
+pub const KV_PAD: usize = 32;
+
 /// Sequences one cache can hold (a cell's sequence set is a 64-bit mask).
 pub const MAX_SEQ: usize = 64;
 
@@ -230,8 +235,8 @@ pub struct KvCache {
     /// tokens decoded).
     pub n_past: usize,
     /// llama.cpp's Hadamard rotation of a quantized cache, decided once
-    /// when the cache is made ([`crate::graph::hadamard`]).
-    pub rotation: crate::graph::hadamard::Rotation,
+    /// when the cache is made ([`rotation`]).
+    pub rotation: rotation::Rotation,
     cells: Vec<KvCell>,
 }
 
@@ -308,9 +313,9 @@ impl KvCache {
         }
         // MHA caches only (an MLA cache holds no V and is not rotated)
         let rotation = if hp.is_mla() {
-            crate::graph::hadamard::Rotation::default()
+            rotation::Rotation::default()
         } else {
-            crate::graph::hadamard::Rotation::new(ty, ty_v, hp.n_embd_head_k, hp.n_embd_head_v)
+            rotation::Rotation::new(ty, ty_v, hp.n_embd_head_k, hp.n_embd_head_v)
         };
         Ok(KvCache {
             layers,

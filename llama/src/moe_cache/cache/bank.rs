@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::policy::{Key, Policy};
+use crate::moe_cache::policy::{Key, Policy};
 
 /// What one layer's access did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

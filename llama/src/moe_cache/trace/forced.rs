@@ -15,7 +15,7 @@
 //!   model (`n_expert` of the trace at most the model's).
 //! - **Weights** stay the router's: its softmax (or sigmoid) probabilities
 //!   at the forced ids, normalised as the model normalises its own.
-//! - **Graph** ([`GraphBuilder::moe_select`]): with forced routing, each
+//! - **Graph** ([`crate::graph::GraphBuilder::moe_select`]): with forced routing, each
 //!   MoE layer's selection (`ffn_moe_topk-{il}`) is an I32 input
 //!   `[n_used, n_rows]` in place of the router's `top_k`; the context
 //!   fills it per ubatch from the rows' positions ([`ForcedRouting::ids`]).
@@ -24,14 +24,11 @@
 //!   stops before a split with copied inputs other than weights; decode
 //!   prediction needs it to reach the next slot map). The CPU path of
 //!   hybrid experts reads a twin in host memory with the same ids
-//!   ([`GraphBuilder::moe_select_host`]), as it read the one input before.
+//!   ([`crate::graph::GraphBuilder::moe_select_host`]), as it read the one input before.
 
 use std::fmt;
 
-use ggml_core::{GgmlType, TensorId};
-
-use super::trace::Trace;
-use crate::graph::GraphBuilder;
+use super::Trace;
 use crate::model::Model;
 
 /// A trace's routing, per token and MoE layer, ready to force.
@@ -161,43 +158,13 @@ fn token_rows(trace: &Trace) -> Result<Vec<Vec<Vec<u32>>>, String> {
     Ok(tokens)
 }
 
-impl GraphBuilder<'_> {
-    /// Layer `il`'s selected experts: `top_k(scores, n_used)`, or with
-    /// forced routing an I32 input `[n_used, n_rows]` the context fills
-    /// from the trace (recorded in `forced_ids`).
-    pub fn moe_select(&mut self, scores: TensorId, n_used: i32, il: usize) -> TensorId {
-        if !self.forced_routing {
-            return self.g.top_k(scores, n_used);
-        }
-        let nt = self.g.tensor(scores).ne[1];
-        let t = self.g.new_tensor_2d(GgmlType::I32, i64::from(n_used), nt);
-        self.g.set_input(t);
-        self.forced_ids.push((il, t));
-        t
-    }
-
-    /// With forced routing, the CPU path of hybrid layer `il` reads a twin
-    /// of `selected` (its forced ids input) in host memory, filled with
-    /// the same ids, so that it needs no copy from the device; otherwise
-    /// `selected` itself.
-    pub fn moe_select_host(&mut self, selected: TensorId, il: usize) -> TensorId {
-        if !self.forced_routing || !self.forced_ids.iter().any(|&(_, t)| t == selected) {
-            return selected;
-        }
-        let [n_used, nt, ..] = self.g.tensor(selected).ne;
-        let t = self.g.new_tensor_2d(GgmlType::I32, n_used, nt);
-        self.g.set_input(t);
-        self.forced_ids_host.push((il, t));
-        t
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::moe_cache::layout::RoleShape;
-    use crate::moe_cache::replay::TraceUbatch;
+    use crate::moe_cache::cache::layout::RoleShape;
+    use crate::moe_cache::cache::replay::TraceUbatch;
     use crate::moe_cache::trace::{TraceHeader, TraceLayer};
+    use ggml_core::GgmlType;
 
     fn trace(n_expert: u32) -> Trace {
         let role = RoleShape {

@@ -1,6 +1,6 @@
 //! Routing traces: the expert ids a model's routers picked, ubatch by
 //! ubatch, in a small versioned binary file, with a writer and a reader.
-//! A trace replays through the cache's own code ([`super::replay`]) to
+//! A trace replays through the cache's own code ([`crate::moe_cache::cache::replay`]) to
 //! tell what a cache of any size and policy would have done.
 //!
 //! # Format (version 1, little-endian)
@@ -34,14 +34,17 @@
 //! a record's end is detected. Every error names the byte offset where
 //! reading failed.
 
+pub mod forced;
+pub mod synthetic;
+
 use std::io::Write;
 
 use ggml_core::GgmlType;
 use thiserror::Error;
 
-use super::layout::{group_shapes, GroupShape, RoleShape};
-use super::replay::TraceUbatch;
 use crate::model::Model;
+use crate::moe_cache::cache::layout::{group_shapes, GroupShape, RoleShape};
+use crate::moe_cache::cache::replay::TraceUbatch;
 
 /// The file's first bytes.
 pub const MAGIC: &[u8; 8] = b"MOETRACE";
@@ -213,7 +216,7 @@ impl Trace {
 
     /// A trace of one-token ubatches: `tokens[t][l]` holds token `t`'s ids
     /// at the header's `l`-th MoE layer (as
-    /// [`super::synth_trace::generate`] returns them). Ids are not checked.
+    /// [`synthetic::generate`] returns them). Ids are not checked.
     pub fn from_tokens(header: TraceHeader, tokens: &[Vec<Vec<u32>>]) -> Trace {
         let ubatches = tokens
             .iter()

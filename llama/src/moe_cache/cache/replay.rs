@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use super::bank::{BankError, LayerAccess, SlotBank};
-use super::policy::Policy;
 use super::stats::LayerCacheStats;
+use crate::moe_cache::policy::Policy;
 
 /// One ubatch of a trace: its token count and, per cached layer in graph
 /// order, the ids the router picked (`n_used * n_tokens`, any order).
@@ -66,7 +66,7 @@ pub fn count_access(st: &mut LayerCacheStats, n_tokens: u32, acc: &LayerAccess) 
     st.id_reads += 1;
 }
 
-/// The future of `trace` as [`super::policy::belady::Belady::new`] takes
+/// The future of `trace` as [`crate::moe_cache::policy::belady::Belady::new`] takes
 /// it: one `(layer, distinct experts ascending)` per layer access, in
 /// order, restricted to `layers`.
 pub fn belady_steps(layers: &[u32], trace: &[TraceUbatch]) -> Vec<(u32, Vec<u32>)> {
@@ -87,7 +87,7 @@ pub fn belady_steps(layers: &[u32], trace: &[TraceUbatch]) -> Vec<(u32, Vec<u32>
 mod tests {
     use super::*;
     use crate::moe_cache::policy::belady::Belady;
-    use crate::moe_cache::PolicyKind;
+    use crate::moe_cache::policy::PolicyKind;
 
     #[test]
     fn belady_beats_lru_on_a_cyclic_trace() {

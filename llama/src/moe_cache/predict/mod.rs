@@ -4,7 +4,7 @@
 //!
 //! - **`router`** (`on`): layer `l + 1`'s experts from layer `l`'s hidden
 //!   state through layer `l + 1`'s router.
-//!   - **Graph** ([`GraphBuilder::moe_predict_next`]): for a cached
+//!   - **Graph** ([`crate::graph::GraphBuilder::moe_predict_next`]): for a cached
 //!     ubatch, beside layer `l`'s router, `top_k(mul_mat(gate_inp[l + 1],
 //!     x_l))` (`x_l` = layer `l`'s normalized FFN input), named
 //!     `ffn_moe_pred-{l + 1}`, a graph output on the device. The logits do
@@ -13,7 +13,7 @@
 //!     model's own router would pick, not the trace: its recall there says
 //!     nothing of the routing.
 //! - **`history`**: from the routing the hook has already read
-//!   ([`super::predict_history`]): each layer's recent experts and the
+//!   ([`history`]): each layer's recent experts and the
 //!   transitions from the same token's layer before. No graph node, no
 //!   read; it also guesses the ubatch's first cached layer (from recency),
 //!   and it predicts under forced routing.
@@ -32,6 +32,9 @@
 //!   A guess is counted also when the bank had no free unprotected slots
 //!   for its misses (then nothing was uploaded).
 
+pub mod history;
+pub mod replay;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -40,12 +43,10 @@ use parking_lot::Mutex;
 use ggml_core::{Graph, Stream, TensorId};
 use ggml_sched::{HookError, PrefetchCtx};
 
-use super::hook::CacheShared;
-use super::policy::Key;
-use super::predict_history::{HistoryParams, HistoryPredictor};
 use crate::expert_copy::ids;
-use crate::graph::GraphBuilder;
-use crate::model::FfnWeights;
+use crate::moe_cache::cache::shared::CacheShared;
+use crate::moe_cache::policy::Key;
+use history::{HistoryParams, HistoryPredictor};
 
 /// Which predictor guesses the next layer's experts (`--moe-predict`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -189,36 +190,6 @@ pub fn pred_name(il: usize) -> String {
     format!("ffn_moe_pred-{il}")
 }
 
-impl GraphBuilder<'_> {
-    /// With the prediction on and the cache serving layer `il + 1` for this
-    /// ubatch, or with the selective prefetch possible for it
-    /// (`prefetch_predict`): predict layer `il + 1`'s experts from `cur`
-    /// (layer `il`'s normalized FFN input, `[n_embd, n_tokens]`) through
-    /// its router.
-    pub fn moe_predict_next(&mut self, il: usize, cur: TensorId) {
-        let nt = self.g.tensor(cur).ne[1].max(0) as usize;
-        let for_cache = self.moe_predict
-            && self
-                .moe_cache
-                .as_ref()
-                .is_some_and(|l| l.layer_for(il + 1, nt).is_some());
-        if !for_cache && !self.prefetch_predict {
-            return;
-        }
-        let Some(FfnWeights::Moe(mw)) = self.model.layers.get(il + 1).map(|l| &l.ffn) else {
-            return;
-        };
-        let gate_inp = mw.gate_inp;
-        let n_used = self.model.hparams.n_expert_used as i32;
-        let logits = self.linear(gate_inp, cur, None);
-        self.name(logits, "ffn_moe_pred_logits", Some(il + 1));
-        let pred = self.g.top_k(logits, n_used);
-        self.g.tensor_mut(pred).name = pred_name(il + 1);
-        self.g.set_output(pred);
-        self.g.build_forward_expand(pred);
-    }
-}
-
 fn find_node(g: &Graph, name: &str) -> Option<TensorId> {
     g.nodes()
         .iter()
@@ -238,6 +209,11 @@ impl PredictShared {
             pending: HashMap::new(),
             current: None,
         }
+    }
+
+    /// A copy of the counters now.
+    pub fn counters(&self) -> PredictStats {
+        self.stats
     }
 
     /// The predictor.
@@ -416,7 +392,7 @@ impl PredictShared {
             be.wait_event_on(stream, &ev)?;
         }
         let upload = || -> Result<(), HookError> {
-            for run in super::bank::upload_runs(&acc.misses) {
+            for run in crate::moe_cache::cache::bank::upload_runs(&acc.misses) {
                 for r in 0..3 {
                     let eb = lc.expert_bytes[r];
                     let len = run.n as usize * eb;

@@ -1,6 +1,6 @@
 //! A routing trace replayed with the history prediction
-//! ([`super::predict_history`]) in front of the cache, in the order the
-//! decode hook ([`super::predict`]) follows: before each layer access, the
+//! ([`super::history`]) in front of the cache, in the order the
+//! decode hook ([`super`]) follows: before each layer access, the
 //! layer's experts are predicted (from the ubatch's layer just before, or
 //! from recency alone for the ubatch's first layer); the predicted misses
 //! scoring at least the upload threshold are given slots, never evicting
@@ -13,11 +13,11 @@
 
 use std::collections::BTreeSet;
 
-use super::bank::{BankError, SlotBank};
-use super::policy::{Key, Policy};
-use super::predict_history::{score, HistoryParams, HistoryPredictor};
-use super::replay::{count_access, TraceUbatch};
-use super::stats::LayerCacheStats;
+use super::history::{score, HistoryParams, HistoryPredictor};
+use crate::moe_cache::cache::bank::{BankError, SlotBank};
+use crate::moe_cache::cache::replay::{count_access, TraceUbatch};
+use crate::moe_cache::cache::stats::LayerCacheStats;
+use crate::moe_cache::policy::{Key, Policy};
 
 /// What a replay with prediction counted. Byte counters count one byte per
 /// expert (multiply by a slot's bytes).
@@ -147,7 +147,7 @@ pub fn replay_predicted(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::moe_cache::replay::replay;
+    use crate::moe_cache::cache::replay::replay;
     use crate::moe_cache::PolicyKind;
 
     fn ub(layers: Vec<(u32, Vec<u32>)>) -> TraceUbatch {

@@ -40,7 +40,8 @@ impl GraphBuilder<'_> {
         host: HostExperts,
     ) -> TensorId {
         let Some(data) = self
-            .moe_hybrid
+            .moe
+            .hybrid
             .as_ref()
             .and_then(|m| m.layers.get(il).cloned().flatten())
         else {

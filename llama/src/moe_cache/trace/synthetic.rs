@@ -428,7 +428,7 @@ pub fn median_reuse_distance(tokens: &[Vec<Vec<u32>>], n_expert: u32) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::moe_cache::replay::{replay, TraceUbatch};
+    use crate::moe_cache::cache::replay::{replay, TraceUbatch};
     use crate::moe_cache::PolicyKind;
 
     fn lru_hit_rate(tokens: &[Vec<Vec<u32>>], n_expert: u32, n_slots: u32) -> f64 {

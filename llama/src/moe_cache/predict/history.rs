@@ -28,8 +28,8 @@
 //! consecutive cached layers (3 MiB for 48 layers of 128 experts), made
 //! when the pair is first seen.
 //!
-//! The same code runs in decode (the cache hook, [`super::predict`]) and
-//! on a trace ([`super::predict_replay::replay_predicted`]), so the recall
+//! The same code runs in decode (the cache hook, [`super`]) and
+//! on a trace ([`super::replay::replay_predicted`]), so the recall
 //! `llama-moe-cache --predict` reports is the one decode gets on that
 //! routing. It needs only the ids the cache's hook already reads, so it
 //! also predicts under forced routing (`--expert-trace-in`).

@@ -8,7 +8,7 @@
 //! over the host expert tensors with ids from the layer's **CPU map**
 //! (`[n_expert]`: the expert itself where the CPU computes it, -1
 //! elsewhere), read by a CPU `get_rows` of the router's ids
-//! ([`crate::moe_cache::hybrid_graph`]). A skipped slot is an exact zero,
+//! ([`crate::graph::moe::hybrid`]). A skipped slot is an exact zero,
 //! so the sum of the two outputs, taken before the expert weights apply,
 //! is bit for bit the output of one `mul_mat_id`.
 //!
@@ -26,10 +26,10 @@ use std::sync::Arc;
 
 use ggml_core::{Backend, Buffer, BufferUsage, TensorData};
 
-use super::bank::SlotBank;
-use super::cost::{CostModel, ExpertCost};
-use super::layout::{CacheLayout, GroupShape, ALIGN};
 use crate::error::Result;
+use crate::moe_cache::cache::bank::SlotBank;
+use crate::moe_cache::cache::layout::{CacheLayout, GroupShape, ALIGN};
+use crate::moe_cache::cost::{CostModel, ExpertCost};
 
 /// How many of a cached layer's misses the CPU computes
 /// (`--moe-cache-cpu-share auto|F`).

@@ -23,11 +23,11 @@ impl GraphBuilder<'_> {
     /// the banks to use instead of the host expert tensors.
     pub fn moe_cache_lookup(&mut self, il: usize, selected: TensorId) -> Option<CachedExperts> {
         let [n_used, nt, ..] = self.g.tensor(selected).ne;
-        let layout = self.moe_cache.as_ref()?;
+        let layout = self.moe.cache.as_ref()?;
         let cached = layout.layers.get(il)?.is_some();
         let Some(lc) = layout.layer_for(il, nt.max(0) as usize).cloned() else {
             if cached {
-                self.moe_cache_bypassed.push(il as u32);
+                self.moe.bypassed.push(il as u32);
             }
             return None;
         };
@@ -44,7 +44,10 @@ impl GraphBuilder<'_> {
         let banks = [0, 1, 2].map(|r| {
             let (data, ty, ne) = &lc.banks[r];
             let mut t = Tensor::new(*ty, *ne);
-            t.name = format!("moe_cache_bank_{}-{il}", crate::moe_cache::layout::ROLES[r]);
+            t.name = format!(
+                "moe_cache_bank_{}-{il}",
+                crate::moe_cache::cache::layout::ROLES[r]
+            );
             t.flags.weight = true;
             t.data = Some(data.clone());
             self.g.push(t)

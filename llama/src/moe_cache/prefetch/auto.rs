@@ -11,7 +11,7 @@
 //!
 //! The selective prefetch stages only the experts predicted for the layer
 //! from the previous layer's hidden state through the layer's router (the
-//! union of each token's top-k, [`super::prefetch`]), `S` bytes, early; when
+//! union of each token's top-k, [`super`]), `S` bytes, early; when
 //! the layer's split comes, the experts the real ids name and the guess
 //! missed are copied on the critical path: `max(0, S / link_bw - hidden) +
 //! (1 - r) * u * B / link_bw`, with `r` the prediction's recall (the
@@ -45,7 +45,7 @@
 
 use std::collections::HashMap;
 
-use super::cost::CostModel;
+use crate::moe_cache::cost::CostModel;
 
 /// Auto takes the selective prefetch only when its modelled time is at
 /// most this fraction of the better of whole and none.
