@@ -18,7 +18,6 @@ use crate::graphs::{Decision, GraphCache, Planned};
 use crate::kernels::{
     Kernel, Kernels, FA_DMAX, FA_WARPS, GEMM_TILE, MMQ_TILE, MV_WARPS, Q8_1_BLOCK,
 };
-use crate::probe_libraries;
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
 /// `mul_mat` use dequantize + tiled GEMM.
@@ -160,7 +159,7 @@ struct Trace {
 /// The CUDA backend for one device (`CUDA<n>`).
 pub struct CudaBackend {
     dev: Arc<Dev>,
-    kernels: Kernels,
+    kernels: Arc<Kernels>,
     err_flag: ErrFlag,
     scratch: Mutex<Scratch>,
     offload_min_batch: i64,
@@ -178,15 +177,16 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Open device `device`: probes the driver and NVRTC libraries first, so
-    /// a machine without CUDA gets `BackendError::NoDevice`, never a panic.
-    /// Compiles the kernels (once per process) and loads them.
+    /// Open device `device`: probes the driver library first, so a machine
+    /// without CUDA gets `BackendError::NoDevice`, never a panic. Loads the
+    /// kernels once per process and device (the shipped images; NVRTC only
+    /// where none serves the device: `kernel_load.rs`).
     pub fn new(device: usize) -> Result<CudaBackend, BackendError> {
         if !crate::emulator::enabled() {
-            probe_libraries()?;
+            crate::probe_driver()?;
         }
         let dev = Dev::open(device)?;
-        let kernels = Kernels::load(dev.drv.as_ref())?;
+        let kernels = Kernels::load(dev.drv.as_ref(), device)?;
         let err_flag = ErrFlag::new(&dev)?;
         Ok(CudaBackend {
             dev,
@@ -258,6 +258,29 @@ impl CudaBackend {
     /// emulated device's name says so).
     pub fn device_name(&self) -> Result<String, BackendError> {
         self.dev.drv.name()
+    }
+
+    /// The kernel image the device runs: `cubin sm_90 (shipped
+    /// sm_90.cubin.xz)`, `PTX compute_75 ISA 8.4 (shipped
+    /// compute_75.ptx.xz)`, or NVRTC's.
+    pub fn kernel_image(&self) -> &str {
+        self.kernels.image()
+    }
+
+    /// Every kernel image considered for the device, in order, with what
+    /// became of it (the last `...: loaded`).
+    pub fn kernel_tries(&self) -> &[String] {
+        self.kernels.tries()
+    }
+
+    /// The device's compute capability `(major, minor)`.
+    pub fn compute_capability(&self) -> Result<(u32, u32), BackendError> {
+        self.dev.drv.compute_capability()
+    }
+
+    /// The CUDA driver's version (`cuDriverGetVersion`: 12040 for 12.4).
+    pub fn driver_version(&self) -> Result<i32, BackendError> {
+        self.dev.drv.driver_version()
     }
 
     /// Whether this backend runs on the emulator ([`crate::emulator`]).

@@ -23,6 +23,12 @@
 //!   checked by the hazard detector.
 //! - **Kernels** run on the stream's worker through
 //!   [`crate::emu_kernels::launch`] (`kernels.cu` compiled for the CPU).
+//!   The module they come "from" is loaded as a driver would
+//!   (`module.rs`): the device pretends a compute capability
+//!   (`GGML_CUDA_EMULATOR_CC`, default 9.0) and a driver version
+//!   (`GGML_CUDA_EMULATOR_DRIVER`, default 12.9), refuses a cubin of another
+//!   architecture and PTX of a newer ISA than that driver's, and records
+//!   every image it accepted ([`loaded_images`]).
 //! - **Hazards** ([`hazard`]): every queued operation's device ranges are
 //!   checked against unordered conflicting accesses; a hazard fails the call
 //!   that queued the operation and is kept for [`take_hazards`]. The cache
@@ -49,6 +55,7 @@
 //!   different seeds and planted bugs run in parallel).
 
 pub mod hazard;
+mod module;
 mod stream;
 
 use std::alloc::Layout;
@@ -130,6 +137,50 @@ pub struct Config {
     /// (`GGML_CUDA_EMULATOR_PEER`, default on): peer copies, else the
     /// backend copies between them through host memory.
     pub peer: bool,
+    /// The compute capability the devices pretend (`GGML_CUDA_EMULATOR_CC`,
+    /// e.g. `8.9`; default 9.0).
+    pub cc: (u32, u32),
+    /// The driver version the devices pretend, as `cuDriverGetVersion`
+    /// writes it (`GGML_CUDA_EMULATOR_DRIVER`, e.g. `12.4` or `12040`;
+    /// default 12.9).
+    pub driver_version: i32,
+    /// The newest PTX ISA the pretended driver JIT-compiles
+    /// (`GGML_CUDA_EMULATOR_PTX_ISA`, e.g. `8.4`); `None`: the table's for
+    /// [`Config::driver_version`] ([`crate::ptx_isa::max_isa_for_driver`]).
+    /// Set apart from the version, it plays a driver whose JIT is older
+    /// than the table says, so the loader's fallback on a load error runs.
+    pub ptx_isa_max: Option<crate::ptx_isa::Isa>,
+}
+
+/// The default pretended compute capability (an H100 / H200).
+pub const DEFAULT_CC: (u32, u32) = (9, 0);
+/// The default pretended driver version (CUDA 12.9).
+pub const DEFAULT_DRIVER: i32 = 12090;
+
+/// `8.9` as (8, 9).
+fn parse_cc(v: &str) -> Option<(u32, u32)> {
+    let (a, b) = v.trim().split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// `12.4` or `12040` as 12040.
+fn parse_driver(v: &str) -> Option<i32> {
+    let v = v.trim();
+    match v.split_once('.') {
+        Some((a, b)) => Some(a.parse::<i32>().ok()? * 1000 + b.parse::<i32>().ok()? * 10),
+        None => v.parse().ok(),
+    }
+}
+
+/// An environment setting parsed by `parse`, with a warning when it does
+/// not parse.
+fn env_with<T>(name: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    let r = parse(&v);
+    if r.is_none() {
+        eprintln!("warning: ignoring {name}={v:?}");
+    }
+    r
 }
 
 fn parse_env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -247,6 +298,10 @@ fn env_config() -> Config {
                 .filter(|&r| r > 0),
             peer: std::env::var("GGML_CUDA_EMULATOR_PEER")
                 .map_or(true, |v| !matches!(v.trim(), "0" | "false" | "off" | "no")),
+            cc: env_with("GGML_CUDA_EMULATOR_CC", parse_cc).unwrap_or(DEFAULT_CC),
+            driver_version: env_with("GGML_CUDA_EMULATOR_DRIVER", parse_driver)
+                .unwrap_or(DEFAULT_DRIVER),
+            ptx_isa_max: env_with("GGML_CUDA_EMULATOR_PTX_ISA", crate::ptx_isa::parse_isa),
         }
     }
 }
@@ -329,6 +384,8 @@ pub(crate) struct DeviceState {
     /// (`cuCtxEnablePeerAccess` from any of its contexts).
     peers: Mutex<Vec<usize>>,
     stats: AtomicStats,
+    /// The module images loaded on this device, in order (described).
+    loaded: Mutex<Vec<String>>,
 }
 
 /// State shared by all emulated devices: the hazard detector (streams of
@@ -389,6 +446,7 @@ fn device_state(ordinal: usize) -> Result<Arc<DeviceState>, BackendError> {
             allocs: Mutex::new((HashMap::new(), 0, 0)),
             peers: Mutex::new(Vec::new()),
             stats: AtomicStats::default(),
+            loaded: Mutex::new(Vec::new()),
         }));
     }
     Ok(Arc::clone(&d[ordinal]))
@@ -415,6 +473,17 @@ pub fn stats(ordinal: usize) -> Stats {
         used_bytes: used as u64,
         peak_bytes: peak as u64,
     }
+}
+
+/// The module images emulated device `ordinal` accepted so far, described
+/// (`cubin sm_90 (shipped sm_90.cubin.xz)`), oldest first.
+pub fn loaded_images(ordinal: usize) -> Vec<String> {
+    let Ok(d) = devices().lock() else {
+        return Vec::new();
+    };
+    d.get(ordinal)
+        .and_then(|s| s.loaded.lock().ok().map(|l| l.clone()))
+        .unwrap_or_default()
 }
 
 /// The hazards found so far (each also failed the call that queued it),
@@ -595,22 +664,34 @@ impl Device for EmuDevice {
         }
     }
 
-    fn load_kernels(&self, names: &[&'static str]) -> Result<Vec<Function>, BackendError> {
-        let have = crate::emu_kernels::kernel_names();
-        names
+    fn compute_capability(&self) -> Result<(u32, u32), BackendError> {
+        Ok(config().cc)
+    }
+
+    fn driver_version(&self) -> Result<i32, BackendError> {
+        Ok(config().driver_version)
+    }
+
+    fn load_module(
+        &self,
+        image: &crate::driver::ModuleImage,
+        names: &[&'static str],
+    ) -> Result<Vec<Function>, BackendError> {
+        let c = config();
+        let jit = c
+            .ptx_isa_max
+            .or_else(|| crate::ptx_isa::max_isa_for_driver(c.driver_version));
+        module::check(image, names, c.cc, c.driver_version, jit)?;
+        if let Ok(mut l) = self.st.loaded.lock() {
+            l.push(image.to_string());
+        }
+        Ok(names
             .iter()
-            .map(|&name| {
-                if !have.contains(&name) {
-                    return Err(BackendError::Device(format!(
-                        "kernel {name}: not compiled into the emulator"
-                    )));
-                }
-                Ok(Function {
-                    name,
-                    handle: Box::new(()),
-                })
+            .map(|&name| Function {
+                name,
+                handle: Box::new(()),
             })
-            .collect()
+            .collect())
     }
 
     fn can_access_peer(&self, peer: &dyn Device) -> Result<bool, BackendError> {
