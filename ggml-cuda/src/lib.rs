@@ -204,7 +204,8 @@ pub fn unavailable_reason() -> Option<String> {
     if emulator::enabled() {
         return None;
     }
-    if let Err(e) = probe_libraries() {
+    // the driver alone opens CUDA0: the kernels are shipped compiled
+    if let Err(e) = probe_driver() {
         return Some(e.to_string());
     }
     match cuda_device_count() {

@@ -195,13 +195,7 @@ pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
         match ggml_cuda::CudaBackend::new(i) {
             Ok(b) => v.push(DeviceInfo {
                 name: format!("CUDA{i}"),
-                description: {
-                    let name = b.device_name().unwrap_or_else(|_| "CUDA device".into());
-                    match ggml_cuda::nvrtc_description() {
-                        Ok(nvrtc) => format!("{name}; kernels by {nvrtc}"),
-                        Err(_) => name,
-                    }
-                },
+                description: cuda_description(&b),
                 memory: match (b.total_memory(), b.free_memory()) {
                     (Ok(t), Ok(f)) => Some((t, f)),
                     _ => None,
@@ -211,6 +205,24 @@ pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
         }
     }
     (v, why)
+}
+
+/// What `--list-devices` says of an open CUDA device: its name, compute
+/// capability, driver and the kernel image it loaded, e.g. `NVIDIA H200;
+/// compute capability 9.0, CUDA driver 12.9; kernels: cubin sm_90 (shipped
+/// sm_90.cubin.xz)`.
+pub fn cuda_description(b: &ggml_cuda::CudaBackend) -> String {
+    let name = b.device_name().unwrap_or_else(|_| "CUDA device".into());
+    let cc = b
+        .compute_capability()
+        .map_or("?".into(), |(a, c)| format!("{a}.{c}"));
+    let driver = b
+        .driver_version()
+        .map_or("?".into(), ggml_cuda::ptx_isa::driver_text);
+    format!(
+        "{name}; compute capability {cc}, CUDA driver {driver}; kernels: {}",
+        b.kernel_image()
+    )
 }
 
 /// `CUDA0` when the driver reports a CUDA device (without opening it).

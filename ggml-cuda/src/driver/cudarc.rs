@@ -132,6 +132,28 @@ impl Device for CudaDevice {
             .map_err(|e| dev_err(&format!("cuMemHostRegister of {len} bytes"), e))
     }
 
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
+        if self.bind().is_err() {
+            return false;
+        }
+        let (mut first, mut last): (u32, u32) = (0, 0);
+        // SAFETY: valid out-pointers of the attribute's type (an unsigned
+        // int); the driver only looks the addresses up (an address it does
+        // not know is an error, not an access).
+        let ok = |out: &mut u32, p: usize| unsafe {
+            sys::cuPointerGetAttribute(
+                out as *mut u32 as *mut c_void,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                p as CUdeviceptr,
+            )
+        } == sys::cudaError_enum::CUDA_SUCCESS;
+        let host = sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
+        ok(&mut first, ptr as usize)
+            && ok(&mut last, ptr as usize + len.saturating_sub(1))
+            && first == host
+            && last == host
+    }
+
     unsafe fn host_unregister(&self, ptr: *const u8) {
         let _ = self.bind();
         // SAFETY: the caller passes the start of a registered range.

@@ -248,6 +248,11 @@ pub trait Device: Send + Sync {
         len: usize,
         read_only: bool,
     ) -> Result<(), BackendError>;
+    /// Whether host memory `[ptr, ptr + len)` is page-locked for this
+    /// driver (allocated by [`Device::host_alloc`] or registered): a copy
+    /// from it is asynchronous DMA; from any other memory the copy call
+    /// returns only once the driver has taken the bytes.
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool;
     /// Undo [`Device::host_register`].
     ///
     /// # Safety

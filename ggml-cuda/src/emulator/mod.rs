@@ -12,7 +12,10 @@
 //!   memory is filled with `0xA5` bytes, so a read of memory nobody wrote
 //!   shows. Page-locked allocations and host registrations are recorded; a
 //!   host-to-device copy from any other host memory counts as pageable in
-//!   [`stats`].
+//!   [`stats`] and, as in CUDA (which stages it through a pinned buffer),
+//!   blocks the calling host thread until the stream has reached it and
+//!   taken its bytes ([`Stats::host_blocked_ns`]); from page-locked memory
+//!   it returns at once.
 //! - **Streams and events** (`stream.rs`): a worker thread per stream, CUDA's
 //!   event semantics (re-recording included: a wait keeps the record it
 //!   saw), seeded delays (`GGML_CUDA_EMULATOR_SEED=N`), an optional link
@@ -318,6 +321,11 @@ pub struct Stats {
     pub h2d_pinned_bytes: u64,
     /// Host-to-device bytes copied from pageable memory.
     pub h2d_pageable_bytes: u64,
+    /// Host-to-device copies from pageable memory (each blocked the
+    /// calling host thread until the stream took its bytes, as CUDA does).
+    pub h2d_pageable_copies: u64,
+    /// Nanoseconds host threads spent blocked in those copies.
+    pub host_blocked_ns: u64,
     /// Device-to-host bytes.
     pub d2h_bytes: u64,
     /// Bytes copied into this device from another device's memory by peer
@@ -340,6 +348,8 @@ pub struct Stats {
 struct AtomicStats {
     h2d_pinned: AtomicU64,
     h2d_pageable: AtomicU64,
+    h2d_pageable_copies: AtomicU64,
+    host_blocked_ns: AtomicU64,
     d2h: AtomicU64,
     peer_in: AtomicU64,
     launches: AtomicU64,
@@ -355,6 +365,13 @@ impl AtomicStats {
             &self.h2d_pageable
         };
         c.fetch_add(n as u64, Ordering::Relaxed);
+        if !pinned {
+            self.h2d_pageable_copies.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn count_host_blocked(&self, d: std::time::Duration) {
+        self.host_blocked_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
     fn count_d2h(&self, n: usize) {
         self.d2h.fetch_add(n as u64, Ordering::Relaxed);
@@ -465,6 +482,8 @@ pub fn stats(ordinal: usize) -> Stats {
     Stats {
         h2d_pinned_bytes: s.stats.h2d_pinned.load(Ordering::Relaxed),
         h2d_pageable_bytes: s.stats.h2d_pageable.load(Ordering::Relaxed),
+        h2d_pageable_copies: s.stats.h2d_pageable_copies.load(Ordering::Relaxed),
+        host_blocked_ns: s.stats.host_blocked_ns.load(Ordering::Relaxed),
         d2h_bytes: s.stats.d2h.load(Ordering::Relaxed),
         peer_in_bytes: s.stats.peer_in.load(Ordering::Relaxed),
         launches: s.stats.launches.load(Ordering::Relaxed),
@@ -656,6 +675,10 @@ impl Device for EmuDevice {
         }
         r.insert(p, len);
         Ok(())
+    }
+
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
+        is_page_locked(ptr, len)
     }
 
     unsafe fn host_unregister(&self, ptr: *const u8) {

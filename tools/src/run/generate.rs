@@ -383,6 +383,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         },
         forced_routing: forced_text.is_some(),
         forced_routing_text: forced_text,
+        host_weights_upload: common::summary::host_weights_upload(&loaded.model),
         ..Default::default()
     };
     if let (Some(d), Some(p)) = (&event_timeline, &a.timeline_out) {
