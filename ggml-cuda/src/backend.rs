@@ -106,6 +106,27 @@ fn q8_group(ty: GgmlType) -> i32 {
     }
 }
 
+/// The 32-element block types `k_flash_attn` takes for K.
+fn fa_block_k_type(ty: GgmlType) -> bool {
+    use GgmlType as T;
+    matches!(
+        ty,
+        T::Q8_0 | T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::IQ4NL
+    )
+}
+
+/// Whether `k_flash_attn` runs attention over a KV cache of K type `k`, V
+/// type `v` and head dimensions `d_k`, `d_v` (what `-fa auto` asks of a
+/// CUDA device, as llama.cpp resolves auto to on where the device's
+/// flash attention supports the case; the per-node check stays
+/// `supports_op`'s).
+pub fn flash_attn_cache_supported(k: GgmlType, v: GgmlType, d_k: i64, d_v: i64) -> bool {
+    (is_float(k) || (fa_block_k_type(k) && d_k % 32 == 0))
+        && is_weight_type(v)
+        && d_k <= FA_DMAX
+        && d_v <= FA_DMAX
+}
+
 fn pad256(n: usize) -> usize {
     n.div_ceil(256) * 256
 }
@@ -1248,16 +1269,7 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
             // k: float, or a 32-element block type (q quantized per 32 as
             // the CPU's Q8_0 / Q8_1)
             let k_ok = is_float(k.ty)
-                || (matches!(
-                    k.ty,
-                    GgmlType::Q8_0
-                        | GgmlType::Q4_0
-                        | GgmlType::Q4_1
-                        | GgmlType::Q5_0
-                        | GgmlType::Q5_1
-                        | GgmlType::IQ4NL
-                ) && k.rows_contiguous()
-                    && q.ne[0] % 32 == 0);
+                || (fa_block_k_type(k.ty) && k.rows_contiguous() && q.ne[0] % 32 == 0);
             let shapes =
                 g.flash_attn_ext_shapes_ok(node) && q.ne[0] <= FA_DMAX && v.ne[0] <= FA_DMAX;
             let mask_ok = t

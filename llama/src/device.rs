@@ -233,6 +233,31 @@ pub fn first_cuda_device() -> Option<String> {
     }
 }
 
+/// What `-fa auto` resolves to for `model` with a cache of K type `k` and
+/// V type `v`: on where flash attention is needed (a quantized V cache) or
+/// where a CUDA device holding the model's layers runs it for this cache
+/// (llama.cpp resolves auto to on where the backend's flash attention
+/// supports the case: its CUDA build does for an F16 cache); off on the
+/// CPU and sim devices (their plain attention, as before).
+pub fn flash_attn_auto(
+    model: &crate::Model,
+    k: ggml_core::GgmlType,
+    v: ggml_core::GgmlType,
+) -> bool {
+    if v.is_quantized() {
+        return true;
+    }
+    let hp = &model.hparams;
+    let d_k = hp.n_embd_head_k.max(hp.n_lora_kv + hp.n_rot) as i64;
+    let d_v = hp.n_embd_head_v.max(hp.n_lora_kv) as i64;
+    let on_cuda = model.layers.iter().any(|l| {
+        l.device
+            .and_then(|d| model.devices.get(d))
+            .is_some_and(|b| b.name().starts_with("CUDA"))
+    });
+    on_cuda && ggml_cuda::backend::flash_attn_cache_supported(k, v, d_k, d_v)
+}
+
 fn unknown(name: &str) -> LlamaError {
     LlamaError::Invalid(format!(
         "unknown device '{name}' (available: CPU, SIM0, SIM1, ..., CUDA0, CUDA1, ...)"
