@@ -484,3 +484,41 @@ fn a_pageable_upload_blocks_the_host_and_a_pinned_one_does_not() {
     println!("emulated: pageable write_async {pageable_call:?}, pinned {pinned_call:?} (+{waited:?} at synchronize)");
     emulator::set_thread_config(None);
 }
+
+/// Under `GGML_CUDA_REQUIRE_DEVICE=1` (what `scripts/gpu-check-run`
+/// sets) a test's fallback to the emulator is a failure naming why the
+/// device did not open. Run in a child process of this test binary.
+#[test]
+fn the_fallback_fails_when_a_device_is_required() {
+    if std::env::var_os("GGML_CUDA_FALLBACK_CHILD").is_some() {
+        ggml_cuda::emulator::fallback("no CUDA device: libcuda.so (CUDA driver) not found");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let run = |require: bool| {
+        let mut c = std::process::Command::new(&exe);
+        c.args([
+            "--exact",
+            "the_fallback_fails_when_a_device_is_required",
+            "--nocapture",
+        ])
+        .env("GGML_CUDA_FALLBACK_CHILD", "1")
+        .env_remove("GGML_CUDA_EMULATOR");
+        if require {
+            c.env("GGML_CUDA_REQUIRE_DEVICE", "1");
+        } else {
+            c.env_remove("GGML_CUDA_REQUIRE_DEVICE");
+        }
+        c.output().unwrap()
+    };
+    let ok = run(false);
+    assert!(ok.status.success());
+    let failed = run(true);
+    assert!(!failed.status.success());
+    let text = String::from_utf8_lossy(&failed.stdout).to_string()
+        + &String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        text.contains("GGML_CUDA_REQUIRE_DEVICE=1: no fallback to the emulator: the CUDA device did not open: no CUDA device: libcuda.so"),
+        "{text}"
+    );
+}

@@ -29,7 +29,7 @@ const FIXTURES: [&str; 4] = [
 fn use_emulator_without_gpu() {
     if let Some(why) = ggml_cuda::unavailable_reason() {
         println!("no GPU ({why}): CUDA0 is the emulated device");
-        ggml_cuda::emulator::enable();
+        ggml_cuda::emulator::fallback(&why);
     }
 }
 

@@ -106,6 +106,24 @@ pub fn enable() {
     FORCED.store(true, Ordering::Release);
 }
 
+/// The variable that makes a test fail instead of falling back to the
+/// emulator: `scripts/gpu-check-run` sets it on the GPU machine, so no
+/// check passes without the GPU.
+pub const REQUIRE_DEVICE: &str = "GGML_CUDA_REQUIRE_DEVICE";
+
+/// A test's fallback when no CUDA device is usable (`why`): the emulator
+/// ([`enable`]), unless `GGML_CUDA_REQUIRE_DEVICE=1`, which makes it a
+/// panic naming why the device did not open. Tests that run on the
+/// emulator by design call [`enable`] instead.
+pub fn fallback(why: &str) {
+    if env_flag(REQUIRE_DEVICE) && !enabled() {
+        panic!(
+            "{REQUIRE_DEVICE}=1: no fallback to the emulator: the CUDA device did not open: {why}"
+        );
+    }
+    enable();
+}
+
 /// Whether CUDA devices are emulated ([`enable`] or `GGML_CUDA_EMULATOR=1`).
 pub fn enabled() -> bool {
     FORCED.load(Ordering::Acquire) || env_flag("GGML_CUDA_EMULATOR")
