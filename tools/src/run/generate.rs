@@ -124,7 +124,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
-    ctx_params.flash_attn |= fa_auto && llama::device::flash_attn_auto(&model, kv_type, kv_type_v);
+    ctx_params.flash_attn |= fa_auto && llama::device::flash_attn_auto(model, kv_type, kv_type_v);
     // -tb N: the threads of prompt ubatches (-1 or absent: as -t)
     ctx_params.n_threads_batch = a.extra.threads_batch.filter(|&n| n > 0).map(|n| n as usize);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
