@@ -216,7 +216,7 @@ impl RunSummary {
                 self.device
             )),
             "pageable" => t.push_str(&format!(
-                "host weights  = pageable: each upload to {} blocks until the driver has staged it (--no-host, or a device that does not page-lock)\n",
+                "host weights  = pageable: uploads to {} copy from pageable memory (--no-host, or a device that does not page-lock; on CUDA each blocks the host until the driver has staged it)\n",
                 self.device
             )),
             _ => {}
