@@ -181,6 +181,13 @@ pub struct PlacementArgs {
     /// elsewhere as mmap), dio (O_DIRECT reads)
     #[arg(long = "load-mode", value_name = "MODE", default_value = "auto", value_parser = parse_load_mode)]
     pub load_mode: LoadMode,
+
+    /// bypass the devices' host buffer (llama.cpp's --no-host): the weights
+    /// that stay in host memory are not page-locked for the device, so
+    /// their uploads copy from pageable memory (by default a CUDA device
+    /// registers them, and uploads are asynchronous DMA)
+    #[arg(long = "no-host")]
+    pub no_host: bool,
 }
 
 fn parse_load_mode(s: &str) -> std::result::Result<LoadMode, String> {
@@ -632,6 +639,7 @@ pub fn load_model(
         placement: rules,
         progress: Some(Box::new(move |f| p2.borrow_mut().set(f))),
         load_mode: placement.load_mode,
+        no_host: placement.no_host,
         ..Default::default()
     };
     let t0 = Instant::now();

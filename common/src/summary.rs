@@ -128,6 +128,25 @@ pub struct RunSummary {
     /// The summary's line about the forced routing (text summary only).
     #[serde(skip)]
     pub forced_routing_text: Option<String>,
+    /// What the devices upload the weights in host memory from: `pinned`
+    /// (page-locked for the device: asynchronous DMA; the default on CUDA),
+    /// `pageable` (`--no-host`, or a device that does not page-lock), or
+    /// `none` (no device, or every weight on the devices).
+    pub host_weights_upload: String,
+}
+
+/// [`RunSummary::host_weights_upload`] of a loaded model.
+pub fn host_weights_upload(model: &llama::Model) -> String {
+    let host = model
+        .weights
+        .iter()
+        .any(|w| matches!(w.target, llama::placement::Target::Host));
+    match (model.devices.is_empty() || !host, model.host_pinned) {
+        (true, _) => "none",
+        (false, true) => "pinned",
+        (false, false) => "pageable",
+    }
+    .to_string()
 }
 
 /// `b - a`, field by field.
@@ -196,6 +215,17 @@ impl RunSummary {
         if let Some(c) = &self.moe_cache {
             t.push_str(&cache_text(c, &self.device));
             t.push_str(&self.hybrid.to_text(&self.device));
+        }
+        match self.host_weights_upload.as_str() {
+            "pinned" => t.push_str(&format!(
+                "host weights  = pinned: page-locked for {}, uploads are asynchronous DMA (--no-host: pageable)\n",
+                self.device
+            )),
+            "pageable" => t.push_str(&format!(
+                "host weights  = pageable: uploads to {} copy from pageable memory (--no-host, or a device that does not page-lock; on CUDA each blocks the host until the driver has staged it)\n",
+                self.device
+            )),
+            _ => {}
         }
         t.push_str(&self.prefetch.to_text());
         t.push_str(&self.pipeline.to_text(&self.device));

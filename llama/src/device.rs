@@ -195,13 +195,7 @@ pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
         match ggml_cuda::CudaBackend::new(i) {
             Ok(b) => v.push(DeviceInfo {
                 name: format!("CUDA{i}"),
-                description: {
-                    let name = b.device_name().unwrap_or_else(|_| "CUDA device".into());
-                    match ggml_cuda::nvrtc_description() {
-                        Ok(nvrtc) => format!("{name}; kernels by {nvrtc}"),
-                        Err(_) => name,
-                    }
-                },
+                description: cuda_description(&b),
                 memory: match (b.total_memory(), b.free_memory()) {
                     (Ok(t), Ok(f)) => Some((t, f)),
                     _ => None,
@@ -213,12 +207,55 @@ pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
     (v, why)
 }
 
+/// What `--list-devices` says of an open CUDA device: its name, compute
+/// capability, driver and the kernel image it loaded, e.g. `NVIDIA H200;
+/// compute capability 9.0, CUDA driver 12.9; kernels: cubin sm_90 (shipped
+/// sm_90.cubin.xz)`.
+pub fn cuda_description(b: &ggml_cuda::CudaBackend) -> String {
+    let name = b.device_name().unwrap_or_else(|_| "CUDA device".into());
+    let cc = b
+        .compute_capability()
+        .map_or("?".into(), |(a, c)| format!("{a}.{c}"));
+    let driver = b
+        .driver_version()
+        .map_or("?".into(), ggml_cuda::ptx_isa::driver_text);
+    format!(
+        "{name}; compute capability {cc}, CUDA driver {driver}; kernels: {}",
+        b.kernel_image()
+    )
+}
+
 /// `CUDA0` when the driver reports a CUDA device (without opening it).
 pub fn first_cuda_device() -> Option<String> {
     match ggml_cuda::cuda_device_count() {
         Ok(n) if n > 0 => Some("CUDA0".into()),
         _ => None,
     }
+}
+
+/// What `-fa auto` resolves to for `model` with a cache of K type `k` and
+/// V type `v`: on where flash attention is needed (a quantized V cache) or
+/// where a CUDA device holding the model's layers runs it for this cache
+/// (llama.cpp resolves auto to on where the backend's flash attention
+/// supports the case: its CUDA build does for an F16 cache); off on the
+/// CPU and sim devices (their plain attention, as before).
+pub fn flash_attn_auto(
+    model: &crate::Model,
+    k: ggml_core::GgmlType,
+    v: ggml_core::GgmlType,
+) -> bool {
+    if v.is_quantized() {
+        return true;
+    }
+    let hp = &model.hparams;
+    let d_k = hp.n_embd_head_k.max(hp.n_lora_kv + hp.n_rot) as i64;
+    let d_v = hp.n_embd_head_v.max(hp.n_lora_kv) as i64;
+    let on_cuda = model.layers.iter().any(|l| {
+        l.device
+            .and_then(|d| model.devices.get(d))
+            .is_some_and(|b| b.name().starts_with("CUDA"))
+    });
+    on_cuda && ggml_cuda::backend::flash_attn_cache_supported(k, v, d_k, d_v)
 }
 
 fn unknown(name: &str) -> LlamaError {

@@ -20,7 +20,7 @@ use llama::{Context, ContextParams, Model, ModelParams};
 fn emulated() -> bool {
     if let Some(why) = ggml_cuda::unavailable_reason() {
         println!("no GPU ({why}): CUDA0 is the emulated device");
-        ggml_cuda::emulator::enable();
+        ggml_cuda::emulator::fallback(&why);
     }
     ggml_cuda::emulator::enabled()
 }

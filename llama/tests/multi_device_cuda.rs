@@ -34,7 +34,7 @@ fn two_devices() -> bool {
     };
     if gpus < 2 && !ggml_cuda::emulator::enabled() {
         println!("{gpus} GPU(s): CUDA0 and CUDA1 are emulated devices");
-        ggml_cuda::emulator::enable();
+        ggml_cuda::emulator::fallback(&format!("{gpus} GPU(s), two needed"));
     }
     if ggml_cuda::emulator::enabled() && ggml_cuda::emulator::device_count() < 2 {
         ggml_cuda::emulator::set_config(ggml_cuda::emulator::Config {

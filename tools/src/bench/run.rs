@@ -75,8 +75,9 @@ fn kv_type(name: &str) -> Result<GgmlType> {
     }
 }
 
-/// Flash attention of a test: `-fa 1`, or `-fa auto` (-1) where a
-/// quantized V cache needs it (llama.cpp resolves auto to on there).
+/// Flash attention of a test as the flags say: `-fa 1`, or `-fa auto`
+/// (-1) where a quantized V cache needs it; `run_test` also turns auto on
+/// where the CUDA device runs it (`llama::device::flash_attn_auto`).
 fn flash_attn_of(inst: &Instance) -> Result<bool> {
     let v = kv_type(inst.str("type_v"))?;
     Ok(match inst.int("flash_attn") {
@@ -291,7 +292,13 @@ fn run_test(
         n_threads: inst.int("n_threads") as usize,
         kv_type: kv_type(inst.str("type_k"))?,
         kv_type_v: Some(kv_type(inst.str("type_v"))?),
-        flash_attn: flash_attn_of(inst)?,
+        flash_attn: flash_attn_of(inst)?
+            || (inst.int("flash_attn") == -1
+                && llama::device::flash_attn_auto(
+                    model,
+                    kv_type(inst.str("type_k"))?,
+                    kv_type(inst.str("type_v"))?,
+                )),
         moe: MoeParams {
             expert_copy: !p.no_expert_copy,
             cache: MoeCacheParams {

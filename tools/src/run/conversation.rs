@@ -63,6 +63,7 @@ pub(crate) fn conversation(
             .as_deref()
             .map(common::forced::summary_line),
         devices: ctx.device_stats(),
+        host_weights_upload: common::summary::host_weights_upload(&loaded.model),
         ..Default::default()
     };
     eprintln!();

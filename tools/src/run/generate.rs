@@ -40,7 +40,8 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         _ => cli::default_threads(),
     };
     // -fa auto turns flash attention on where a quantized V cache needs
-    // it (llama.cpp resolves auto to on where the backend has it)
+    // it or the CUDA device runs it (llama.cpp resolves auto to on where
+    // the backend has it: llama::device::flash_attn_auto)
     let fa_auto = a.batch.flash_attn == "auto";
     let (kv_type, kv_type_v) = a
         .extra
@@ -123,7 +124,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
-    ctx_params.flash_attn |= fa_auto && kv_type_v.is_quantized();
+    ctx_params.flash_attn |= fa_auto && llama::device::flash_attn_auto(model, kv_type, kv_type_v);
     // -tb N: the threads of prompt ubatches (-1 or absent: as -t)
     ctx_params.n_threads_batch = a.extra.threads_batch.filter(|&n| n > 0).map(|n| n as usize);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
@@ -383,6 +384,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         },
         forced_routing: forced_text.is_some(),
         forced_routing_text: forced_text,
+        host_weights_upload: common::summary::host_weights_upload(&loaded.model),
         ..Default::default()
     };
     if let (Some(d), Some(p)) = (&event_timeline, &a.timeline_out) {
