@@ -66,10 +66,12 @@ pub fn version_mismatch(server: Version) -> Option<String> {
     }
     let why = if server.major != VERSION.major {
         "another major version: an incompatible protocol"
-    } else if server.minor > VERSION.minor {
-        "a newer minor version: commands this build does not know"
-    } else if server.minor < VERSION.minor {
-        "an older minor version: commands it does not know"
+    } else if server.minor != VERSION.minor {
+        if server.minor > VERSION.minor {
+            "a newer minor version: commands this build does not know"
+        } else {
+            "an older minor version: commands it does not know"
+        }
     } else {
         "another patch version: ggml's op numbering may differ"
     };

@@ -87,14 +87,6 @@ fn tables_match_the_pinned_ggml_h() {
 
 #[test]
 fn the_rpc_header_pins_7_0_0() {
-    let h = match header() {
-        Ok(h) => h,
-        Err(why) => {
-            println!("skipped: {why}");
-            return;
-        }
-    };
-    let _ = h;
     let rpc = PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
         .join(".cache/llama-cpp-ref/llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/include/ggml-rpc.h");
     let Ok(r) = std::fs::read_to_string(&rpc) else {

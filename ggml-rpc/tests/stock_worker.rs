@@ -43,3 +43,91 @@ fn the_probe_graph_passes_on_the_stock_worker() {
     let c = devs[0].link_counters().unwrap().snapshot();
     assert!(c.round_trips > 0 && c.bytes_sent > c.bytes_received / 100, "{c:?}");
 }
+
+/// `y = (a + b) * a` on the device; returns y.
+fn small_graph(be: &ggml_rpc::RpcBackend) -> Result<Vec<f32>, ggml_core::BackendError> {
+    use ggml_core::tensor::TensorData;
+    let mut g = ggml_core::Graph::new();
+    let a = g.new_tensor_1d(ggml_core::GgmlType::F32, 4);
+    let b = g.new_tensor_1d(ggml_core::GgmlType::F32, 4);
+    let s = g.add(a, b);
+    let y = g.mul(s, a);
+    g.build_forward_expand(y);
+    let buf = be.alloc_buffer(4 * 256, BufferUsage::Compute)?;
+    for (k, t) in [a, b, s, y].into_iter().enumerate() {
+        g.tensor_mut(t).data = Some(TensorData {
+            buffer: Arc::clone(&buf),
+            offset: k * 256,
+        });
+    }
+    g.write_f32(a, &[1., 2., 3., 4.])?;
+    g.write_f32(b, &[0.5, 0.5, -1., -1.])?;
+    let nodes = g.nodes().to_vec();
+    be.compute(&g, &nodes)?;
+    be.compute(&g, &nodes)?; // a GRAPH_RECOMPUTE
+    g.read_f32(y)
+}
+
+#[test]
+fn a_worker_started_with_c_loads_big_weights_once() {
+    let w = worker!(true);
+    let n = 11 << 20;
+    let data: Vec<u8> = (0..n).map(|i| (i * 13 % 251) as u8).collect();
+    let sent = |be: &ggml_rpc::RpcBackend| be.link_counters().unwrap().snapshot().bytes_sent;
+    let mut first = 0;
+    for run in 0..2 {
+        let be = connect_devices(&[w.endpoint()], &opts(30.0)).unwrap().remove(0);
+        let buf = be.alloc_buffer(n, BufferUsage::Weights).unwrap();
+        let before = sent(&be);
+        buf.write(0, &data).unwrap();
+        let mut back = vec![0u8; 1 << 16];
+        buf.read(n - back.len(), &mut back).unwrap();
+        assert_eq!(back, data[n - back.len()..], "run {run}");
+        let moved = sent(&be) - before;
+        if run == 0 {
+            first = moved;
+            assert!(moved > n as u64, "the first run sends the data: {moved}");
+        } else {
+            assert!(moved < 4096, "the second run sends only the hash: {moved} (first {first})");
+        }
+        // the worker serves one client at a time: let this one go
+        drop(buf);
+        drop(be);
+    }
+}
+
+#[test]
+fn faults_of_the_stock_worker_through_a_proxy() {
+    let w = worker!(false);
+    for (fault, want) in [
+        (ProxyFault::Close(Some(ggml_rpc::Cmd::GetTensor)), "closed the connection"),
+        (ProxyFault::ShortReply(Some(ggml_rpc::Cmd::GetTensor)), "short reply"),
+        (ProxyFault::Stall(Some(ggml_rpc::Cmd::GetTensor)), "stalled"),
+    ] {
+        let p = FaultProxy::start(&w.endpoint()).unwrap();
+        let be = connect_devices(&[p.endpoint()], &opts(1.0)).unwrap().remove(0);
+        assert_eq!(small_graph(&be).unwrap(), [1.5, 5.0, 6.0, 12.0]);
+        p.arm(fault);
+        let t0 = Instant::now();
+        let e = small_graph(&be).err().unwrap().to_string();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{fault:?}");
+        assert!(
+            e.contains(&format!("RPC0 ({})", p.endpoint())) && e.contains("GET_TENSOR") && e.contains(want),
+            "{fault:?}: {e}"
+        );
+        drop(be);
+        drop(p); // the worker takes the next client once this one is gone
+    }
+}
+
+#[test]
+fn a_killed_worker_is_an_error_within_the_timeout() {
+    let mut w = worker!(false);
+    let be = connect_devices(&[w.endpoint()], &opts(5.0)).unwrap().remove(0);
+    assert_eq!(small_graph(&be).unwrap(), [1.5, 5.0, 6.0, 12.0]);
+    w.kill();
+    let t0 = Instant::now();
+    let e = small_graph(&be).err().unwrap().to_string();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(e.contains("RPC0") && (e.contains("gone") || e.contains("closed")), "{e}");
+}

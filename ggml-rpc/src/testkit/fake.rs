@@ -123,6 +123,7 @@ impl FakeWorker {
                 match listener.accept() {
                     Ok((s, _)) => {
                         let _ = s.set_nonblocking(false);
+                        let _ = s.set_nodelay(true);
                         if let Ok(c) = s.try_clone() {
                             sh.conns.lock().push(c);
                         }
@@ -229,6 +230,12 @@ fn send_reply(s: &mut TcpStream, payload: &[u8]) -> std::io::Result<()> {
 }
 
 fn serve(mut s: TcpStream, sh: Arc<Shared>) {
+    serve_session(&mut s, sh);
+    // the listener keeps a clone of the socket: close it for real
+    let _ = s.shutdown(Shutdown::Both);
+}
+
+fn serve_session(s: &mut TcpStream, sh: Arc<Shared>) {
     let mut sess = Session {
         cpu: CpuBackend::new(sh.opts.n_threads.max(1)),
         stored: (0..sh.opts.devices).map(|_| None).collect(),
@@ -240,7 +247,7 @@ fn serve(mut s: TcpStream, sh: Arc<Shared>) {
     };
     loop {
         let mut head = [0u8; 9];
-        match read_exact_or_eof(&mut s, &mut head) {
+        match read_exact_or_eof(s, &mut head) {
             Ok(true) => {}
             _ => return,
         }
@@ -253,7 +260,7 @@ fn serve(mut s: TcpStream, sh: Arc<Shared>) {
             return;
         }
         let mut payload = vec![0u8; len];
-        if read_exact_or_eof(&mut s, &mut payload) != Ok(true) && len > 0 {
+        if read_exact_or_eof(s, &mut payload) != Ok(true) && len > 0 {
             return;
         }
         let nth = {
@@ -292,7 +299,7 @@ fn serve(mut s: TcpStream, sh: Arc<Shared>) {
                 let _ = s.write_all(&out);
                 return;
             }
-            if send_reply(&mut s, &r).is_err() {
+            if send_reply(s, &r).is_err() {
                 return;
             }
         } else if let Some(FakeFault::ShortReply(..)) = fault {

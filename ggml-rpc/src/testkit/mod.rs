@@ -43,11 +43,13 @@ pub fn stock_server() -> Result<std::path::PathBuf, String> {
 pub struct StockWorker {
     child: std::process::Child,
     port: u16,
+    cache_dir: Option<std::path::PathBuf>,
 }
 
 impl StockWorker {
-    /// Start one with `threads` CPU threads (and `-c` when `cache`), and
-    /// wait until it accepts connections.
+    /// Start one with `threads` CPU threads (and `-c` when `cache`, its
+    /// cache in a temporary folder removed on drop), and wait until it
+    /// accepts connections.
     pub fn start(threads: usize, cache: bool) -> Result<StockWorker, String> {
         let bin = stock_server()?;
         for _ in 0..20 {
@@ -60,8 +62,11 @@ impl StockWorker {
                 .args(["-t", &threads.to_string()])
                 .stdout(std::process::Stdio::null())
                 .stderr(match std::env::var_os("GGML_RPC_SERVER_LOG") { Some(p) => std::fs::File::create(p).map(std::process::Stdio::from).unwrap_or_else(|_| std::process::Stdio::null()), None => std::process::Stdio::null() });
-            if cache {
-                cmd.arg("-c");
+            let cache_dir = cache.then(|| {
+                std::env::temp_dir().join(format!("ggml-rpc-cache-{}-{port}", std::process::id()))
+            });
+            if let Some(d) = &cache_dir {
+                cmd.arg("-c").env("LLAMA_CACHE", d);
             }
             let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", bin.display()))?;
             let t0 = std::time::Instant::now();
@@ -71,7 +76,11 @@ impl StockWorker {
                 }
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
                     // that probe connection counts as a client: it closed
-                    return Ok(StockWorker { child, port });
+                    return Ok(StockWorker {
+                        child,
+                        port,
+                        cache_dir,
+                    });
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -96,5 +105,8 @@ impl StockWorker {
 impl Drop for StockWorker {
     fn drop(&mut self) {
         self.kill();
+        if let Some(d) = &self.cache_dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }

@@ -119,6 +119,7 @@ fn relay(mut c: TcpStream, sh: Arc<Shared>) {
         return;
     };
     for s in [&c, &w] {
+        let _ = s.set_nodelay(true);
         if let Ok(k) = s.try_clone() {
             sh.socks.lock().push(k);
         }
