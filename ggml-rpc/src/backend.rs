@@ -16,14 +16,18 @@
 //!   two workers they go through this host (the protocol has no peer copy).
 //! - **Supported ops**: those the CPU kernels here implement (the probe
 //!   graph at connect checks the worker computes them alike), with every
-//!   shape and stride within the protocol's 32-bit fields.
+//!   shape and stride within the protocol's 32-bit fields and rows of
+//!   consecutive elements where ggml's CPU kernels assert them (a
+//!   transposed V cache view is not multiplied there: the cache is stored
+//!   transposed instead, as llama.cpp does).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use ggml_core::offload::offload_host_weight_op;
 use ggml_core::tensor::TensorData;
 use ggml_core::{
-    Backend, BackendError, Buffer, BufferUsage, Event, Graph, LinkCounters, Stream, TensorId,
+    Backend, BackendError, Buffer, BufferUsage, Event, Graph, LinkCounters, Op, Stream, TensorId,
 };
 
 use crate::buffer::{byte_span, RpcBuffer};
@@ -37,7 +41,7 @@ pub struct RpcBackend {
     conn: Arc<Conn>,
     device: u32,
     max_size: usize,
-    offload_min_batch: i64,
+    offload_min_batch: AtomicI64,
 }
 
 impl RpcBackend {
@@ -54,7 +58,7 @@ impl RpcBackend {
             conn,
             device,
             max_size,
-            offload_min_batch,
+            offload_min_batch: AtomicI64::new(offload_min_batch),
         }
     }
 
@@ -66,6 +70,13 @@ impl RpcBackend {
     /// The device's index on its worker.
     pub fn device_index(&self) -> u32 {
         self.device
+    }
+
+    /// Set the smallest batch for which this device runs an op whose
+    /// weights are in host memory (`-nomb`; a connection serves several
+    /// runs of one process).
+    pub fn set_offload_min_batch(&self, n: i64) {
+        self.offload_min_batch.store(n, Ordering::Relaxed);
     }
 
     /// The connection (shared by the worker's devices).
@@ -124,6 +135,27 @@ impl RpcBackend {
     }
 }
 
+impl std::fmt::Debug for RpcBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RpcBackend({} of {})", self.name, self.endpoint())
+    }
+}
+
+/// Whether a node's element strides are what ggml's CPU kernels assert:
+/// every op but the copies and views reads and writes rows of consecutive
+/// elements (`nb[0]` the type's size); ggml aborts the worker otherwise
+/// (this engine's CPU kernels take any strides, so its own `supports_op`
+/// cannot tell).
+fn ggml_rows_ok(g: &Graph, node: TensorId) -> bool {
+    let t = g.tensor(node);
+    if t.op.is_view() || matches!(t.op, Op::None | Op::Cpy | Op::Cont | Op::Dup) {
+        return true;
+    }
+    std::iter::once(node)
+        .chain(t.src.iter().copied())
+        .all(|x| g.tensor(x).rows_contiguous())
+}
+
 fn fits_u32(g: &Graph, t: TensorId) -> bool {
     let x = g.tensor(t);
     x.ne.iter().all(|&n| (0..=u32::MAX as i64).contains(&n))
@@ -170,11 +202,12 @@ impl Backend for RpcBackend {
         t.src.len() <= crate::proto::MAX_SRC
             && fits_u32(g, node)
             && t.src.iter().all(|&s| fits_u32(g, s))
+            && ggml_rows_ok(g, node)
             && ggml_core::cpu::ops::supports(g, node)
     }
 
     fn offload_op(&self, g: &Graph, node: TensorId) -> bool {
-        offload_host_weight_op(g, node, self.offload_min_batch)
+        offload_host_weight_op(g, node, self.offload_min_batch.load(Ordering::Relaxed))
     }
 
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {

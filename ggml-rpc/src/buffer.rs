@@ -1,5 +1,5 @@
 //! A buffer in a worker's memory ([`RpcBuffer`]): its handle and remote
-//! base address, and byte reads and writes as GET_TENSOR / SET_TENSOR
+//! base address (zeroed at allocation, BUFFER_CLEAR), and byte reads and writes as GET_TENSOR / SET_TENSOR
 //! (SET_TENSOR_HASH first for weights above 10 MiB).
 //!
 //! Bytes move as a one-dimensional I8 tensor spanning exactly the range,
@@ -90,6 +90,11 @@ impl RpcBuffer {
             .call(Cmd::BufferGetBase, &[&remote.to_le_bytes()], 8)
             .map_err(fail)?;
         let base = u64::from_le_bytes(rsp[..].try_into().unwrap_or_default());
+        // zeroed, as host and CUDA buffers are (a KV cache's unused cells
+        // are read with weight 0, and 0 * NaN would be NaN)
+        let mut clear = remote.to_le_bytes().to_vec();
+        clear.push(0);
+        conn.send(Cmd::BufferClear, &[&clear]).map_err(fail)?;
         Ok(RpcBuffer {
             conn: Arc::clone(conn),
             device,

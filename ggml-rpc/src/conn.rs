@@ -216,6 +216,11 @@ impl Conn {
         &self.endpoint
     }
 
+    /// Whether a fault ended the connection.
+    pub fn is_dead(&self) -> bool {
+        self.io.lock().dead.is_some()
+    }
+
     /// The timeout of replies and writes.
     pub fn timeout(&self) -> Duration {
         self.timeout
@@ -411,7 +416,9 @@ mod tests {
             Ok(("127.0.0.1".into(), 50052))
         );
         assert_eq!(parse_endpoint("[::1]:7"), Ok(("::1".into(), 7)));
-        assert!(parse_endpoint("localhost").unwrap_err().contains("host:port"));
+        assert!(parse_endpoint("localhost")
+            .unwrap_err()
+            .contains("host:port"));
         assert!(parse_endpoint(":5").unwrap_err().contains("host is empty"));
         assert!(parse_endpoint("h:0").unwrap_err().contains("port '0'"));
         assert!(parse_endpoint("h:x").unwrap_err().contains("port 'x'"));

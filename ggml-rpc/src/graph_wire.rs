@@ -89,7 +89,10 @@ pub fn describe(
                 t.src.len()
             )));
         }
-        for (k, s) in opmap::to_ggml_sources(&t.op, &t.src).into_iter().enumerate() {
+        for (k, s) in opmap::to_ggml_sources(&t.op, &t.src)
+            .into_iter()
+            .enumerate()
+        {
             r.src[k] = wire_id(s);
         }
         if t.op != ggml_core::Op::None {
@@ -178,7 +181,9 @@ pub fn deserialize(payload: &[u8]) -> Result<WireGraph, WireError> {
             payload.len()
         )));
     }
-    let nodes = (0..n_nodes).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+    let nodes = (0..n_nodes)
+        .map(|_| r.u64())
+        .collect::<Result<Vec<_>, _>>()?;
     let n_tensors = r.u32()? as usize;
     if r.remaining() < n_tensors.saturating_mul(RPC_TENSOR_SIZE) {
         return Err(WireError(format!(

@@ -310,7 +310,10 @@ mod tests {
             Op::Sub,
             Op::Mul,
             Op::Div,
-            Op::Scale { s: x, b: (-2.0).into() },
+            Op::Scale {
+                s: x,
+                b: (-2.0).into(),
+            },
             Op::Sqr,
             Op::Sqrt,
             Op::SumRows,
@@ -326,17 +329,29 @@ mod tests {
                 mode: RopeMode::Normal,
                 ..r
             }),
-            Op::SoftMaxExt { scale: x, max_bias: 0.0.into() },
+            Op::SoftMaxExt {
+                scale: x,
+                max_bias: 0.0.into(),
+            },
             Op::Unary(UnaryOp::Silu),
             Op::Unary(UnaryOp::Gelu),
             Op::Unary(UnaryOp::Sigmoid),
             Op::Unary(UnaryOp::Neg),
             Op::Unary(UnaryOp::Relu),
             Op::Unary(UnaryOp::Exp),
-            Op::Glu { op: GluOp::Swiglu, swapped: false },
-            Op::Glu { op: GluOp::Geglu, swapped: true },
             Op::Glu {
-                op: GluOp::SwigluOai { alpha: 1.702.into(), limit: 7.0.into() },
+                op: GluOp::Swiglu,
+                swapped: false,
+            },
+            Op::Glu {
+                op: GluOp::Geglu,
+                swapped: true,
+            },
+            Op::Glu {
+                op: GluOp::SwigluOai {
+                    alpha: 1.702.into(),
+                    limit: 7.0.into(),
+                },
                 swapped: false,
             },
             Op::Argsort(SortOrder::Asc),
@@ -344,7 +359,11 @@ mod tests {
             Op::TopK { k: 4 },
             Op::Concat { dim: 2 },
             Op::SetRows,
-            Op::FlashAttnExt { scale: x, max_bias: 0.0.into(), softcap: 30.0.into() },
+            Op::FlashAttnExt {
+                scale: x,
+                max_bias: 0.0.into(),
+                softcap: 30.0.into(),
+            },
         ]
     }
 
@@ -370,7 +389,10 @@ mod tests {
         assert_eq!((ord, p[0], p[1]), (op::VIEW, 0x40, 1));
         let (ord, p) = encode(
             &Op::Glu {
-                op: GluOp::SwigluOai { alpha: 1.702.into(), limit: 7.0.into() },
+                op: GluOp::SwigluOai {
+                    alpha: 1.702.into(),
+                    limit: 7.0.into(),
+                },
                 swapped: false,
             },
             0,

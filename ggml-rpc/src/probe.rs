@@ -94,7 +94,10 @@ impl Probe {
         self.g.set_name(t, name);
         let bytes = match ty {
             GgmlType::I64 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            _ => vals.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
+            _ => vals
+                .iter()
+                .flat_map(|&v| (v as i32).to_le_bytes())
+                .collect(),
         };
         self.inputs.push((t, bytes));
         t
@@ -154,12 +157,7 @@ fn build() -> Probe {
         p.one(&format!("MUL_MAT ({})", ty.name()), y);
     }
     // experts: mul_mat_id and add_id, as the MoE block uses them
-    let ids = p.ints(
-        GgmlType::I32,
-        &[2, 4],
-        &[0, 3, 1, 2, 3, 0, 2, 2],
-        "ids",
-    );
+    let ids = p.ints(GgmlType::I32, &[2, 4], &[0, 3, 1, 2, 3, 0, 2, 2], "ids");
     let xe = p.g.reshape_3d(x, 256, 1, 4);
     for ty in [GgmlType::F32, GgmlType::Q4K, GgmlType::MXFP4] {
         let e = p.leaf(ty, &[256, 16, 4], &format!("exps.{}", ty.name()));
@@ -234,8 +232,10 @@ fn build() -> Probe {
     let qpos = p.ints(GgmlType::I32, &[4], &[0, 1, 7, 300], "pos");
     let ff = p.g.new_tensor_1d(GgmlType::F32, 16);
     p.g.set_name(ff, "freq_factors");
-    p.inputs
-        .push((ff, f32_bytes(&(0..16).map(|i| 1.0 + i as f32 / 8.0).collect::<Vec<_>>())));
+    p.inputs.push((
+        ff,
+        f32_bytes(&(0..16).map(|i| 1.0 + i as f32 / 8.0).collect::<Vec<_>>()),
+    ));
     for (name, mode, yarn, f) in [
         ("ROPE (normal)", RopeMode::Normal, false, None),
         ("ROPE (neox)", RopeMode::Neox, false, None),
@@ -395,15 +395,20 @@ pub fn check(be: &RpcBackend, n_threads: usize) -> Result<(), BackendError> {
         let bad = match case.cmp {
             Cmp::F32 => {
                 let e = nmse(&as_f32(&ours), &as_f32(&theirs));
-                (e > NMSE_BOUND).then(|| format!("NMSE {e:.3e} against this engine's CPU backend (bound {NMSE_BOUND:.0e})"))
+                (e > NMSE_BOUND).then(|| {
+                    format!(
+                        "NMSE {e:.3e} against this engine's CPU backend (bound {NMSE_BOUND:.0e})"
+                    )
+                })
             }
             Cmp::Exact if matches!(t.op, ggml_core::Op::TopK { .. }) => {
                 let row = t.ne[0] as usize;
                 (sorted_rows(&ours, row) != sorted_rows(&theirs, row))
                     .then(|| "other indices than this engine's CPU backend".to_string())
             }
-            Cmp::Exact | Cmp::SetRows => (ours != theirs)
-                .then(|| "other values than this engine's CPU backend".to_string()),
+            Cmp::Exact | Cmp::SetRows => {
+                (ours != theirs).then(|| "other values than this engine's CPU backend".to_string())
+            }
         };
         if let Some(why) = bad {
             return Err(BackendError::Device(format!(

@@ -201,9 +201,7 @@ impl Cmd {
     pub fn fixed_reply_len(self) -> Option<usize> {
         match self {
             Cmd::AllocBuffer | Cmd::GetDeviceMemory => Some(16),
-            Cmd::GetAlignment | Cmd::GetMaxSize | Cmd::BufferGetBase | Cmd::GetAllocSize => {
-                Some(8)
-            }
+            Cmd::GetAlignment | Cmd::GetMaxSize | Cmd::BufferGetBase | Cmd::GetAllocSize => Some(8),
             Cmd::SetTensorHash | Cmd::CopyTensor => Some(1),
             Cmd::Hello => Some(4 + CONN_CAPS_SIZE),
             Cmd::DeviceCount => Some(4),

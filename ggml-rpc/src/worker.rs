@@ -113,7 +113,9 @@ pub fn connect_devices(
             )));
         }
         let first = out.len();
-        let names: Vec<String> = (0..n as usize).map(|d| format!("RPC{}", first + d)).collect();
+        let names: Vec<String> = (0..n as usize)
+            .map(|d| format!("RPC{}", first + d))
+            .collect();
         conn.set_label(format!("{} ({ep})", names.join(",")));
         for (d, name) in names.into_iter().enumerate() {
             let dev = d as u32;

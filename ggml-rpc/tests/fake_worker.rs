@@ -63,7 +63,11 @@ fn connects_probes_and_computes() {
     assert_eq!(devs[1].device_index(), 1);
     let n_probe = ggml_rpc::probe::op_labels().len() as u64;
     assert!(n_probe > 50, "{n_probe}");
-    assert_eq!(w.count(Cmd::GraphCompute), 2 * n_probe, "one graph per probed op");
+    assert_eq!(
+        w.count(Cmd::GraphCompute),
+        2 * n_probe,
+        "one graph per probed op"
+    );
     assert_eq!(small_graph(&devs[0]).unwrap(), [1.5, 5.0, 6.0, 12.0]);
     assert_eq!(w.count(Cmd::GraphRecompute), 1);
     assert_eq!(devs[0].memory(), Some((8 << 30, 8 << 30)));
@@ -90,7 +94,10 @@ fn other_versions_are_refused_by_name() {
         let e = one(&w.endpoint(), 5.0).err().unwrap();
         let want = format!("speaks RPC protocol {}.{}.{}", v.0, v.1, v.2);
         assert!(
-            e.contains(&w.endpoint()) && e.contains("HELLO") && e.contains(&want) && e.contains(why),
+            e.contains(&w.endpoint())
+                && e.contains("HELLO")
+                && e.contains(&want)
+                && e.contains(why),
             "{e}"
         );
         assert!(e.contains("exactly 7.0.0"), "{e}");
@@ -104,8 +111,14 @@ fn other_versions_are_refused_by_name() {
 fn worker_faults_are_named_and_never_hang() {
     let probe_reads = ggml_rpc::probe::op_labels().len() as u64;
     for (fault, want) in [
-        (FakeFault::Close(Cmd::GetTensor, probe_reads + 1), "closed the connection"),
-        (FakeFault::ShortReply(Cmd::GetTensor, probe_reads + 1), "short reply"),
+        (
+            FakeFault::Close(Cmd::GetTensor, probe_reads + 1),
+            "closed the connection",
+        ),
+        (
+            FakeFault::ShortReply(Cmd::GetTensor, probe_reads + 1),
+            "short reply",
+        ),
         (FakeFault::Stall(Cmd::GetTensor, probe_reads + 1), "stalled"),
         (FakeFault::Die(Cmd::GraphCompute, probe_reads + 1), "RPC0"),
     ] {
@@ -127,7 +140,11 @@ fn worker_faults_are_named_and_never_hang() {
         }
         // the connection is dead now: the next command says so at once
         let t0 = Instant::now();
-        let e2 = be.alloc_buffer(64, BufferUsage::Compute).err().unwrap().to_string();
+        let e2 = be
+            .alloc_buffer(64, BufferUsage::Compute)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(t0.elapsed() < Duration::from_millis(500));
         assert!(e2.contains("failed earlier"), "{e2}");
         if let FakeFault::Die(..) = fault {
@@ -141,10 +158,16 @@ fn worker_faults_are_named_and_never_hang() {
 fn proxy_faults_gone_closed_stall_short() {
     let w = fake(FakeOptions::default());
     for (fault, want) in [
-        (ProxyFault::Close(Some(Cmd::GetTensor)), "closed the connection"),
+        (
+            ProxyFault::Close(Some(Cmd::GetTensor)),
+            "closed the connection",
+        ),
         (ProxyFault::ShortReply(Some(Cmd::GetTensor)), "short reply"),
         (ProxyFault::Stall(Some(Cmd::GetTensor)), "stalled"),
-        (ProxyFault::Gone(Some(Cmd::GraphCompute)), "closed the connection"),
+        (
+            ProxyFault::Gone(Some(Cmd::GraphCompute)),
+            "closed the connection",
+        ),
     ] {
         let p = FaultProxy::start(&w.endpoint()).unwrap();
         let be = one(&p.endpoint(), 1.0).unwrap();
@@ -225,7 +248,10 @@ fn memory_the_worker_cannot_read_is_an_error_naming_the_tensor() {
     });
     let nodes = g.nodes().to_vec();
     let e = be.compute(&g, &nodes).err().unwrap().to_string();
-    assert!(e.contains("'host_input'") && e.contains("CPU") && e.contains("RPC0"), "{e}");
+    assert!(
+        e.contains("'host_input'") && e.contains("CPU") && e.contains("RPC0"),
+        "{e}"
+    );
     assert!(be.can_use_buffer(g.tensor(y).data.as_ref().unwrap().buffer.as_ref()));
     assert!(!be.can_use_buffer(g.tensor(a).data.as_ref().unwrap().buffer.as_ref()));
 }
@@ -237,9 +263,15 @@ fn allocations_past_the_workers_memory_are_out_of_memory() {
         ..FakeOptions::default()
     });
     let be = one(&w.endpoint(), 5.0).unwrap();
-    let e = be.alloc_buffer(2 << 20, BufferUsage::Weights).err().unwrap();
+    let e = be
+        .alloc_buffer(2 << 20, BufferUsage::Weights)
+        .err()
+        .unwrap();
     assert!(matches!(e, ggml_core::BackendError::OutOfMemory(_)), "{e}");
-    assert!(e.to_string().contains("could not allocate 2097152 bytes"), "{e}");
+    assert!(
+        e.to_string().contains("could not allocate 2097152 bytes"),
+        "{e}"
+    );
     // the connection stays usable after a refused allocation
     assert!(be.alloc_buffer(1024, BufferUsage::Weights).is_ok());
 }
@@ -253,10 +285,11 @@ fn endpoints_listed_twice_or_malformed_are_errors() {
         .unwrap()
         .to_string();
     assert!(e.contains("listed twice"), "{e}");
-    assert_eq!(
-        ggml_rpc::parse_servers("a:1, b:2").unwrap(),
-        ["a:1", "b:2"]
-    );
-    assert!(ggml_rpc::parse_servers("a:1,,b:2").unwrap_err().contains("empty"));
-    assert!(ggml_rpc::parse_servers("a").unwrap_err().contains("host:port"));
+    assert_eq!(ggml_rpc::parse_servers("a:1, b:2").unwrap(), ["a:1", "b:2"]);
+    assert!(ggml_rpc::parse_servers("a:1,,b:2")
+        .unwrap_err()
+        .contains("empty"));
+    assert!(ggml_rpc::parse_servers("a")
+        .unwrap_err()
+        .contains("host:port"));
 }

@@ -10,10 +10,12 @@ use ggml_rpc::ordinals::{GLU_NAMES, OP_NAMES, TYPES, UNARY_NAMES};
 fn header() -> Result<String, String> {
     let p = match std::env::var_os("GGML_H").filter(|p| !p.is_empty()) {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/llama-cpp-ref/llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/include/ggml.h"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(
+            ".cache/llama-cpp-ref/llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/include/ggml.h",
+        ),
     };
-    std::fs::read_to_string(&p).map_err(|e| format!("no ggml.h at {} ({e}); set GGML_H", p.display()))
+    std::fs::read_to_string(&p)
+        .map_err(|e| format!("no ggml.h at {} ({e}); set GGML_H", p.display()))
 }
 
 /// The members of `enum NAME { ... };` with `prefix` stripped, numbered as
@@ -38,7 +40,9 @@ fn parse_enum(text: &str, name: &str, prefix: &str) -> Vec<(String, i64)> {
                 None => (item, next),
             };
             next = v + 1;
-            let n = n.strip_prefix(prefix).unwrap_or_else(|| panic!("{n} lacks {prefix}"));
+            let n = n
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("{n} lacks {prefix}"));
             if n != "COUNT" {
                 out.push((n.to_string(), v));
             }
@@ -87,8 +91,9 @@ fn tables_match_the_pinned_ggml_h() {
 
 #[test]
 fn the_rpc_header_pins_7_0_0() {
-    let rpc = PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-        .join(".cache/llama-cpp-ref/llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/include/ggml-rpc.h");
+    let rpc = PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(
+        ".cache/llama-cpp-ref/llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/include/ggml-rpc.h",
+    );
     let Ok(r) = std::fs::read_to_string(&rpc) else {
         println!("skipped: no ggml-rpc.h at {}", rpc.display());
         return;

@@ -35,13 +35,20 @@ fn the_probe_graph_passes_on_the_stock_worker() {
     let w = worker!(false);
     let t0 = Instant::now();
     let devs = connect_devices(&[w.endpoint()], &opts(30.0)).unwrap();
-    println!("probe of {} ops: {:?}", ggml_rpc::probe::op_labels().len(), t0.elapsed());
+    println!(
+        "probe of {} ops: {:?}",
+        ggml_rpc::probe::op_labels().len(),
+        t0.elapsed()
+    );
     assert_eq!(devs.len(), 1);
     assert_eq!(devs[0].name(), "RPC0");
     let (free, total) = devs[0].memory().unwrap();
     assert!(total > 0 && free <= total, "{free} {total}");
     let c = devs[0].link_counters().unwrap().snapshot();
-    assert!(c.round_trips > 0 && c.bytes_sent > c.bytes_received / 100, "{c:?}");
+    assert!(
+        c.round_trips > 0 && c.bytes_sent > c.bytes_received / 100,
+        "{c:?}"
+    );
 }
 
 /// `y = (a + b) * a` on the device; returns y.
@@ -76,7 +83,9 @@ fn a_worker_started_with_c_loads_big_weights_once() {
     let sent = |be: &ggml_rpc::RpcBackend| be.link_counters().unwrap().snapshot().bytes_sent;
     let mut first = 0;
     for run in 0..2 {
-        let be = connect_devices(&[w.endpoint()], &opts(30.0)).unwrap().remove(0);
+        let be = connect_devices(&[w.endpoint()], &opts(30.0))
+            .unwrap()
+            .remove(0);
         let buf = be.alloc_buffer(n, BufferUsage::Weights).unwrap();
         let before = sent(&be);
         buf.write(0, &data).unwrap();
@@ -88,7 +97,10 @@ fn a_worker_started_with_c_loads_big_weights_once() {
             first = moved;
             assert!(moved > n as u64, "the first run sends the data: {moved}");
         } else {
-            assert!(moved < 4096, "the second run sends only the hash: {moved} (first {first})");
+            assert!(
+                moved < 4096,
+                "the second run sends only the hash: {moved} (first {first})"
+            );
         }
         // the worker serves one client at a time: let this one go
         drop(buf);
@@ -100,19 +112,29 @@ fn a_worker_started_with_c_loads_big_weights_once() {
 fn faults_of_the_stock_worker_through_a_proxy() {
     let w = worker!(false);
     for (fault, want) in [
-        (ProxyFault::Close(Some(ggml_rpc::Cmd::GetTensor)), "closed the connection"),
-        (ProxyFault::ShortReply(Some(ggml_rpc::Cmd::GetTensor)), "short reply"),
+        (
+            ProxyFault::Close(Some(ggml_rpc::Cmd::GetTensor)),
+            "closed the connection",
+        ),
+        (
+            ProxyFault::ShortReply(Some(ggml_rpc::Cmd::GetTensor)),
+            "short reply",
+        ),
         (ProxyFault::Stall(Some(ggml_rpc::Cmd::GetTensor)), "stalled"),
     ] {
         let p = FaultProxy::start(&w.endpoint()).unwrap();
-        let be = connect_devices(&[p.endpoint()], &opts(1.0)).unwrap().remove(0);
+        let be = connect_devices(&[p.endpoint()], &opts(1.0))
+            .unwrap()
+            .remove(0);
         assert_eq!(small_graph(&be).unwrap(), [1.5, 5.0, 6.0, 12.0]);
         p.arm(fault);
         let t0 = Instant::now();
         let e = small_graph(&be).err().unwrap().to_string();
         assert!(t0.elapsed() < Duration::from_secs(5), "{fault:?}");
         assert!(
-            e.contains(&format!("RPC0 ({})", p.endpoint())) && e.contains("GET_TENSOR") && e.contains(want),
+            e.contains(&format!("RPC0 ({})", p.endpoint()))
+                && e.contains("GET_TENSOR")
+                && e.contains(want),
             "{fault:?}: {e}"
         );
         drop(be);
@@ -123,11 +145,16 @@ fn faults_of_the_stock_worker_through_a_proxy() {
 #[test]
 fn a_killed_worker_is_an_error_within_the_timeout() {
     let mut w = worker!(false);
-    let be = connect_devices(&[w.endpoint()], &opts(5.0)).unwrap().remove(0);
+    let be = connect_devices(&[w.endpoint()], &opts(5.0))
+        .unwrap()
+        .remove(0);
     assert_eq!(small_graph(&be).unwrap(), [1.5, 5.0, 6.0, 12.0]);
     w.kill();
     let t0 = Instant::now();
     let e = small_graph(&be).err().unwrap().to_string();
     assert!(t0.elapsed() < Duration::from_secs(5));
-    assert!(e.contains("RPC0") && (e.contains("gone") || e.contains("closed")), "{e}");
+    assert!(
+        e.contains("RPC0") && (e.contains("gone") || e.contains("closed")),
+        "{e}"
+    );
 }

@@ -255,7 +255,9 @@ fn serve_session(s: &mut TcpStream, sh: Arc<Shared>) {
             return;
         };
         let len = u64::from_le_bytes(head[1..].try_into().unwrap_or_default());
-        let Ok(len) = usize::try_from(len) else { return };
+        let Ok(len) = usize::try_from(len) else {
+            return;
+        };
         if len > 1 << 34 {
             return;
         }
@@ -350,7 +352,10 @@ impl Session {
         }
         // the tensor itself must lie in the buffer (ggml asserts it)
         let nbytes = tensor_of(t)?.nbytes() as u64;
-        if (t.data - b.base).checked_add(nbytes).is_none_or(|e| e > size) {
+        if (t.data - b.base)
+            .checked_add(nbytes)
+            .is_none_or(|e| e > size)
+        {
             return Err("tensor past the buffer".into());
         }
         Ok(TensorData {
@@ -361,7 +366,13 @@ impl Session {
 
     fn handle(&mut self, cmd: Cmd, p: &[u8]) -> Result<Option<Vec<u8>>, Fail> {
         let o = &self.sh.opts;
-        let dev_ok = |d: u32| if d < o.devices { Ok(()) } else { Err("no such device".to_string()) };
+        let dev_ok = |d: u32| {
+            if d < o.devices {
+                Ok(())
+            } else {
+                Err("no such device".to_string())
+            }
+        };
         Ok(match cmd {
             Cmd::Hello => {
                 if p.len() != CONN_CAPS_SIZE {
@@ -441,9 +452,7 @@ impl Session {
                 let off = r.u64().map_err(|e| e.0)?;
                 let data = r.rest();
                 let d = self.locate(&t, off, data.len() as u64)?;
-                d.buffer
-                    .write(d.offset, data)
-                    .map_err(|e| e.to_string())?;
+                d.buffer.write(d.offset, data).map_err(|e| e.to_string())?;
                 if cache_flag != 0 && o.cache {
                     self.sh
                         .cache
@@ -465,9 +474,7 @@ impl Session {
                 match hit {
                     Some(data) => {
                         let d = self.locate(&t, off, data.len() as u64)?;
-                        d.buffer
-                            .write(d.offset, &data)
-                            .map_err(|e| e.to_string())?;
+                        d.buffer.write(d.offset, &data).map_err(|e| e.to_string())?;
                         Some(vec![1])
                     }
                     None => Some(vec![0]),

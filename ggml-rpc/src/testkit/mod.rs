@@ -61,7 +61,12 @@ impl StockWorker {
             cmd.args(["-d", "CPU", "-H", "127.0.0.1", "-p", &port.to_string()])
                 .args(["-t", &threads.to_string()])
                 .stdout(std::process::Stdio::null())
-                .stderr(match std::env::var_os("GGML_RPC_SERVER_LOG") { Some(p) => std::fs::File::create(p).map(std::process::Stdio::from).unwrap_or_else(|_| std::process::Stdio::null()), None => std::process::Stdio::null() });
+                .stderr(match std::env::var_os("GGML_RPC_SERVER_LOG") {
+                    Some(p) => std::fs::File::create(p)
+                        .map(std::process::Stdio::from)
+                        .unwrap_or_else(|_| std::process::Stdio::null()),
+                    None => std::process::Stdio::null(),
+                });
             let cache_dir = cache.then(|| {
                 std::env::temp_dir().join(format!("ggml-rpc-cache-{}-{port}", std::process::id()))
             });
