@@ -281,7 +281,7 @@ impl PlacementArgs {
     pub fn rpc_servers(&self) -> Result<Vec<String>> {
         match &self.rpc {
             None => Ok(Vec::new()),
-            Some(list) => ggml_rpc::parse_servers(list).map_err(|e| anyhow::anyhow!(e)),
+            Some(list) => parse_rpc_servers(list).map_err(|e| anyhow::anyhow!(e)),
         }
     }
 
@@ -370,6 +370,11 @@ impl PlacementArgs {
             _ => bail!("--sim-mem-mib {v}: give the device's memory in MiB, a number > 0"),
         }
     }
+}
+
+/// Parse a `--rpc host:port[,host:port...]` list.
+pub fn parse_rpc_servers(list: &str) -> std::result::Result<Vec<String>, String> {
+    ggml_rpc::parse_servers(list)
 }
 
 /// Parse a `--device` list: `A,B,...` (llama.cpp's `,`; `/` also, as
