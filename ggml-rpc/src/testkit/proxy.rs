@@ -2,7 +2,10 @@
 //! stock) that understands the framing, forwards request by request, and
 //! injects a fault when told: the worker gone, the socket closed, a stall,
 //! a short reply. The fault can be armed while a connection runs, so a
-//! test can fail a worker in the middle of a generation.
+//! test can fail a worker in the middle of a generation. It counts what
+//! crosses it (bytes and messages each way, round trips), whichever client
+//! speaks through it: `examples/rpc-count-proxy.rs` measures llama.cpp's
+//! own client that way.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -41,6 +44,7 @@ impl ProxyFault {
 }
 
 struct Shared {
+    counts: ggml_core::LinkCounters,
     target: String,
     fault: Mutex<Option<ProxyFault>>,
     stop: AtomicBool,
@@ -60,6 +64,7 @@ impl FaultProxy {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
+            counts: ggml_core::LinkCounters::default(),
             target: target.to_string(),
             fault: Mutex::new(None),
             stop: AtomicBool::new(false),
@@ -87,6 +92,12 @@ impl FaultProxy {
     /// `127.0.0.1:PORT`.
     pub fn endpoint(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// What crossed so far, as the client's link counters would have it:
+    /// requests sent, replies received, round trips (all connections).
+    pub fn counts(&self) -> ggml_core::LinkCounts {
+        self.shared.counts.snapshot()
     }
 
     /// Arm a fault for the next matching request (once).
@@ -161,6 +172,7 @@ fn relay(mut c: TcpStream, sh: Arc<Shared>) {
         if w.write_all(&head).and_then(|_| w.write_all(&body)).is_err() {
             return close(&c, &w);
         }
+        sh.counts.add_sent(9 + len as u64);
         if !cmd.is_some_and(Cmd::has_reply) {
             continue;
         }
@@ -179,5 +191,7 @@ fn relay(mut c: TcpStream, sh: Arc<Shared>) {
         if c.write_all(&rh).and_then(|_| c.write_all(&rb)).is_err() {
             return close(&c, &w);
         }
+        sh.counts.add_received(8 + rlen as u64);
+        sh.counts.add_round_trip();
     }
 }
