@@ -78,14 +78,15 @@ fn start_proxy(bin: &std::path::Path, cfg: &std::path::Path) -> Proxy {
         .expect("start litellm");
     let err = child.stderr.take().unwrap();
     std::thread::spawn(move || for _ in BufReader::new(err).lines() {});
-    let base = format!("http://127.0.0.1:{port}");
+    let proxy = Proxy(child, format!("http://127.0.0.1:{port}"));
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(120) {
-        if curl("GET", &format!("{base}/health/liveliness"), None).0 == 200 {
-            return Proxy(child, base);
+        if curl("GET", &format!("{}/health/liveliness", proxy.1), None).0 == 200 {
+            return proxy;
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+    drop(proxy);
     panic!("litellm did not start within 120 s");
 }
 
