@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ggml_core::tensor::TensorData;
 use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph};
-use ggml_rpc::testkit::{FakeFault, FakeOptions, FakeWorker, FaultProxy, ProxyFault};
+use ggml_rpc::testkit::{small_graph, FakeFault, FakeOptions, FakeWorker, FaultProxy, ProxyFault};
 use ggml_rpc::{connect_devices, Cmd, RpcBackend, RpcOptions, Version};
 
 fn opts(timeout_s: f64) -> RpcOptions {
@@ -28,29 +28,6 @@ fn one(ep: &str, timeout_s: f64) -> Result<Arc<RpcBackend>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// `y = (a + b) * a` on the device, `a` and `b` written there; returns y.
-fn small_graph(be: &RpcBackend) -> Result<Vec<f32>, ggml_core::BackendError> {
-    let mut g = Graph::new();
-    let a = g.new_tensor_1d(GgmlType::F32, 4);
-    let b = g.new_tensor_1d(GgmlType::F32, 4);
-    let s = g.add(a, b);
-    let y = g.mul(s, a);
-    g.build_forward_expand(y);
-    let buf = be.alloc_buffer(4 * 256, BufferUsage::Compute)?;
-    for (k, t) in [a, b, s, y].into_iter().enumerate() {
-        g.tensor_mut(t).data = Some(TensorData {
-            buffer: Arc::clone(&buf),
-            offset: k * 256,
-        });
-    }
-    g.write_f32(a, &[1., 2., 3., 4.])?;
-    g.write_f32(b, &[0.5, 0.5, -1., -1.])?;
-    let nodes = g.nodes().to_vec();
-    be.compute(&g, &nodes)?;
-    be.compute(&g, &nodes)?; // the same graph again: a recompute
-    g.read_f32(y)
-}
-
 #[test]
 fn connects_probes_and_computes() {
     let w = fake(FakeOptions {
@@ -68,7 +45,10 @@ fn connects_probes_and_computes() {
         2 * n_probe,
         "one graph per probed op"
     );
-    assert_eq!(small_graph(&devs[0]).unwrap(), [1.5, 5.0, 6.0, 12.0]);
+    assert_eq!(
+        small_graph(devs[0].as_ref()).unwrap(),
+        [1.5, 5.0, 6.0, 12.0]
+    );
     assert_eq!(w.count(Cmd::GraphRecompute), 1);
     assert_eq!(devs[0].memory(), Some((8 << 30, 8 << 30)));
     let c = devs[0].link_counters().unwrap().snapshot();
@@ -128,7 +108,7 @@ fn worker_faults_are_named_and_never_hang() {
         });
         let be = one(&w.endpoint(), 1.0).unwrap();
         let t0 = Instant::now();
-        let e = small_graph(&be).err().unwrap().to_string();
+        let e = small_graph(be.as_ref()).err().unwrap().to_string();
         let took = t0.elapsed();
         assert!(took < Duration::from_secs(5), "{fault:?} took {took:?}");
         assert!(
@@ -171,10 +151,10 @@ fn proxy_faults_gone_closed_stall_short() {
     ] {
         let p = FaultProxy::start(&w.endpoint()).unwrap();
         let be = one(&p.endpoint(), 1.0).unwrap();
-        assert_eq!(small_graph(&be).unwrap(), [1.5, 5.0, 6.0, 12.0]);
+        assert_eq!(small_graph(be.as_ref()).unwrap(), [1.5, 5.0, 6.0, 12.0]);
         p.arm(fault);
         let t0 = Instant::now();
-        let e = small_graph(&be).err().unwrap().to_string();
+        let e = small_graph(be.as_ref()).err().unwrap().to_string();
         assert!(t0.elapsed() < Duration::from_secs(5), "{fault:?}");
         assert!(
             e.contains(&format!("RPC0 ({})", p.endpoint())) && e.contains(want),

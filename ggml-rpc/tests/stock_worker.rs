@@ -4,11 +4,10 @@
 //! where no stock server is built (`GGML_RPC_SERVER`, or the reference
 //! build of `../shared/tools/llama-cpp-ref.sh`).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ggml_core::{Backend, BufferUsage};
-use ggml_rpc::testkit::{FaultProxy, ProxyFault, StockWorker};
+use ggml_rpc::testkit::{small_graph, FaultProxy, ProxyFault, StockWorker};
 use ggml_rpc::{connect_devices, RpcOptions};
 
 macro_rules! worker {
@@ -49,30 +48,6 @@ fn the_probe_graph_passes_on_the_stock_worker() {
         c.round_trips > 0 && c.bytes_sent > c.bytes_received / 100,
         "{c:?}"
     );
-}
-
-/// `y = (a + b) * a` on the device; returns y.
-fn small_graph(be: &ggml_rpc::RpcBackend) -> Result<Vec<f32>, ggml_core::BackendError> {
-    use ggml_core::tensor::TensorData;
-    let mut g = ggml_core::Graph::new();
-    let a = g.new_tensor_1d(ggml_core::GgmlType::F32, 4);
-    let b = g.new_tensor_1d(ggml_core::GgmlType::F32, 4);
-    let s = g.add(a, b);
-    let y = g.mul(s, a);
-    g.build_forward_expand(y);
-    let buf = be.alloc_buffer(4 * 256, BufferUsage::Compute)?;
-    for (k, t) in [a, b, s, y].into_iter().enumerate() {
-        g.tensor_mut(t).data = Some(TensorData {
-            buffer: Arc::clone(&buf),
-            offset: k * 256,
-        });
-    }
-    g.write_f32(a, &[1., 2., 3., 4.])?;
-    g.write_f32(b, &[0.5, 0.5, -1., -1.])?;
-    let nodes = g.nodes().to_vec();
-    be.compute(&g, &nodes)?;
-    be.compute(&g, &nodes)?; // a GRAPH_RECOMPUTE
-    g.read_f32(y)
 }
 
 #[test]
@@ -126,10 +101,10 @@ fn faults_of_the_stock_worker_through_a_proxy() {
         let be = connect_devices(&[p.endpoint()], &opts(1.0))
             .unwrap()
             .remove(0);
-        assert_eq!(small_graph(&be).unwrap(), [1.5, 5.0, 6.0, 12.0]);
+        assert_eq!(small_graph(be.as_ref()).unwrap(), [1.5, 5.0, 6.0, 12.0]);
         p.arm(fault);
         let t0 = Instant::now();
-        let e = small_graph(&be).err().unwrap().to_string();
+        let e = small_graph(be.as_ref()).err().unwrap().to_string();
         assert!(t0.elapsed() < Duration::from_secs(5), "{fault:?}");
         assert!(
             e.contains(&format!("RPC0 ({})", p.endpoint()))
@@ -148,10 +123,10 @@ fn a_killed_worker_is_an_error_within_the_timeout() {
     let be = connect_devices(&[w.endpoint()], &opts(5.0))
         .unwrap()
         .remove(0);
-    assert_eq!(small_graph(&be).unwrap(), [1.5, 5.0, 6.0, 12.0]);
+    assert_eq!(small_graph(be.as_ref()).unwrap(), [1.5, 5.0, 6.0, 12.0]);
     w.kill();
     let t0 = Instant::now();
-    let e = small_graph(&be).err().unwrap().to_string();
+    let e = small_graph(be.as_ref()).err().unwrap().to_string();
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert!(
         e.contains("RPC0") && (e.contains("gone") || e.contains("closed")),

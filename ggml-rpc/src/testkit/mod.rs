@@ -11,6 +11,32 @@ pub mod proxy;
 pub use fake::{FakeFault, FakeOptions, FakeWorker};
 pub use proxy::{FaultProxy, ProxyFault};
 
+/// `y = (a + b) * a` on `be` with `a = [1, 2, 3, 4]`, `b = [0.5, 0.5, -1,
+/// -1]`, computed twice (the second time a GRAPH_RECOMPUTE): `y`, which is
+/// `[1.5, 5, 6, 12]`, or the fault on the way.
+pub fn small_graph(be: &dyn ggml_core::Backend) -> Result<Vec<f32>, ggml_core::BackendError> {
+    use ggml_core::tensor::TensorData;
+    let mut g = ggml_core::Graph::new();
+    let a = g.new_tensor_1d(ggml_core::GgmlType::F32, 4);
+    let b = g.new_tensor_1d(ggml_core::GgmlType::F32, 4);
+    let s = g.add(a, b);
+    let y = g.mul(s, a);
+    g.build_forward_expand(y);
+    let buf = be.alloc_buffer(4 * 256, ggml_core::BufferUsage::Compute)?;
+    for (k, t) in [a, b, s, y].into_iter().enumerate() {
+        g.tensor_mut(t).data = Some(TensorData {
+            buffer: std::sync::Arc::clone(&buf),
+            offset: k * 256,
+        });
+    }
+    g.write_f32(a, &[1., 2., 3., 4.])?;
+    g.write_f32(b, &[0.5, 0.5, -1., -1.])?;
+    let nodes = g.nodes().to_vec();
+    be.compute(&g, &nodes)?;
+    be.compute(&g, &nodes)?;
+    g.read_f32(y)
+}
+
 /// The stock `ggml-rpc-server`, where it is built: `GGML_RPC_SERVER`
 /// (a path), else the llama.cpp reference build of
 /// `../shared/tools/llama-cpp-ref.sh` in `$HOME/.cache/llama-cpp-ref`.
