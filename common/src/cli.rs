@@ -206,6 +206,19 @@ impl PlacementArgs {
         parse_device_list(arg)
     }
 
+    /// The devices a run places on: the `--device` list, or with `--rpc`
+    /// and no `--device` every RPC worker's device (connecting to them).
+    pub fn planned_device_names(&self) -> Result<Vec<String>> {
+        if self.device.is_none() && self.rpc.is_some() {
+            return Ok(self
+                .rpc_devices(1)?
+                .iter()
+                .map(|d| d.name().to_string())
+                .collect());
+        }
+        self.device_names()
+    }
+
     /// The placement rules on `devices` (the `--device` list as opened):
     /// checks `-ot` syntax, regexes and backend names, and the split flags
     /// `-sm`, `-ts`, `-mg` against the device list.
@@ -513,7 +526,7 @@ impl MoeCacheArgs {
         match all.as_slice() {
             [p] => Ok((*p, Vec::new())),
             [first, ..] => {
-                let devices = placement.device_names()?;
+                let devices = placement.planned_device_names()?;
                 if devices.len() != all.len() {
                     bail!(
                         "--moe-cache-mib {}: {} sizes for {} device{} ({}): give one size for all, or one per --device",

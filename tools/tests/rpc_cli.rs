@@ -109,6 +109,31 @@ fn generation_on_rpc_workers_is_the_cpus() {
 }
 
 #[test]
+fn fit_plans_the_workers_devices() {
+    let (cpu, _) = gen(&[]);
+    ok(&cpu);
+    let (w0, w1) = (fake(), fake());
+    let both = format!("{},{}", w0.endpoint(), w1.endpoint());
+    // --rpc without --device: the plan is over every worker's device
+    for extra in [
+        vec!["--rpc", both.as_str(), "--fit", "on"],
+        vec!["--rpc", both.as_str(), "--device", "RPC1", "--fit", "on"],
+    ] {
+        let (o, s) = gen(&extra);
+        ok(&o);
+        assert_eq!(stdout(&o), stdout(&cpu), "{extra:?}");
+        let e = stderr(&o);
+        assert!(e.contains("fit: RPC1"), "{extra:?}: {e}");
+        assert_eq!(
+            e.contains("fit: RPC0"),
+            !extra.contains(&"--device"),
+            "{extra:?}: {e}"
+        );
+        assert!(s.unwrap()["rpc_round_trips"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
 fn list_devices_shows_the_workers() {
     let w = fake();
     let dir = tempfile::tempdir().unwrap();

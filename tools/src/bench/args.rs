@@ -146,7 +146,11 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
             "-rpc" | "--rpc" => {
                 let v = value(&mut it, &flag)?;
                 ggml_rpc_servers(&v).map_err(|e| anyhow::anyhow!(e))?;
-                p.rpc = Some(v);
+                // each -rpc registers more servers, as llama.cpp's
+                p.rpc = Some(match p.rpc.take() {
+                    Some(before) => format!("{before},{v}"),
+                    None => v,
+                });
             }
             "-p" | "--n-prompt" | "-n" | "--n-gen" => {
                 let v = value(&mut it, &flag)?;
@@ -377,5 +381,13 @@ mod tests {
         assert!(e(&["--prio", "2"]).contains("not supported"));
         assert!(e(&["--numa", "distribute"]).contains("not supported"));
         assert!(run(&["--prio", "0"]).is_ok());
+    }
+
+    #[test]
+    fn rpc_lists_add_up_as_llama_cpps() {
+        let p = run(&["-rpc", "127.0.0.1:50052,10.0.0.2:50052", "--rpc", "h:1"]).unwrap();
+        assert_eq!(p.rpc.as_deref(), Some("127.0.0.1:50052,10.0.0.2:50052,h:1"));
+        let e = format!("{:#}", run(&["-rpc", "127.0.0.1"]).unwrap_err());
+        assert!(e.contains("127.0.0.1"), "{e}");
     }
 }
