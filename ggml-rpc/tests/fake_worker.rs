@@ -137,16 +137,29 @@ fn worker_faults_are_named_and_never_hang() {
 #[test]
 fn proxy_faults_gone_closed_stall_short() {
     let w = fake(FakeOptions::default());
-    for (fault, want) in [
+    // (the fault, what the error says, the command it names: a
+    // GRAPH_COMPUTE has no reply, so a worker gone on it shows at the
+    // next command's read)
+    for (fault, want, cmd) in [
         (
             ProxyFault::Close(Some(Cmd::GetTensor)),
             "closed the connection",
+            "GET_TENSOR",
         ),
-        (ProxyFault::ShortReply(Some(Cmd::GetTensor)), "short reply"),
-        (ProxyFault::Stall(Some(Cmd::GetTensor)), "stalled"),
+        (
+            ProxyFault::ShortReply(Some(Cmd::GetTensor)),
+            "short reply",
+            "GET_TENSOR",
+        ),
+        (
+            ProxyFault::Stall(Some(Cmd::GetTensor)),
+            "stalled",
+            "GET_TENSOR",
+        ),
         (
             ProxyFault::Gone(Some(Cmd::GraphCompute)),
             "closed the connection",
+            "GET_TENSOR",
         ),
     ] {
         let p = FaultProxy::start(&w.endpoint()).unwrap();
@@ -157,7 +170,7 @@ fn proxy_faults_gone_closed_stall_short() {
         let e = small_graph(be.as_ref()).err().unwrap().to_string();
         assert!(t0.elapsed() < Duration::from_secs(5), "{fault:?}");
         assert!(
-            e.contains(&format!("RPC0 ({})", p.endpoint())) && e.contains(want),
+            e.contains(&format!("RPC worker RPC0 ({}): {cmd}: ", p.endpoint())) && e.contains(want),
             "{fault:?}: {e}"
         );
         if let ProxyFault::Gone(_) = fault {
