@@ -37,6 +37,28 @@ pub fn small_graph(be: &dyn ggml_core::Backend) -> Result<Vec<f32>, ggml_core::B
     g.read_f32(y)
 }
 
+/// [`small_graph`] on `be`, a device behind `proxy`: right once as it is,
+/// then once more with `fault` armed. The error that gives (its text) and
+/// how long it took to come; `Err` says what went otherwise (a wrong `y`,
+/// a first compute that failed, no error with the fault armed).
+pub fn small_graph_fault(
+    be: &dyn ggml_core::Backend,
+    proxy: &FaultProxy,
+    fault: ProxyFault,
+) -> Result<(String, std::time::Duration), String> {
+    match small_graph(be) {
+        Ok(y) if y == [1.5, 5.0, 6.0, 12.0] => {}
+        Ok(y) => return Err(format!("y = {y:?} before the fault, not [1.5, 5, 6, 12]")),
+        Err(e) => return Err(format!("before the fault: {e}")),
+    }
+    proxy.arm(fault);
+    let t0 = std::time::Instant::now();
+    match small_graph(be) {
+        Ok(y) => Err(format!("{fault:?}: no error, y = {y:?}")),
+        Err(e) => Ok((e.to_string(), t0.elapsed())),
+    }
+}
+
 /// The stock `ggml-rpc-server`, where it is built: `GGML_RPC_SERVER`
 /// (a path), else the llama.cpp reference build of
 /// `../shared/tools/llama-cpp-ref.sh` in `$HOME/.cache/llama-cpp-ref`.
