@@ -111,6 +111,10 @@ pub struct RunSummary {
     /// `launches_per_token`, `graph_replays`, `splits_per_token` keys).
     #[serde(flatten)]
     pub pipeline: crate::pipeline_summary::PipelineSummary,
+    /// The RPC workers' wire traffic (`rpc_*` keys), when a device is an
+    /// RPC worker's.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub rpc: Option<crate::rpc_summary::RpcSummary>,
     /// CPU threads the prompt's ubatches ran on (`-tb`; as `-t` without
     /// it), as the CPU backend reports them.
     pub n_threads_batch: usize,
@@ -229,6 +233,9 @@ impl RunSummary {
         }
         t.push_str(&self.prefetch.to_text());
         t.push_str(&self.pipeline.to_text(&self.device));
+        if let Some(r) = &self.rpc {
+            t.push_str(&r.to_text(&self.device));
+        }
         if self.devices.len() > 1 {
             for d in &self.devices {
                 t.push_str(&format!(

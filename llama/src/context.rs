@@ -831,6 +831,24 @@ impl Context {
             .unwrap_or_default()
     }
 
+    /// The network links' counters so far, summed over the model's RPC
+    /// workers (devices of one worker share a link and count once;
+    /// [`ggml_core::link`]); `None` when no device is on another host.
+    pub fn link_counts(&self) -> Option<ggml_core::LinkCounts> {
+        let mut seen: Vec<*const ggml_core::LinkCounters> = Vec::new();
+        let mut sum: Option<ggml_core::LinkCounts> = None;
+        for d in &self.model.devices {
+            if let Some(c) = d.link_counters() {
+                let p = c as *const ggml_core::LinkCounters;
+                if !seen.contains(&p) {
+                    seen.push(p);
+                    sum.get_or_insert_with(Default::default).add(&c.snapshot());
+                }
+            }
+        }
+        sum
+    }
+
     /// Splits of the last graph the scheduler computed.
     pub fn last_n_splits(&self) -> usize {
         self.sched.last_stats().n_splits

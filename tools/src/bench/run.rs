@@ -29,7 +29,7 @@ const TOOL: &str = "llama-bench";
 /// The placement flags of a test (what `cli::load_model` takes).
 // `..Default::default()` keeps this building when cli.rs gains flags
 #[allow(clippy::needless_update)]
-pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
+pub fn placement_args(inst: &Instance, no_expert_copy: bool, rpc: Option<&str>) -> PlacementArgs {
     let dev = inst.device();
     let min_batch = if inst.bool("no_op_offload") {
         i64::MAX as usize
@@ -38,8 +38,10 @@ pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
     };
     PlacementArgs {
         device: dev.map(str::to_string),
-        // without a device every weight is in host memory whatever -ngl says
-        n_gpu_layers: dev.map(|_| inst.int("n_gpu_layers")),
+        // without a device every weight is in host memory whatever -ngl
+        // says (-rpc without -dev: every RPC device)
+        n_gpu_layers: (dev.is_some() || rpc.is_some()).then(|| inst.int("n_gpu_layers")),
+        rpc: rpc.map(str::to_string),
         override_tensor: overrides::rules(inst.str("tensor_buft_overrides")),
         cpu_moe: inst.bool("cpu_moe"),
         n_cpu_moe: Some(inst.int("n_cpu_moe").max(0) as usize),
@@ -100,7 +102,15 @@ pub fn check(p: &Params, insts: &[Instance]) -> Result<()> {
     devices.dedup();
     for d in devices {
         let names = cli::parse_device_list(d)?;
-        let opts = llama::device::DeviceOptions::default();
+        let rpc = PlacementArgs {
+            rpc: p.rpc.clone(),
+            ..Default::default()
+        }
+        .rpc_devices(1)?;
+        let opts = llama::device::DeviceOptions {
+            rpc,
+            ..Default::default()
+        };
         llama::device::open_devices(&names, &opts).map_err(|e| anyhow::anyhow!("-dev {d}: {e}"))?;
     }
     for inst in insts {
@@ -108,7 +118,7 @@ pub fn check(p: &Params, insts: &[Instance]) -> Result<()> {
             Some(d) => cli::parse_device_list(d)?,
             None => Vec::new(),
         };
-        placement_args(inst, p.no_expert_copy)
+        placement_args(inst, p.no_expert_copy, p.rpc.as_deref())
             .placement(&names)
             .with_context(|| format!("devices {}", inst.str("devices")))?;
         kv_type(inst.str("type_k"))?;
@@ -196,7 +206,7 @@ pub fn run(p: &Params) -> Result<()> {
 }
 
 fn load(p: &Params, inst: &Instance) -> Result<(Loaded, ModelInfo)> {
-    let pa = placement_args(inst, p.no_expert_copy);
+    let pa = placement_args(inst, p.no_expert_copy, p.rpc.as_deref());
     let path = match inst.str("model_filename") {
         "" => None,
         m => Some(std::path::PathBuf::from(m)),
@@ -216,7 +226,11 @@ fn load(p: &Params, inst: &Instance) -> Result<(Loaded, ModelInfo)> {
         model_type: model_desc(&l.model),
         size: l.model.size_bytes() as u64,
         n_params: l.model.n_params(),
-        backends: dev.map_or_else(|| "CPU".into(), sysinfo::backend_kind),
+        backends: match (dev, &p.rpc) {
+            (Some(d), _) => sysinfo::backend_kind(d),
+            (None, Some(_)) => "RPC".into(),
+            (None, None) => "CPU".into(),
+        },
         gpu_info: dev.map(sysinfo::devices_description).unwrap_or_default(),
     };
     Ok((l, info))

@@ -165,6 +165,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         _ => None,
     };
 
+    let link_start = ctx.link_counts();
     let tokenizer = &model.tokenizer;
     let prompt_ids = tok::tokenize(tokenizer, &prompt, true, true)?;
     if prompt_ids.is_empty() {
@@ -254,6 +255,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
     let stats_prompt = ctx.stats();
     let pipeline_prompt = ctx.pipeline_counts();
+    let link_prompt = ctx.link_counts();
 
     // generation
     let n_ctx = ctx.n_ctx();
@@ -401,6 +403,14 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         gen_decodes,
         ctx.last_n_splits(),
     );
+    if let (Some(a0), Some(a1), Some(a2)) = (link_start, link_prompt, ctx.link_counts()) {
+        s.rpc = Some(common::rpc_summary::RpcSummary::of(
+            &a0,
+            &a1,
+            &a2,
+            gen_decodes,
+        ));
+    }
     s.prefetch = common::prefetch_report::PrefetchReport::with_predict(
         &stats_total,
         ctx.prefetch_stats(),
