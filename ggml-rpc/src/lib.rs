@@ -33,7 +33,7 @@
 //! runs on one device) and no copies between workers (they go through this
 //! host). `docs/scaling.md` has the measured traffic.
 //!
-//! With the `testkit` feature, [`testkit`] holds an in-process fake worker
+//! With the `testkit` feature, the `testkit` module holds an in-process fake worker
 //! (computing with this engine's CPU backend, with injected faults and
 //! versions) and a fault-injecting proxy, for tests without llama.cpp.
 #![warn(missing_docs)]
