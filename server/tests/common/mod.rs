@@ -30,9 +30,15 @@ impl Drop for Server {
 
 /// Start `llama-server` on the embedded default model with `extra` flags.
 pub fn start(extra: &[&str]) -> Server {
+    start_with_env(extra, &[])
+}
+
+/// [`start`] with environment variables set for the server.
+pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_llama-server"))
         .args(["--host", "127.0.0.1", "--port", "0", "-t", "2"])
         .args(extra)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
