@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 use ggml_core::backend::{check_range, copy_bytes};
 use ggml_core::{GgmlType, Op};
-use ggml_core::{Stream, TensorData};
+use ggml_core::{Stream, TensorData, WaitKind};
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
 use super::bank::{upload_runs, SlotBank};
@@ -22,6 +22,7 @@ use super::hybrid::{self, HybridShared};
 use super::layout::CacheLayout;
 use super::policy::PolicyKind;
 use super::stats::{CacheStats, LayerCacheStats};
+use crate::diagnostics;
 use crate::expert_copy::{ids, ExpertCopyPolicy, PolicyShared};
 
 /// The cache's state, shared by the hook (owned by the scheduler) and the
@@ -135,9 +136,9 @@ impl CacheShared {
 /// the router's ids, which the last queued split computes.
 fn after_queued_compute(cx: &HookCtx<'_>) -> Result<(), HookError> {
     let be = cx.backend();
-    if cx.stream() != Stream::Compute && !be.planted_drop_wait("slot") {
+    if cx.stream() != Stream::Compute {
         let ev = be.record_event_on(Stream::Compute)?;
-        be.wait_event_on(cx.stream(), &ev)?;
+        be.wait_event_for(cx.stream(), &ev, WaitKind::Slot)?;
     }
     Ok(())
 }
@@ -266,6 +267,7 @@ impl MoeCacheHook {
             )));
         }
         let raw = cx.read_ids(ids)?;
+        diagnostics::count_id_read(cx.backend());
         let mut vals = ids::decode_i32(&raw);
         if let Some(f) = self.copy_shared.lock().id_filter.as_mut() {
             f(&mut vals);
