@@ -7,8 +7,8 @@
 //!
 //! | trait | ggml | holds |
 //! |---|---|---|
-//! | [`BackendDevice`] | `ggml_backend_device_i` (and its buffer type) | name, kind, memory, buffers, `supports_op`, `offload_op`, `supports_buft` ([`BackendDevice::can_use_buffer`]), pinning host memory |
-//! | [`BackendStream`] | `ggml_backend_i` | `graph_compute`, async reads and writes on streams, events, `synchronize`, `cpy_tensor_async` ([`BackendStream::copy_from_peer`]) |
+//! | [`BackendDevice`] | `ggml_backend_device_i` (and its buffer type) | `get_name`, `get_type` ([`BackendDevice::is_host`]), `get_memory`, the buffer type's `alloc_buffer` and `get_alloc_size` padding ([`BackendDevice::read_overhang`]), `supports_op`, `offload_op`, `supports_buft` ([`BackendDevice::can_use_buffer`]), `buffer_from_host_ptr` in spirit ([`BackendDevice::pin_host`]) |
+//! | [`BackendStream`] | `ggml_backend_i` | `graph_compute` ([`BackendStream::compute`]), `set_tensor_async`/`get_tensor_async` on streams, `event_record`/`event_wait` (and ggml's device-side `event_synchronize`, kept here with the other event methods), `synchronize`, `cpy_tensor_async` ([`BackendStream::copy_from_peer`]) |
 //! | [`BackendDiagnostics`] | (none) | copy labels, pipeline counters, event timelines, busy time, the sim clock |
 //! | [`Backend`] | `ggml_backend_t` | the whole: device and stream, and its diagnostics if it keeps any |
 //!
@@ -16,13 +16,16 @@
 //! device), and the rest of the engine holds it as `Arc<dyn Backend>`. A
 //! minimal backend implements the five required device methods and
 //! [`BackendStream::compute`], and writes `impl Backend for X {}`: the
-//! defaults are a host backend's, and it has no diagnostics
-//! ([`Backend::diagnostics`] is `None`). `tests/minimal_backend.rs` is one,
-//! which the scheduler runs a graph on.
+//! other methods' defaults are a host backend's, and it has no diagnostics
+//! ([`Backend::diagnostics`] is `None`), so it never reads that trait.
+//! `ggml-sched/tests/minimal_backend.rs` is one, in six methods, which the
+//! scheduler runs a graph on.
 //!
 //! The scheduler (`ggml-sched`) and the model code talk to devices only
 //! through these traits, so the CPU, the simulated device and CUDA plug in
-//! the same way; the scheduler uses only the device and stream parts.
+//! the same way. The scheduler uses only the device and stream parts
+//! (`ggml-sched/tests/backend_parts.rs` checks its sources); the model code
+//! labels copies and reads counters through [`Backend::diagnostics`].
 //! Waits that a test double may single out say their kind
 //! ([`WaitKind`], [`BackendStream::wait_event_for`]): the emulated CUDA
 //! device's planted bugs live behind its driver, not in these traits.
