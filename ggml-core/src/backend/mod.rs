@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | [`BackendDevice`] | `ggml_backend_device_i` (and its buffer type) | `get_name`, `get_type` ([`BackendDevice::is_host`]), `get_memory`, the buffer type's `alloc_buffer` and `get_alloc_size` padding ([`BackendDevice::read_overhang`]), `supports_op`, `offload_op`, `supports_buft` ([`BackendDevice::can_use_buffer`]), `buffer_from_host_ptr` in spirit ([`BackendDevice::pin_host`]) |
 //! | [`BackendStream`] | `ggml_backend_i` | `graph_compute` ([`BackendStream::compute`]), `set_tensor_async`/`get_tensor_async` on streams, `event_record`/`event_wait` (and ggml's device-side `event_synchronize`, kept here with the other event methods), `synchronize`, `cpy_tensor_async` ([`BackendStream::copy_from_peer`]) |
-//! | [`BackendDiagnostics`] | (none) | copy labels, pipeline counters, event timelines, busy time, the sim clock |
+//! | [`BackendDiagnostics`] | (none) | copy labels, pipeline counters, link counters (RPC), event timelines, busy time, the sim clock |
 //! | [`Backend`] | `ggml_backend_t` | the whole: device and stream, and its diagnostics if it keeps any |
 //!
 //! One object implements all of them (as a `ggml_backend_t` reaches its
