@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use ggml_core::gguf::LoadMode;
-use ggml_core::Backend;
+use ggml_core::{Backend, BackendDevice};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::{Placement, SplitMode, Target};
 use llama::{ContextParams, Model, ModelParams};

@@ -158,7 +158,9 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         .map(|c| SimRun::start(c, a.timeline_out.is_some()));
     // without a simulated clock, a device that records CUDA events
     let event_timeline = match (&a.timeline_out, &sim, &model.device) {
-        (Some(_), None, Some(d)) if d.set_event_timeline(true) => Some(d.clone()),
+        (Some(_), None, Some(d)) if d.diagnostics().is_some_and(|x| x.set_event_timeline(true)) => {
+            Some(d.clone())
+        }
         (Some(_), None, _) => bail!(
             "--timeline-out: needs a simulated device (--device SIM0) or a CUDA device (its events)"
         ),
