@@ -1,7 +1,7 @@
 //! `--list-devices`: the devices `--device` can name, as llama.cpp lists
 //! them (name, description, memory).
 
-use crate::cli::fmt_bytes;
+use synth::budget::fmt_bytes;
 
 /// Print the device list on stdout.
 pub fn print_devices() {
