@@ -4,15 +4,21 @@
 //! clap command ([`command_problems`]: every option has its entry and
 //! every entry its option), and a tool's `--help` text as printed
 //! ([`help_problems`]: every flag line is an entry's spellings and help,
-//! every flag named anywhere in the text is a spelling the table knows).
+//! every flag named anywhere in the text is a spelling the table knows),
+//! a tool's parsers ([`type_problems`]: each flag reaches its field, in
+//! the field's type) and its environment variables ([`env_problems`]:
+//! each sets its flag through the tool's real parser, the command line
+//! wins).
 //! Each returns what is wrong, one line a problem (empty: all is well).
 
 use std::collections::HashSet;
+use std::ffi::OsString;
 
-use clap::Command;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Command, CommandFactory, FromArgMatches};
 
 use super::command::check_value;
-use super::spec::{Flag, Tool};
+use super::spec::{Flag, Parse, Tool};
 use super::table;
 
 /// clap's own flags, not in the table.
@@ -187,20 +193,27 @@ fn shown_spellings(tool: Tool, f: &Flag) -> Vec<String> {
     v
 }
 
-/// Every token of `text` that reads as a flag (`-ngl`, `--moe-cache-mib`).
+/// Every token of `text` that reads as a flag (`-ngl`, `--moe-cache-mib`;
+/// `-sm/-ts/-mg` is three).
 fn named_flags(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
-    for tok in text.split(|c: char| c.is_whitespace() || "(/`\"',;[".contains(c)) {
-        let tok = tok.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-        let name = tok.trim_start_matches('-');
-        let dashes = tok.len() - name.len();
-        if (dashes == 1 || dashes == 2)
-            && name.starts_with(|c: char| c.is_ascii_lowercase())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        {
-            out.push(tok.split('=').next().unwrap_or(tok));
+    for word in text.split(|c: char| c.is_whitespace() || "(`\",;[".contains(c)) {
+        if !word.starts_with('-') {
+            continue;
+        }
+        for tok in word.split('/') {
+            let tok = tok.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+            let tok = tok.split('=').next().unwrap_or(tok);
+            let name = tok.trim_start_matches('-');
+            let dashes = tok.len() - name.len();
+            if (dashes == 1 || dashes == 2)
+                && name.starts_with(|c: char| c.is_ascii_lowercase())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            {
+                out.push(tok);
+            }
         }
     }
     out
@@ -246,7 +259,13 @@ pub fn help_problems(tool: Tool, text: &str) -> Vec<String> {
                 want.join(", ")
             ));
         }
-        let help = f.help_text();
+        // llama-bench shows every spelling before the help, clap the
+        // multi-letter ones in it
+        let help = if tool == Tool::Bench {
+            f.help.to_string()
+        } else {
+            f.help_text()
+        };
         let first_line = help.lines().next().unwrap_or_default();
         if !line.help.starts_with(first_line) {
             out.push(format!(
@@ -278,4 +297,244 @@ pub fn help_problems(tool: Tool, text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// A value `f` takes and another one (`own`: for [`Parse::Own`] parsers,
+/// by id).
+fn samples(f: &Flag, own: &[(&str, &str)]) -> Option<(String, String)> {
+    let v = f.value?;
+    if let Some((_, s)) = own.iter().find(|(id, _)| *id == f.id) {
+        return Some((s.to_string(), s.to_string()));
+    }
+    let one = v.parse.sample()?;
+    let other = match v.parse {
+        Parse::Str => "other",
+        Parse::Path => "other.gguf",
+        Parse::F32 | Parse::F64 => "0.25",
+        Parse::OnOff | Parse::FlashAttn => "off",
+        Parse::LoadMode => "none",
+        Parse::Choice(words) => words.first().copied().unwrap_or(one),
+        Parse::Own => one,
+        _ => "5",
+    };
+    Some((one.to_string(), other.to_string()))
+}
+
+fn args_of(tool: Tool, base: &[&str], more: &[String]) -> Vec<OsString> {
+    std::iter::once(tool.name().to_string())
+        .chain(base.iter().map(|s| s.to_string()))
+        .chain(more.iter().cloned())
+        .map(OsString::from)
+        .collect()
+}
+
+/// Whether `T` reads the matches (a field whose type is not its parser's
+/// panics in clap: caught and reported).
+fn reads<T: FromArgMatches>(m: &ArgMatches) -> Result<(), String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| T::from_arg_matches(m)));
+    std::panic::set_hook(hook);
+    match r {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(p) => Err(p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic".into())),
+    }
+}
+
+/// What is wrong with the parsers of `tool`'s flags: each flag given
+/// alone (after `base`, the arguments the tool needs) must reach its
+/// field, through its parser, into the field's type (`own`: a sample for
+/// each [`Parse::Own`] value, by id). Returns the flags checked and the
+/// problems.
+pub fn type_problems<T: CommandFactory + FromArgMatches>(
+    tool: Tool,
+    base: &[&str],
+    own: &[(&str, &str)],
+) -> (usize, Vec<String>) {
+    let cmd = super::command_of::<T>(tool).ignore_errors(true);
+    let mut out = Vec::new();
+    let mut n = 0;
+    for f in table::for_tool(tool) {
+        let Some(long) = f.long() else { continue };
+        let arg = match (f.value, samples(f, own)) {
+            (None, _) => format!("--{long}"),
+            (Some(_), Some((one, _))) => format!("--{long}={one}"),
+            (Some(_), None) => {
+                out.push(format!("{}: --{long}: no sample value", tool.name()));
+                continue;
+            }
+        };
+        n += 1;
+        // the tool's needed arguments, less this flag (`-m x` when testing -m)
+        let mut rest: Vec<&str> = Vec::new();
+        let mut it = base.iter();
+        while let Some(b) = it.next() {
+            if f.spelled(b) {
+                it.next();
+            } else {
+                rest.push(b);
+            }
+        }
+        let m = match cmd
+            .clone()
+            .try_get_matches_from(args_of(tool, &rest, &[arg.clone()]))
+        {
+            Ok(m) => m,
+            Err(e) => {
+                out.push(format!("{}: {arg}: {e}", tool.name()));
+                continue;
+            }
+        };
+        if m.value_source(f.id) != Some(ValueSource::CommandLine) {
+            out.push(format!("{}: {arg} does not reach {}", tool.name(), f.id));
+        }
+        if let Err(e) = reads::<T>(&m) {
+            out.push(format!(
+                "{}: {arg} does not parse into its field: {e}",
+                tool.name()
+            ));
+        }
+    }
+    (n, out)
+}
+
+/// What is wrong with `tool`'s environment variables, driving the tool's
+/// real parser ([`super::matches_from`], then `T`): every variable of
+/// the table sets its flag (and the typed field), the command line wins
+/// over it, `LLAMA_ARG_NO_X` turns a switch's `--no-` form on; a tool
+/// that reads none ignores them. Returns the variables checked and the
+/// problems.
+pub fn env_problems<T: CommandFactory + FromArgMatches>(
+    tool: Tool,
+    base: &[&str],
+) -> (usize, Vec<String>) {
+    let cmd = super::command_of::<T>(tool);
+    let mut out = Vec::new();
+    let mut n = 0;
+    let parse = |env: &[(String, String)], more: &[String]| {
+        let lookup = |k: &str| {
+            env.iter()
+                .find(|(var, _)| var == k)
+                .map(|(_, v)| OsString::from(v))
+        };
+        let m = super::matches_from(tool, &cmd, args_of(tool, base, more), &lookup);
+        let typed = super::parse_from::<T>(tool, args_of(tool, base, more), &lookup);
+        (m, typed.err())
+    };
+    for f in table::for_tool(tool) {
+        let (Some(var), Some(long)) = (f.env, f.long()) else {
+            continue;
+        };
+        n += 1;
+        let name = tool.name();
+        let (value, other) = match (f.value, samples(f, &[])) {
+            (None, _) if f.negates.is_some() => ("0".to_string(), String::new()),
+            (None, _) => ("1".to_string(), String::new()),
+            (Some(_), Some(s)) => s,
+            (Some(_), None) => {
+                out.push(format!("{name}: {var}: no sample value"));
+                continue;
+            }
+        };
+        let env = [(var.to_string(), value.clone())];
+        let (m, typed) = parse(&env, &[]);
+        let m = match m {
+            Ok(m) => m,
+            Err(e) => {
+                out.push(format!("{name}: {var}={value}: {e}"));
+                continue;
+            }
+        };
+        if let Some(e) = typed {
+            out.push(format!(
+                "{name}: {var}={value}: the fields do not parse: {e}"
+            ));
+        }
+        let set = m.value_source(f.id) == Some(ValueSource::CommandLine);
+        if set != tool.reads_env() {
+            out.push(format!(
+                "{name}: {var}={value} {} --{long}",
+                if set {
+                    "sets, though the tool reads no variables,"
+                } else {
+                    "does not set"
+                }
+            ));
+            continue;
+        }
+        if !tool.reads_env() {
+            continue;
+        }
+        match f.value {
+            Some(v) => {
+                let got: Vec<String> = m
+                    .get_raw(f.id)
+                    .map(|r| r.map(|s| s.to_string_lossy().into_owned()).collect())
+                    .unwrap_or_default();
+                let want: Vec<String> = if v.list {
+                    value.split(',').map(String::from).collect()
+                } else {
+                    vec![value.clone()]
+                };
+                if got != want {
+                    out.push(format!("{name}: {var}={value} gives --{long} {got:?}"));
+                }
+                // the command line wins
+                let (m, _) = parse(&env, &[format!("--{long}={other}")]);
+                let got: Vec<String> = m
+                    .ok()
+                    .and_then(|m| {
+                        m.get_raw(f.id)
+                            .map(|r| r.map(|s| s.to_string_lossy().into_owned()).collect())
+                    })
+                    .unwrap_or_default();
+                if got != [other.clone()] {
+                    out.push(format!(
+                        "{name}: {var}={value} with --{long}={other} on the command line gives {got:?}"
+                    ));
+                }
+            }
+            None => {
+                if !m.get_flag(f.id) {
+                    out.push(format!("{name}: {var}={value} does not turn --{long} on"));
+                }
+            }
+        }
+    }
+    // a switch and its `--no-` form: LLAMA_ARG_NO_X, and the command line wins
+    for f in table::for_tool(tool).filter(|f| f.negates.is_some() && f.env.is_some()) {
+        let (Some(var), Some(long)) = (f.env, f.long()) else {
+            continue;
+        };
+        let Some(no_var) = super::env::negated(var) else {
+            continue;
+        };
+        let name = tool.name();
+        let (m, _) = parse(&[(no_var.clone(), "1".to_string())], &[]);
+        if tool.reads_env() && !m.as_ref().is_ok_and(|m| m.get_flag(f.id)) {
+            out.push(format!("{name}: {no_var}=1 does not turn --{long} on"));
+        }
+        let positive = table::for_tool(tool).find(|g| g.id == f.negates.unwrap_or_default());
+        if let Some(p) = positive.and_then(|p| p.long().map(|l| (p, l))) {
+            let (m, _) = parse(
+                &[(var.to_string(), "0".to_string())],
+                &[format!("--{}", p.1)],
+            );
+            if !m
+                .as_ref()
+                .is_ok_and(|m| m.get_flag(p.0.id) && !m.get_flag(f.id))
+            {
+                out.push(format!(
+                    "{name}: {var}=0 with --{} on the command line: the variable wins",
+                    p.1
+                ));
+            }
+        }
+    }
+    (n, out)
 }

@@ -81,9 +81,18 @@ pub fn check_value(
     {
         Ok(_) => Ok(()),
         Err(e) => {
+            // the message and its details, up to the usage hint
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            Err(first.strip_prefix("error: ").unwrap_or(first).to_string())
+            let lines: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let joined = lines.join(" ");
+            Err(joined
+                .strip_prefix("error: ")
+                .unwrap_or(&joined)
+                .to_string())
         }
     }
 }
