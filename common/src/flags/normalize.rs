@@ -151,7 +151,7 @@ pub fn normalize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flags::FlashAttn;
+    use crate::flags::values::FlashAttn;
     use clap::{CommandFactory, Parser};
 
     #[derive(Parser, Debug)]

@@ -6,7 +6,8 @@
 //! [`Parse::Str`] and its name is written as the help shows it (`<n>`).
 //! llama.cpp's llama-bench reads no environment variables, nor does ours.
 
-use super::{Flag, Parse, BENCH};
+use super::sets::BENCH;
+use crate::flags::spec::{Flag, Parse};
 
 /// `llama-bench`'s flags.
 pub static FLAGS: &[Flag] = &[

@@ -3,35 +3,19 @@
 //! llama-server, is one entry per meaning, as llama.cpp's `arg.cpp` has
 //! `-np` twice), grouped by who takes them ([`model`]: llama-run and
 //! llama-server; [`run`]; [`server`]; [`bench`]; [`tools`]: the smaller
-//! tools), and the llama.cpp flags the tools refuse by name ([`REFUSED`]).
+//! tools; [`sets`] names the sets of tools the entries give), and the
+//! llama.cpp flags the tools refuse by name ([`REFUSED`]).
 //! [`find`], [`lookup`] and [`for_tool`] read it.
 
 pub mod bench;
 pub mod model;
 pub mod run;
 pub mod server;
+pub mod sets;
 pub mod tools;
 
-pub use super::spec::{Flag, Parse, Refused, Tool};
-
-/// `llama-run` only.
-pub const RUN: &[Tool] = &[Tool::Run];
-/// `llama-server` only.
-pub const SERVER: &[Tool] = &[Tool::Server];
-/// `llama-run` and `llama-server`.
-pub const RUN_SERVER: &[Tool] = &[Tool::Run, Tool::Server];
-/// `llama-run` and `llama-tokenize`.
-pub const RUN_TOKENIZE: &[Tool] = &[Tool::Run, Tool::Tokenize];
-/// `llama-bench` only.
-pub const BENCH: &[Tool] = &[Tool::Bench];
-/// `llama-quantize` only.
-pub const QUANTIZE: &[Tool] = &[Tool::Quantize];
-/// `llama-tokenize` only.
-pub const TOKENIZE: &[Tool] = &[Tool::Tokenize];
-/// `llama-moe-cache` only.
-pub const MOE_CACHE: &[Tool] = &[Tool::MoeCache];
-/// `llama-timeline` only.
-pub const TIMELINE: &[Tool] = &[Tool::Timeline];
+use super::spec::{Flag, Refused, Tool};
+use sets::RUN;
 
 /// The groups of the table.
 pub static GROUPS: &[&[Flag]] = &[

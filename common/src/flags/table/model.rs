@@ -4,7 +4,8 @@
 
 use llama::moe_cache::predict::MoePredict;
 
-use super::{Flag, Parse, RUN_SERVER};
+use super::sets::RUN_SERVER;
+use crate::flags::spec::{Flag, Parse};
 
 /// The flags `llama-run` and `llama-server` share.
 pub static FLAGS: &[Flag] = &[

@@ -2,7 +2,8 @@
 //! ones where it has them): the prompt, sampling, the chat, the output
 //! files and the synthesis options.
 
-use super::{Flag, Parse, RUN, RUN_TOKENIZE};
+use super::sets::{RUN, RUN_TOKENIZE};
+use crate::flags::spec::{Flag, Parse};
 
 /// `llama-run`'s own flags.
 pub static FLAGS: &[Flag] = &[

@@ -1,6 +1,7 @@
 //! `llama-server`'s own flags, as llama.cpp's server names them.
 
-use super::{Flag, Parse, SERVER};
+use super::sets::SERVER;
+use crate::flags::spec::{Flag, Parse};
 
 /// `llama-server`'s own flags.
 pub static FLAGS: &[Flag] = &[

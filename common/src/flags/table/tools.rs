@@ -1,7 +1,8 @@
 //! The flags of `llama-quantize`, `llama-tokenize`, `llama-moe-cache` and
 //! `llama-timeline`.
 
-use super::{Flag, Parse, MOE_CACHE, QUANTIZE, TIMELINE, TOKENIZE};
+use super::sets::{MOE_CACHE, QUANTIZE, TIMELINE, TOKENIZE};
+use crate::flags::spec::{Flag, Parse};
 
 /// Their flags.
 pub static FLAGS: &[Flag] = &[
