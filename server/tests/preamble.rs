@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{request_raw, start, Server};
+use common::{request_raw, start, Response, Server};
 use serde_json::{json, Value};
 
 const KEY: &str = "sk-preamble";
@@ -49,27 +49,26 @@ fn bad_request(message: &str) -> Value {
     error(400, message, "invalid_request_error")
 }
 
-/// Status and JSON body of a request.
-fn call(s: &Server, method: &str, path: &str, body: &[u8], key: Option<&str>) -> (u16, Value) {
+/// One request with `Authorization: Bearer KEY` where a key is given.
+fn send(s: &Server, method: &str, path: &str, body: &[u8], key: Option<&str>) -> Response {
     let auth = key.map(|k| format!("Bearer {k}"));
     let headers: Vec<(&str, &str)> = auth
         .as_deref()
         .map(|a| ("Authorization", a))
         .into_iter()
         .collect();
-    let r = request_raw(s, method, path, body, &headers);
+    request_raw(s, method, path, body, &headers)
+}
+
+/// Status and JSON body of a request.
+fn call(s: &Server, method: &str, path: &str, body: &[u8], key: Option<&str>) -> (u16, Value) {
+    let r = send(s, method, path, body, key);
     (r.status, r.json())
 }
 
 /// `llamacpp:requests_failed_total` of `/metrics`.
 fn failed(s: &Server, key: Option<&str>) -> u64 {
-    let auth = key.map(|k| format!("Bearer {k}"));
-    let headers: Vec<(&str, &str)> = auth
-        .as_deref()
-        .map(|a| ("Authorization", a))
-        .into_iter()
-        .collect();
-    let r = request_raw(s, "GET", "/metrics", b"", &headers);
+    let r = send(s, "GET", "/metrics", b"", key);
     assert_eq!(r.status, 200, "{}", r.body);
     r.body
         .lines()
@@ -182,8 +181,10 @@ fn key_then_body_with_llama_cpp_errors() {
     assert_eq!(r.status, 200, "X-Api-Key: {}", r.body);
     // every answer above is one failed request; /metrics' own 401 is not
     assert_eq!(failed(&s, Some(KEY)), n_failed);
-    let r = request_raw(&s, "GET", "/metrics", b"", &[]);
-    assert_eq!((r.status, r.json()), (401, unauthorized()));
+    assert_eq!(
+        call(&s, "GET", "/metrics", b"", None),
+        (401, unauthorized())
+    );
     assert_eq!(failed(&s, Some(KEY)), n_failed);
 }
 
