@@ -380,10 +380,8 @@ pub fn type_problems<T: CommandFactory + FromArgMatches>(
                 rest.push(b);
             }
         }
-        let m = match cmd
-            .clone()
-            .try_get_matches_from(args_of(tool, &rest, &[arg.clone()]))
-        {
+        let argv = args_of(tool, &rest, std::slice::from_ref(&arg));
+        let m = match cmd.clone().try_get_matches_from(argv) {
             Ok(m) => m,
             Err(e) => {
                 out.push(format!("{}: {arg}: {e}", tool.name()));

@@ -103,8 +103,8 @@ impl Parse {
     /// The clap parser (`None` for [`Parse::Own`]: the field's stays).
     pub fn value_parser(self) -> Option<ValueParser> {
         Some(match self {
-            Parse::Str => clap::value_parser!(String).into(),
-            Parse::Path => clap::value_parser!(std::path::PathBuf).into(),
+            Parse::Str => clap::value_parser!(String),
+            Parse::Path => clap::value_parser!(std::path::PathBuf),
             Parse::Usize => clap::value_parser!(usize).into(),
             Parse::I64 => clap::value_parser!(i64).into(),
             Parse::I32 => clap::value_parser!(i32).into(),
