@@ -1,11 +1,17 @@
 //! `--list-devices`: the devices `--device` can name, as llama.cpp lists
-//! them (name, description, memory).
+//! them (name, description, memory), the `--rpc` workers' devices
+//! included.
 
+use std::sync::Arc;
+
+use anyhow::Result;
 use synth::budget::fmt_bytes;
 
-/// Print the device list on stdout.
-pub fn print_devices() {
-    let (devs, why_no_cuda) = llama::device::list_devices();
+/// Print the device list on stdout, the `--rpc` workers' devices
+/// (`rpc`, connected by `PlacementArgs::rpc_devices`) after the local ones.
+pub fn print_devices(rpc: &[Arc<ggml_rpc::RpcBackend>]) -> Result<()> {
+    let (mut devs, why_no_cuda) = llama::device::list_devices();
+    devs.extend(llama::device::list_rpc_devices(rpc));
     println!("Available devices:");
     for d in &devs {
         match d.memory {
@@ -22,6 +28,7 @@ pub fn print_devices() {
     if let Some(w) = why_no_cuda {
         println!("  ({w})");
     }
+    Ok(())
 }
 
 /// The device llama.cpp would pick with `-ngl` and no `--device`: the

@@ -80,6 +80,13 @@ pub static FLAGS: &[Flag] = &[
         "list the devices and exit",
     ),
     Flag::new(
+        "rpc",
+        &["-rpc", "--rpc"],
+        BENCH,
+        "register RPC devices (comma separated host:port: RPC0, RPC1, ...)",
+    )
+    .takes("<rpc_servers>", Parse::Str),
+    Flag::new(
         "verbose",
         &["-v", "--verbose"],
         BENCH,

@@ -100,7 +100,6 @@ pub static REFUSED: &[Refused] = &[
         RUN,
         "multimodal projectors are not implemented",
     ),
-    refuse(&["--rpc"], RUN, "RPC backends are not implemented"),
     refuse(
         &["-md", "--model-draft"],
         RUN,

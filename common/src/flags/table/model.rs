@@ -54,6 +54,14 @@ pub static FLAGS: &[Flag] = &[
     .takes("DEV[,DEV..]", Parse::Str)
     .env("LLAMA_ARG_DEVICE"),
     Flag::new(
+        "rpc",
+        &["--rpc"],
+        RUN_SERVER,
+        "comma-separated list of RPC servers (host:port): each device of each stock ggml-rpc-server (protocol 7.0.0) becomes a device RPC0, RPC1, ... for --device, -ts and -ot; with no --device, the offloaded layers go to them (GGML_RPC_TIMEOUT: seconds a worker may take to answer, default 120)",
+    )
+    .takes("SERVERS", Parse::Str)
+    .env("LLAMA_ARG_RPC"),
+    Flag::new(
         "split_mode",
         &["-sm", "--split-mode"],
         RUN_SERVER,
@@ -148,6 +156,13 @@ pub static FLAGS: &[Flag] = &[
     .takes("MODE", Parse::LoadMode)
     .default("auto")
     .env("LLAMA_ARG_LOAD_MODE"),
+    Flag::new(
+        "no_host",
+        &["--no-host"],
+        RUN_SERVER,
+        "bypass the devices' host buffer (llama.cpp's --no-host): the weights that stay in host memory are not page-locked for the device, so their uploads copy from pageable memory (by default a CUDA device registers them, and uploads are asynchronous DMA)",
+    )
+    .env("LLAMA_ARG_NO_HOST"),
     Flag::new(
         "moe_cache_mib",
         &["--moe-cache-mib"],
