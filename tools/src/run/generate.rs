@@ -42,10 +42,8 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     // -fa auto turns flash attention on where a quantized V cache needs
     // it or the CUDA device runs it (llama.cpp resolves auto to on where
     // the backend has it: llama::device::flash_attn_auto)
-    let fa_auto = a.batch.flash_attn == "auto";
-    let (kv_type, kv_type_v) = a
-        .extra
-        .kv_types(fa_auto || matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
+    let fa_auto = a.batch.flash_attn == common::flags::FlashAttn::Auto;
+    let (kv_type, kv_type_v) = a.extra.kv_types(fa_auto || a.batch.flash_attn.is_on())?;
     // Open every output file before the long work, so a bad path fails fast.
     let mut logits_out = OutFile::create(&a.logits_out)?;
     let mut tokens_out = OutFile::create(&a.tokens_out)?;
