@@ -15,6 +15,10 @@ use crate::driver::{Device, Function};
 /// file-name order (`build.rs` compiles the same files for the emulator).
 pub const KERNEL_PARTS: &[(&str, &str)] = &[
     ("kernels.cu", include_str!("kernels.cu")),
+    (
+        "kernels/async_copy_mma.cu",
+        include_str!("kernels/async_copy_mma.cu"),
+    ),
     ("kernels/dot_q8.cu", include_str!("kernels/dot_q8.cu")),
     (
         "kernels/flash_attn.cu",
@@ -28,6 +32,7 @@ pub const KERNEL_PARTS: &[(&str, &str)] = &[
 /// NVRTC. It uses no `#include`, so no CUDA toolkit headers are needed.
 pub const KERNELS_SRC: &str = concat!(
     include_str!("kernels.cu"),
+    include_str!("kernels/async_copy_mma.cu"),
     include_str!("kernels/dot_q8.cu"),
     include_str!("kernels/flash_attn.cu"),
     include_str!("kernels/mmq.cu"),
