@@ -514,6 +514,28 @@ __forceinline__ float emu_butterfly_value(const unsigned long long* all, unsigne
     }
     return b[0];
 }
+// The 32 values the lanes of the warp bring (lane order), valid until the
+// warp's next collective completes.
+__forceinline__ const unsigned long long* emu_warp_gather(unsigned long long v) {
+    return (const unsigned long long*)(uintptr_t)emu_warp_op(EMU_GATHER, 0xffffffffu, v, 0,
+                                                              warpSize);
+}
+// Lane l's result of the butterfly within its segment of `width` lanes
+// (offsets width / 2 down to 1), as the shuffles compute it.
+template <class Op>
+__forceinline__ float emu_butterfly_value_w(const unsigned long long* all, unsigned l,
+                                            unsigned width, Op op) {
+    float b[32];
+    for (unsigned m = 0; m < width; m++) {
+        b[m] = emu_from_bits<float>(all[l ^ m]);
+    }
+    for (unsigned h = width / 2; h > 0; h >>= 1) {
+        for (unsigned m = 0; m < h; m++) {
+            b[m] = op(b[m], b[m + h]);
+        }
+    }
+    return b[0];
+}
 template <class Op>
 __forceinline__ float emu_warp_butterfly(float v, Op op) {
     const unsigned long long* all = (const unsigned long long*)(uintptr_t)emu_warp_op(

@@ -14,6 +14,7 @@ use ggml_core::{
 use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer, PooledEvent};
 use crate::driver::{self, Access, DevPtr, KernelArg, LaunchDims, T4};
 use crate::err_flag::{self, ErrFlag};
+use crate::fusion::{self, Fused, Step};
 use crate::graphs::{Decision, GraphCache, Planned};
 use crate::kernels::{
     Kernel, Kernels, FA_DMAX, FA_WARPS, GEMM_TILE, MMQ_TILE, MV_WARPS, Q8_1_BLOCK,
@@ -565,24 +566,63 @@ impl CudaBackend {
         }
         acc.push(Access::range(self.ptr(g, n)?, t.nbytes(), true));
         for (i, &src) in t.src.iter().enumerate() {
-            let mut a = Access::range(self.ptr(g, src)?, g.tensor(src).nbytes(), false);
             if t.op == Op::MulMatId && i == 0 {
-                let (Some(&ids), w) = (t.src.get(2), g.tensor(src)) else {
-                    continue;
-                };
-                a.select = Some(driver::Selected {
-                    ids: self.ptr(g, ids)?,
-                    ids_t: T4::of(g, ids),
-                    stride: w.nb[2],
-                    expert_bytes: w.nb[2],
-                    n_expert: w.ne[2].max(0) as usize,
-                });
+                if let Some(&ids) = t.src.get(2) {
+                    acc.push(self.expert_access(g, src, ids)?);
+                }
+                continue;
             }
-            acc.push(a);
+            acc.push(Access::range(
+                self.ptr(g, src)?,
+                g.tensor(src).nbytes(),
+                false,
+            ));
         }
         if validates_ids(t.op) {
             acc.push(Access::range(self.err_flag.dev_word.ptr, 4, true));
         }
+        Ok(())
+    }
+
+    /// The read of a `mul_mat_id`'s expert tensor `w`: only the experts the
+    /// device-side `ids` select ([`driver::Selected`]).
+    fn expert_access(&self, g: &Graph, w: TensorId, ids: TensorId) -> Result<Access, BackendError> {
+        let wt = g.tensor(w);
+        let mut a = Access::range(self.ptr(g, w)?, wt.nbytes(), false);
+        a.select = Some(driver::Selected {
+            ids: self.ptr(g, ids)?,
+            ids_t: T4::of(g, ids),
+            stride: wt.nb[2],
+            expert_bytes: wt.nb[2],
+            n_expert: wt.ne[2].max(0) as usize,
+        });
+        Ok(a)
+    }
+
+    /// The access list of a fused step: it writes `out` (and the error
+    /// flag), reads the experts of `experts` (weights, ids) that the ids
+    /// select and every tensor of `reads`.
+    fn set_fused_access(
+        &self,
+        g: &Graph,
+        out: TensorId,
+        experts: &[(TensorId, TensorId)],
+        reads: &[TensorId],
+    ) -> Result<(), BackendError> {
+        let mut list = vec![
+            Access::range(self.ptr(g, out)?, g.tensor(out).nbytes(), true),
+            Access::range(self.err_flag.dev_word.ptr, 4, true),
+        ];
+        for &(w, ids) in experts {
+            list.push(self.expert_access(g, w, ids)?);
+        }
+        for &r in reads {
+            list.push(Access::range(self.ptr(g, r)?, g.tensor(r).nbytes(), false));
+        }
+        *self
+            .node_access
+            .lock()
+            .map_err(|_| BackendError::Device("access list lock poisoned".into()))? = list;
         Ok(())
     }
 
@@ -624,6 +664,161 @@ impl CudaBackend {
             A::F(m1),
             A::I(n_head_log2 as i32),
         ])
+    }
+
+    /// One step of a split ([`fusion::plan`]): a node, or a fused group
+    /// (each of its nodes on its own where the fused kernel cannot take
+    /// its tensors).
+    fn compute_step(&self, g: &Graph, step: &Step, s: &mut Scratch) -> Result<(), BackendError> {
+        match step {
+            Step::Node(n) => {
+                self.set_node_access(g, *n)?;
+                self.compute_node(g, *n, s)
+            }
+            Step::Fused { fused, nodes } => {
+                if self.compute_fused(g, fused, s)? {
+                    return Ok(());
+                }
+                for &n in nodes {
+                    self.set_node_access(g, n)?;
+                    self.compute_node(g, n, s)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Launch a fused group; `false` (nothing launched) when its weights are
+    /// not at their blocks' alignment or its output overlaps a tensor the
+    /// fused kernel reads (a buffer the allocator reused inside the group).
+    fn compute_fused(&self, g: &Graph, f: &Fused, s: &mut Scratch) -> Result<bool, BackendError> {
+        let out = f.output();
+        let (op_out, out_len) = (self.ptr(g, out)?, g.tensor(out).nbytes() as u64);
+        let overlaps = |ids: &[TensorId]| -> Result<bool, BackendError> {
+            for &r in ids {
+                let (p, l) = (self.ptr(g, r)?, g.tensor(r).nbytes() as u64);
+                if p < op_out + out_len && op_out < p + l {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        };
+        let errp = self.err_flag.dev_word.ptr;
+        match *f {
+            Fused::ExpertGlu {
+                glu,
+                gate,
+                up,
+                gate_bias,
+                up_bias,
+                op,
+            } => {
+                let (gt, ut) = (g.tensor(gate), g.tensor(up));
+                let (wg, wu, x, ids) = (gt.src[0], ut.src[0], gt.src[1], gt.src[2]);
+                let sel = gate_bias.or(up_bias).map(|b| b.sel);
+                let mut reads = vec![ids];
+                reads.extend(gate_bias.map(|b| b.bias));
+                reads.extend(up_bias.map(|b| b.bias));
+                reads.extend(sel);
+                if !mmv_aligned(g.tensor(wg), self.ptr(g, wg)?)
+                    || !mmv_aligned(g.tensor(wu), self.ptr(g, wu)?)
+                    || overlaps(&reads)?
+                {
+                    return Ok(false);
+                }
+                reads.push(x);
+                self.set_fused_access(g, glu, &[(wg, ids), (wu, ids)], &reads)?;
+                let wty = g.tensor(wg).ty;
+                let base = self.scratch(s, q8_scratch(g.tensor(x).nelements()))?;
+                let (q8, ds) = self.quantize_acts(g, x, wty, base)?;
+                let td = T4::of(g, glu);
+                let rpw = mmvq_rows_per_warp(wty, g.tensor(wg).ne[0]);
+                let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS * rpw);
+                let opt = |t: Option<TensorId>| -> Result<[A; 2], BackendError> {
+                    Ok(match t {
+                        Some(t) => self.tensor_args_untyped(g, t)?,
+                        None => [A::P(0), A::T(T4::default())],
+                    })
+                };
+                let (opi, alpha, limit) = match op {
+                    GluOp::Swiglu => (0, 0.0, 0.0),
+                    GluOp::Geglu => (1, 0.0, 0.0),
+                    GluOp::SwigluOai { alpha, limit } => (2, alpha.get(), limit.get()),
+                };
+                self.launch(
+                    Kernel::MmvqIdGlu,
+                    (blocks_x, (td.ne[1] * td.ne[2]) as u32, 1),
+                    (32 * MV_WARPS, 1, 1),
+                    &[
+                        &self.tensor_args_untyped(g, glu)?,
+                        &self.tensor_args(g, wg)?,
+                        &self.tensor_args(g, wu)?,
+                        &[A::P(q8), A::P(ds), A::T(T4::of(g, x))],
+                        &self.tensor_args_untyped(g, ids)?,
+                        &opt(gate_bias.map(|b| b.bias))?,
+                        &opt(up_bias.map(|b| b.bias))?,
+                        &opt(sel)?,
+                        &[
+                            A::I(opi),
+                            A::F(alpha),
+                            A::F(limit),
+                            A::P(errp),
+                            A::I(rpw as i32),
+                        ],
+                    ],
+                )?;
+                Ok(true)
+            }
+            Fused::ExpertDown {
+                out,
+                down,
+                bias,
+                weights,
+            } => {
+                let dt = g.tensor(down);
+                let (wd, par, ids) = (dt.src[0], dt.src[1], dt.src[2]);
+                let mut reads = vec![ids, weights];
+                reads.extend(bias.map(|b| b.bias));
+                reads.extend(bias.map(|b| b.sel));
+                if !mmv_aligned(g.tensor(wd), self.ptr(g, wd)?) || overlaps(&reads)? {
+                    return Ok(false);
+                }
+                reads.push(par);
+                self.set_fused_access(g, out, &[(wd, ids)], &reads)?;
+                let wty = g.tensor(wd).ty;
+                let base = self.scratch(s, q8_scratch(g.tensor(par).nelements()))?;
+                let (q8, ds) = self.quantize_acts(g, par, wty, base)?;
+                let td = T4::of(g, out);
+                let rpw = mmvq_rows_per_warp(wty, g.tensor(wd).ne[0]);
+                let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS * rpw);
+                let (bp, sp) = match bias {
+                    Some(b) => (
+                        self.tensor_args_untyped(g, b.bias)?,
+                        self.tensor_args_untyped(g, b.sel)?,
+                    ),
+                    None => (
+                        [A::P(0), A::T(T4::default())],
+                        [A::P(0), A::T(T4::default())],
+                    ),
+                };
+                self.launch(
+                    Kernel::MmvqIdDown,
+                    (blocks_x, td.ne[1] as u32, 1),
+                    (32 * MV_WARPS, 1, 1),
+                    &[
+                        &self.tensor_args_untyped(g, out)?,
+                        &self.tensor_args(g, wd)?,
+                        &[A::P(q8), A::P(ds), A::T(T4::of(g, par))],
+                        &self.tensor_args_untyped(g, ids)?,
+                        &self.tensor_args_untyped(g, weights)?,
+                        &bp,
+                        &sp,
+                        &[A::P(errp), A::I(rpw as i32)],
+                    ],
+                )?;
+                Ok(true)
+            }
+        }
     }
 
     fn compute_node(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
@@ -901,12 +1096,17 @@ impl CudaBackend {
 
     /// Decode `mul_mat` / `mul_mat_id` (at most [`MMV_MAX_COLS`] columns,
     /// or tokens for `mul_mat_id`): quantized weights get their
-    /// activations quantized once (`k_quantize_q8_1`) and int8 dot
-    /// products (`k_mmvq`, `k_mmvq_id`); float weights read F32 rows.
+    /// activations quantized once (`k_quantize_q8_1`) and register-fed
+    /// int8 dot products (`k_mmvq`, `k_mmvq_id`, [`mmvq_rows_per_warp`]
+    /// rows per warp); float weights read F32 rows. Quantized weights not
+    /// at their blocks' alignment take the generic mat-vec.
     fn mmvq(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
         let t = g.tensor(node);
         let (a, b) = (t.src[0], t.src[1]);
         let (at, bt) = (g.tensor(a), g.tensor(b));
+        if !is_float(at.ty) && !mmv_aligned(at, self.ptr(g, a)?) {
+            return self.mat_vec_generic(g, node, s);
+        }
         let td = T4::of(g, node);
         let (bp, tb, q8, ds) = if is_float(at.ty) {
             let base = self.scratch(s, pad256(bt.nelements() as usize * 4))?;
@@ -917,7 +1117,8 @@ impl CudaBackend {
             let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
             (self.ptr(g, b)?, T4::of(g, b), q8, ds)
         };
-        let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS);
+        let rpw = mmvq_rows_per_warp(at.ty, at.ne[0]);
+        let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS * rpw);
         let out = self.tensor_args_untyped(g, node)?;
         let weights = self.tensor_args(g, a)?;
         let acts = [A::P(bp), A::T(tb), A::P(q8), A::P(ds)];
@@ -932,7 +1133,7 @@ impl CudaBackend {
                     &weights,
                     &acts,
                     &self.tensor_args_untyped(g, t.src[2])?,
-                    &[A::P(self.err_flag.dev_word.ptr)],
+                    &[A::P(self.err_flag.dev_word.ptr), A::I(rpw as i32)],
                 ],
             )
         } else {
@@ -943,7 +1144,56 @@ impl CudaBackend {
                 Kernel::Mmvq,
                 (blocks_x, 1, grid_z),
                 (32 * MV_WARPS, 1, 1),
-                &[&out, &weights, &acts, &[A::L(r2), A::L(r3)]],
+                &[
+                    &out,
+                    &weights,
+                    &acts,
+                    &[A::L(r2), A::L(r3), A::I(rpw as i32)],
+                ],
+            )
+        }
+    }
+
+    /// Decode `mul_mat` / `mul_mat_id` with quantized weights that are not
+    /// at their blocks' natural alignment (a view at an odd offset): the
+    /// generic warp-per-element mat-vec (`k_mul_mat_vec`,
+    /// `k_mul_mat_id_vec`) on F32 activation rows.
+    fn mat_vec_generic(
+        &self,
+        g: &Graph,
+        node: TensorId,
+        s: &mut Scratch,
+    ) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let (a, b) = (t.src[0], t.src[1]);
+        let (at, bt) = (g.tensor(a), g.tensor(b));
+        let td = T4::of(g, node);
+        let base = self.scratch(s, pad256(bt.nelements() as usize * 4))?;
+        let (bp, tb, _) = self.f32_rows(g, b, base)?;
+        let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS);
+        let out = self.tensor_args_untyped(g, node)?;
+        let weights = self.tensor_args(g, a)?;
+        if t.op == Op::MulMatId {
+            self.launch(
+                Kernel::MulMatIdVec,
+                (blocks_x, td.ne[1] as u32, td.ne[2] as u32),
+                (32 * MV_WARPS, 1, 1),
+                &[
+                    &out,
+                    &weights,
+                    &[A::P(bp), A::T(tb)],
+                    &self.tensor_args_untyped(g, t.src[2])?,
+                    &[A::P(self.err_flag.dev_word.ptr)],
+                ],
+            )
+        } else {
+            let r2 = (bt.ne[2] / at.ne[2]).max(1);
+            let r3 = (bt.ne[3] / at.ne[3]).max(1);
+            self.launch(
+                Kernel::MulMatVec,
+                (blocks_x, td.ne[1] as u32, (td.ne[2] * td.ne[3]) as u32),
+                (32 * MV_WARPS, 1, 1),
+                &[&out, &weights, &[A::P(bp), A::T(tb), A::L(r2), A::L(r3)]],
             )
         }
     }
@@ -1019,7 +1269,10 @@ impl CudaBackend {
             &[
                 &[A::P(base), A::P(ds)],
                 &self.tensor_args(g, b)?,
-                &[A::I(q8_group(wty))],
+                &[
+                    A::I(q8_group(wty)),
+                    A::I(matches!(wty, GgmlType::Q4_1 | GgmlType::Q5_1) as i32),
+                ],
             ],
         )?;
         Ok((base, ds))
@@ -1118,9 +1371,53 @@ fn mmq_id_max_tiles(pairs: i64, n_expert: i64) -> i64 {
     (pairs + MMQ_TILE as i64 - 1) / MMQ_TILE as i64 + n_expert + 1
 }
 
-/// Scratch bytes of `k_quantize_q8_1`'s output for `n` activations.
+/// Scratch bytes of `k_quantize_q8_1`'s output for `n` activations: the
+/// int8 values and a `Q8Ds` (8 bytes) per 32.
 fn q8_scratch(n: i64) -> usize {
-    pad256(n as usize) + pad256((n / Q8_1_BLOCK) as usize * 4)
+    pad256(n as usize) + pad256((n / Q8_1_BLOCK) as usize * 8)
+}
+
+/// Elements per block, 16-byte pieces per block (`Piece<TY>::PPB` in
+/// `mmv_pieces.cu`) and the natural alignment of a block (`AL`) of the
+/// register-fed mat-vec's weight types.
+fn mmv_piece_layout(ty: GgmlType) -> (i64, i64, u64) {
+    use GgmlType as T;
+    match ty {
+        T::Q4_0 | T::Q5_0 | T::IQ4NL => (32, 1, 2),
+        T::Q4_1 => (32, 1, 4),
+        T::Q5_1 => (32, 1, 8),
+        T::Q8_0 => (32, 2, 2),
+        T::MXFP4 => (32, 1, 1),
+        T::Q2K => (256, 4, 4),
+        T::Q3K => (256, 4, 2),
+        T::Q4K | T::Q5K => (256, 8, 16),
+        T::Q6K => (256, 8, 2),
+        T::IQ4XS => (256, 8, 8),
+        // float rows: 16-byte words
+        _ => ((16 / ty.type_size().max(1)) as i64, 1, 1),
+    }
+}
+
+/// Rows per warp of the decode mat-vec for rows of `k` elements of `ty`:
+/// as many as keep each row's lanes (32 / rows) busy with its pieces.
+pub fn mmvq_rows_per_warp(ty: GgmlType, k: i64) -> u32 {
+    let (qk, ppb, _) = mmv_piece_layout(ty);
+    let pieces = k / qk * ppb;
+    if pieces <= 8 {
+        4
+    } else if pieces <= 16 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Whether a quantized weight tensor at `ptr` has every block at its
+/// type's natural alignment (and its first byte at 4 or more, so the
+/// funnel-shift loads of 2-byte aligned blocks stay inside the tensor).
+fn mmv_aligned(t: &ggml_core::Tensor, ptr: DevPtr) -> bool {
+    let (_, _, al) = mmv_piece_layout(t.ty);
+    ptr.is_multiple_of(al.max(4)) && t.nb[1..].iter().all(|&nb| (nb as u64).is_multiple_of(al))
 }
 
 /// `ggml_rope_yarn_corr_dims`: the dimension range YaRN ramps over (the
@@ -1319,18 +1616,25 @@ impl Backend for CudaBackend {
             }
             bits |= err_flag::bit_of(t.op);
         }
+        let steps = fusion::plan(g, nodes);
         let tracing = self.trace.lock().map(|t| t.is_some()).unwrap_or(false);
         if tracing {
             // launch by launch, each op between timing events
-            for &n in nodes {
+            for step in &steps {
+                let n = match step {
+                    Step::Node(n) => *n,
+                    Step::Fused { fused, .. } => fused.output(),
+                };
                 let t = g.tensor(n);
-                self.set_node_access(g, n)?;
                 self.traced(
                     Stream::Compute,
                     SpanKind::Op,
                     t.nbytes() as u64,
-                    || format!("{} {}", t.op.name(), t.name),
-                    || self.compute_node(g, n, &mut s),
+                    || match step {
+                        Step::Node(_) => format!("{} {}", t.op.name(), t.name),
+                        Step::Fused { fused, .. } => format!("{} {}", fused.name(), t.name),
+                    },
+                    || self.compute_step(g, step, &mut s),
                 )?;
             }
         } else {
@@ -1339,10 +1643,9 @@ impl Backend for CudaBackend {
                 .planning
                 .lock()
                 .map_err(|_| BackendError::Device("plan lock poisoned".into()))? = Some(Vec::new());
-            let planned = nodes.iter().try_for_each(|&n| {
-                self.set_node_access(g, n)?;
-                self.compute_node(g, n, &mut s)
-            });
+            let planned = steps
+                .iter()
+                .try_for_each(|step| self.compute_step(g, step, &mut s));
             let plan = self
                 .planning
                 .lock()

@@ -25,7 +25,15 @@ pub const KERNEL_PARTS: &[(&str, &str)] = &[
         include_str!("kernels/flash_attn.cu"),
     ),
     ("kernels/mmq.cu", include_str!("kernels/mmq.cu")),
+    (
+        "kernels/mmv_pieces.cu",
+        include_str!("kernels/mmv_pieces.cu"),
+    ),
     ("kernels/mmvq.cu", include_str!("kernels/mmvq.cu")),
+    (
+        "kernels/mmvq_fused.cu",
+        include_str!("kernels/mmvq_fused.cu"),
+    ),
 ];
 
 /// The kernel source ([`KERNEL_PARTS`] joined), compiled at run time by
@@ -36,7 +44,9 @@ pub const KERNELS_SRC: &str = concat!(
     include_str!("kernels/dot_q8.cu"),
     include_str!("kernels/flash_attn.cu"),
     include_str!("kernels/mmq.cu"),
+    include_str!("kernels/mmv_pieces.cu"),
     include_str!("kernels/mmvq.cu"),
+    include_str!("kernels/mmvq_fused.cu"),
 );
 
 /// The file name NVRTC is given for the source (it names it in its log).
@@ -109,11 +119,17 @@ pub enum Kernel {
     FlashAttn,
     /// `k_mmf_id`: prompt `mul_mat_id` with float experts, grouped tiles.
     MmfId,
+    /// `k_mmvq_id_glu`: decode gate and up `mul_mat_id` (and their
+    /// `add_id` biases) fused with the GLU.
+    MmvqIdGlu,
+    /// `k_mmvq_id_down`: decode down `mul_mat_id` (and its bias) fused with
+    /// the router weights and the sum over the experts.
+    MmvqIdDown,
 }
 
 impl Kernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [Kernel; 25] = [
+    pub const ALL: [Kernel; 27] = [
         Kernel::Binary,
         Kernel::Unary,
         Kernel::Glu,
@@ -139,6 +155,8 @@ impl Kernel {
         Kernel::MmqId,
         Kernel::FlashAttn,
         Kernel::MmfId,
+        Kernel::MmvqIdGlu,
+        Kernel::MmvqIdDown,
     ];
 
     /// The kernel's `extern "C"` name in `kernels.cu` (its PTX entry point).
@@ -169,6 +187,8 @@ impl Kernel {
             Kernel::MmqId => "k_mmq_id",
             Kernel::FlashAttn => "k_flash_attn",
             Kernel::MmfId => "k_mmf_id",
+            Kernel::MmvqIdGlu => "k_mmvq_id_glu",
+            Kernel::MmvqIdDown => "k_mmvq_id_down",
         }
     }
 }

@@ -112,6 +112,7 @@ pub mod driver;
 pub mod emu_kernels;
 pub mod emulator;
 mod err_flag;
+pub mod fusion;
 mod graphs;
 pub mod kernels;
 pub mod libraries;

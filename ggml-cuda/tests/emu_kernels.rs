@@ -1326,7 +1326,7 @@ fn cp_async_lands_at_its_wait_and_is_poison_before() {
             }
         }
     }
-    let bytes = vec![0u8; 64];
+    let bytes = [0u8; 64];
     // 4 bytes past a 16-byte boundary inside `bytes`
     let at = (bytes.as_ptr() as u64).div_ceil(16) * 16 + 4;
     let err = run(

@@ -652,6 +652,24 @@ fn cases() -> Vec<Case> {
             LOW_TOL,
         ));
     }
+    // the decode MoE FFN as llama's moe_ffn builds it (the fused expert
+    // mat-vec: gate + up + GLU, down + router weights + the sum over the
+    // slots): every quantized type at 1 token (both fusions) and 3 (gate/up
+    // only), gpt-oss's clamped SwiGLU with per-expert biases, GeGLU
+    for (ty, n_tok, act, biases) in moe_ffn_cases() {
+        let mut b = next();
+        let o = moe_ffn_graph(&mut b, ty, n_tok, act, biases);
+        let act_name = match act {
+            GluOp::Swiglu => "swiglu",
+            GluOp::Geglu => "geglu",
+            GluOp::SwigluOai { .. } => "swiglu_oai",
+        };
+        v.push(b.done(
+            format!("moe_ffn {ty} tokens={n_tok} {act_name} biases={biases}"),
+            o,
+            tol_for(ty),
+        ));
+    }
     // mul_mat_id: every weight type, b shared (ne1 = 1) or per expert
     for ty in WEIGHT_TYPES {
         for (b_ne1, n_tok) in [(1i64, 1i64), (2, 5), (1, 40)] {
@@ -716,6 +734,150 @@ fn cases() -> Vec<Case> {
         }
     }
     v
+}
+
+/// (weight type, tokens, GLU, per-expert biases) of the MoE FFN cases.
+fn moe_ffn_cases() -> Vec<(GgmlType, i64, GluOp, bool)> {
+    let mut v = Vec::new();
+    for ty in WEIGHT_TYPES.into_iter().filter(|t| t.is_quantized()) {
+        for n_tok in [1, 3] {
+            v.push((ty, n_tok, GluOp::Swiglu, false));
+        }
+    }
+    let oai = GluOp::SwigluOai {
+        alpha: 1.702.into(),
+        limit: 7.0.into(),
+    };
+    v.push((GgmlType::MXFP4, 1, oai, true));
+    v.push((GgmlType::Q4_0, 2, oai, true));
+    v.push((GgmlType::Q8_0, 1, GluOp::Geglu, false));
+    v
+}
+
+/// `moe_ffn`'s graph for `n_tok` tokens: 4 of 32 experts of 256 x 256
+/// (gate, up, down of type `ty`), the router weights, the GLU, optional
+/// per-expert biases through `add_id`; returns the sum over the slots.
+fn moe_ffn_graph(b: &mut B, ty: GgmlType, n_tok: i64, act: GluOp, biases: bool) -> TensorId {
+    let (n_embd, ff, n_expert, n_used) = (256i64, 256i64, 32i64, 4i64);
+    let x = b.rand(GgmlType::F32, &[n_embd, 1, n_tok]);
+    let mut ids = Vec::new();
+    for _ in 0..n_tok {
+        let mut chosen: Vec<i32> = Vec::new();
+        while chosen.len() < n_used as usize {
+            let e = b.r.below(n_expert as u64) as i32;
+            if !chosen.contains(&e) {
+                chosen.push(e);
+            }
+        }
+        ids.extend(chosen);
+    }
+    let ids = b.i32s(&[n_used, n_tok], &ids);
+    let weights = b.rand(GgmlType::F32, &[1, n_used, n_tok]);
+    let (wu, wg, wd) = (
+        b.rand(ty, &[n_embd, ff, n_expert]),
+        b.rand(ty, &[n_embd, ff, n_expert]),
+        b.rand(ty, &[ff, n_embd, n_expert]),
+    );
+    let mut up = b.g.mul_mat_id(wu, x, ids);
+    let mut gate = b.g.mul_mat_id(wg, x, ids);
+    if biases {
+        let (bu, bg) = (
+            b.rand(GgmlType::F32, &[ff, n_expert]),
+            b.rand(GgmlType::F32, &[ff, n_expert]),
+        );
+        up = b.g.add_id(up, bu, ids);
+        gate = b.g.add_id(gate, bg, ids);
+    }
+    let par = b.g.glu_split(gate, up, act);
+    let mut experts = b.g.mul_mat_id(wd, par, ids);
+    if biases {
+        let bd = b.rand(GgmlType::F32, &[n_embd, n_expert]);
+        experts = b.g.add_id(experts, bd, ids);
+    }
+    let experts = b.g.mul(experts, weights);
+    let (nb1, nb2) = (b.g.tensor(experts).nb[1], b.g.tensor(experts).nb[2]);
+    let mut out = b.g.view_2d(experts, n_embd, n_tok, nb2, 0);
+    for i in 1..n_used as usize {
+        let e = b.g.view_2d(experts, n_embd, n_tok, nb2, i * nb1);
+        out = b.g.add(out, e);
+    }
+    out
+}
+
+#[test]
+fn the_moe_ffn_fuses_on_cuda_as_planned() {
+    use ggml_cuda::fusion::{plan, Fused, Step};
+    for (ty, n_tok, act, biases) in moe_ffn_cases() {
+        let mut b = B::new(5);
+        let o = moe_ffn_graph(&mut b, ty, n_tok, act, biases);
+        let c = b.done("plan", o, 0.0);
+        let nodes = c.g.nodes().to_vec();
+        let steps = plan(&c.g, &nodes);
+        let glu = steps
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s,
+                    Step::Fused {
+                        fused: Fused::ExpertGlu { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
+        let down = steps
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s,
+                    Step::Fused {
+                        fused: Fused::ExpertDown { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
+        // Q4_1 / Q5_1 (Q8_1 activations) are not fused
+        let fusable = !matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
+        let want_down = usize::from(fusable && n_tok == 1);
+        assert_eq!(glu, usize::from(fusable), "{ty} tokens={n_tok}: {steps:?}");
+        assert_eq!(down, want_down, "{ty} tokens={n_tok}: {steps:?}");
+        // every node is run once: by itself or inside one fused step
+        let covered: usize = steps
+            .iter()
+            .map(|s| match s {
+                Step::Node(_) => 1,
+                Step::Fused { nodes, .. } => nodes.len(),
+            })
+            .sum();
+        assert_eq!(covered, nodes.len());
+        // an intermediate the caller reads (an output) is not fused away
+        let find = |g: &Graph, pick: &dyn Fn(&ggml_core::Op) -> bool| {
+            nodes.iter().copied().find(|&n| pick(&g.tensor(n).op))
+        };
+        let fused_kinds = |g: &Graph| -> (bool, bool) {
+            let steps = plan(g, &nodes);
+            let has = |f: &dyn Fn(&Fused) -> bool| {
+                steps
+                    .iter()
+                    .any(|s| matches!(s, Step::Fused { fused, .. } if f(fused)))
+            };
+            (
+                has(&|f| matches!(f, Fused::ExpertGlu { .. })),
+                has(&|f| matches!(f, Fused::ExpertDown { .. })),
+            )
+        };
+        if fusable {
+            let mut g = c.g.clone();
+            let mul = find(&g, &|op| *op == ggml_core::Op::Mul).expect("the weights' mul");
+            g.set_output(mul);
+            assert_eq!(fused_kinds(&g), (true, false), "{ty}: mul is an output");
+            let mut g = c.g.clone();
+            let mm = find(&g, &|op| *op == ggml_core::Op::MulMatId).expect("up");
+            g.set_output(mm);
+            assert!(!fused_kinds(&g).0, "{ty}: up is an output");
+        }
+    }
 }
 
 /// Without a usable GPU, `CUDA0` is the emulated device: the real backend
