@@ -17,7 +17,8 @@ use crate::err_flag::{self, ErrFlag};
 use crate::fusion::{self, Fused, Step};
 use crate::graphs::{Decision, GraphCache, Planned};
 use crate::kernels::{
-    Kernel, Kernels, FA_DMAX, FA_WARPS, GEMM_TILE, MMQ_TILE, MV_WARPS, Q8_1_BLOCK,
+    Kernel, Kernels, FAM_WARPS, FAV_QMAX, FAV_WARPS, FA_DMAX, GEMM_TILE, MMQ_TILE, MV_WARPS,
+    Q8_1_BLOCK,
 };
 use crate::probe_libraries;
 
@@ -106,6 +107,11 @@ fn q8_group(ty: GgmlType) -> i32 {
         T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4XS => 256,
         _ => 32,
     }
+}
+
+/// `a / b` rounded up, for positive `b` and non-negative `a`.
+fn cdiv(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
 }
 
 fn pad256(n: usize) -> usize {
@@ -1062,36 +1068,109 @@ impl CudaBackend {
                     ],
                 )
             }
-            Op::FlashAttnExt {
-                scale,
-                max_bias,
-                softcap,
-            } => {
-                let (q, k, v) = (src(0), src(1), src(2));
-                let (mut scale, softcap) = (scale.get(), softcap.get());
-                if softcap != 0.0 {
-                    scale /= softcap;
-                }
-                let tq = T4::of(g, q);
-                let rows = tq.ne[1] * tq.ne[2] * tq.ne[3];
-                self.launch(
-                    Kernel::FlashAttn,
-                    ((rows as u64).div_ceil(FA_WARPS as u64) as u32, 1, 1),
-                    (32 * FA_WARPS, 1, 1),
-                    &[
-                        &self.tensor_args_untyped(g, node)?,
-                        &self.tensor_args(g, q)?,
-                        &self.tensor_args(g, k)?,
-                        &self.tensor_args(g, v)?,
-                        &self.attn_args(g, t, 3, scale, max_bias.get(), tq.ne[2])?,
-                        &[A::F(softcap)],
-                    ],
-                )
-            }
+            Op::FlashAttnExt { .. } => self.flash_attn(g, node, s),
             Op::MulMat => self.mul_mat(g, node, s),
             Op::MulMatId if g.tensor(node).ne[2] <= MMV_MAX_COLS => self.mmvq(g, node, s),
             Op::MulMatId => self.mmq_id(g, node, s),
         }
+    }
+
+    /// flash_attn_ext: the tensor-core kernel (`k_fa_mma_*`) for prompts
+    /// with F16/BF16 K and V it takes ([`fa_mma_kernel`]), else the vector
+    /// kernel (`k_fa_vec_*`, [`fa_vec_plan`]) with the cells split into
+    /// segments over enough blocks to fill the device and `k_fa_combine`
+    /// merging them.
+    fn flash_attn(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let Op::FlashAttnExt {
+            scale,
+            max_bias,
+            softcap,
+        } = t.op
+        else {
+            return Err(BackendError::Device(
+                "flash_attn: not a flash_attn_ext node".into(),
+            ));
+        };
+        let (q, k, v) = (t.src[0], t.src[1], t.src[2]);
+        let (mut scale, softcap) = (scale.get(), softcap.get());
+        if softcap != 0.0 {
+            scale /= softcap;
+        }
+        let (tq, tk) = (T4::of(g, q), T4::of(g, k));
+        let (qp, kp, vp) = (self.ptr(g, q)?, self.ptr(g, k)?, self.ptr(g, v)?);
+        let shape = FaShape::of(g, node);
+        let z = (shape.n_head_kv * tq.ne[3]) as u32;
+        let attn = self.attn_args(g, t, 3, scale, max_bias.get(), tq.ne[2])?;
+        let dst = self.tensor_args_untyped(g, node)?;
+        if let Some(kernel) = fa_mma_kernel(g, node, [qp, kp, vp]) {
+            let rows_per_block = 16 * FAM_WARPS as i64;
+            return self.launch(
+                kernel,
+                (cdiv(shape.n_rows, rows_per_block) as u32, z, 1),
+                (32 * FAM_WARPS, 1, 1),
+                &[
+                    &dst,
+                    &self.tensor_args(g, q)?,
+                    &self.tensor_args(g, k)?,
+                    &self.tensor_args_untyped(g, v)?,
+                    &attn,
+                    &[A::F(softcap)],
+                ],
+            );
+        }
+        let (kernel, rt) = fa_vec_plan(shape.dk, shape.dv, shape.n_rows);
+        let row_tiles = cdiv(shape.n_rows, rt);
+        // segments of whole chunks of 32 cells, enough for FA_TARGET_WARPS
+        // warps over the grid
+        let chunks = cdiv(shape.n_kv, 32).max(1);
+        let want = (FA_TARGET_WARPS / (row_tiles * z as i64)).clamp(1, chunks);
+        let seg_chunks = cdiv(chunks, want);
+        let n_seg = cdiv(chunks, seg_chunks);
+        let part = if n_seg > 1 {
+            let floats = z as i64 * shape.n_rows * n_seg * (shape.dv + 2);
+            self.scratch(s, floats as usize * 4)?
+        } else {
+            0
+        };
+        let vec = fa_vec_flags(g, node, [kp, vp]);
+        self.launch(
+            kernel,
+            (cdiv(n_seg, FAV_WARPS as i64) as u32, row_tiles as u32, z),
+            (32 * FAV_WARPS, 1, 1),
+            &[
+                &dst,
+                &[
+                    A::P(part),
+                    A::I(n_seg as i32),
+                    A::I((seg_chunks * 32) as i32),
+                ],
+                &self.tensor_args(g, q)?,
+                &self.tensor_args(g, k)?,
+                &self.tensor_args(g, v)?,
+                &attn,
+                &[A::F(softcap), A::I(rt as i32), A::I(vec)],
+            ],
+        )?;
+        if n_seg > 1 {
+            let sinks = match t.src.get(4) {
+                Some(&sk) => [A::P(self.ptr(g, sk)?), A::I(1)],
+                None => [A::P(0), A::I(0)],
+            };
+            let rows = z as i64 * shape.n_rows;
+            self.launch(
+                Kernel::FaCombine,
+                (cdiv(rows, 4) as u32, 1, 1),
+                (128, 1, 1),
+                &[
+                    &dst,
+                    &[A::P(part), A::I(n_seg as i32), A::T(tq), A::T(tk)],
+                    &[A::I(shape.dv as i32)],
+                    &sinks,
+                ],
+            )?;
+        }
+        Ok(())
     }
 
     /// Decode `mul_mat` / `mul_mat_id` (at most [`MMV_MAX_COLS`] columns,
@@ -1373,6 +1452,101 @@ fn mmq_id_max_tiles(pairs: i64, n_expert: i64) -> i64 {
 
 /// Scratch bytes of `k_quantize_q8_1`'s output for `n` activations: the
 /// int8 values and a `Q8Ds` (8 bytes) per 32.
+/// Warps the flash-attention vector kernel's cell segments aim to fill
+/// (about two blocks of 4 warps per SM of a 132-SM GPU).
+const FA_TARGET_WARPS: i64 = 1024;
+
+/// Query rows from which flash attention takes the tensor-core kernel
+/// (fewer: decode, the vector kernel).
+const FA_MMA_MIN_Q: i64 = 8;
+
+/// A flash_attn_ext node's shape as the kernels see it: the rows of one
+/// KV head are (query, head) pairs, `n_rows = n_q * n_head / n_head_kv`.
+struct FaShape {
+    dk: i64,
+    dv: i64,
+    n_kv: i64,
+    n_head_kv: i64,
+    n_rows: i64,
+}
+
+impl FaShape {
+    fn of(g: &Graph, node: TensorId) -> FaShape {
+        let t = g.tensor(node);
+        let (q, k, v) = (g.tensor(t.src[0]), g.tensor(t.src[1]), g.tensor(t.src[2]));
+        let n_head_kv = k.ne[2].max(1);
+        FaShape {
+            dk: q.ne[0],
+            dv: v.ne[0],
+            n_kv: k.ne[1],
+            n_head_kv,
+            n_rows: q.ne[1] * (q.ne[2] / n_head_kv),
+        }
+    }
+}
+
+/// The vector kernel for v rows of `dv` and the rows it packs per block
+/// (at most its instance's, with `rt * dk <= FAV_QMAX`).
+fn fa_vec_plan(dk: i64, dv: i64, n_rows: i64) -> (Kernel, i64) {
+    let (kernel, rt_max) = if dv <= 64 {
+        (Kernel::FaVec64, 8)
+    } else if dv <= 128 {
+        (Kernel::FaVec128, 8)
+    } else if dv <= 256 {
+        (Kernel::FaVec256, 4)
+    } else {
+        (Kernel::FaVec512, 4)
+    };
+    let rt = rt_max.min(FAV_QMAX / dk.max(1)).min(n_rows).max(1);
+    (kernel, rt)
+}
+
+/// The vector kernel's `vec` flags: bit 0, float K rows of dense
+/// elements at 16-byte aligned addresses; bit 1, F16/BF16 V rows of dense
+/// elements at 4-byte aligned addresses.
+fn fa_vec_flags(g: &Graph, node: TensorId, ptrs: [DevPtr; 2]) -> i32 {
+    let t = g.tensor(node);
+    let (k, v) = (g.tensor(t.src[1]), g.tensor(t.src[2]));
+    let aligned = |t: &ggml_core::Tensor, p: DevPtr, a: u64| {
+        let es = t.ty.type_size();
+        t.nb[0] == es
+            && p.is_multiple_of(a)
+            && t.nb[1..].iter().all(|&nb| (nb as u64).is_multiple_of(a))
+            && (t.ne[0] as u64 * es as u64).is_multiple_of(a)
+    };
+    let mut f = 0;
+    if is_float(k.ty) && aligned(k, ptrs[0], 16) {
+        f |= 1;
+    }
+    if matches!(v.ty, GgmlType::F16 | GgmlType::BF16) && aligned(v, ptrs[1], 4) {
+        f |= 2;
+    }
+    f
+}
+
+/// The tensor-core kernel for a flash_attn_ext node, when it takes it:
+/// at least [`FA_MMA_MIN_Q`] queries, K and V both F16 or both BF16 with
+/// dense 16-byte aligned rows, head dimension 64 or 128 for both.
+fn fa_mma_kernel(g: &Graph, node: TensorId, ptrs: [DevPtr; 3]) -> Option<Kernel> {
+    let t = g.tensor(node);
+    let (q, k, v) = (g.tensor(t.src[0]), g.tensor(t.src[1]), g.tensor(t.src[2]));
+    let aligned = |t: &ggml_core::Tensor, p: DevPtr| {
+        t.nb[0] == 2 && p.is_multiple_of(16) && t.nb[1..].iter().all(|&nb| nb.is_multiple_of(16))
+    };
+    let ok = q.ne[1] >= FA_MMA_MIN_Q
+        && matches!(k.ty, GgmlType::F16 | GgmlType::BF16)
+        && v.ty == k.ty
+        && q.ne[0] == v.ne[0]
+        && aligned(k, ptrs[1])
+        && aligned(v, ptrs[2])
+        && cdiv(FaShape::of(g, node).n_rows, 16 * FAM_WARPS as i64) <= u32::MAX as i64;
+    match (ok, q.ne[0]) {
+        (true, 64) => Some(Kernel::FaMma64),
+        (true, 128) => Some(Kernel::FaMma128),
+        _ => None,
+    }
+}
+
 fn q8_scratch(n: i64) -> usize {
     pad256(n as usize) + pad256((n / Q8_1_BLOCK) as usize * 8)
 }
@@ -1533,7 +1707,7 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
                 ) && k.rows_contiguous()
                     && q.ne[0] % 32 == 0);
             let shapes =
-                g.flash_attn_ext_shapes_ok(node) && q.ne[0] <= FA_DMAX && v.ne[0] <= FA_DMAX;
+                g.flash_attn_ext_shapes_ok(node) && q.ne[0] <= FA_DMAX && v.ne[0] <= FA_DV_MAX;
             let mask_ok = t
                 .src
                 .get(3)
@@ -1550,9 +1724,25 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
                 && shapes
                 && mask_ok
                 && sinks_ok
-                && grid_ok(q.ne[1] * q.ne[2] * q.ne[3])
+                && fa_grid_ok(g, node)
         }
     }
+}
+
+/// Largest v row of flash attention (`k_fa_vec_512`: MLA's 512).
+const FA_DV_MAX: i64 = 512;
+
+/// Whether flash attention's grids fit: the vector kernel's row tiles
+/// (grid y) and KV heads (grid z), the combine's rows (grid x).
+fn fa_grid_ok(g: &Graph, node: TensorId) -> bool {
+    let t = g.tensor(node);
+    let q = g.tensor(t.src[0]);
+    let sh = FaShape::of(g, node);
+    let (_, rt) = fa_vec_plan(sh.dk, sh.dv, sh.n_rows);
+    let z = sh.n_head_kv * q.ne[3];
+    cdiv(sh.n_rows, rt) <= GRID_YZ_MAX
+        && z <= GRID_YZ_MAX
+        && cdiv(z * sh.n_rows, 4) <= u32::MAX as i64
 }
 
 /// Whether a node's kernel validates ids through the device error flag.

@@ -76,8 +76,16 @@ __device__ __forceinline__ u32 f2u(float f) {
 
 __device__ __forceinline__ float neg_inf() { return u2f(0xff800000u); }
 
-// IEEE half -> float, exact (subnormals, inf and nan included).
-__device__ float h2f(u16 h) {
+// IEEE half -> float, exact (subnormals, inf and nan included): one
+// conversion instruction on a GPU, the bit manipulation below on the CPU
+// (the emulator and the kernel-source test, which checks it against the
+// half crate).
+__device__ __forceinline__ float h2f(u16 h) {
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
     u32 sign = ((u32)h & 0x8000u) << 16;
     u32 ex = ((u32)h >> 10) & 0x1fu;
     u32 man = (u32)h & 0x3ffu;
@@ -91,10 +99,17 @@ __device__ float h2f(u16 h) {
         return u2f(sign | 0x7f800000u | (man ? 0x400000u : 0u) | (man << 13));
     }
     return u2f(sign | ((ex + 112u) << 23) | (man << 13));
+#endif
 }
 
-// float -> IEEE half, round to nearest even (as the half crate and F16C).
-__device__ u16 f2h(float f) {
+// float -> IEEE half, round to nearest even (as the half crate and F16C):
+// one conversion instruction on a GPU.
+__device__ __forceinline__ u16 f2h(float f) {
+#if defined(__CUDA_ARCH__)
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     u32 x = f2u(f);
     u32 sign = (x >> 16) & 0x8000u;
     u32 ax = x & 0x7fffffffu;
@@ -126,18 +141,26 @@ __device__ u16 f2h(float f) {
         h++; // a carry into the exponent is the right answer (up to inf)
     }
     return (u16)(sign | h);
+#endif
 }
 
 __device__ __forceinline__ float bf2f(u16 b) { return u2f(((u32)b) << 16); }
 
-// float -> bfloat16, round to nearest even, nan kept quiet.
-__device__ u16 f2bf(float f) {
+// float -> bfloat16, round to nearest even, nan kept quiet (one
+// instruction on sm_80+).
+__device__ __forceinline__ u16 f2bf(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     u32 x = f2u(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) {
         return (u16)((x >> 16) | 0x40u);
     }
     u32 r = x + 0x7fffu + ((x >> 16) & 1u);
     return (u16)(r >> 16);
+#endif
 }
 
 __device__ __forceinline__ u16 ld16(const u8* p) { return (u16)(p[0] | (p[1] << 8)); }
@@ -473,6 +496,18 @@ __device__ __forceinline__ float act_round(float x, int wty) {
         return bf2f(f2bf(x));
     }
     return x;
+}
+
+// Eight halves (or bfloat16s) of a 16-byte word to floats.
+__device__ __forceinline__ void unpack8(uint4 v, int bf, float* o) {
+    u32 u[4] = {v.x, v.y, v.z, v.w};
+    UNROLL
+    for (int i = 0; i < 4; i++) {
+        u16 lo = (u16)(u[i] & 0xffffu);
+        u16 hi = (u16)(u[i] >> 16);
+        o[2 * i] = bf ? bf2f(lo) : h2f(lo);
+        o[2 * i + 1] = bf ? bf2f(hi) : h2f(hi);
+    }
 }
 
 __device__ __forceinline__ i64 t4_n(const T4& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }

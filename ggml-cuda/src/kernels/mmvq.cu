@@ -16,18 +16,6 @@
 // expert, so each selected expert's rows are read once per group of
 // columns; `mmvq_fused.cu` fuses the FFN around it.
 
-// Eight halves (or bfloat16s) of a 16-byte word to floats.
-__device__ __forceinline__ void unpack8(uint4 v, int bf, float* o) {
-    u32 u[4] = {v.x, v.y, v.z, v.w};
-    UNROLL
-    for (int i = 0; i < 4; i++) {
-        u16 lo = (u16)(u[i] & 0xffffu);
-        u16 hi = (u16)(u[i] >> 16);
-        o[2 * i] = bf ? bf2f(lo) : h2f(lo);
-        o[2 * i + 1] = bf ? bf2f(hi) : h2f(hi);
-    }
-}
-
 // acc[j] += dot(row, column j) over the K elements of an F32/F16/BF16 row,
 // column j the F32 values at b + cols.off[j] (bytes): 16-byte loads of the
 // row when it is 16-byte aligned, else element loads; the segment's lanes
