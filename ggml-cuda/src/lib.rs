@@ -90,9 +90,12 @@
 //! the CPU does) or the tiled float GEMM (`k_mul_mat_tiled`; prompt
 //! mul_mat_id with float experts: `k_mul_mat_id_vec`).
 //!
-//! flash_attn_ext (`k_flash_attn`): F32/F16 mask, ALiBi, softcap, sinks,
-//! F32/F16/BF16 or Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL K, V of any weight type,
-//! head dimensions up to 576 (MLA).
+//! flash_attn_ext: the split-KV vector kernels (`k_fa_vec_*` + `k_fa_combine`;
+//! decode, and prompts the tensor-core kernel does not take) and the
+//! tensor-core kernels for prompts with F16/BF16 K/V of head dimension 64 or
+//! 128 (`k_fa_mma_*`): F32/F16 mask, ALiBi, softcap, sinks, F32/F16/BF16 or
+//! Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL K, V of any weight type, head dimensions
+//! up to 576 for K and 512 for V (MLA).
 //!
 //! Not supported (the scheduler keeps these on the CPU): quantized
 //! destinations of cpy, flash attention with a K-quant K cache, other quant
@@ -108,15 +111,19 @@
 pub mod backend;
 pub mod bandwidth;
 mod buffer;
+pub mod cubin;
 pub mod driver;
 pub mod emu_kernels;
 pub mod emulator;
 mod err_flag;
 pub mod fusion;
 mod graphs;
+pub mod kernel_load;
 pub mod kernels;
 pub mod libraries;
 pub mod nvrtc;
+pub mod ptx_isa;
+pub mod shipped;
 
 pub use backend::CudaBackend;
 pub use bandwidth::{measure_h2d_bandwidth, H2dBandwidth};
@@ -167,12 +174,18 @@ pub fn nvrtc_description() -> Result<String, BackendError> {
 /// The CUDA driver's major version (12 for a CUDA 12.x driver), `None`
 /// without a driver.
 pub fn driver_major() -> Option<u32> {
+    driver_version().map(|v| v as u32 / 1000)
+}
+
+/// The CUDA driver's version as `cuDriverGetVersion` writes it (12040 for
+/// CUDA 12.4), `None` without a driver.
+pub fn driver_version() -> Option<i32> {
     probe_driver().ok()?;
     let mut v = 0;
     // SAFETY: the driver library is loadable (probed above); one valid
     // out-pointer. cuDriverGetVersion needs no cuInit.
     let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
-    (r == cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS && v > 0).then_some(v as u32 / 1000)
+    (r == cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS && v > 0).then_some(v)
 }
 
 /// Number of CUDA devices; a clean `NoDevice` error without CUDA. With the
@@ -195,7 +208,8 @@ pub fn unavailable_reason() -> Option<String> {
     if emulator::enabled() {
         return None;
     }
-    if let Err(e) = probe_libraries() {
+    // the driver alone opens CUDA0: the kernels are shipped compiled
+    if let Err(e) = probe_driver() {
         return Some(e.to_string());
     }
     match cuda_device_count() {

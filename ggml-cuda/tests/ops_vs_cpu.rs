@@ -931,7 +931,7 @@ fn the_moe_ffn_fuses_on_cuda_as_planned() {
 fn use_emulator_without_gpu() {
     if let Some(reason) = ggml_cuda::unavailable_reason() {
         println!("no GPU ({reason}): running on the emulated CUDA0");
-        ggml_cuda::emulator::enable();
+        ggml_cuda::emulator::fallback(&reason);
     }
 }
 
