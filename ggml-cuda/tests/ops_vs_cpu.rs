@@ -582,7 +582,7 @@ fn cases() -> Vec<Case> {
     // causal F16 mask, GQA (4 heads over 2), F32/F16/BF16 and quantized
     // K/V caches, sinks (gpt-oss), ALiBi and softcap, MLA's head shapes
     // (k 576, v 512, one k/v head: deepseek2)
-    let fa_cases: [(i64, i64, GgmlType, GgmlType); 12] = [
+    let fa_cases: [(i64, i64, GgmlType, GgmlType); 14] = [
         (1, 1, GgmlType::F16, GgmlType::F16),
         (1, 4096, GgmlType::F16, GgmlType::F16),
         (17, 4096, GgmlType::F16, GgmlType::F16),
@@ -595,6 +595,10 @@ fn cases() -> Vec<Case> {
         (17, 300, GgmlType::Q5_0, GgmlType::IQ4NL),
         (512, 600, GgmlType::Q8_0, GgmlType::F16),
         (1, 64, GgmlType::IQ4NL, GgmlType::Q8_0),
+        // a Q8_0 cache at decode over 4096 cells (segments, combine with
+        // sinks) and 17 queries over it
+        (1, 4096, GgmlType::Q8_0, GgmlType::Q8_0),
+        (17, 4096, GgmlType::Q8_0, GgmlType::Q8_0),
     ];
     for (i, (n_q, n_kv, kty, vty)) in fa_cases.into_iter().enumerate() {
         let mut b = next();
@@ -619,7 +623,7 @@ fn cases() -> Vec<Case> {
         let (max_bias, softcap) = if i == 4 { (8.0, 30.0) } else { (0.0, 0.0) };
         let o =
             b.g.flash_attn_ext(q, k, vc, Some(mask), 0.125, max_bias, softcap);
-        let with_sinks = i == 3 || i == 7;
+        let with_sinks = i == 3 || i == 7 || i == 12;
         if with_sinks {
             let sinks = b.rand(GgmlType::F32, &[n_head]);
             b.g.flash_attn_ext_add_sinks(o, sinks);
