@@ -36,6 +36,22 @@ fn f16b(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_le_bytes()
 }
 
+/// A causal F16 mask [n_kv, n_q]: query j sees the cells up to
+/// n_kv - n_q + j.
+fn causal_mask(n_q: i64, n_kv: i64) -> Vec<u8> {
+    (0..n_q)
+        .flat_map(|j| {
+            (0..n_kv).flat_map(move |c| {
+                f16b(if c > n_kv - n_q + j {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                })
+            })
+        })
+        .collect()
+}
+
 /// Random bytes of a tensor of `ty` with `n` elements: values in [-1, 1)
 /// for plain types, random quants with sane scales for block types.
 fn rand_bytes(r: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
@@ -606,20 +622,7 @@ fn cases() -> Vec<Case> {
         let q = b.rand(GgmlType::F32, &[d, n_q, n_head]);
         let k = b.rand(kty, &[d, n_kv, n_head_kv]);
         let vc = b.rand(vty, &[d, n_kv, n_head_kv]);
-        // causal: query j sees cells up to n_kv - n_q + j
-        let mask: Vec<u8> = (0..n_q)
-            .flat_map(|j| {
-                (0..n_kv).flat_map(move |c| {
-                    let m = if c > n_kv - n_q + j {
-                        f32::NEG_INFINITY
-                    } else {
-                        0.0
-                    };
-                    f16b(m)
-                })
-            })
-            .collect();
-        let mask = b.data(GgmlType::F16, &[n_kv, n_q], mask);
+        let mask = b.data(GgmlType::F16, &[n_kv, n_q], causal_mask(n_q, n_kv));
         let (max_bias, softcap) = if i == 4 { (8.0, 30.0) } else { (0.0, 0.0) };
         let o =
             b.g.flash_attn_ext(q, k, vc, Some(mask), 0.125, max_bias, softcap);
@@ -663,18 +666,7 @@ fn cases() -> Vec<Case> {
         let q = b.rand(GgmlType::F32, &[d, n_q, n_head]);
         let k = b.rand(kty, &[d, n_kv, n_head_kv]);
         let vc = b.rand(vty, &[d, n_kv, n_head_kv]);
-        let mask: Vec<u8> = (0..n_q)
-            .flat_map(|j| {
-                (0..n_kv).flat_map(move |c| {
-                    f16b(if c > n_kv - n_q + j {
-                        f32::NEG_INFINITY
-                    } else {
-                        0.0
-                    })
-                })
-            })
-            .collect();
-        let mask = b.data(GgmlType::F16, &[n_kv, n_q], mask);
+        let mask = b.data(GgmlType::F16, &[n_kv, n_q], causal_mask(n_q, n_kv));
         let o = b.g.flash_attn_ext(q, k, vc, Some(mask), 0.09, 0.0, 0.0);
         let tol = if kty == GgmlType::F32 && vty == GgmlType::F32 {
             F32_TOL
