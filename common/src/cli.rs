@@ -107,6 +107,14 @@ pub struct PlacementArgs {
     #[arg(long = "device", value_name = "DEV[,DEV..]")]
     pub device: Option<String>,
 
+    /// comma-separated list of RPC servers (host:port): each device of each
+    /// stock ggml-rpc-server (protocol 7.0.0) becomes a device RPC0, RPC1,
+    /// ... for --device, -ts and -ot; with no --device, the offloaded
+    /// layers go to them (GGML_RPC_TIMEOUT: seconds a worker may take to
+    /// answer, default 120)
+    #[arg(long = "rpc", value_name = "SERVERS")]
+    pub rpc: Option<String>,
+
     /// [-sm] how to split the offloaded layers across the devices: layer
     /// (default: consecutive layers per device, in -ts proportions) or none
     /// (every offloaded layer on the -mg device); row is not supported
@@ -181,6 +189,13 @@ pub struct PlacementArgs {
     /// elsewhere as mmap), dio (O_DIRECT reads)
     #[arg(long = "load-mode", value_name = "MODE", default_value = "auto", value_parser = parse_load_mode)]
     pub load_mode: LoadMode,
+
+    /// bypass the devices' host buffer (llama.cpp's --no-host): the weights
+    /// that stay in host memory are not page-locked for the device, so
+    /// their uploads copy from pageable memory (by default a CUDA device
+    /// registers them, and uploads are asynchronous DMA)
+    #[arg(long = "no-host")]
+    pub no_host: bool,
 }
 
 fn parse_load_mode(s: &str) -> std::result::Result<LoadMode, String> {
@@ -196,6 +211,19 @@ impl PlacementArgs {
             return Ok(Vec::new());
         };
         parse_device_list(arg)
+    }
+
+    /// The devices a run places on: the `--device` list, or with `--rpc`
+    /// and no `--device` every RPC worker's device (connecting to them).
+    pub fn planned_device_names(&self) -> Result<Vec<String>> {
+        if self.device.is_none() && self.rpc.is_some() {
+            return Ok(self
+                .rpc_devices(1)?
+                .iter()
+                .map(|d| d.name().to_string())
+                .collect());
+        }
+        self.device_names()
     }
 
     /// The placement rules on `devices` (the `--device` list as opened):
@@ -269,10 +297,34 @@ impl PlacementArgs {
         Ok(p)
     }
 
+    /// The `--rpc` servers (empty without `--rpc`).
+    pub fn rpc_servers(&self) -> Result<Vec<String>> {
+        match &self.rpc {
+            None => Ok(Vec::new()),
+            Some(list) => parse_rpc_servers(list).map_err(|e| anyhow::anyhow!(e)),
+        }
+    }
+
+    /// The devices of the `--rpc` workers (connected once per process);
+    /// none without `--rpc`.
+    pub fn rpc_devices(&self, n_threads: usize) -> Result<Vec<Arc<ggml_rpc::RpcBackend>>> {
+        let servers = self.rpc_servers()?;
+        llama::device::rpc_devices(&servers, n_threads, self.offload_min_batch)
+            .map_err(|e| anyhow::anyhow!("--rpc {}: {e}", servers.join(",")))
+    }
+
     /// Open the `--device` backends, in order (none for `CPU` or no
-    /// `--device`); simulated devices share one simulated clock.
+    /// `--device`; with `--rpc` and no `--device`, every RPC device);
+    /// simulated devices share one simulated clock.
     pub fn open_devices(&self, n_threads: usize) -> Result<Vec<Arc<dyn Backend>>> {
         let sim_mem = self.sim_mem_bytes()?;
+        let rpc = self.rpc_devices(n_threads)?;
+        if self.device.is_none() && !rpc.is_empty() {
+            if self.sim_profile.is_some() || sim_mem.is_some() {
+                bail!("--sim-profile and --sim-mem-mib apply to a simulated device: give --device SIM0 too");
+            }
+            return Ok(rpc.into_iter().map(|d| d as Arc<dyn Backend>).collect());
+        }
         let Some(arg) = &self.device else {
             if self.sim_profile.is_some() {
                 bail!("--sim-profile: needs a simulated device (--device SIM0)");
@@ -316,6 +368,7 @@ impl PlacementArgs {
             sim_profile,
             sim_mem,
             sim_clock: None,
+            rpc,
         };
         if all_cpu {
             // `--device CPU`: checks the flags against the CPU as before
@@ -337,6 +390,11 @@ impl PlacementArgs {
             _ => bail!("--sim-mem-mib {v}: give the device's memory in MiB, a number > 0"),
         }
     }
+}
+
+/// Parse a `--rpc host:port[,host:port...]` list.
+pub fn parse_rpc_servers(list: &str) -> std::result::Result<Vec<String>, String> {
+    ggml_rpc::parse_servers(list)
 }
 
 /// Parse a `--device` list: `A,B,...` (llama.cpp's `,`; `/` also, as
@@ -466,7 +524,7 @@ impl MoeCacheArgs {
     }
 
     /// [`MoeCacheArgs::params`] with the per-device sizes
-    /// ([`llama::ContextParams::moe_cache_sizes`]; empty for one size).
+    /// ([`llama::MoeParams::cache_sizes`]; empty for one size).
     pub fn device_params(
         &self,
         placement: &PlacementArgs,
@@ -475,7 +533,7 @@ impl MoeCacheArgs {
         match all.as_slice() {
             [p] => Ok((*p, Vec::new())),
             [first, ..] => {
-                let devices = placement.device_names()?;
+                let devices = placement.planned_device_names()?;
                 if devices.len() != all.len() {
                     bail!(
                         "--moe-cache-mib {}: {} sizes for {} device{} ({}): give one size for all, or one per --device",
@@ -551,8 +609,11 @@ impl BatchArgs {
             n_batch: self.batch_size,
             n_ubatch: self.ubatch_size,
             n_threads,
-            expert_copy: !placement.no_expert_copy,
             flash_attn: matches!(self.flash_attn.as_str(), "on" | "1"),
+            moe: llama::MoeParams {
+                expert_copy: !placement.no_expert_copy,
+                ..Default::default()
+            },
             ..ContextParams::default()
         }
     }
@@ -629,6 +690,7 @@ pub fn load_model(
         placement: rules,
         progress: Some(Box::new(move |f| p2.borrow_mut().set(f))),
         load_mode: placement.load_mode,
+        no_host: placement.no_host,
         ..Default::default()
     };
     let t0 = Instant::now();

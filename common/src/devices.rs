@@ -1,11 +1,16 @@
 //! `--list-devices`: the devices `--device` can name, as llama.cpp lists
-//! them (name, description, memory).
+//! them (name, description, memory), the `--rpc` workers' devices
+//! included.
 
-use crate::cli::fmt_bytes;
+use anyhow::Result;
 
-/// Print the device list on stdout.
-pub fn print_devices() {
-    let (devs, why_no_cuda) = llama::device::list_devices();
+use crate::cli::{fmt_bytes, PlacementArgs};
+
+/// Print the device list on stdout (connecting to the `--rpc` workers).
+pub fn print_devices(placement: &PlacementArgs) -> Result<()> {
+    let rpc = placement.rpc_devices(1)?;
+    let (mut devs, why_no_cuda) = llama::device::list_devices();
+    devs.extend(llama::device::list_rpc_devices(&rpc));
     println!("Available devices:");
     for d in &devs {
         match d.memory {
@@ -22,6 +27,7 @@ pub fn print_devices() {
     if let Some(w) = why_no_cuda {
         println!("  ({w})");
     }
+    Ok(())
 }
 
 /// The device llama.cpp would pick with `-ngl` and no `--device`: the

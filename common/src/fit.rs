@@ -205,10 +205,11 @@ pub fn apply(
 }
 
 /// Each device's free memory, by opening it (a simulated device needs
-/// `--sim-mem-mib`: without it its memory is unlimited).
+/// `--sim-mem-mib`: without it its memory is unlimited; with `--rpc` and
+/// no `--device`, the RPC workers' devices).
 fn free_memory(placement: &PlacementArgs) -> Result<Vec<FitDevice>> {
-    if placement.device.is_none() {
-        bail!("--fit on: give the devices to plan for (--device SIM0, CUDA0,CUDA1, ...)");
+    if placement.device.is_none() && placement.rpc.is_none() {
+        bail!("--fit on: give the devices to plan for (--device SIM0, CUDA0,CUDA1, ..., or --rpc)");
     }
     let devs = placement.open_devices(1)?;
     if devs.is_empty() {

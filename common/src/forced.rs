@@ -1,11 +1,11 @@
 //! `--expert-trace-in FILE` (llama-run, llama-bench): read a routing trace
 //! and make it the model's forced routing
-//! ([`llama::moe_cache::forced`]); every error names the flag and the file.
+//! ([`llama::moe_cache::trace::forced`]); every error names the flag and the file.
 
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use llama::moe_cache::forced::ForcedRouting;
+use llama::moe_cache::trace::forced::ForcedRouting;
 use llama::moe_cache::Trace;
 use llama::Model;
 

@@ -34,6 +34,7 @@ pub mod outfile;
 pub mod pipeline_summary;
 pub mod prefetch_report;
 pub mod progress;
+pub mod rpc_summary;
 pub mod signals;
 pub mod simtime;
 pub mod stream;

@@ -2,7 +2,7 @@
 //! (stderr) and as one JSON object (`--stats-out`).
 
 use llama::moe_cache::CacheStats;
-use llama::TransferStats;
+use llama::{MoeStats, TransferStats};
 use serde::Serialize;
 
 use crate::cli::fmt_bytes;
@@ -111,6 +111,10 @@ pub struct RunSummary {
     /// `launches_per_token`, `graph_replays`, `splits_per_token` keys).
     #[serde(flatten)]
     pub pipeline: crate::pipeline_summary::PipelineSummary,
+    /// The RPC workers' wire traffic (`rpc_*` keys), when a device is an
+    /// RPC worker's.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub rpc: Option<crate::rpc_summary::RpcSummary>,
     /// CPU threads the prompt's ubatches ran on (`-tb`; as `-t` without
     /// it), as the CPU backend reports them.
     pub n_threads_batch: usize,
@@ -128,6 +132,25 @@ pub struct RunSummary {
     /// The summary's line about the forced routing (text summary only).
     #[serde(skip)]
     pub forced_routing_text: Option<String>,
+    /// What the devices upload the weights in host memory from: `pinned`
+    /// (page-locked for the device: asynchronous DMA; the default on CUDA),
+    /// `pageable` (`--no-host`, or a device that does not page-lock), or
+    /// `none` (no device, or every weight on the devices).
+    pub host_weights_upload: String,
+}
+
+/// [`RunSummary::host_weights_upload`] of a loaded model.
+pub fn host_weights_upload(model: &llama::Model) -> String {
+    let host = model
+        .weights
+        .iter()
+        .any(|w| matches!(w.target, llama::placement::Target::Host));
+    match (model.devices.is_empty() || !host, model.host_pinned) {
+        (true, _) => "none",
+        (false, true) => "pinned",
+        (false, false) => "pageable",
+    }
+    .to_string()
 }
 
 /// `b - a`, field by field.
@@ -155,6 +178,12 @@ impl RunSummary {
             self.h2d_bytes_full_copy_per_token = gen.h2d_bytes_full_copy as f64 / n;
             self.experts_copied_per_token = gen.experts_copied as f64 / n;
         }
+    }
+
+    /// Fill the MoE fields from the context's MoE counters
+    /// ([`llama::Context::moe_stats`]): the cache's (and hybrid experts').
+    pub fn set_moe(&mut self, m: &MoeStats) {
+        self.set_cache(m.cache.clone());
     }
 
     /// Fill the cache fields from the cache's counters (`None`: no cache).
@@ -191,8 +220,22 @@ impl RunSummary {
             t.push_str(&cache_text(c, &self.device));
             t.push_str(&self.hybrid.to_text(&self.device));
         }
+        match self.host_weights_upload.as_str() {
+            "pinned" => t.push_str(&format!(
+                "host weights  = pinned: page-locked for {}, uploads are asynchronous DMA (--no-host: pageable)\n",
+                self.device
+            )),
+            "pageable" => t.push_str(&format!(
+                "host weights  = pageable: uploads to {} copy from pageable memory (--no-host, or a device that does not page-lock; on CUDA each blocks the host until the driver has staged it)\n",
+                self.device
+            )),
+            _ => {}
+        }
         t.push_str(&self.prefetch.to_text());
         t.push_str(&self.pipeline.to_text(&self.device));
+        if let Some(r) = &self.rpc {
+            t.push_str(&r.to_text(&self.device));
+        }
         if self.devices.len() > 1 {
             for d in &self.devices {
                 t.push_str(&format!(

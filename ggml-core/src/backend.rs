@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::clock::DeviceClock;
 use crate::graph::Graph;
+use crate::link::LinkCounters;
 use crate::pipeline::PipelineCounters;
 use crate::tensor::{TensorData, TensorId};
 use crate::timeline::Timeline;
@@ -190,6 +191,13 @@ pub trait Backend: Send + Sync {
     /// This backend's pipeline counters ([`crate::pipeline`]), where it keeps
     /// them (device backends); `None` for the CPU.
     fn pipeline_counters(&self) -> Option<&PipelineCounters> {
+        None
+    }
+
+    /// The counters of the network link to this backend's device, where it
+    /// has one (an RPC worker: bytes and messages each way, round trips;
+    /// [`crate::link`]); `None` for devices of this host.
+    fn link_counters(&self) -> Option<&LinkCounters> {
         None
     }
 

@@ -400,7 +400,7 @@ fn main() -> ExitCode {
     };
     if let Some(why) = ggml_cuda::unavailable_reason() {
         eprintln!("kernel-bench: no GPU ({why}): emulated CUDA0, --small shapes");
-        ggml_cuda::emulator::enable();
+        ggml_cuda::emulator::fallback(&why);
         o.small = true;
     }
     let be = match CudaBackend::new(0) {

@@ -18,7 +18,6 @@ use crate::graphs::{Decision, GraphCache, Planned};
 use crate::kernels::{
     Kernel, Kernels, FA_DMAX, FA_WARPS, GEMM_TILE, MMQ_TILE, MV_WARPS, Q8_1_BLOCK,
 };
-use crate::probe_libraries;
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
 /// `mul_mat` use dequantize + tiled GEMM.
@@ -107,6 +106,27 @@ fn q8_group(ty: GgmlType) -> i32 {
     }
 }
 
+/// The 32-element block types `k_flash_attn` takes for K.
+fn fa_block_k_type(ty: GgmlType) -> bool {
+    use GgmlType as T;
+    matches!(
+        ty,
+        T::Q8_0 | T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::IQ4NL
+    )
+}
+
+/// Whether `k_flash_attn` runs attention over a KV cache of K type `k`, V
+/// type `v` and head dimensions `d_k`, `d_v` (what `-fa auto` asks of a
+/// CUDA device, as llama.cpp resolves auto to on where the device's
+/// flash attention supports the case; the per-node check stays
+/// `supports_op`'s).
+pub fn flash_attn_cache_supported(k: GgmlType, v: GgmlType, d_k: i64, d_v: i64) -> bool {
+    (is_float(k) || (fa_block_k_type(k) && d_k % 32 == 0))
+        && is_weight_type(v)
+        && d_k <= FA_DMAX
+        && d_v <= FA_DMAX
+}
+
 fn pad256(n: usize) -> usize {
     n.div_ceil(256) * 256
 }
@@ -160,7 +180,7 @@ struct Trace {
 /// The CUDA backend for one device (`CUDA<n>`).
 pub struct CudaBackend {
     dev: Arc<Dev>,
-    kernels: Kernels,
+    kernels: Arc<Kernels>,
     err_flag: ErrFlag,
     scratch: Mutex<Scratch>,
     offload_min_batch: i64,
@@ -178,15 +198,16 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Open device `device`: probes the driver and NVRTC libraries first, so
-    /// a machine without CUDA gets `BackendError::NoDevice`, never a panic.
-    /// Compiles the kernels (once per process) and loads them.
+    /// Open device `device`: probes the driver library first, so a machine
+    /// without CUDA gets `BackendError::NoDevice`, never a panic. Loads the
+    /// kernels once per process and device (the shipped images; NVRTC only
+    /// where none serves the device: `kernel_load.rs`).
     pub fn new(device: usize) -> Result<CudaBackend, BackendError> {
         if !crate::emulator::enabled() {
-            probe_libraries()?;
+            crate::probe_driver()?;
         }
         let dev = Dev::open(device)?;
-        let kernels = Kernels::load(dev.drv.as_ref())?;
+        let kernels = Kernels::load(dev.drv.as_ref(), device)?;
         let err_flag = ErrFlag::new(&dev)?;
         Ok(CudaBackend {
             dev,
@@ -258,6 +279,29 @@ impl CudaBackend {
     /// emulated device's name says so).
     pub fn device_name(&self) -> Result<String, BackendError> {
         self.dev.drv.name()
+    }
+
+    /// The kernel image the device runs: `cubin sm_90 (shipped
+    /// sm_90.cubin.xz)`, `PTX compute_75 ISA 8.4 (shipped
+    /// compute_75.ptx.xz)`, or NVRTC's.
+    pub fn kernel_image(&self) -> &str {
+        self.kernels.image()
+    }
+
+    /// Every kernel image considered for the device, in order, with what
+    /// became of it (the last `...: loaded`).
+    pub fn kernel_tries(&self) -> &[String] {
+        self.kernels.tries()
+    }
+
+    /// The device's compute capability `(major, minor)`.
+    pub fn compute_capability(&self) -> Result<(u32, u32), BackendError> {
+        self.dev.drv.compute_capability()
+    }
+
+    /// The CUDA driver's version (`cuDriverGetVersion`: 12040 for 12.4).
+    pub fn driver_version(&self) -> Result<i32, BackendError> {
+        self.dev.drv.driver_version()
     }
 
     /// Whether this backend runs on the emulator ([`crate::emulator`]).
@@ -1225,16 +1269,7 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
             // k: float, or a 32-element block type (q quantized per 32 as
             // the CPU's Q8_0 / Q8_1)
             let k_ok = is_float(k.ty)
-                || (matches!(
-                    k.ty,
-                    GgmlType::Q8_0
-                        | GgmlType::Q4_0
-                        | GgmlType::Q4_1
-                        | GgmlType::Q5_0
-                        | GgmlType::Q5_1
-                        | GgmlType::IQ4NL
-                ) && k.rows_contiguous()
-                    && q.ne[0] % 32 == 0);
+                || (fa_block_k_type(k.ty) && k.rows_contiguous() && q.ne[0] % 32 == 0);
             let shapes =
                 g.flash_attn_ext_shapes_ok(node) && q.ne[0] <= FA_DMAX && v.ne[0] <= FA_DMAX;
             let mask_ok = t

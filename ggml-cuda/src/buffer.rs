@@ -234,12 +234,20 @@ impl Buffer for CudaBuffer {
         }
         let dev = &self.mem.dev;
         dev.bind()?;
-        // SAFETY: the range was checked against the allocation; the copy's
-        // event is waited for before returning, so `data` outlives it.
+        let pinned = dev.drv.is_page_locked(data.as_ptr(), data.len());
+        // SAFETY: the range was checked against the allocation. From
+        // pageable memory the copy call returns once the driver has taken
+        // the bytes (CUDA stages them); from page-locked memory the copy's
+        // event is waited for before returning. Either way `data` outlives
+        // the copy's use of it.
         unsafe {
             dev.stream
                 .memcpy_htod(self.mem.ptr + offset as u64, data.as_ptr(), data.len())
         }?;
+        if !pinned {
+            // ordered on the compute stream like any later work: no wait
+            return Ok(());
+        }
         // the host waits for this copy (and the compute before it) only
         dev.record_pooled(&dev.stream)?.event().synchronize()
     }

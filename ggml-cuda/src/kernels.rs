@@ -1,7 +1,9 @@
 //! The CUDA C++ kernel source, the kernels the Rust side launches (by
-//! name), the NVRTC compile path and the process-wide PTX cache: NVRTC
-//! compiles the source once per GPU architecture per process; each backend
-//! loads the PTX into its context once.
+//! name), the NVRTC compile path and the process-wide PTX cache (NVRTC
+//! compiles the source at most once per GPU architecture per process), and
+//! [`Kernels`], what a device loaded: the image comes from the shipped
+//! cubins and PTX first (`shipped.rs`, picked by `kernel_load.rs`), NVRTC
+//! being the fallback.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -309,30 +311,38 @@ pub fn ptx_for(arch: &str) -> Result<String, BackendError> {
     compiled_for(arch).map(|c| c.ptx.clone())
 }
 
-/// The PTX for a device of compute capability `major.minor`. An NVRTC
-/// older than the device may not know its architecture: then a baseline the
-/// driver can JIT forward ([`FALLBACK_ARCH`]).
-pub fn ptx_for_capability(major: i32, minor: i32) -> Result<String, BackendError> {
-    let arch = format!("compute_{major}{minor}");
-    match ptx_for(&arch) {
-        Ok(p) => Ok(p),
-        Err(first) => ptx_for(FALLBACK_ARCH)
-            .map_err(|e| BackendError::Device(format!("{first}; fallback {FALLBACK_ARCH}: {e}"))),
-    }
-}
-
-/// The kernels loaded into one device context.
+/// The kernels loaded into one device context, with the image they came
+/// from and every image tried before it (`kernel_load.rs`).
 pub struct Kernels {
     funcs: HashMap<Kernel, Function>,
+    image: String,
+    tries: Vec<String>,
 }
 
 impl Kernels {
-    /// Load every kernel on `dev` (the driver compiles the source once per
-    /// process and architecture; the emulator has them compiled in).
-    pub(crate) fn load(dev: &dyn Device) -> Result<Kernels, BackendError> {
-        let loaded = dev.load_kernels(KERNEL_NAMES)?;
-        let funcs = Kernel::ALL.into_iter().zip(loaded).collect();
-        Ok(Kernels { funcs })
+    pub(crate) fn new(funcs: HashMap<Kernel, Function>, image: String, tries: Vec<String>) -> Self {
+        Kernels {
+            funcs,
+            image,
+            tries,
+        }
+    }
+
+    /// The kernels of device `ordinal`: loaded once per process and device
+    /// ([`crate::kernel_load::load`]).
+    pub(crate) fn load(dev: &dyn Device, ordinal: usize) -> Result<Arc<Kernels>, BackendError> {
+        crate::kernel_load::load(dev, ordinal)
+    }
+
+    /// The image loaded: `cubin sm_90 (shipped sm_90.cubin.xz)`.
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// Every image considered, in order, with what became of it (the last
+    /// one `...: loaded`).
+    pub fn tries(&self) -> &[String] {
+        &self.tries
     }
 
     /// A loaded kernel.

@@ -108,14 +108,18 @@
 pub mod backend;
 pub mod bandwidth;
 mod buffer;
+pub mod cubin;
 pub mod driver;
 pub mod emu_kernels;
 pub mod emulator;
 mod err_flag;
 mod graphs;
+pub mod kernel_load;
 pub mod kernels;
 pub mod libraries;
 pub mod nvrtc;
+pub mod ptx_isa;
+pub mod shipped;
 
 pub use backend::CudaBackend;
 pub use bandwidth::{measure_h2d_bandwidth, H2dBandwidth};
@@ -166,12 +170,18 @@ pub fn nvrtc_description() -> Result<String, BackendError> {
 /// The CUDA driver's major version (12 for a CUDA 12.x driver), `None`
 /// without a driver.
 pub fn driver_major() -> Option<u32> {
+    driver_version().map(|v| v as u32 / 1000)
+}
+
+/// The CUDA driver's version as `cuDriverGetVersion` writes it (12040 for
+/// CUDA 12.4), `None` without a driver.
+pub fn driver_version() -> Option<i32> {
     probe_driver().ok()?;
     let mut v = 0;
     // SAFETY: the driver library is loadable (probed above); one valid
     // out-pointer. cuDriverGetVersion needs no cuInit.
     let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
-    (r == cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS && v > 0).then_some(v as u32 / 1000)
+    (r == cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS && v > 0).then_some(v)
 }
 
 /// Number of CUDA devices; a clean `NoDevice` error without CUDA. With the
@@ -194,7 +204,8 @@ pub fn unavailable_reason() -> Option<String> {
     if emulator::enabled() {
         return None;
     }
-    if let Err(e) = probe_libraries() {
+    // the driver alone opens CUDA0: the kernels are shipped compiled
+    if let Err(e) = probe_driver() {
         return Some(e.to_string());
     }
     match cuda_device_count() {

@@ -35,6 +35,7 @@ type SizeFn = unsafe extern "C" fn(Program, *mut usize) -> Status;
 type TextFn = unsafe extern "C" fn(Program, *mut c_char) -> Status;
 type DestroyFn = unsafe extern "C" fn(*mut Program) -> Status;
 type ErrorStringFn = unsafe extern "C" fn(Status) -> *const c_char;
+type BinaryFn = unsafe extern "C" fn(Program, *mut c_char) -> Status;
 
 /// One loaded NVRTC library.
 pub struct Nvrtc {
@@ -48,6 +49,8 @@ pub struct Nvrtc {
     log: TextFn,
     destroy: DestroyFn,
     error_string: ErrorStringFn,
+    /// `nvrtcGetCUBINSize` / `nvrtcGetCUBIN` (NVRTC 11.1 and later).
+    cubin: Option<(SizeFn, BinaryFn)>,
     // Keeps the function pointers above valid; dropped last.
     _lib: libloading::Library,
     // NVRTC's builtins, loaded from NVRTC's own folder (see `load`).
@@ -58,8 +61,12 @@ pub struct Nvrtc {
 pub struct ProgramOutput {
     /// NVRTC's status name when the compile failed (`None`: it succeeded).
     pub error: Option<String>,
-    /// The PTX (empty when the compile failed).
+    /// The PTX (empty when the compile failed, or compiled for an `sm_XY`
+    /// architecture).
     pub ptx: String,
+    /// The cubin, for an `sm_XY` architecture (`--gpu-architecture=sm_90`);
+    /// empty otherwise.
+    pub cubin: Vec<u8>,
     /// NVRTC's log (warnings, errors).
     pub log: String,
 }
@@ -113,6 +120,16 @@ impl Nvrtc {
                 sym::<ErrorStringFn>(&lib, b"nvrtcGetErrorString\0", &path)?,
             )
         };
+        // SAFETY: see `sym`; optional (an NVRTC without them compiles PTX).
+        let cubin = unsafe {
+            match (
+                sym::<SizeFn>(&lib, b"nvrtcGetCUBINSize\0", &path),
+                sym::<BinaryFn>(&lib, b"nvrtcGetCUBIN\0", &path),
+            ) {
+                (Ok(a), Ok(b)) => Some((a, b)),
+                _ => None,
+            }
+        };
         let (mut major, mut minor) = (0, 0);
         // SAFETY: two valid out-pointers for the duration of the call.
         let status = unsafe { version(&mut major, &mut minor) };
@@ -132,6 +149,7 @@ impl Nvrtc {
             log,
             destroy,
             error_string,
+            cubin,
             _lib: lib,
             _builtins: builtins,
         })
@@ -200,7 +218,10 @@ impl Nvrtc {
         if s != 0 {
             return Err(fail("create program", s));
         }
-        let out = self.compile_created(prog, &opt_ptrs);
+        let want_cubin = options
+            .iter()
+            .any(|o| o.starts_with("--gpu-architecture=sm_") || o.starts_with("-arch=sm_"));
+        let out = self.compile_created(prog, &opt_ptrs, want_cubin);
         // SAFETY: `prog` was created above and is destroyed once, here.
         unsafe { (self.destroy)(&mut prog) };
         out
@@ -210,6 +231,7 @@ impl Nvrtc {
         &self,
         prog: Program,
         opts: &[*const c_char],
+        want_cubin: bool,
     ) -> Result<ProgramOutput, BackendError> {
         let n = c_int::try_from(opts.len())
             .map_err(|_| BackendError::InvalidInput("too many NVRTC options".into()))?;
@@ -223,6 +245,24 @@ impl Nvrtc {
             return Ok(ProgramOutput {
                 error: Some(self.status_name(status)),
                 ptx: String::new(),
+                cubin: Vec::new(),
+                log,
+            });
+        }
+        if want_cubin {
+            let (size, get) = self.cubin.ok_or_else(|| {
+                BackendError::Device(format!(
+                    "{} has no nvrtcGetCUBIN (NVRTC 11.1 or later writes cubins)",
+                    self.describe()
+                ))
+            })?;
+            // SAFETY: a live, compiled program; `size`/`get` are NVRTC's
+            // cubin pair.
+            let cubin = unsafe { self.binary(prog, size, get) }?;
+            return Ok(ProgramOutput {
+                error: None,
+                ptx: String::new(),
+                cubin,
                 log,
             });
         }
@@ -231,8 +271,40 @@ impl Nvrtc {
         Ok(ProgramOutput {
             error: None,
             ptx,
+            cubin: Vec::new(),
             log,
         })
+    }
+
+    /// # Safety
+    /// `prog` is a live, compiled program of this library, and `size`/`get`
+    /// a matching pair of its binary size and content functions.
+    unsafe fn binary(
+        &self,
+        prog: Program,
+        size: SizeFn,
+        get: BinaryFn,
+    ) -> Result<Vec<u8>, BackendError> {
+        let mut n = 0usize;
+        // SAFETY: the caller's contract; valid out-pointer.
+        let s = unsafe { size(prog, &mut n) };
+        if s != 0 {
+            return Err(BackendError::Device(format!(
+                "NVRTC cubin size query failed: {}",
+                self.status_name(s)
+            )));
+        }
+        let mut buf = vec![0u8; n.max(1)];
+        // SAFETY: `buf` holds the `n` bytes NVRTC said it writes.
+        let s = unsafe { get(prog, buf.as_mut_ptr().cast()) };
+        if s != 0 {
+            return Err(BackendError::Device(format!(
+                "NVRTC cubin query failed: {}",
+                self.status_name(s)
+            )));
+        }
+        buf.truncate(n);
+        Ok(buf)
     }
 
     /// # Safety

@@ -16,8 +16,8 @@ fn device_setup() -> &'static Option<String> {
     SETUP.get_or_init(|| {
         let reason = ggml_cuda::unavailable_reason();
         no_device_checks(reason.as_deref());
-        if reason.is_some() {
-            ggml_cuda::emulator::enable();
+        if let Some(why) = &reason {
+            ggml_cuda::emulator::fallback(why);
         }
         reason
     })

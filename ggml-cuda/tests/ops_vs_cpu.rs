@@ -723,7 +723,7 @@ fn cases() -> Vec<Case> {
 fn use_emulator_without_gpu() {
     if let Some(reason) = ggml_cuda::unavailable_reason() {
         println!("no GPU ({reason}): running on the emulated CUDA0");
-        ggml_cuda::emulator::enable();
+        ggml_cuda::emulator::fallback(&reason);
     }
 }
 

@@ -10,27 +10,31 @@
 //! cache cells its tokens are stored at among them) and computes it again
 //! ([`ggml_sched::Scheduler::compute_again`]): nothing is built, planned
 //! or allocated. [`Context::host_time`] says where the host's time went.
+//!
+//! The MoE state is the context's [`MoeRuntime`] ([`Context::moe`]): built
+//! from [`ContextParams::moe`] with the scheduler, it installs the copy hook,
+//! is told of each ubatch around its graph and compute, and holds the MoE
+//! counters ([`Context::moe_stats`]; [`Context::reset_stats`] resets them
+//! with the context's own).
 
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorData, TensorId};
 use ggml_sched::Scheduler;
 
 use crate::batch::Batch;
 use crate::error::{LlamaError, Result};
-use crate::expert_copy::{ExpertCopyStats, IdFilter, PolicyShared};
+use crate::expert_copy::{ExpertCopyStats, IdFilter};
 use crate::graph::decoder::DecoderGraph;
+use crate::graph::moe::MoeGraphInputs;
 use crate::graph::GraphBuilder;
-use crate::kv_cache::{KvCache, SeqId, MAX_SEQ};
+use crate::kv_cache::{KvCache, SeqId, KV_PAD, MAX_SEQ};
 use crate::model::Model;
-use crate::moe_cache::layout::{bytes_for_all, model_groups, model_groups_on};
-use crate::moe_cache::predict::{MoePredict, PredictShared, PredictStats};
-use crate::moe_cache::prefetch::{PrefetchStats, Staging, LOOKAHEAD_SPLITS};
-use crate::moe_cache::{
-    CacheLayout, CacheShared, CacheSize, CacheStats, MoeCacheHook, MoeCacheParams,
-};
+use crate::moe_cache::predict::PredictStats;
+use crate::moe_cache::prefetch::PrefetchStats;
+use crate::moe_cache::CacheStats;
+use crate::moe_runtime::{MoeParams, MoeRuntime, MoeStats};
+use crate::transfer_stats::TransferStats;
 
 /// Context settings, with llama.cpp's defaults where they apply.
 #[derive(Clone, Debug)]
@@ -51,49 +55,14 @@ pub struct ContextParams {
     pub kv_type: GgmlType,
     /// V cache element type when it differs from K's (llama.cpp's `-ctv`).
     pub kv_type_v: Option<GgmlType>,
-    /// Copy only the experts the router picked when a device computes with
-    /// host experts (`false`: full copies, for comparison).
-    pub expert_copy: bool,
     /// Attention with the fused `flash_attn_ext` op (`-fa`); off by default,
     /// the `mul_mat`/`soft_max` path llama.cpp's reference logits use.
     pub flash_attn: bool,
-    /// Read back each layer's selected experts after every ubatch
-    /// ([`Context::last_expert_ids`]); off by default, since on a device it
-    /// costs a read per layer per token.
-    pub record_expert_ids: bool,
-    /// The device cache of host experts (`--moe-cache-mib`, ...); off by
-    /// default in the library (the tools default to `auto`). With several
-    /// devices each has a cache of this size ([`crate::moe_cache::layout`]).
-    pub moe_cache: MoeCacheParams,
-    /// One cache size per device (`--moe-cache-mib A,B`), in
-    /// [`Model::devices`] order; empty (the default): `moe_cache.size` for
-    /// every device.
-    pub moe_cache_sizes: Vec<CacheSize>,
-    /// Hybrid experts (`--moe-cache-cpu-share`, `--moe-hybrid off`): with a
-    /// cache, each miss is computed on the CPU or uploaded as this share
-    /// says ([`crate::moe_cache::hybrid`]); `None` (the library's default)
-    /// uploads every miss.
-    pub moe_hybrid: Option<crate::moe_cache::hybrid::CpuShare>,
-    /// Staging slots for the prefill prefetch of host expert tensors
-    /// (`--prefetch-experts-slots`): `-1` auto, `0` off (the default), `N`
-    /// slots ([`crate::moe_cache::prefetch`]).
-    pub prefetch_experts_slots: i32,
-    /// With `prefetch_experts_slots == -1` (auto): whether auto may choose
-    /// the selective prefetch of each layer's predicted experts on prompt
-    /// ubatches (the prompt graph then predicts them; `true`, the default).
-    pub prefetch_selective: bool,
-    /// With auto: take this choice wherever possible instead of the cost
-    /// model's (tests and measurements; `Selective` stages whole the layers
-    /// without a guess; `None`, the default: the costs).
-    pub prefetch_force: Option<crate::moe_cache::prefetch_auto::Choice>,
-    /// Predict the next cached layer's experts and upload them early
-    /// (`--moe-predict router|history`; needs the expert cache; off by
-    /// default, [`crate::moe_cache::predict`]).
-    pub moe_predict: MoePredict,
-    /// Route every MoE layer by a trace's expert ids instead of its router's
-    /// (`--expert-trace-in`, [`crate::moe_cache::forced`]); `None` (the
-    /// default): the model's own routing.
-    pub forced_routing: Option<Arc<crate::moe_cache::forced::ForcedRouting>>,
+    /// The MoE features: the selective expert copy (on), the expert cache,
+    /// hybrid experts, the prefetch, decode prediction, forced routing and
+    /// the recording of expert ids (all off by default in the library; the
+    /// tools turn the cache and hybrid experts on).
+    pub moe: MoeParams,
 }
 
 impl Default for ContextParams {
@@ -106,51 +75,11 @@ impl Default for ContextParams {
             n_threads_batch: None,
             kv_type: GgmlType::F16,
             kv_type_v: None,
-            expert_copy: true,
             flash_attn: false,
-            record_expert_ids: false,
-            moe_cache: MoeCacheParams::default(),
-            moe_cache_sizes: Vec::new(),
-            moe_hybrid: None,
-            prefetch_experts_slots: 0,
-            prefetch_selective: true,
-            prefetch_force: None,
-            moe_predict: MoePredict::Off,
-            forced_routing: None,
+            moe: MoeParams::default(),
         }
     }
 }
-
-/// Bytes moved host -> device, cumulative since the context was made (or
-/// since [`Context::reset_stats`]). With the `serde` feature it serializes
-/// as its field names (the keys of `llama-run --stats-out`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct TransferStats {
-    /// Bytes of expert weights copied by the expert copy policy.
-    pub h2d_bytes_experts: u64,
-    /// Bytes copied into a device from host memory by plain (whole-tensor)
-    /// input copies (a copy between two devices through host memory
-    /// counts here too; a peer copy does not).
-    pub h2d_bytes_other: u64,
-    /// Bytes copied between two devices directly, device to device (peer
-    /// copies: the activations crossing a layer-split boundary).
-    pub d2d_bytes: u64,
-    /// Bytes copied between two devices through host memory (read back,
-    /// then uploaded: where the pair cannot copy peer to peer).
-    pub d2d_bytes_via_host: u64,
-    /// What the policy's inputs would have cost copied whole.
-    pub h2d_bytes_full_copy: u64,
-    /// Experts copied by the policy.
-    pub experts_copied: u64,
-    /// Experts a full copy of the same inputs would have moved.
-    pub experts_full_copy: u64,
-    /// Graphs computed.
-    pub graphs: u64,
-}
-
-/// Cells by which the attended KV span grows (llama.cpp pads `n_kv` too).
-const KV_PAD: usize = 32;
 
 /// Where the host's time went in the decodes since the context was made
 /// (or since [`Context::reset_stats`]): wall clock, nanoseconds.
@@ -196,10 +125,8 @@ struct GraphShape {
     n_tokens: usize,
     n_kv: usize,
     n_outputs: usize,
-    /// The expert cache's layout and the hybrid maps the graph reads
-    /// (addresses; fixed for a context's life).
-    cache: usize,
-    hybrid: usize,
+    /// The MoE states the graph reads ([`MoeRuntime::graph_key`]).
+    moe: (usize, usize),
     /// The last hidden states are kept ([`Context::set_embeddings`]).
     embd: bool,
 }
@@ -209,11 +136,8 @@ struct KeptGraph {
     shape: GraphShape,
     g: Graph,
     dg: DecoderGraph,
-    /// Cached layers the graph reads from host memory (too large a ubatch).
-    bypassed: Vec<u32>,
-    /// With forced routing, each MoE layer's ids input.
-    forced_ids: Vec<(usize, TensorId)>,
-    forced_ids_host: Vec<(usize, TensorId)>,
+    /// What the MoE layers read and what the build recorded.
+    moe: MoeGraphInputs,
 }
 
 /// Lists a decode fills, kept so that a steady decode allocates nothing.
@@ -236,10 +160,8 @@ pub struct Context {
     cpu_be: Arc<CpuBackend>,
     kv: KvCache,
     sched: Scheduler,
-    policy: Arc<Mutex<PolicyShared>>,
-    policy_base: ExpertCopyStats,
-    /// Per-device expert bytes at the last reset.
-    backend_bytes_base: std::collections::BTreeMap<String, u64>,
+    /// The MoE states, their hook and their counters.
+    moe: MoeRuntime,
     input_buf: Option<Arc<dyn ggml_core::Buffer>>,
     /// Forced routing's ids inputs, on the model's device when it has one
     /// (so no split copies them: the scheduler's look-ahead stops before a
@@ -252,15 +174,8 @@ pub struct Context {
     embd: Vec<f32>,
     n_outputs: usize,
     output_of: Vec<i32>,
-    last_expert_ids: Vec<Vec<i32>>,
-    expert_trace: Option<crate::moe_cache::Trace>,
+    /// The scheduler's copies (the expert fields come from `moe`).
     stats: TransferStats,
-    cache: Option<Arc<Mutex<CacheShared>>>,
-    cache_base: Option<CacheStats>,
-    prefetch: Option<Arc<Mutex<Staging>>>,
-    prefetch_base: PrefetchStats,
-    predict: Option<Arc<Mutex<PredictShared>>>,
-    predict_base: PredictStats,
     kept: Option<KeptGraph>,
     scratch: DecodeScratch,
     host: HostTime,
@@ -269,14 +184,6 @@ pub struct Context {
     clock: Option<Arc<dyn ggml_core::DeviceClock>>,
     /// Named F32 nodes of the last ubatch ([`Context::set_node_dump`]).
     node_dump: Option<Vec<(String, Vec<f32>)>>,
-}
-
-/// Device memory `auto` leaves free for the cached graphs' activations:
-/// this fraction of what is free after the largest graph's memory.
-const AUTO_MARGIN_DIV: usize = 16;
-
-fn mib(b: u64) -> f64 {
-    b as f64 / (1024.0 * 1024.0)
 }
 
 impl Context {
@@ -315,30 +222,7 @@ impl Context {
         }
         backends.push(Arc::clone(&cpu));
         let mut sched = Scheduler::new(backends).map_err(|e| LlamaError::Sched(e.to_string()))?;
-        let policy = Arc::new(Mutex::new(PolicyShared {
-            disabled: !params.expert_copy,
-            ..Default::default()
-        }));
-        let prefetch = Self::make_staging(&model, &params, &kv, &mut sched)?;
-        let cache = Self::make_cache(&model, &params, &cpu, &kv, &mut sched)?;
-        let mut hook = MoeCacheHook::new(Arc::clone(&policy), cache.clone());
-        if let Some(p) = prefetch.as_ref().filter(|p| p.lock().n_slots() > 0) {
-            hook = hook.with_prefetch(Arc::clone(p));
-            sched.set_lookahead(LOOKAHEAD_SPLITS);
-        }
-        let hp = &model.hparams;
-        let predict = (params.moe_predict.is_on() && cache.is_some()).then(|| {
-            Arc::new(Mutex::new(PredictShared::new(
-                params.moe_predict,
-                hp.n_expert as u32,
-                hp.n_expert_used as u32,
-            )))
-        });
-        if let Some(p) = &predict {
-            hook = hook.with_predict(Arc::clone(p));
-            sched.set_lookahead(LOOKAHEAD_SPLITS);
-        }
-        sched.set_copy_hook(Box::new(hook));
+        let moe = MoeRuntime::new(&model, &params.moe, params.n_ubatch, &cpu, &kv, &mut sched)?;
         Ok(Context {
             model,
             params,
@@ -346,9 +230,7 @@ impl Context {
             cpu_be,
             kv,
             sched,
-            policy,
-            policy_base: ExpertCopyStats::default(),
-            backend_bytes_base: Default::default(),
+            moe,
             input_buf: None,
             forced_buf: None,
             logits: Vec::new(),
@@ -356,15 +238,7 @@ impl Context {
             embd: Vec::new(),
             n_outputs: 0,
             output_of: Vec::new(),
-            last_expert_ids: Vec::new(),
-            expert_trace: None,
             stats: TransferStats::default(),
-            cache,
-            cache_base: None,
-            prefetch,
-            prefetch_base: PrefetchStats::default(),
-            predict,
-            predict_base: PredictStats::default(),
             kept: None,
             scratch: DecodeScratch::default(),
             host: HostTime::default(),
@@ -372,169 +246,6 @@ impl Context {
             clock,
             node_dump: None,
         })
-    }
-
-    /// Allocate the largest graph's compute memory on the device (so that
-    /// what is left is known), when the device's memory is limited.
-    fn alloc_largest_graph(
-        model: &Arc<Model>,
-        params: &ContextParams,
-        kv: &KvCache,
-        sched: &mut Scheduler,
-        what: &str,
-    ) -> Result<()> {
-        let Some(dev) = model.devices.iter().find(|d| d.memory().is_some()) else {
-            return Ok(());
-        };
-        let n = params.n_ubatch.min(kv.size).max(1);
-        let n_kv = n.next_multiple_of(KV_PAD).min(kv.size);
-        let mut b = GraphBuilder::new(model);
-        b.build_decoder(kv, n, n_kv, n);
-        let mut g = b.g;
-        sched.alloc_graph(&mut g).map_err(|e| {
-            LlamaError::Invalid(format!(
-                "{what}: the graph of a {n}-token ubatch does not fit on {}: {e}",
-                dev.name()
-            ))
-        })?;
-        Ok(())
-    }
-
-    /// The prefill prefetch's staging slots, when the parameters ask for
-    /// them (after the largest graph's memory, before an `auto` cache; an
-    /// explicit cache size is kept free for the cache).
-    fn make_staging(
-        model: &Arc<Model>,
-        params: &ContextParams,
-        kv: &KvCache,
-        sched: &mut Scheduler,
-    ) -> Result<Option<Arc<Mutex<Staging>>>> {
-        let slots = params.prefetch_experts_slots;
-        if slots == 0 {
-            return Ok(None);
-        }
-        let min_tokens = params.moe_cache.max_batch.min(params.n_ubatch);
-        if slots < -1 {
-            // a bad count errs before anything is allocated
-            Staging::new(model, slots, &[], &[], min_tokens).map(drop)?;
-        }
-        if model.devices.is_empty() {
-            return Ok(None);
-        }
-        Self::alloc_largest_graph(
-            model,
-            params,
-            kv,
-            sched,
-            &format!("--prefetch-experts-slots {slots}"),
-        )?;
-        let size_of = |d: usize| {
-            params
-                .moe_cache_sizes
-                .get(d)
-                .copied()
-                .unwrap_or(params.moe_cache.size)
-        };
-        let reserve: Vec<u64> = (0..model.devices.len())
-            .map(|d| match size_of(d) {
-                CacheSize::Bytes(b) => b,
-                _ => 0,
-            })
-            .collect();
-        let free: Vec<Option<u64>> = model
-            .devices
-            .iter()
-            .map(crate::moe_cache::prefetch::free_memory)
-            .collect();
-        let mut st = Staging::new(model, slots, &free, &reserve, min_tokens)?;
-        st.set_auto_options(params.prefetch_selective, params.prefetch_force);
-        Ok(Some(Arc::new(Mutex::new(st))))
-    }
-
-    /// Build the expert cache the parameters ask for, when the model keeps
-    /// experts in host memory and has a device to compute with them.
-    fn make_cache(
-        model: &Arc<Model>,
-        params: &ContextParams,
-        cpu: &Arc<dyn Backend>,
-        kv: &KvCache,
-        sched: &mut Scheduler,
-    ) -> Result<Option<Arc<Mutex<CacheShared>>>> {
-        let mc = params.moe_cache;
-        if mc.max_batch == 0 {
-            return Err(LlamaError::Invalid(
-                "--moe-cache-max-batch must be at least 1".into(),
-            ));
-        }
-        let Some(dev) = &model.device else {
-            return Ok(None);
-        };
-        let n_dev = model.devices.len();
-        // one size per device (`--moe-cache-mib A,B`), or one for all
-        let sizes: Vec<CacheSize> = match params.moe_cache_sizes.as_slice() {
-            [] => vec![mc.size; n_dev],
-            v if v.len() == n_dev => v.to_vec(),
-            v => {
-                return Err(LlamaError::Invalid(format!(
-                    "--moe-cache-mib {}: {} sizes for {} devices ({}): give one for all, or one per device",
-                    v.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
-                    v.len(),
-                    n_dev,
-                    model.devices.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")
-                )))
-            }
-        };
-        let groups = model_groups(model);
-        if sizes.iter().all(|s| *s == CacheSize::Off) || groups.is_empty() {
-            return Ok(None);
-        }
-        // the largest graph's memory first, so the caches take what is left
-        if let Some(d) = model.devices.iter().find(|d| d.memory().is_some()) {
-            let n = params.n_ubatch.min(kv.size).max(1);
-            let n_kv = n.next_multiple_of(KV_PAD).min(kv.size);
-            let mut b = GraphBuilder::new(model);
-            b.build_decoder(kv, n, n_kv, n);
-            let mut g = b.g;
-            sched.alloc_graph(&mut g).map_err(|e| {
-                LlamaError::Invalid(format!(
-                    "--moe-cache-mib {}: the graph of a {n}-token ubatch does not fit on {} before the cache: {e}",
-                    mc.size,
-                    d.name()
-                ))
-            })?;
-        }
-        let mut budgets = Vec::with_capacity(n_dev);
-        for (di, (d, size)) in model.devices.iter().zip(&sizes).enumerate() {
-            budgets.push(match (*size, d.memory()) {
-                (CacheSize::Bytes(b), Some((free, total))) if b > free as u64 => {
-                    return Err(LlamaError::Invalid(format!(
-                        "--moe-cache-mib {size}: a cache of {:.2} MiB does not fit in {}'s memory ({:.2} MiB free of {:.2} MiB after the graph's)",
-                        mib(b),
-                        d.name(),
-                        mib(free as u64),
-                        mib(total as u64)
-                    )))
-                }
-                (CacheSize::Bytes(b), _) => b,
-                (CacheSize::Auto, Some((free, _))) => (free - free / AUTO_MARGIN_DIV) as u64,
-                (CacheSize::Auto, None) => bytes_for_all(&model_groups_on(model, Some(di))),
-                (CacheSize::Off, _) => 0,
-            });
-        }
-        let budget: u64 = budgets.iter().sum();
-        let max_batch = mc.max_batch.min(params.n_ubatch);
-        let layout = CacheLayout::new(model, &budgets, cpu, max_batch)?;
-        let mut shared = CacheShared::new(Arc::new(layout), mc.policy, budget);
-        if let Some(share) = params.moe_hybrid {
-            shared.hybrid = Some(crate::moe_cache::hybrid::HybridShared::new(
-                share,
-                &shared.layout,
-                dev,
-                cpu,
-                model.hparams.n_expert,
-            )?);
-        }
-        Ok(Some(Arc::new(Mutex::new(shared))))
     }
 
     /// The model.
@@ -664,7 +375,7 @@ impl Context {
         let mut logits = std::mem::take(&mut self.logits);
         logits.clear();
         logits.reserve(n_total_out * n_vocab);
-        self.last_expert_ids.clear();
+        self.moe.begin_batch();
         let mut stored = std::mem::take(&mut self.scratch.stored);
         stored.clear();
         self.embd.clear();
@@ -820,26 +531,14 @@ impl Context {
         // pad the attended cells so that the graph's shape (and the
         // scheduler's plan) stays the same for runs of tokens (llama.cpp: 32)
         let n_kv = self.kv.n_kv(KV_PAD, 0);
-        let (cache, hybrid) = self.cache.as_ref().map_or((0, 0), |c| {
-            let c = c.lock();
-            (
-                Arc::as_ptr(&c.layout) as usize,
-                c.hybrid
-                    .as_ref()
-                    .map_or(0, |h| Arc::as_ptr(&h.maps) as *const u8 as usize),
-            )
-        });
         let shape = GraphShape {
             n_tokens,
             n_kv,
             n_outputs: out_rows.len(),
-            cache,
-            hybrid,
+            moe: self.moe.graph_key(),
             embd: self.embeddings,
         };
-        if let Some(c) = &self.cache {
-            c.lock().begin_ubatch(n_tokens);
-        }
+        self.moe.begin_ubatch(n_tokens);
         let mut kept = match self.kept.take() {
             Some(k) if k.shape == shape => {
                 self.host.graphs_reused += 1;
@@ -851,12 +550,7 @@ impl Context {
                 k
             }
         };
-        if let Some(p) = &self.prefetch {
-            p.lock().begin_ubatch(n_tokens);
-        }
-        if let Some(c) = &self.cache {
-            c.lock().note_bypassed(&kept.bypassed);
-        }
+        self.moe.graph_chosen(n_tokens, &kept.moe);
         let r = self.write_inputs(&kept, batch, r, cells, n_kv, out_rows);
         let graph_ns = t_graph.elapsed().as_nanos() as u64;
         self.host.graph_ns += graph_ns;
@@ -877,17 +571,7 @@ impl Context {
     fn build_graph(&mut self, shape: GraphShape) -> Result<KeptGraph> {
         let model = Arc::clone(&self.model);
         let mut b = GraphBuilder::new(&model);
-        if let Some(c) = &self.cache {
-            let c = c.lock();
-            b.moe_cache = Some(Arc::clone(&c.layout));
-            b.moe_hybrid = c.hybrid.as_ref().map(|h| Arc::clone(&h.maps));
-        }
-        b.moe_predict = self.predict.is_some() && self.params.moe_predict == MoePredict::Router;
-        b.prefetch_predict = self
-            .prefetch
-            .as_ref()
-            .is_some_and(|p| p.lock().predicts(shape.n_tokens));
-        b.forced_routing = self.params.forced_routing.is_some();
+        b.moe = self.moe.graph_inputs(shape.n_tokens);
         b.want_embd = shape.embd;
         let dg = b.build_decoder(&self.kv, shape.n_tokens, shape.n_kv, shape.n_outputs);
         if self.node_dump.is_some() {
@@ -903,9 +587,7 @@ impl Context {
             shape,
             g: b.g,
             dg,
-            bypassed: b.moe_cache_bypassed,
-            forced_ids: b.forced_ids,
-            forced_ids_host: b.forced_ids_host,
+            moe: b.moe,
         })
     }
 
@@ -930,24 +612,8 @@ impl Context {
         let busy0 = self.busy_ns();
         self.run(g)?;
         let wait_ns = self.sched.last_stats().wait_ns;
-        if let Some(p) = &self.prefetch {
-            p.lock().settle(g)?;
-        }
         let dg = &kept.dg;
-        self.last_expert_ids.clear();
-        if self.params.record_expert_ids {
-            for ids in &dg.expert_ids {
-                let v = match ids {
-                    Some(ids) => bytemuck::pod_collect_to_vec(&g.read_bytes(*ids)?),
-                    None => Vec::new(),
-                };
-                self.last_expert_ids.push(v);
-            }
-            if let Some(t) = &mut self.expert_trace {
-                t.push_ubatch(n_tokens, &self.last_expert_ids)
-                    .map_err(LlamaError::Invalid)?;
-            }
-        }
+        self.moe.after_compute(g, &dg.expert_ids, n_tokens)?;
         if n_out > 0 {
             read_f32_into(g, dg.logits, logits)?;
         }
@@ -1000,9 +666,9 @@ impl Context {
             .chain(dg.mask_swa)
             .chain(dg.k_rot)
             .chain(dg.v_rot)
-            .chain(k.forced_ids_host.iter().map(|&(_, t)| t))
+            .chain(k.moe.forced_ids_host.iter().map(|&(_, t)| t))
             .collect();
-        let forced: Vec<TensorId> = k.forced_ids.iter().map(|&(_, t)| t).collect();
+        let forced: Vec<TensorId> = k.moe.forced_ids.iter().map(|&(_, t)| t).collect();
         match self.model.device.clone() {
             // forced ids on the device, as a router's ids would be
             Some(dev) => {
@@ -1112,20 +778,8 @@ impl Context {
             })?;
             g.write_bytes(t, bytemuck::cast_slice(h))?;
         }
-        // forced routing: each MoE layer's ids from the trace at its rows'
-        // positions (the last layer routes only the output rows)
-        if let Some(f) = &self.params.forced_routing {
-            for &(il, t) in k.forced_ids.iter().chain(&k.forced_ids_host) {
-                let rows = g.tensor(t).ne[1] as usize;
-                let bytes = if rows == n {
-                    f.ids(il, pos.iter().copied())
-                } else {
-                    f.ids(il, out_rows.iter().map(|&o| pos[o as usize]))
-                };
-                g.write_bytes(t, &bytes.map_err(LlamaError::Invalid)?)?;
-            }
-        }
-        Ok(())
+        // forced routing's ids
+        k.moe.set_inputs(g, pos, out_rows)
     }
 
     /// Compute a graph through the scheduler (again, with its plan as it
@@ -1177,6 +831,24 @@ impl Context {
             .unwrap_or_default()
     }
 
+    /// The network links' counters so far, summed over the model's RPC
+    /// workers (devices of one worker share a link and count once;
+    /// [`ggml_core::link`]); `None` when no device is on another host.
+    pub fn link_counts(&self) -> Option<ggml_core::LinkCounts> {
+        let mut seen: Vec<*const ggml_core::LinkCounters> = Vec::new();
+        let mut sum: Option<ggml_core::LinkCounts> = None;
+        for d in &self.model.devices {
+            if let Some(c) = d.link_counters() {
+                let p = c as *const ggml_core::LinkCounters;
+                if !seen.contains(&p) {
+                    seen.push(p);
+                    sum.get_or_insert_with(Default::default).add(&c.snapshot());
+                }
+            }
+        }
+        sum
+    }
+
     /// Splits of the last graph the scheduler computed.
     pub fn last_n_splits(&self) -> usize {
         self.sched.last_stats().n_splits
@@ -1188,24 +860,26 @@ impl Context {
         self.sched.plan_dump()
     }
 
+    /// The MoE states: their counters, the prefetch's slots, the recorded
+    /// expert ids ([`MoeRuntime`]).
+    pub fn moe(&self) -> &MoeRuntime {
+        &self.moe
+    }
+
+    /// Every MoE counter since creation or the last reset ([`MoeStats`]).
+    pub fn moe_stats(&self) -> MoeStats {
+        self.moe.stats()
+    }
+
     /// The expert copy policy's counters since creation or the last reset.
     pub fn expert_copy_stats(&self) -> ExpertCopyStats {
-        let s = self.policy.lock().stats;
-        let b = self.policy_base;
-        ExpertCopyStats {
-            bytes: s.bytes - b.bytes,
-            full_bytes: s.full_bytes - b.full_bytes,
-            experts_copied: s.experts_copied - b.experts_copied,
-            experts_full: s.experts_full - b.experts_full,
-            inputs: s.inputs - b.inputs,
-            declined: s.declined - b.declined,
-        }
+        self.moe.expert_copy_stats()
     }
 
     /// Install (or remove) a function applied to every expert-ids tensor the
     /// policy reads, before validation. For tests that poison ids.
     pub fn set_expert_id_filter(&mut self, f: Option<IdFilter>) {
-        self.policy.lock().id_filter = f;
+        self.moe.set_expert_id_filter(f);
     }
 
     /// Keep (or not) the last hidden states (the final norm's output) of
@@ -1253,34 +927,8 @@ impl Context {
     /// count as expert bytes; a cached layer's ubatch counts as a full copy
     /// of its experts would (so the ratio to full copies stays meaningful).
     pub fn stats(&self) -> TransferStats {
-        let e = self.expert_copy_stats();
-        let mut t = TransferStats {
-            h2d_bytes_experts: e.bytes,
-            h2d_bytes_full_copy: e.full_bytes,
-            experts_copied: e.experts_copied,
-            experts_full_copy: e.experts_full,
-            ..self.stats
-        };
-        if let Some(p) = self.prefetch_stats() {
-            t.h2d_bytes_experts += p.bytes + p.selective_late_bytes;
-            t.h2d_bytes_full_copy += p.bytes + p.selective_late_bytes;
-            t.experts_copied += p.experts;
-            t.experts_full_copy += p.experts;
-        }
-        if let Some(p) = self.predict_stats() {
-            t.h2d_bytes_experts += p.bytes;
-        }
-        if let Some(cs) = self.moe_cache_stats() {
-            for (l, s) in &cs.layers {
-                let Some(g) = cs.groups.iter().find(|g| g.layers.contains(l)) else {
-                    continue;
-                };
-                t.h2d_bytes_experts += s.bytes_uploaded;
-                t.h2d_bytes_full_copy += s.id_reads * g.n_expert as u64 * g.slot_bytes;
-                t.experts_copied += s.misses() * 3;
-                t.experts_full_copy += s.id_reads * g.n_expert as u64 * 3;
-            }
-        }
+        let mut t = self.stats;
+        self.moe.stats().expert_traffic(&mut t);
         t
     }
 
@@ -1288,130 +936,45 @@ impl Context {
     pub fn reset_stats(&mut self) {
         self.stats = TransferStats::default();
         self.host_base = self.host;
-        self.policy_base = self.policy.lock().stats;
-        self.backend_bytes_base = self.policy.lock().bytes_by_backend.clone();
-        self.cache_base = self.cache.as_ref().map(|c| c.lock().stats.clone());
-        if let Some(p) = &self.prefetch {
-            self.prefetch_base = p.lock().stats;
-        }
-        if let Some(p) = &self.predict {
-            self.predict_base = p.lock().stats;
-        }
+        self.moe.reset();
     }
 
     /// The decode prediction's counters since creation or the last reset;
     /// `None` when `--moe-predict` is off or there is no cache.
     pub fn predict_stats(&self) -> Option<PredictStats> {
-        let p = self.predict.as_ref()?;
-        Some(p.lock().stats.since(&self.predict_base))
+        self.moe.predict_stats()
     }
 
     /// Each device's counters since creation or the last reset, in
     /// [`Model::devices`] order (empty without devices).
     pub fn device_stats(&self) -> Vec<crate::DeviceStats> {
-        let m = &self.model;
-        let n_layer = m.layers.len();
-        let cache = self.moe_cache_stats();
-        let layout = self.cache.as_ref().map(|c| Arc::clone(&c.lock().layout));
-        let bytes = self.policy.lock().bytes_by_backend.clone();
-        m.devices
-            .iter()
-            .enumerate()
-            .map(|(di, d)| {
-                let name = d.name().to_string();
-                let mut total = crate::moe_cache::LayerCacheStats::default();
-                let mut budget = 0u64;
-                if let (Some(cs), Some(l)) = (&cache, &layout) {
-                    budget = l.device_budget.get(di).copied().unwrap_or(0);
-                    for (layer, s) in &cs.layers {
-                        let g = l.layers.get(*layer as usize).and_then(|c| c.as_ref());
-                        if g.is_some_and(|g| l.group_device.get(g.group) == Some(&di)) {
-                            total.add(s);
-                        }
-                    }
-                }
-                let now = bytes.get(&name).copied().unwrap_or(0);
-                let base = self.backend_bytes_base.get(&name).copied().unwrap_or(0);
-                crate::DeviceStats {
-                    layers: (0..n_layer)
-                        .filter(|&il| m.layers[il].device == Some(di))
-                        .count(),
-                    moe_cache_mib: mib(budget),
-                    moe_cache_hit_rate: total.hit_rate_decode(),
-                    h2d_bytes_experts: now.saturating_sub(base),
-                    name,
-                }
-            })
-            .collect()
+        self.moe.device_stats(&self.model)
     }
 
     /// The prefill prefetch's counters since creation or the last reset;
     /// `None` when `--prefetch-experts-slots` is off or has nothing to do
     /// (no device, or no experts in host memory).
     pub fn prefetch_stats(&self) -> Option<PrefetchStats> {
-        let p = self.prefetch.as_ref()?;
-        Some(p.lock().stats.since(&self.prefetch_base))
+        self.moe.prefetch_stats()
     }
 
     /// The prefetch's staging slots: `(slots made, bytes per slot, note)`,
     /// the note saying why fewer slots than asked for were made.
     pub fn prefetch_slots(&self) -> Option<(usize, usize, Option<String>)> {
-        let p = self.prefetch.as_ref()?;
-        let p = p.lock();
-        Some((p.n_slots(), p.slot_bytes(), p.note.clone()))
+        self.moe.prefetch_slots()
     }
 
     /// The expert cache's counters since creation or the last reset; `None`
     /// when there is no cache (off, no device, or no experts in host memory).
     pub fn moe_cache_stats(&self) -> Option<CacheStats> {
-        let c = self.cache.as_ref()?;
-        let s = c.lock().stats.clone();
-        Some(match &self.cache_base {
-            Some(b) => s.since(b),
-            None => s,
-        })
+        self.moe.cache_stats()
     }
 
     /// Check the cache's invariants: the slot maps, the slots' owners and
     /// the policy agree, and every resident expert's bytes in the device's
     /// banks equal the host expert's (reads the banks back: for tests).
     pub fn moe_cache_verify(&self) -> Result<()> {
-        let Some(c) = &self.cache else {
-            return Ok(());
-        };
-        let c = c.lock();
-        c.check().map_err(LlamaError::Invalid)?;
-        for (gi, bank) in c.banks.iter().enumerate() {
-            let Some(bank) = bank else { continue };
-            for slot in 0..bank.n_slots() {
-                let Some(k) = bank.owner(slot) else { continue };
-                let Some(lc) = c.layout.layers[k.layer as usize].as_ref() else {
-                    return Err(LlamaError::Invalid(format!(
-                        "slot {slot} of group {gi} holds uncached layer {}",
-                        k.layer
-                    )));
-                };
-                for r in 0..3 {
-                    let eb = lc.expert_bytes[r];
-                    let mut dev = vec![0u8; eb];
-                    let b = &lc.banks[r].0;
-                    b.buffer.read(b.offset + slot as usize * eb, &mut dev)?;
-                    let mut host = vec![0u8; eb];
-                    let h = &lc.host[r];
-                    h.buffer
-                        .read(h.offset + k.expert as usize * eb, &mut host)?;
-                    if dev != host {
-                        return Err(LlamaError::Invalid(format!(
-                            "slot {slot} of group {gi} should hold layer {} expert {} ({}), but its bytes differ",
-                            k.layer,
-                            k.expert,
-                            crate::moe_cache::layout::ROLES[r]
-                        )));
-                    }
-                }
-            }
-        }
-        Ok(())
+        self.moe.verify_cache()
     }
 
     /// Logits of batch token `j` of the last [`Context::decode_batch`]
@@ -1428,25 +991,23 @@ impl Context {
 
     /// The experts each layer selected in the last ubatch
     /// (`[layer][n_used * n_tokens]`, empty for a dense layer); empty unless
-    /// [`ContextParams::record_expert_ids`].
+    /// [`MoeParams::record_expert_ids`].
     pub fn last_expert_ids(&self) -> &[Vec<i32>] {
-        &self.last_expert_ids
+        self.moe.last_expert_ids()
     }
 
     /// Start recording a routing trace ([`crate::moe_cache::trace`]): every
     /// ubatch decoded from now on adds its token count and each MoE
-    /// layer's ids (turns [`ContextParams::record_expert_ids`] on).
+    /// layer's ids (turns [`MoeParams::record_expert_ids`] on).
     pub fn start_expert_trace(&mut self) {
-        self.params.record_expert_ids = true;
-        self.expert_trace = Some(crate::moe_cache::Trace::new(
-            crate::moe_cache::TraceHeader::from_model(&self.model),
-        ));
+        self.params.moe.record_expert_ids = true;
+        self.moe.start_expert_trace(&self.model);
     }
 
     /// The trace recorded since [`Context::start_expert_trace`] (recording
     /// stops).
     pub fn take_expert_trace(&mut self) -> Option<crate::moe_cache::Trace> {
-        self.expert_trace.take()
+        self.moe.take_expert_trace()
     }
 }
 

@@ -1,5 +1,6 @@
 //! Backend names as users type them (`--device`): `CPU`, `SIM0`, `SIM1`,
-//! `CUDA0`, ...
+//! `CUDA0`, ..., and `RPC0`, `RPC1`, ... for the devices of the `--rpc`
+//! workers ([`rpc_devices`] connects them, once per process).
 
 use std::sync::Arc;
 
@@ -43,6 +44,9 @@ pub struct DeviceOptions {
     /// run share one, [`open_devices`]); `None`: a clock of its own with
     /// `sim_profile`.
     pub sim_clock: Option<Arc<SimClock>>,
+    /// The devices of the `--rpc` workers ([`rpc_devices`]), which the
+    /// names `RPC0`, `RPC1`, ... pick from.
+    pub rpc: Vec<Arc<ggml_rpc::RpcBackend>>,
 }
 
 impl Default for DeviceOptions {
@@ -53,6 +57,7 @@ impl Default for DeviceOptions {
             sim_profile: None,
             sim_mem: None,
             sim_clock: None,
+            rpc: Vec::new(),
         }
     }
 }
@@ -107,7 +112,65 @@ pub fn open_device_with(name: &str, opts: &DeviceOptions) -> Result<Option<Arc<d
         let dev: usize = n.parse().map_err(|_| unknown(name))?;
         return open_cuda(dev, offload_min_batch).map(Some);
     }
+    if let Some(n) = upper.strip_prefix("RPC") {
+        n.parse::<usize>().map_err(|_| unknown(name))?;
+        return match opts.rpc.iter().find(|d| d.name() == upper) {
+            Some(d) => Ok(Some(Arc::clone(d) as Arc<dyn Backend>)),
+            None if opts.rpc.is_empty() => Err(LlamaError::Invalid(format!(
+                "device '{name}' is a device of an RPC worker: give the workers with --rpc host:port[,host:port...] (ggml-rpc-server)"
+            ))),
+            None => Err(LlamaError::Invalid(format!(
+                "unknown device '{name}': the --rpc workers have {}",
+                opts.rpc
+                    .iter()
+                    .map(|d| d.name().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        };
+    }
     Err(unknown(name))
+}
+
+/// The devices of the RPC workers at `servers` (`host:port`, in order),
+/// named `RPC0`, `RPC1`, ... as llama.cpp numbers them. A process connects
+/// to a list once and reuses the connection (a `ggml-rpc-server` serves
+/// one client at a time; llama-bench runs many tests), connecting again
+/// only after a fault ended it. Each worker first passes the probe graph
+/// (`ggml_rpc::probe`). `GGML_RPC_TIMEOUT` (seconds) sets the timeout.
+pub fn rpc_devices(
+    servers: &[String],
+    n_threads: usize,
+    offload_min_batch: usize,
+) -> Result<Vec<Arc<ggml_rpc::RpcBackend>>> {
+    type Conns = Vec<(Vec<String>, Vec<Arc<ggml_rpc::RpcBackend>>)>;
+    static CONNECTED: std::sync::Mutex<Conns> = std::sync::Mutex::new(Vec::new());
+    if servers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let timeout = ggml_rpc::conn::timeout_from_env().map_err(LlamaError::Invalid)?;
+    let mut done = CONNECTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    done.retain(|(_, devs)| devs.iter().all(|d| !d.conn().is_dead()));
+    let devs = match done.iter().find(|(s, _)| s == servers) {
+        Some((_, d)) => d.clone(),
+        None => {
+            let opts = ggml_rpc::RpcOptions {
+                timeout,
+                offload_min_batch: offload_min_batch as i64,
+                probe: true,
+                n_threads: n_threads.max(1),
+            };
+            let d = ggml_rpc::connect_devices(servers, &opts)?;
+            done.push((servers.to_vec(), d.clone()));
+            d
+        }
+    };
+    for d in &devs {
+        d.set_offload_min_batch(offload_min_batch as i64);
+    }
+    Ok(devs)
 }
 
 /// Open every device of a `--device A,B,...` list with `opts`, in order.
@@ -198,13 +261,7 @@ pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
         match ggml_cuda::CudaBackend::new(i) {
             Ok(b) => v.push(DeviceInfo {
                 name: format!("CUDA{i}"),
-                description: {
-                    let name = b.device_name().unwrap_or_else(|_| "CUDA device".into());
-                    match ggml_cuda::nvrtc_description() {
-                        Ok(nvrtc) => format!("{name}; kernels by {nvrtc}"),
-                        Err(_) => name,
-                    }
-                },
+                description: cuda_description(&b),
                 memory: match (b.total_memory(), b.free_memory()) {
                     (Ok(t), Ok(f)) => Some((t, f)),
                     _ => None,
@@ -216,6 +273,37 @@ pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
     (v, why)
 }
 
+/// What `--list-devices` says of an open CUDA device: its name, compute
+/// capability, driver and the kernel image it loaded, e.g. `NVIDIA H200;
+/// compute capability 9.0, CUDA driver 12.9; kernels: cubin sm_90 (shipped
+/// sm_90.cubin.xz)`.
+pub fn cuda_description(b: &ggml_cuda::CudaBackend) -> String {
+    let name = b.device_name().unwrap_or_else(|_| "CUDA device".into());
+    let cc = b
+        .compute_capability()
+        .map_or("?".into(), |(a, c)| format!("{a}.{c}"));
+    let driver = b
+        .driver_version()
+        .map_or("?".into(), ggml_cuda::ptx_isa::driver_text);
+    format!(
+        "{name}; compute capability {cc}, CUDA driver {driver}; kernels: {}",
+        b.kernel_image()
+    )
+}
+
+/// The devices of RPC workers as `--list-devices` shows them: name, the
+/// worker's endpoint, its memory.
+pub fn list_rpc_devices(devices: &[Arc<ggml_rpc::RpcBackend>]) -> Vec<DeviceInfo> {
+    devices
+        .iter()
+        .map(|d| DeviceInfo {
+            name: d.name().to_string(),
+            description: format!("RPC worker {}", d.endpoint()),
+            memory: d.memory().map(|(free, total)| (total, free)),
+        })
+        .collect()
+}
+
 /// `CUDA0` when the driver reports a CUDA device (without opening it).
 pub fn first_cuda_device() -> Option<String> {
     match ggml_cuda::cuda_device_count() {
@@ -224,9 +312,34 @@ pub fn first_cuda_device() -> Option<String> {
     }
 }
 
+/// What `-fa auto` resolves to for `model` with a cache of K type `k` and
+/// V type `v`: on where flash attention is needed (a quantized V cache) or
+/// where a CUDA device holding the model's layers runs it for this cache
+/// (llama.cpp resolves auto to on where the backend's flash attention
+/// supports the case: its CUDA build does for an F16 cache); off on the
+/// CPU and sim devices (their plain attention, as before).
+pub fn flash_attn_auto(
+    model: &crate::Model,
+    k: ggml_core::GgmlType,
+    v: ggml_core::GgmlType,
+) -> bool {
+    if v.is_quantized() {
+        return true;
+    }
+    let hp = &model.hparams;
+    let d_k = hp.n_embd_head_k.max(hp.n_lora_kv + hp.n_rot) as i64;
+    let d_v = hp.n_embd_head_v.max(hp.n_lora_kv) as i64;
+    let on_cuda = model.layers.iter().any(|l| {
+        l.device
+            .and_then(|d| model.devices.get(d))
+            .is_some_and(|b| b.name().starts_with("CUDA"))
+    });
+    on_cuda && ggml_cuda::backend::flash_attn_cache_supported(k, v, d_k, d_v)
+}
+
 fn unknown(name: &str) -> LlamaError {
     LlamaError::Invalid(format!(
-        "unknown device '{name}' (available: CPU, SIM0, SIM1, ..., CUDA0, CUDA1, ...)"
+        "unknown device '{name}' (available: CPU, SIM0, SIM1, ..., CUDA0, CUDA1, ..., RPC0, RPC1, ... with --rpc)"
     ))
 }
 

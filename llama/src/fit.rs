@@ -58,7 +58,7 @@ pub const MARGIN_DIV: u64 = 16;
 const WEIGHT_ALIGN: u64 = 64;
 
 /// Alignment of the expert cache's buffers.
-const CACHE_ALIGN: u64 = crate::moe_cache::layout::ALIGN as u64;
+const CACHE_ALIGN: u64 = crate::moe_cache::cache::layout::ALIGN as u64;
 
 /// The cache budgets are multiples of this (1/64 MiB): their MiB values,
 /// as `--moe-cache-mib` takes them, are exact decimals.

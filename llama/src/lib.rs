@@ -10,7 +10,12 @@
 //! [`kv_cache`] and [`batch`]) and the scheduler; each
 //! `decode` builds the ubatch's graph with [`graph`] (shared blocks stacked by
 //! the decoder, switched per architecture by [`arch::LayerStyle`]), binds the
-//! inputs, and computes it; the logits feed [`sampling`]. Before loading,
+//! inputs, and computes it; the logits feed [`sampling`]. The MoE features
+//! (expert cache, prefetch, prediction, hybrid experts, forced routing)
+//! have one owner in the context, [`moe_runtime::MoeRuntime`]: it builds
+//! their states ([`moe_cache`]) from [`moe_runtime::MoeParams`], installs
+//! the scheduler's copy hook over them, gives each graph its
+//! [`graph::moe::MoeGraphInputs`], and reads their counters. Before loading,
 //! [`fit`] can plan the devices' memory (`--fit on`) from the file's
 //! header and each device's free memory.
 
@@ -30,14 +35,18 @@ pub mod hparams;
 pub mod kv_cache;
 pub mod model;
 pub mod moe_cache;
+pub mod moe_runtime;
 pub mod placement;
 pub mod sampling;
 pub mod tokenizer;
+pub mod transfer_stats;
 
 pub use batch::Batch;
-pub use context::{Context, ContextParams, HostTime, TransferStats};
+pub use context::{Context, ContextParams, HostTime};
 pub use device_stats::DeviceStats;
 pub use error::{LlamaError, Result};
 pub use kv_cache::SeqId;
 pub use model::{Model, ModelParams};
+pub use moe_runtime::{MoeParams, MoeRuntime, MoeStats};
 pub use sampling::{Sampler, SamplerParams};
+pub use transfer_stats::TransferStats;

@@ -198,6 +198,14 @@ pub struct ModelParams {
     pub progress: Option<Box<dyn FnMut(f32)>>,
     /// How the file is read (`--load-mode`; [`Model::load`] only).
     pub load_mode: LoadMode,
+    /// `--no-host` (llama.cpp's: bypass the devices' host buffer): the
+    /// weights that stay in host memory are not page-locked for the
+    /// devices, so their uploads copy from pageable memory. Without it a
+    /// device that page-locks host memory (CUDA) registers the host
+    /// weights' span whatever the load mode (`--load-mode pin` says so
+    /// explicitly), where the span takes at most half of the memory
+    /// available.
+    pub no_host: bool,
 }
 
 /// A loaded model.
@@ -235,8 +243,9 @@ pub struct Model {
     /// without a device that pins), one line each, for the tools to print
     /// once.
     pub load_notes: Vec<String>,
-    /// Whether the host weights are page-locked for the devices
-    /// (`--load-mode pin` that took effect: pinned through the main device,
+    /// Whether the host weights are page-locked for the devices (by
+    /// default where a device page-locks, unless `--no-host`, or
+    /// `--load-mode pin`, that took effect: pinned through the main device,
     /// else the first listed device that can; CUDA's registration is
     /// portable, so every CUDA device of the run copies from it as pinned).
     pub host_pinned: bool,
@@ -265,6 +274,33 @@ impl AsRef<[u8]> for SharedRange {
 
 /// Page size the pinned range is widened to.
 const PIN_PAGE: usize = 4096;
+
+/// A device's page-lock of the host weights.
+type HostPin = Box<dyn std::any::Any + Send + Sync>;
+
+/// Page-lock `range` (the host weights) for the devices: every device
+/// copies from them, so the main device pins them, else the next device
+/// that gains from it (CUDA registers the range as portable, so one
+/// registration serves every CUDA device; a sim device gains nothing and
+/// passes). The pin, and for each device that did not pin its name and
+/// error (`None`: it copies from pageable memory as fast).
+fn pin_host_span(
+    main: &Arc<dyn Backend>,
+    devices: &[Arc<dyn Backend>],
+    range: Arc<SharedRange>,
+) -> (Option<HostPin>, Vec<(String, Option<String>)>) {
+    let others = devices.iter().filter(|d| !Arc::ptr_eq(d, main));
+    let mut notes = Vec::new();
+    for d in std::iter::once(main).chain(others) {
+        let r: Arc<dyn AsRef<[u8]> + Send + Sync> = range.clone();
+        match d.pin_host(r) {
+            Ok(Some(p)) => return (Some(p), notes),
+            Ok(None) => notes.push((d.name().to_string(), None)),
+            Err(e) => notes.push((d.name().to_string(), Some(e.to_string()))),
+        }
+    }
+    (None, notes)
+}
 
 fn dims(ne: &[i64]) -> String {
     format!("shape {ne:?}")
@@ -714,51 +750,52 @@ impl Model {
             });
         let mut load_notes = Vec::new();
         let mut pin = None;
-        if params.load_mode == LoadMode::Pin {
-            let len = file.bytes().len();
-            match (&main_device, host_span) {
-                (None, _) => load_notes.push(
-                    "--load-mode pin: no device backend copies from host memory: behaves as mmap"
-                        .to_string(),
-                ),
-                (Some(d), None) => load_notes.push(format!(
-                    "--load-mode pin: every weight is on {}: nothing stays in host memory to pin",
-                    d.name()
-                )),
-                (Some(main), Some((lo, hi))) => {
-                    let lo = lo - lo % PIN_PAGE;
-                    let hi = hi.next_multiple_of(PIN_PAGE).min(len);
-                    let range = Arc::new(SharedRange(file.bytes().clone(), lo..hi));
-                    // every device copies from the host weights: the main
-                    // device pins them, else the next device that gains
-                    // from it (CUDA registers the range as portable, so
-                    // one registration serves every CUDA device; a sim
-                    // device gains nothing and passes)
-                    let others = devices.iter().filter(|d| !Arc::ptr_eq(d, main));
-                    let mut notes = Vec::new();
-                    for d in std::iter::once(main).chain(others) {
-                        let r: Arc<dyn AsRef<[u8]> + Send + Sync> = range.clone();
-                        match d.pin_host(r) {
-                            Ok(Some(p)) => {
-                                pin = Some(p);
-                                break;
-                            }
-                            Ok(None) => notes.push(format!(
-                                "--load-mode pin: {} copies from pageable memory as fast: behaves as mmap",
-                                d.name()
-                            )),
-                            Err(e) => notes.push(format!(
-                                "--load-mode pin: cannot page-lock the {} bytes of host weights for {}: {e}; copying from pageable memory (as mmap)",
-                                hi - lo,
-                                d.name()
-                            )),
-                        }
-                    }
-                    if pin.is_none() {
-                        load_notes.extend(notes);
+        let explicit = params.load_mode == LoadMode::Pin;
+        let by_default = !params.no_host
+            && !explicit
+            && host_span.is_some_and(|(lo, hi)| {
+                ggml_core::gguf::mem_available().is_some_and(|a| (hi - lo) as u64 <= a / 2)
+            });
+        let len = file.bytes().len();
+        // the host weights' span, widened to pages
+        let span = host_span.map(|(lo, hi)| {
+            let lo = lo - lo % PIN_PAGE;
+            (lo, hi.next_multiple_of(PIN_PAGE).min(len))
+        });
+        match (&main_device, span) {
+            (Some(main), Some((lo, hi))) if by_default || explicit => {
+                let range = Arc::new(SharedRange(file.bytes().clone(), lo..hi));
+                let (p, notes) = pin_host_span(main, &devices, range);
+                pin = p;
+                if pin.is_none() {
+                    for (dev, e) in notes {
+                        load_notes.push(match (explicit, e) {
+                            (true, None) => format!(
+                                "--load-mode pin: {dev} copies from pageable memory as fast: behaves as mmap"
+                            ),
+                            (true, Some(e)) => format!(
+                                "--load-mode pin: cannot page-lock the {} bytes of host weights for {dev}: {e}; copying from pageable memory (as mmap)",
+                                hi - lo
+                            ),
+                            // by default a device that does not pin is no news
+                            (false, None) => continue,
+                            (false, Some(e)) => format!(
+                                "cannot page-lock the {} bytes of host weights for {dev}: {e}; their uploads copy from pageable memory (--no-host says so on purpose)",
+                                hi - lo
+                            ),
+                        });
                     }
                 }
             }
+            (None, _) if explicit => load_notes.push(
+                "--load-mode pin: no device backend copies from host memory: behaves as mmap"
+                    .to_string(),
+            ),
+            (Some(d), None) if explicit => load_notes.push(format!(
+                "--load-mode pin: every weight is on {}: nothing stays in host memory to pin",
+                d.name()
+            )),
+            _ => {}
         }
         let total = wanted.len().max(1);
         let mut weights = Vec::with_capacity(wanted.len());

@@ -33,9 +33,10 @@ use std::sync::Arc;
 use common::{nmse, or_skip, same_bits, Fixture};
 use ggml_cuda::emulator;
 use llama::device::{open_device, open_devices, DeviceOptions};
-use llama::moe_cache::layout::model_groups;
+use llama::moe_cache::cache::layout::model_groups;
 use llama::moe_cache::predict::MoePredict;
-use llama::moe_cache::prefetch_auto::Choice;
+use llama::moe_cache::prefetch::auto::Choice;
+use llama::moe_cache::prefetch::{AutoPrefetch, PrefetchSlots};
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::placement::Placement;
 use llama::{Context, ContextParams, Model, ModelParams};
@@ -164,12 +165,12 @@ fn run_full(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Run {
             // no id read of its own
             let g = &model_groups(&model)[0];
             cp.n_ubatch = 7;
-            cp.moe_cache = MoeCacheParams {
+            cp.moe.cache = MoeCacheParams {
                 size: CacheSize::Bytes(g.bank_bytes(g.n_used * 3)),
                 max_batch: 32,
                 ..MoeCacheParams::default()
             };
-            cp.moe_predict = MoePredict::History;
+            cp.moe.predict = MoePredict::History;
         }
         "staging-selective" => {
             // auto's 3 slots, the selective prefetch forced: the first MoE
@@ -177,18 +178,20 @@ fn run_full(fx: &Fixture, kind: &str, seed: u64, drop: bool) -> Run {
             // completed at their split, reusing the first layer's slots;
             // 4-token ubatches, so that every ubatch of the prompt reuses
             // the slots (more chances for a dropped wait to show)
-            cp.prefetch_experts_slots = -1;
+            cp.moe.prefetch = PrefetchSlots::Auto(AutoPrefetch {
+                force: Some(Choice::Selective),
+                ..AutoPrefetch::default()
+            });
             cp.n_ubatch = 4;
-            cp.prefetch_force = Some(Choice::Selective);
-            cp.moe_cache = MoeCacheParams {
+            cp.moe.cache = MoeCacheParams {
                 size: CacheSize::Off,
                 max_batch: 1,
                 ..MoeCacheParams::default()
             };
         }
         "staging" => {
-            cp.prefetch_experts_slots = 1;
-            cp.moe_cache = MoeCacheParams {
+            cp.moe.prefetch = PrefetchSlots::fixed(1);
+            cp.moe.cache = MoeCacheParams {
                 size: CacheSize::Off,
                 max_batch: 1,
                 ..MoeCacheParams::default()

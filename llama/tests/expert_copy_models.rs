@@ -9,6 +9,7 @@ use std::sync::Arc;
 use common::{or_skip, Fixture, MODELS};
 use llama::device::open_device;
 use llama::placement::Placement;
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model, ModelParams};
 
 fn load(fx: &Fixture, device: Option<&str>, placement: Placement, min_batch: usize) -> Arc<Model> {
@@ -28,8 +29,11 @@ fn ctx(model: &Arc<Model>, expert_copy: bool) -> Context {
         n_batch: 256,
         n_ubatch: 256,
         n_threads: 2,
-        expert_copy,
-        record_expert_ids: true,
+        moe: MoeParams {
+            expert_copy,
+            record_expert_ids: true,
+            ..Default::default()
+        },
         ..Default::default()
     };
     Context::new(Arc::clone(model), p).expect("context")

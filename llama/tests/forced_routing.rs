@@ -1,4 +1,4 @@
-//! Forced routing (`ContextParams::forced_routing`): a trace recorded from
+//! Forced routing (`MoeParams::forced_routing`): a trace recorded from
 //! the model's own routing, forced back, gives its logits bit for bit (on
 //! the CPU and with host experts on the sim device, through the cache); a
 //! foreign trace routes every MoE layer by its ids, token i by trace token
@@ -12,12 +12,13 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, same_bits, Fixture, MODELS};
-use llama::moe_cache::forced::ForcedRouting;
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::hybrid::CpuShare;
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
-use llama::moe_cache::synth_trace::{generate, SynthKind, SynthParams};
+use llama::moe_cache::trace::forced::ForcedRouting;
+use llama::moe_cache::trace::synthetic::{generate, SynthKind, SynthParams};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind, Trace, TraceHeader};
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model};
 
 fn ctx(model: &Arc<Model>, forced: Option<ForcedRouting>) -> Context {
@@ -35,8 +36,11 @@ fn ctx(model: &Arc<Model>, forced: Option<ForcedRouting>) -> Context {
         n_batch: 256,
         n_ubatch: 8,
         n_threads: 2,
-        moe_cache: cache,
-        forced_routing: forced.map(Arc::new),
+        moe: MoeParams {
+            cache,
+            forced_routing: forced.map(Arc::new),
+            ..Default::default()
+        },
         ..Default::default()
     };
     Context::new(Arc::clone(model), p).expect("context")
@@ -155,14 +159,17 @@ fn prediction_fires_under_forced_routing_and_changes_no_logit() {
                 n_batch: 256,
                 n_ubatch: 8,
                 n_threads: 2,
-                moe_cache: MoeCacheParams {
-                    size: CacheSize::Bytes(half),
-                    policy: PolicyKind::Lru,
-                    max_batch: 32,
+                moe: MoeParams {
+                    cache: MoeCacheParams {
+                        size: CacheSize::Bytes(half),
+                        policy: PolicyKind::Lru,
+                        max_batch: 32,
+                    },
+                    predict: on,
+                    hybrid,
+                    forced_routing: Some(Arc::new(forced)),
+                    ..Default::default()
                 },
-                moe_predict: on,
-                moe_hybrid: hybrid,
-                forced_routing: Some(Arc::new(forced)),
                 ..Default::default()
             };
             let mut c = Context::new(Arc::clone(&model), p).expect("context");

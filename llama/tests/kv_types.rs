@@ -341,7 +341,7 @@ fn a_quantized_cache_on_the_sim_device_matches_the_cpu() {
 
 /// A quantized K and V cache against llama.cpp's own run with the same
 /// cache types and flash attention on (its defaults, so Q, K and V are
-/// rotated by its Hadamard matrix, as ours are: `graph::hadamard`), prompt
+/// rotated by its Hadamard matrix, as ours are: `kv_cache::rotation`), prompt
 /// logits written by `scripts/llama-cpp-logits.sh` (KV_TYPE=q4_0|q8_0).
 #[test]
 fn quantized_kv_caches_match_llama_cpp_with_the_same_cache_type() {

@@ -20,7 +20,7 @@ use llama::{Context, ContextParams, Model, ModelParams};
 fn use_emulator_without_gpu() {
     if let Some(why) = ggml_cuda::unavailable_reason() {
         println!("no GPU ({why}): CUDA0 is the emulated device");
-        ggml_cuda::emulator::enable();
+        ggml_cuda::emulator::fallback(&why);
     }
 }
 
@@ -297,5 +297,45 @@ fn tiny_deepseek2_q4_k_flash_attn_within_the_bound() {
             MODELS[10],
             fx.bound
         );
+    }
+}
+
+/// `-fa auto` resolves as llama.cpp's does: on where the device holding
+/// the layers runs flash attention for the cache (CUDA0 does, for the F16
+/// cache of every fixture, all weights on it or experts in host memory),
+/// off where our plain attention is the CPU's and the sim device's (as
+/// before); on everywhere for a quantized V cache, which needs it.
+#[test]
+fn flash_attn_auto_is_on_where_cuda0_holds_the_layers() {
+    use_emulator_without_gpu();
+    use ggml_core::GgmlType::{F16, Q8_0};
+    for name in MODELS {
+        let fx = or_skip!(Fixture::load(name), continue);
+        for (device, cpu_moe, want) in [
+            ("CUDA0", false, true),
+            ("CUDA0", true, true),
+            ("SIM0", false, false),
+            ("CPU", false, false),
+        ] {
+            let params = ModelParams {
+                device: open_device(device, 2, 32).expect("device"),
+                placement: Placement {
+                    cpu_moe,
+                    ..Default::default()
+                },
+                progress: None,
+                ..Default::default()
+            };
+            let model = Model::load(&fx.gguf, params).expect("load");
+            let got = llama::device::flash_attn_auto(&model, F16, F16);
+            assert_eq!(
+                got, want,
+                "{name} on {device} (--cpu-moe {cpu_moe}): -fa auto with an F16 cache"
+            );
+            assert!(
+                llama::device::flash_attn_auto(&model, F16, Q8_0),
+                "{name} on {device}: a Q8_0 V cache needs flash attention"
+            );
+        }
     }
 }

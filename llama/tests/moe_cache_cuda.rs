@@ -10,16 +10,17 @@ use std::sync::Arc;
 
 use common::{nmse, or_skip, Fixture, MODELS};
 use llama::device::open_device;
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model, ModelParams};
 
 /// Whether CUDA0 is the emulator (enabling it where there is no GPU).
 fn emulated() -> bool {
     if let Some(why) = ggml_cuda::unavailable_reason() {
         println!("no GPU ({why}): CUDA0 is the emulated device");
-        ggml_cuda::emulator::enable();
+        ggml_cuda::emulator::fallback(&why);
     }
     ggml_cuda::emulator::enabled()
 }
@@ -86,10 +87,13 @@ fn fixture_with_the_expert_cache(name: &str, sizes: &[usize]) {
                     n_batch: 512,
                     n_ubatch: 7,
                     n_threads: 2,
-                    moe_cache: MoeCacheParams {
-                        size: CacheSize::Bytes(bytes),
-                        policy,
-                        max_batch: 32,
+                    moe: MoeParams {
+                        cache: MoeCacheParams {
+                            size: CacheSize::Bytes(bytes),
+                            policy,
+                            max_batch: 32,
+                        },
+                        ..Default::default()
                     },
                     ..Default::default()
                 };

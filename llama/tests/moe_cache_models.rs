@@ -9,9 +9,10 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model, ModelParams};
 
 fn ctx(model: &Arc<Model>, ubatch: usize, cache: MoeCacheParams) -> Context {
@@ -20,7 +21,10 @@ fn ctx(model: &Arc<Model>, ubatch: usize, cache: MoeCacheParams) -> Context {
         n_batch: 256,
         n_ubatch: ubatch,
         n_threads: 2,
-        moe_cache: cache,
+        moe: MoeParams {
+            cache,
+            ..Default::default()
+        },
         ..Default::default()
     };
     Context::new(Arc::clone(model), p).expect("context")
@@ -170,8 +174,11 @@ fn accounting_matches_a_reference_lru_from_the_router_ids() {
                 n_batch: 256,
                 n_ubatch: 7,
                 n_threads: 2,
-                record_expert_ids: true,
-                moe_cache: cache(PolicyKind::Lru, bytes),
+                moe: MoeParams {
+                    record_expert_ids: true,
+                    cache: cache(PolicyKind::Lru, bytes),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let mut c = Context::new(Arc::clone(&model), p).expect("context");
@@ -340,7 +347,10 @@ fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
         n_ctx: 256,
         n_batch: 256,
         n_ubatch: 7,
-        moe_cache: cache(PolicyKind::Lru, 64 << 20),
+        moe: MoeParams {
+            cache: cache(PolicyKind::Lru, 64 << 20),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let e = Context::new(Arc::clone(&model), p)
@@ -356,9 +366,12 @@ fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
         n_ctx: 256,
         n_batch: 256,
         n_ubatch: 7,
-        moe_cache: MoeCacheParams {
-            size: CacheSize::Auto,
-            ..MoeCacheParams::default()
+        moe: MoeParams {
+            cache: MoeCacheParams {
+                size: CacheSize::Auto,
+                ..MoeCacheParams::default()
+            },
+            ..Default::default()
         },
         ..Default::default()
     };
@@ -374,7 +387,7 @@ fn a_cache_larger_than_the_sim_memory_is_an_error_naming_the_flag() {
 
 #[test]
 fn replaying_the_router_ids_reproduces_the_live_cache_for_every_policy() {
-    use llama::moe_cache::replay::{replay, TraceUbatch};
+    use llama::moe_cache::cache::replay::{replay, TraceUbatch};
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-q8_0"));
     let model = fx.model_with_host_experts(Some("SIM0"));
     let g = &model_groups(&model)[0];
@@ -387,8 +400,11 @@ fn replaying_the_router_ids_reproduces_the_live_cache_for_every_policy() {
             n_batch: 256,
             n_ubatch: 7,
             n_threads: 2,
-            record_expert_ids: true,
-            moe_cache: cache(policy, g.bank_bytes(n_slots)),
+            moe: MoeParams {
+                record_expert_ids: true,
+                cache: cache(policy, g.bank_bytes(n_slots)),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let mut c = Context::new(Arc::clone(&model), p).expect("context");

@@ -9,10 +9,11 @@ mod common;
 use std::sync::Arc;
 
 use common::{or_skip, Fixture, MODELS};
+use llama::moe_cache::cache::layout::model_groups;
 use llama::moe_cache::hybrid::CpuShare;
-use llama::moe_cache::layout::model_groups;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model, ModelParams};
 
 fn ctx(model: &Arc<Model>, ubatch: usize, bytes: u64, hybrid: Option<CpuShare>) -> Context {
@@ -21,16 +22,19 @@ fn ctx(model: &Arc<Model>, ubatch: usize, bytes: u64, hybrid: Option<CpuShare>) 
         n_batch: 256,
         n_ubatch: ubatch,
         n_threads: 2,
-        moe_cache: if bytes == 0 {
-            MoeCacheParams::default()
-        } else {
-            MoeCacheParams {
-                size: CacheSize::Bytes(bytes),
-                policy: PolicyKind::Lru,
-                max_batch: 32,
-            }
+        moe: MoeParams {
+            cache: if bytes == 0 {
+                MoeCacheParams::default()
+            } else {
+                MoeCacheParams {
+                    size: CacheSize::Bytes(bytes),
+                    policy: PolicyKind::Lru,
+                    max_batch: 32,
+                }
+            },
+            hybrid,
+            ..Default::default()
         },
-        moe_hybrid: hybrid,
         ..Default::default()
     };
     Context::new(Arc::clone(model), p).expect("context")

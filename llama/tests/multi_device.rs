@@ -13,6 +13,7 @@ use common::{or_skip, same_bits, Fixture, MODELS};
 use ggml_core::sim::SimProfile;
 use llama::device::{open_devices, DeviceOptions};
 use llama::placement::{Placement, SplitMode, Target};
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model, ModelParams, TransferStats};
 
 fn load(fx: &Fixture, devices: &[&str], placement: Placement) -> Arc<Model> {
@@ -250,24 +251,39 @@ fn logits_with(model: &Arc<Model>, fx: &Fixture, p: ContextParams) -> (Vec<f32>,
     (out, c)
 }
 
+/// [`cache_params`] with `f` applied to its MoE settings.
+fn cache_params_with(
+    size: CacheSize,
+    max_batch: usize,
+    f: impl FnOnce(&mut MoeParams),
+) -> ContextParams {
+    let mut p = cache_params(size, max_batch);
+    f(&mut p.moe);
+    p
+}
+
 fn cache_params(size: CacheSize, max_batch: usize) -> ContextParams {
     ContextParams {
         n_ctx: 256,
         n_batch: 256,
         n_ubatch: 256,
         n_threads: 2,
-        moe_cache: MoeCacheParams {
-            size,
-            max_batch,
+        moe: MoeParams {
+            cache: MoeCacheParams {
+                size,
+                max_batch,
+                ..Default::default()
+            },
             ..Default::default()
         },
         ..Default::default()
     }
 }
 
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups_on};
 use llama::moe_cache::hybrid::CpuShare;
-use llama::moe_cache::layout::{bytes_for_all, model_groups_on};
 use llama::moe_cache::predict::MoePredict;
+use llama::moe_cache::prefetch::PrefetchSlots;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 
 /// `--cpu-moe` with an expert cache on each of SIM0 and SIM1 (`-ts 1,3`:
@@ -297,40 +313,33 @@ fn cpu_moe_with_a_cache_on_each_device_bit_for_bit() {
             ),
             (
                 "cache of half the experts",
-                ContextParams {
-                    moe_cache_sizes: vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))],
-                    ..cache_params(CacheSize::Auto, 32)
-                },
+                cache_params_with(CacheSize::Auto, 32, |m| {
+                    m.cache_sizes = vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))]
+                }),
             ),
             (
                 "half, --moe-predict on",
-                ContextParams {
-                    moe_cache_sizes: vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))],
-                    moe_predict: MoePredict::Router,
-                    ..cache_params(CacheSize::Auto, 32)
-                },
+                cache_params_with(CacheSize::Auto, 32, |m| {
+                    m.cache_sizes = vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))];
+                    m.predict = MoePredict::Router;
+                }),
             ),
             (
                 "half, hybrid 0.5",
-                ContextParams {
-                    moe_cache_sizes: vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))],
-                    moe_hybrid: Some(CpuShare::Fixed(0.5)),
-                    ..cache_params(CacheSize::Auto, 32)
-                },
+                cache_params_with(CacheSize::Auto, 32, |m| {
+                    m.cache_sizes = vec![CacheSize::Bytes(half(0)), CacheSize::Bytes(half(1))];
+                    m.hybrid = Some(CpuShare::Fixed(0.5));
+                }),
             ),
             (
                 "auto, prefetch 2 slots, max batch 1",
-                ContextParams {
-                    prefetch_experts_slots: 2,
-                    ..cache_params(CacheSize::Auto, 1)
-                },
+                cache_params_with(CacheSize::Auto, 1, |m| m.prefetch = PrefetchSlots::fixed(2)),
             ),
             (
                 "SIM0 only (SIM1: 0)",
-                ContextParams {
-                    moe_cache_sizes: vec![CacheSize::Auto, CacheSize::Off],
-                    ..cache_params(CacheSize::Auto, 32)
-                },
+                cache_params_with(CacheSize::Auto, 32, |m| {
+                    m.cache_sizes = vec![CacheSize::Auto, CacheSize::Off]
+                }),
             ),
         ];
         for (what, p) in cases {
@@ -346,7 +355,7 @@ fn cpu_moe_with_a_cache_on_each_device_bit_for_bit() {
             assert_eq!(sum, c.stats().h2d_bytes_experts, "{name} {what}: {devs:?}");
             for (di, d) in devs.iter().enumerate() {
                 let has_moe = !model_groups_on(&model, Some(di)).is_empty();
-                let cache_off = p.moe_cache_sizes.get(di) == Some(&CacheSize::Off);
+                let cache_off = p.moe.cache_sizes.get(di) == Some(&CacheSize::Off);
                 assert_eq!(
                     d.moe_cache_mib > 0.0,
                     has_moe && !cache_off,
@@ -374,10 +383,9 @@ fn cache_sizes_per_device_must_match_the_devices() {
             ..Default::default()
         },
     );
-    let p = ContextParams {
-        moe_cache_sizes: vec![CacheSize::Auto; 3],
-        ..cache_params(CacheSize::Auto, 32)
-    };
+    let p = cache_params_with(CacheSize::Auto, 32, |m| {
+        m.cache_sizes = vec![CacheSize::Auto; 3]
+    });
     let e = Context::new(Arc::clone(&model), p)
         .err()
         .unwrap()
@@ -407,7 +415,7 @@ fn host_layers_use_the_main_devices_cache() {
         let n_layer = model.layers.len();
         assert_eq!(model.layers[0].device, None, "{name}");
         assert_eq!(
-            llama::moe_cache::layout::cache_device(&model, 0),
+            llama::moe_cache::cache::layout::cache_device(&model, 0),
             Some(1),
             "{name}"
         );

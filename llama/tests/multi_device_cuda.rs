@@ -22,6 +22,7 @@ use ggml_cuda::emulator;
 use llama::device::{open_devices, DeviceOptions};
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::placement::Placement;
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model, ModelParams};
 
 /// Whether the devices are emulated: with fewer than two GPUs, two
@@ -33,7 +34,7 @@ fn two_devices() -> bool {
     };
     if gpus < 2 && !ggml_cuda::emulator::enabled() {
         println!("{gpus} GPU(s): CUDA0 and CUDA1 are emulated devices");
-        ggml_cuda::emulator::enable();
+        ggml_cuda::emulator::fallback(&format!("{gpus} GPU(s), two needed"));
     }
     if ggml_cuda::emulator::enabled() && ggml_cuda::emulator::device_count() < 2 {
         ggml_cuda::emulator::set_config(ggml_cuda::emulator::Config {
@@ -99,11 +100,14 @@ fn on_two_cuda_devices_with(cpu_moe: bool, peer: bool, models: &[&str]) {
             n_batch: 512,
             n_ubatch: 512,
             n_threads: 2,
-            moe_cache: MoeCacheParams {
-                size: if cpu_moe {
-                    CacheSize::Auto
-                } else {
-                    CacheSize::Off
+            moe: MoeParams {
+                cache: MoeCacheParams {
+                    size: if cpu_moe {
+                        CacheSize::Auto
+                    } else {
+                        CacheSize::Off
+                    },
+                    ..Default::default()
                 },
                 ..Default::default()
             },
@@ -231,8 +235,11 @@ fn pin_serves_every_device() {
             n_batch: 256,
             n_ubatch: 256,
             n_threads: 2,
-            moe_cache: MoeCacheParams {
-                size: CacheSize::Auto,
+            moe: MoeParams {
+                cache: MoeCacheParams {
+                    size: CacheSize::Auto,
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             ..Default::default()

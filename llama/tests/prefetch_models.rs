@@ -13,13 +13,15 @@ use std::sync::Arc;
 
 use common::{or_skip, same_bits, Fixture, MODELS};
 use llama::device::{open_device, open_device_with_memory};
-use llama::moe_cache::forced::ForcedRouting;
-use llama::moe_cache::layout::{bytes_for_all, model_groups};
+use llama::moe_cache::cache::layout::{bytes_for_all, model_groups};
 use llama::moe_cache::predict::MoePredict;
-use llama::moe_cache::prefetch_auto::Choice;
+use llama::moe_cache::prefetch::auto::Choice;
+use llama::moe_cache::prefetch::{AutoPrefetch, PrefetchSlots};
+use llama::moe_cache::trace::forced::ForcedRouting;
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::moe_cache::{Trace, TraceHeader};
 use llama::placement::Placement;
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model, ModelParams};
 
 fn load_on(fx: &Fixture, dev: Option<Arc<dyn ggml_core::Backend>>) -> Arc<Model> {
@@ -50,31 +52,36 @@ fn ctx(model: &Arc<Model>, slots: i32, cache: CacheSize) -> Context {
 
 /// [`ctx`], auto taking `force` wherever it can.
 fn ctx_forcing(model: &Arc<Model>, slots: i32, cache: CacheSize, force: Option<Choice>) -> Context {
-    let p = ContextParams {
-        prefetch_force: force,
-        moe_cache: MoeCacheParams {
-            size: cache,
-            max_batch: 1,
-            ..MoeCacheParams::default()
-        },
-        ..auto_params(slots)
+    let auto = AutoPrefetch {
+        force,
+        ..AutoPrefetch::default()
+    };
+    let mut p = auto_params(slots, auto);
+    p.moe.cache = MoeCacheParams {
+        size: cache,
+        max_batch: 1,
+        ..MoeCacheParams::default()
     };
     Context::new(Arc::clone(model), p).expect("context")
 }
 
-/// The parameters of [`ctx`] without a cache.
-fn auto_params(slots: i32) -> ContextParams {
+/// The parameters of [`ctx`] without a cache, with `auto`'s options for
+/// `-1`.
+fn auto_params(slots: i32, auto: AutoPrefetch) -> ContextParams {
     ContextParams {
         n_ctx: 256,
         n_batch: 256,
         n_ubatch: 512,
         n_threads: 2,
-        moe_cache: MoeCacheParams {
-            size: CacheSize::Off,
-            max_batch: 1,
-            ..MoeCacheParams::default()
+        moe: MoeParams {
+            cache: MoeCacheParams {
+                size: CacheSize::Off,
+                max_batch: 1,
+                ..MoeCacheParams::default()
+            },
+            prefetch: PrefetchSlots::from_count(slots.into(), auto).expect("a slot count"),
+            ..Default::default()
         },
-        prefetch_experts_slots: slots,
         ..Default::default()
     }
 }
@@ -351,10 +358,13 @@ fn auto_takes_the_selective_prefetch_where_its_guess_hides_and_whole_would_not()
             saw += 1;
         }
         // without the third choice: no guess in the graph, none taken
-        let two = ContextParams {
-            prefetch_selective: false,
-            ..auto_params(-1)
-        };
+        let two = auto_params(
+            -1,
+            AutoPrefetch {
+                selective: false,
+                force: None,
+            },
+        );
         let mut c = Context::new(Arc::clone(&model), two).expect("context");
         let got = twice_first(&mut c, &fx, 2);
         assert!(got
@@ -434,12 +444,7 @@ fn staging_slots_are_never_read_early_nor_overwritten_while_read() {
 fn bad_slot_counts_err_or_shrink_with_a_note() {
     let fx = or_skip!(Fixture::load("tiny-qwen3moe-f32"));
     let model = load(&fx, Some("SIM0"));
-    let p = ContextParams {
-        n_ctx: 64,
-        prefetch_experts_slots: -7,
-        ..Default::default()
-    };
-    let e = Context::new(Arc::clone(&model), p).err().expect("an error");
+    let e = PrefetchSlots::from_count(-7, AutoPrefetch::default()).expect_err("an error");
     let m = e.to_string();
     assert!(
         m.contains("--prefetch-experts-slots -7") && m.contains("-1 for auto"),
@@ -506,12 +511,15 @@ fn predict_ctx_forced(
         n_batch: 256,
         n_ubatch: 512,
         n_threads: 2,
-        moe_cache: MoeCacheParams {
-            size: CacheSize::Bytes(bytes_for_all(&model_groups(model)) / 2),
-            ..MoeCacheParams::default()
+        moe: MoeParams {
+            cache: MoeCacheParams {
+                size: CacheSize::Bytes(bytes_for_all(&model_groups(model)) / 2),
+                ..MoeCacheParams::default()
+            },
+            predict: on,
+            forced_routing: forced,
+            ..Default::default()
         },
-        moe_predict: on,
-        forced_routing: forced,
         ..Default::default()
     };
     Context::new(Arc::clone(model), p).expect("context")

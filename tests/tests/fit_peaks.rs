@@ -13,6 +13,7 @@ use ggml_core::{GgmlType, SimBackend};
 use llama::fit::{plan, FitDevice, FitModel, FitParams, FitPlan};
 use llama::moe_cache::{CacheSize, MoeCacheParams};
 use llama::placement::Placement;
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model, ModelParams};
 use synth::{synthesize, SynthParams};
 
@@ -113,15 +114,18 @@ fn run(
         n_batch: N_CTX,
         n_ubatch,
         n_threads: 2,
-        moe_cache: MoeCacheParams {
-            size: size(cache),
-            ..MoeCacheParams::default()
-        },
-        // each device's planned cache
-        moe_cache_sizes: if pl.devices.len() > 1 {
-            pl.devices.iter().map(|d| size(d.cache)).collect()
-        } else {
-            Vec::new()
+        moe: MoeParams {
+            cache: MoeCacheParams {
+                size: size(cache),
+                ..MoeCacheParams::default()
+            },
+            // each device's planned cache
+            cache_sizes: if pl.devices.len() > 1 {
+                pl.devices.iter().map(|d| size(d.cache)).collect()
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
         },
         ..Default::default()
     };

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use ggml_core::GgmlType;
 use llama::device::open_device;
-use llama::moe_cache::layout::model_groups;
+use llama::moe_cache::cache::layout::model_groups;
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::Placement;
+use llama::MoeParams;
 use llama::{Context, ContextParams, Model, ModelParams};
 use synth::{synthesize, SynthParams};
 
@@ -49,7 +50,10 @@ fn decode(model: &Arc<Model>, cache: MoeCacheParams, n: usize) -> (f64, Vec<i32>
         n_batch: 256,
         n_ubatch: 256,
         n_threads: 2,
-        moe_cache: cache,
+        moe: MoeParams {
+            cache,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut ctx = Context::new(Arc::clone(model), cp).expect("context");

@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use llama::MoeParams;
 
 use std::sync::Arc;
 
@@ -323,7 +324,10 @@ fn synthetic_routing_is_not_uniform() {
     let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     let model = Arc::new(llama::Model::from_gguf(file, llama::ModelParams::default()).unwrap());
     let params = llama::ContextParams {
-        record_expert_ids: true,
+        moe: MoeParams {
+            record_expert_ids: true,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut ctx = llama::Context::new(model.clone(), params).unwrap();

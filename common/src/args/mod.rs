@@ -61,7 +61,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("--mmproj", "multimodal projectors are not implemented"),
     ("-mmu", "multimodal projectors are not implemented"),
     ("--mmproj-url", "multimodal projectors are not implemented"),
-    ("--rpc", "RPC backends are not implemented"),
     ("-md", "speculative decoding is not implemented"),
     ("--model-draft", "speculative decoding is not implemented"),
     (

@@ -78,6 +78,19 @@ impl PrefetchArgs {
         self.prefetch_selective != "off"
     }
 
+    /// The prefetch of the one value (llama-run, llama-server), with
+    /// `--prefetch-selective` for auto.
+    pub fn setting(&self) -> Result<llama::moe_cache::prefetch::PrefetchSlots> {
+        let auto = llama::moe_cache::prefetch::AutoPrefetch {
+            selective: self.selective(),
+            force: None,
+        };
+        Ok(llama::moe_cache::prefetch::PrefetchSlots::from_count(
+            self.slots()?.into(),
+            auto,
+        )?)
+    }
+
     /// The one value (llama-run).
     pub fn slots(&self) -> Result<i32> {
         match self.all_slots()?.as_slice() {

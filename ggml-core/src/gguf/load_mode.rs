@@ -91,7 +91,7 @@ impl LoadMode {
 }
 
 /// `MemAvailable` from `/proc/meminfo`, in bytes (`None` elsewhere).
-fn mem_available() -> Option<u64> {
+pub fn mem_available() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     parse_mem_available(&info)
 }

@@ -1,7 +1,7 @@
 //! The real driver behind [`super::Device`]: `cudarc`'s context, streams
 //! and events, and its raw `result` calls. Each method is one driver call
-//! plus error mapping (module loading also compiles `kernels.cu` with NVRTC
-//! for the device's architecture, cached per process by `kernels.rs`).
+//! plus error mapping (`load_module` loads the image `kernel_load.rs`
+//! picked: a shipped cubin, PTX, or NVRTC's output).
 //! None of this runs without a GPU: the emulator replaces it in CI.
 
 use std::any::Any;
@@ -13,7 +13,10 @@ use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaGraph, Cu
 use cudarc::nvrtc::Ptx;
 use ggml_core::BackendError;
 
-use super::{Access, DevPtr, Device, Event, Function, GraphExec, KernelArg, LaunchDims, Stream};
+use super::{
+    Access, DevPtr, Device, Event, Function, GraphExec, ImageKind, KernelArg, LaunchDims,
+    ModuleImage, Stream,
+};
 use crate::dev_err;
 
 /// A CUDA device's primary context.
@@ -129,6 +132,28 @@ impl Device for CudaDevice {
             .map_err(|e| dev_err(&format!("cuMemHostRegister of {len} bytes"), e))
     }
 
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
+        if self.bind().is_err() {
+            return false;
+        }
+        let (mut first, mut last): (u32, u32) = (0, 0);
+        // SAFETY: valid out-pointers of the attribute's type (an unsigned
+        // int); the driver only looks the addresses up (an address it does
+        // not know is an error, not an access).
+        let ok = |out: &mut u32, p: usize| unsafe {
+            sys::cuPointerGetAttribute(
+                out as *mut u32 as *mut c_void,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                p as CUdeviceptr,
+            )
+        } == sys::cudaError_enum::CUDA_SUCCESS;
+        let host = sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32;
+        ok(&mut first, ptr as usize)
+            && ok(&mut last, ptr as usize + len.saturating_sub(1))
+            && first == host
+            && last == host
+    }
+
     unsafe fn host_unregister(&self, ptr: *const u8) {
         let _ = self.bind();
         // SAFETY: the caller passes the start of a registered range.
@@ -167,16 +192,40 @@ impl Device for CudaDevice {
         self
     }
 
-    fn load_kernels(&self, names: &[&'static str]) -> Result<Vec<Function>, BackendError> {
+    fn compute_capability(&self) -> Result<(u32, u32), BackendError> {
         let (major, minor) = self
             .ctx
             .compute_capability()
-            .map_err(|e| BackendError::Device(format!("compute capability: {e}")))?;
-        let ptx = crate::kernels::ptx_for_capability(major, minor)?;
+            .map_err(|e| dev_err("compute capability", e))?;
+        Ok((major.max(0) as u32, minor.max(0) as u32))
+    }
+
+    fn driver_version(&self) -> Result<i32, BackendError> {
+        crate::driver_version()
+            .ok_or_else(|| BackendError::Device("cuDriverGetVersion failed".into()))
+    }
+
+    fn load_module(
+        &self,
+        image: &ModuleImage,
+        names: &[&'static str],
+    ) -> Result<Vec<Function>, BackendError> {
+        let ptx = match image.kind {
+            ImageKind::Cubin { .. } => Ptx::from_binary(image.bytes.clone()),
+            ImageKind::Ptx { .. } => {
+                // cudarc turns the text into a C string (a NUL would panic)
+                if image.bytes.contains(&0) {
+                    return Err(BackendError::Device(format!(
+                        "{image}: the PTX contains a NUL byte"
+                    )));
+                }
+                Ptx::from_src(String::from_utf8_lossy(&image.bytes).into_owned())
+            }
+        };
         let module = self
             .ctx
-            .load_module(Ptx::from_src(ptx))
-            .map_err(|e| BackendError::Device(format!("loading the kernel PTX: {e}")))?;
+            .load_module(ptx)
+            .map_err(|e| BackendError::Device(format!("cuModuleLoadData: {e}")))?;
         names
             .iter()
             .map(|&name| {

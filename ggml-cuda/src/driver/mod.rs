@@ -147,6 +147,48 @@ pub struct Function {
     pub(crate) handle: Box<dyn Any + Send + Sync>,
 }
 
+/// A module image for [`Device::load_module`].
+#[derive(Clone, Debug)]
+pub struct ModuleImage {
+    /// What it is.
+    pub kind: ImageKind,
+    /// The cubin's bytes, or the PTX text (no NUL byte).
+    pub bytes: Vec<u8>,
+    /// Where it came from, for messages (`shipped sm_90.cubin.xz`).
+    pub origin: String,
+}
+
+/// The kind of a [`ModuleImage`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageKind {
+    /// Machine code for `sm_XY` (`sm` = XY).
+    Cubin {
+        /// The architecture (90 for `sm_90`).
+        sm: u32,
+    },
+    /// PTX of ISA `isa` for `.target sm_XY` (`target` = XY).
+    Ptx {
+        /// The `.version` it declares.
+        isa: crate::ptx_isa::Isa,
+        /// The `.target` it declares.
+        target: u32,
+    },
+}
+
+impl std::fmt::Display for ModuleImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            ImageKind::Cubin { sm } => write!(f, "cubin sm_{sm} ({})", self.origin),
+            ImageKind::Ptx { isa, target } => write!(
+                f,
+                "PTX compute_{target} ISA {} ({})",
+                crate::ptx_isa::isa_text(isa),
+                self.origin
+            ),
+        }
+    }
+}
+
 /// A launch's geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchDims {
@@ -206,15 +248,32 @@ pub trait Device: Send + Sync {
         len: usize,
         read_only: bool,
     ) -> Result<(), BackendError>;
+    /// Whether host memory `[ptr, ptr + len)` is page-locked for this
+    /// driver (allocated by [`Device::host_alloc`] or registered): a copy
+    /// from it is asynchronous DMA; from any other memory the copy call
+    /// returns only once the driver has taken the bytes.
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool;
     /// Undo [`Device::host_register`].
     ///
     /// # Safety
     /// `ptr` is the start of a registered range.
     unsafe fn host_unregister(&self, ptr: *const u8);
-    /// Load the kernels of `kernels.cu` named `names` (the driver compiles
-    /// the source with NVRTC for the device's architecture and loads the
-    /// PTX; the emulator checks it has each compiled in).
-    fn load_kernels(&self, names: &[&'static str]) -> Result<Vec<Function>, BackendError>;
+    /// The device's compute capability `(major, minor)` (`(9, 0)` for an
+    /// H200; the emulator's pretended one).
+    fn compute_capability(&self) -> Result<(u32, u32), BackendError>;
+    /// The driver's CUDA version as `cuDriverGetVersion` writes it (12040
+    /// for CUDA 12.4; the emulator's pretended one).
+    fn driver_version(&self) -> Result<i32, BackendError>;
+    /// Load a module image (`cuModuleLoadData`: a cubin, or PTX the driver
+    /// JIT-compiles) and look up the kernels `names` in it. A driver
+    /// refuses a cubin of another architecture, PTX of a newer ISA than its
+    /// own or for a newer target, and a missing kernel; the emulator checks
+    /// the same before it launches its CPU build of the same source.
+    fn load_module(
+        &self,
+        image: &ModuleImage,
+        names: &[&'static str],
+    ) -> Result<Vec<Function>, BackendError>;
     /// Test-only: whether the planted bug `GGML_CUDA_EMULATOR_DROP_WAIT`
     /// drops waits of `kind` on this device (never on a real device).
     fn planted_drop_wait(&self, _kind: &str) -> bool {
@@ -228,6 +287,15 @@ pub trait Device: Send + Sync {
     fn enable_peer_access(&self, peer: &dyn Device) -> Result<(), BackendError>;
     /// For the implementation to downcast devices it is handed (a peer).
     fn as_any(&self) -> &dyn Any;
+}
+
+impl dyn Device {
+    /// Load the kernels `names` from the image the loader picks for this
+    /// device ([`crate::kernel_load::load_names`]; the backend shares one
+    /// load per device instead).
+    pub fn load_kernels(&self, names: &[&'static str]) -> Result<Vec<Function>, BackendError> {
+        crate::kernel_load::load_names(self, names)
+    }
 }
 
 /// A stream: work queued on it runs in order, asynchronously to the host.

@@ -12,7 +12,10 @@
 //!   memory is filled with `0xA5` bytes, so a read of memory nobody wrote
 //!   shows. Page-locked allocations and host registrations are recorded; a
 //!   host-to-device copy from any other host memory counts as pageable in
-//!   [`stats`].
+//!   [`stats`] and, as in CUDA (which stages it through a pinned buffer),
+//!   blocks the calling host thread until the stream has reached it and
+//!   taken its bytes ([`Stats::host_blocked_ns`]); from page-locked memory
+//!   it returns at once.
 //! - **Streams and events** (`stream.rs`): a worker thread per stream, CUDA's
 //!   event semantics (re-recording included: a wait keeps the record it
 //!   saw), seeded delays (`GGML_CUDA_EMULATOR_SEED=N`), an optional link
@@ -23,6 +26,12 @@
 //!   checked by the hazard detector.
 //! - **Kernels** run on the stream's worker through
 //!   [`crate::emu_kernels::launch`] (`kernels.cu` compiled for the CPU).
+//!   The module they come "from" is loaded as a driver would
+//!   (`module.rs`): the device pretends a compute capability
+//!   (`GGML_CUDA_EMULATOR_CC`, default 9.0) and a driver version
+//!   (`GGML_CUDA_EMULATOR_DRIVER`, default 12.9), refuses a cubin of another
+//!   architecture and PTX of a newer ISA than that driver's, and records
+//!   every image it accepted ([`loaded_images`]).
 //! - **Hazards** ([`hazard`]): every queued operation's device ranges are
 //!   checked against unordered conflicting accesses; a hazard fails the call
 //!   that queued the operation and is kept for [`take_hazards`]. The cache
@@ -49,6 +58,7 @@
 //!   different seeds and planted bugs run in parallel).
 
 pub mod hazard;
+mod module;
 mod stream;
 
 use std::alloc::Layout;
@@ -96,6 +106,24 @@ pub fn enable() {
     FORCED.store(true, Ordering::Release);
 }
 
+/// The variable that makes a test fail instead of falling back to the
+/// emulator: `scripts/gpu-check-run` sets it on the GPU machine, so no
+/// check passes without the GPU.
+pub const REQUIRE_DEVICE: &str = "GGML_CUDA_REQUIRE_DEVICE";
+
+/// A test's fallback when no CUDA device is usable (`why`): the emulator
+/// ([`enable`]), unless `GGML_CUDA_REQUIRE_DEVICE=1`, which makes it a
+/// panic naming why the device did not open. Tests that run on the
+/// emulator by design call [`enable`] instead.
+pub fn fallback(why: &str) {
+    if env_flag(REQUIRE_DEVICE) && !enabled() {
+        panic!(
+            "{REQUIRE_DEVICE}=1: no fallback to the emulator: the CUDA device did not open: {why}"
+        );
+    }
+    enable();
+}
+
 /// Whether CUDA devices are emulated ([`enable`] or `GGML_CUDA_EMULATOR=1`).
 pub fn enabled() -> bool {
     FORCED.load(Ordering::Acquire) || env_flag("GGML_CUDA_EMULATOR")
@@ -130,6 +158,50 @@ pub struct Config {
     /// (`GGML_CUDA_EMULATOR_PEER`, default on): peer copies, else the
     /// backend copies between them through host memory.
     pub peer: bool,
+    /// The compute capability the devices pretend (`GGML_CUDA_EMULATOR_CC`,
+    /// e.g. `8.9`; default 9.0).
+    pub cc: (u32, u32),
+    /// The driver version the devices pretend, as `cuDriverGetVersion`
+    /// writes it (`GGML_CUDA_EMULATOR_DRIVER`, e.g. `12.4` or `12040`;
+    /// default 12.9).
+    pub driver_version: i32,
+    /// The newest PTX ISA the pretended driver JIT-compiles
+    /// (`GGML_CUDA_EMULATOR_PTX_ISA`, e.g. `8.4`); `None`: the table's for
+    /// [`Config::driver_version`] ([`crate::ptx_isa::max_isa_for_driver`]).
+    /// Set apart from the version, it plays a driver whose JIT is older
+    /// than the table says, so the loader's fallback on a load error runs.
+    pub ptx_isa_max: Option<crate::ptx_isa::Isa>,
+}
+
+/// The default pretended compute capability (an H100 / H200).
+pub const DEFAULT_CC: (u32, u32) = (9, 0);
+/// The default pretended driver version (CUDA 12.9).
+pub const DEFAULT_DRIVER: i32 = 12090;
+
+/// `8.9` as (8, 9).
+fn parse_cc(v: &str) -> Option<(u32, u32)> {
+    let (a, b) = v.trim().split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// `12.4` or `12040` as 12040.
+fn parse_driver(v: &str) -> Option<i32> {
+    let v = v.trim();
+    match v.split_once('.') {
+        Some((a, b)) => Some(a.parse::<i32>().ok()? * 1000 + b.parse::<i32>().ok()? * 10),
+        None => v.parse().ok(),
+    }
+}
+
+/// An environment setting parsed by `parse`, with a warning when it does
+/// not parse.
+fn env_with<T>(name: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    let r = parse(&v);
+    if r.is_none() {
+        eprintln!("warning: ignoring {name}={v:?}");
+    }
+    r
 }
 
 fn parse_env<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -247,6 +319,10 @@ fn env_config() -> Config {
                 .filter(|&r| r > 0),
             peer: std::env::var("GGML_CUDA_EMULATOR_PEER")
                 .map_or(true, |v| !matches!(v.trim(), "0" | "false" | "off" | "no")),
+            cc: env_with("GGML_CUDA_EMULATOR_CC", parse_cc).unwrap_or(DEFAULT_CC),
+            driver_version: env_with("GGML_CUDA_EMULATOR_DRIVER", parse_driver)
+                .unwrap_or(DEFAULT_DRIVER),
+            ptx_isa_max: env_with("GGML_CUDA_EMULATOR_PTX_ISA", crate::ptx_isa::parse_isa),
         }
     }
 }
@@ -263,6 +339,11 @@ pub struct Stats {
     pub h2d_pinned_bytes: u64,
     /// Host-to-device bytes copied from pageable memory.
     pub h2d_pageable_bytes: u64,
+    /// Host-to-device copies from pageable memory (each blocked the
+    /// calling host thread until the stream took its bytes, as CUDA does).
+    pub h2d_pageable_copies: u64,
+    /// Nanoseconds host threads spent blocked in those copies.
+    pub host_blocked_ns: u64,
     /// Device-to-host bytes.
     pub d2h_bytes: u64,
     /// Bytes copied into this device from another device's memory by peer
@@ -285,6 +366,8 @@ pub struct Stats {
 struct AtomicStats {
     h2d_pinned: AtomicU64,
     h2d_pageable: AtomicU64,
+    h2d_pageable_copies: AtomicU64,
+    host_blocked_ns: AtomicU64,
     d2h: AtomicU64,
     peer_in: AtomicU64,
     launches: AtomicU64,
@@ -300,6 +383,13 @@ impl AtomicStats {
             &self.h2d_pageable
         };
         c.fetch_add(n as u64, Ordering::Relaxed);
+        if !pinned {
+            self.h2d_pageable_copies.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn count_host_blocked(&self, d: std::time::Duration) {
+        self.host_blocked_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
     fn count_d2h(&self, n: usize) {
         self.d2h.fetch_add(n as u64, Ordering::Relaxed);
@@ -329,6 +419,8 @@ pub(crate) struct DeviceState {
     /// (`cuCtxEnablePeerAccess` from any of its contexts).
     peers: Mutex<Vec<usize>>,
     stats: AtomicStats,
+    /// The module images loaded on this device, in order (described).
+    loaded: Mutex<Vec<String>>,
 }
 
 /// State shared by all emulated devices: the hazard detector (streams of
@@ -389,6 +481,7 @@ fn device_state(ordinal: usize) -> Result<Arc<DeviceState>, BackendError> {
             allocs: Mutex::new((HashMap::new(), 0, 0)),
             peers: Mutex::new(Vec::new()),
             stats: AtomicStats::default(),
+            loaded: Mutex::new(Vec::new()),
         }));
     }
     Ok(Arc::clone(&d[ordinal]))
@@ -407,6 +500,8 @@ pub fn stats(ordinal: usize) -> Stats {
     Stats {
         h2d_pinned_bytes: s.stats.h2d_pinned.load(Ordering::Relaxed),
         h2d_pageable_bytes: s.stats.h2d_pageable.load(Ordering::Relaxed),
+        h2d_pageable_copies: s.stats.h2d_pageable_copies.load(Ordering::Relaxed),
+        host_blocked_ns: s.stats.host_blocked_ns.load(Ordering::Relaxed),
         d2h_bytes: s.stats.d2h.load(Ordering::Relaxed),
         peer_in_bytes: s.stats.peer_in.load(Ordering::Relaxed),
         launches: s.stats.launches.load(Ordering::Relaxed),
@@ -415,6 +510,17 @@ pub fn stats(ordinal: usize) -> Stats {
         used_bytes: used as u64,
         peak_bytes: peak as u64,
     }
+}
+
+/// The module images emulated device `ordinal` accepted so far, described
+/// (`cubin sm_90 (shipped sm_90.cubin.xz)`), oldest first.
+pub fn loaded_images(ordinal: usize) -> Vec<String> {
+    let Ok(d) = devices().lock() else {
+        return Vec::new();
+    };
+    d.get(ordinal)
+        .and_then(|s| s.loaded.lock().ok().map(|l| l.clone()))
+        .unwrap_or_default()
 }
 
 /// The hazards found so far (each also failed the call that queued it),
@@ -589,28 +695,44 @@ impl Device for EmuDevice {
         Ok(())
     }
 
+    fn is_page_locked(&self, ptr: *const u8, len: usize) -> bool {
+        is_page_locked(ptr, len)
+    }
+
     unsafe fn host_unregister(&self, ptr: *const u8) {
         if let Ok(mut r) = host_ranges().lock() {
             r.remove(&(ptr as usize));
         }
     }
 
-    fn load_kernels(&self, names: &[&'static str]) -> Result<Vec<Function>, BackendError> {
-        let have = crate::emu_kernels::kernel_names();
-        names
+    fn compute_capability(&self) -> Result<(u32, u32), BackendError> {
+        Ok(config().cc)
+    }
+
+    fn driver_version(&self) -> Result<i32, BackendError> {
+        Ok(config().driver_version)
+    }
+
+    fn load_module(
+        &self,
+        image: &crate::driver::ModuleImage,
+        names: &[&'static str],
+    ) -> Result<Vec<Function>, BackendError> {
+        let c = config();
+        let jit = c
+            .ptx_isa_max
+            .or_else(|| crate::ptx_isa::max_isa_for_driver(c.driver_version));
+        module::check(image, names, c.cc, c.driver_version, jit)?;
+        if let Ok(mut l) = self.st.loaded.lock() {
+            l.push(image.to_string());
+        }
+        Ok(names
             .iter()
-            .map(|&name| {
-                if !have.contains(&name) {
-                    return Err(BackendError::Device(format!(
-                        "kernel {name}: not compiled into the emulator"
-                    )));
-                }
-                Ok(Function {
-                    name,
-                    handle: Box::new(()),
-                })
+            .map(|&name| Function {
+                name,
+                handle: Box::new(()),
             })
-            .collect()
+            .collect())
     }
 
     fn can_access_peer(&self, peer: &dyn Device) -> Result<bool, BackendError> {

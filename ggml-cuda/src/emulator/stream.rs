@@ -371,10 +371,10 @@ impl EmuStream {
         src: *const u8,
         n: usize,
         lasts: Option<Duration>,
-    ) -> Result<(), BackendError> {
+    ) -> Result<u64, BackendError> {
         self.not_capturing(what)?;
         let (d, s) = (HostPtr(dst), HostPtr(src as *mut u8));
-        self.submit(
+        let (seq, _) = self.submit(
             what,
             accesses,
             Box::new(move || {
@@ -389,7 +389,7 @@ impl EmuStream {
                 Ok(())
             }),
         )?;
-        Ok(())
+        Ok(seq)
     }
 }
 
@@ -465,15 +465,27 @@ impl Stream for EmuStream {
         src: *const u8,
         n: usize,
     ) -> Result<(), BackendError> {
-        self.dev.stats.count_h2d(n, super::is_page_locked(src, n));
+        let pinned = super::is_page_locked(src, n);
+        self.dev.stats.count_h2d(n, pinned);
         let acc = [Access::range(dst, n, true)];
         let lasts = self
             .h2d_bytes_per_s
             .and_then(|r| Duration::try_from_secs_f64(n as f64 / r as f64).ok());
+        let what = "host-to-device copy";
+        let t0 = Instant::now();
         // SAFETY: the caller keeps the host range valid and unchanged until
         // the copy completes (the bytes are read when the copy runs, as a
         // DMA engine would); `dst` is device memory.
-        unsafe { self.queue_copy("host-to-device copy", &acc, dst as *mut u8, src, n, lasts) }
+        let seq = unsafe { self.queue_copy(what, &acc, dst as *mut u8, src, n, lasts) }?;
+        if !pinned {
+            // CUDA stages pageable memory through a pinned buffer: the
+            // calling thread waits for the stream to reach the copy and for
+            // the bytes to be taken. The device write may still be in
+            // flight then, so the hazard detector's order is not advanced.
+            self.core.wait_for(seq).map_err(sticky)?;
+            self.dev.stats.count_host_blocked(t0.elapsed());
+        }
+        Ok(())
     }
 
     unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevPtr, n: usize) -> Result<(), BackendError> {
@@ -482,6 +494,7 @@ impl Stream for EmuStream {
         // SAFETY: the caller keeps `dst..dst+n` valid and unused until the
         // copy completes; `src` is device memory.
         unsafe { self.queue_copy("device-to-host copy", &acc, dst, src as *const u8, n, None) }
+            .map(|_| ())
     }
 
     unsafe fn memcpy_dtod(&self, dst: DevPtr, src: DevPtr, n: usize) -> Result<(), BackendError> {
@@ -497,6 +510,7 @@ impl Stream for EmuStream {
                 None,
             )
         }
+        .map(|_| ())
     }
 
     unsafe fn memcpy_peer(
@@ -528,6 +542,7 @@ impl Stream for EmuStream {
         // SAFETY: both ranges are device memory of their (emulated)
         // devices, host allocations of this process (the caller's contract).
         unsafe { self.queue_copy("peer copy", &acc, dst as *mut u8, src as *const u8, n, None) }
+            .map(|_| ())
     }
 
     fn record_event(&self, _timing: bool) -> Result<Arc<dyn Event>, BackendError> {

@@ -45,6 +45,20 @@ pub struct ExpertCopyStats {
     pub declined: u64,
 }
 
+impl ExpertCopyStats {
+    /// `self - base`, field by field.
+    pub fn since(&self, base: &ExpertCopyStats) -> ExpertCopyStats {
+        ExpertCopyStats {
+            bytes: self.bytes - base.bytes,
+            full_bytes: self.full_bytes - base.full_bytes,
+            experts_copied: self.experts_copied - base.experts_copied,
+            experts_full: self.experts_full - base.experts_full,
+            inputs: self.inputs - base.inputs,
+            declined: self.declined - base.declined,
+        }
+    }
+}
+
 /// A function applied to every ids tensor the policy reads, before
 /// validation: lets tests poison ids to prove they are checked.
 pub type IdFilter = Box<dyn FnMut(&mut [i32]) + Send>;
@@ -65,6 +79,11 @@ pub struct PolicyShared {
 }
 
 impl PolicyShared {
+    /// A copy of the counters now.
+    pub fn counters(&self) -> ExpertCopyStats {
+        self.stats
+    }
+
     /// Count `bytes` of experts uploaded to `backend`.
     pub fn add_backend_bytes(&mut self, backend: &str, bytes: u64) {
         if bytes > 0 {

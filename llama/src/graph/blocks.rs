@@ -6,9 +6,9 @@ use ggml_core::op::{GluOp, OrderedF32, RopeParams};
 use ggml_core::TensorId;
 
 use super::GraphBuilder;
+use crate::graph::moe::hybrid::HostExperts;
 use crate::kv_cache::LayerKv;
 use crate::model::WeightId;
-use crate::moe_cache::hybrid_graph::HostExperts;
 
 /// Per-ubatch inputs every layer reads.
 #[derive(Clone, Copy, Debug)]
@@ -29,7 +29,7 @@ pub struct UbatchInputs {
     /// the cells a token does not see).
     pub n_kv: usize,
     /// The Hadamard rotation of Q and K, F32 `[n, n]` (input), for a
-    /// quantized K cache ([`crate::graph::hadamard`]).
+    /// quantized K cache ([`crate::kv_cache::rotation`]).
     pub k_rot: Option<TensorId>,
     /// The Hadamard rotation of V and of the attention output, F32
     /// `[64, 64]` (input), for a quantized V cache.

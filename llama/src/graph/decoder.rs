@@ -25,7 +25,7 @@ pub struct DecoderGraph {
     /// some layer attends through a window.
     pub mask_swa: Option<TensorId>,
     /// The Hadamard rotations of a quantized K / V cache, F32 `[n, n]`
-    /// (inputs; [`crate::graph::hadamard`]).
+    /// (inputs; [`crate::kv_cache::rotation`]).
     pub k_rot: Option<TensorId>,
     /// See [`Self::k_rot`].
     pub v_rot: Option<TensorId>,

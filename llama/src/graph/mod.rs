@@ -3,21 +3,21 @@
 //! ([`decoder`]). A new architecture is a [`crate::arch::LayerStyle`] and,
 //! at most, a short block of its own: [`mla`] (deepseek2's latent
 //! attention) and [`routing`] (grouped sigmoid and biased expert routing of
-//! deepseek2 and gpt-oss).
+//! deepseek2 and gpt-oss). The MoE features (expert cache, hybrid experts,
+//! decode prediction, forced routing) add their nodes through [`moe`].
 
 pub mod blocks;
 pub mod decoder;
-pub mod hadamard;
 pub mod mla;
+pub mod moe;
 pub mod routing;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use ggml_core::{Graph, Tensor, TensorData, TensorId};
 
 use crate::model::{Model, WeightId};
-use crate::moe_cache::CacheLayout;
+use moe::MoeGraphInputs;
 
 /// A graph under construction over a model's weights: each weight becomes
 /// one leaf, created on first use.
@@ -26,29 +26,9 @@ pub struct GraphBuilder<'m> {
     pub g: Graph,
     /// The model.
     pub model: &'m Model,
-    /// The expert cache the MoE layers read, when there is one.
-    pub moe_cache: Option<Arc<CacheLayout>>,
-    /// Cached layers whose ubatch was too large for their cache (they read
-    /// the host expert tensors instead).
-    pub moe_cache_bypassed: Vec<u32>,
-    /// The CPU maps of hybrid experts, when hybrid placement is on
-    /// ([`crate::moe_cache::hybrid`]).
-    pub moe_hybrid: Option<Arc<crate::moe_cache::hybrid::CpuMaps>>,
-    /// Predict the next cached layer's experts through its router
-    /// (`--moe-predict router`, see [`crate::moe_cache::predict`]).
-    pub moe_predict: bool,
-    /// Predict every MoE layer's experts for this (prompt) ubatch, for the
-    /// selective prefetch ([`crate::moe_cache::prefetch`]).
-    pub prefetch_predict: bool,
-    /// Route by a trace (`--expert-trace-in`): MoE selections are inputs
-    /// ([`crate::moe_cache::forced`]).
-    pub forced_routing: bool,
-    /// With forced routing, each MoE layer's ids input, for the context.
-    pub forced_ids: Vec<(usize, TensorId)>,
-    /// With forced routing and hybrid experts, each cached layer's twin of
-    /// its ids input for the CPU path, in host memory (the device's ids
-    /// input lives on the device).
-    pub forced_ids_host: Vec<(usize, TensorId)>,
+    /// What the MoE layers read and what the build records about them
+    /// ([`moe::MoeGraphInputs`]; no MoE feature by default).
+    pub moe: MoeGraphInputs,
     /// Keep the final norm's output (the last hidden states of the output
     /// rows) as a graph output ([`decoder::DecoderGraph::embd`]).
     pub want_embd: bool,
@@ -61,14 +41,7 @@ impl<'m> GraphBuilder<'m> {
         GraphBuilder {
             g: Graph::new(),
             model,
-            moe_cache: None,
-            moe_cache_bypassed: Vec::new(),
-            moe_hybrid: None,
-            moe_predict: false,
-            prefetch_predict: false,
-            forced_routing: false,
-            forced_ids: Vec::new(),
-            forced_ids_host: Vec::new(),
+            moe: MoeGraphInputs::default(),
             want_embd: false,
             leafs: HashMap::new(),
         }

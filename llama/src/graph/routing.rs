@@ -15,9 +15,9 @@ use ggml_core::TensorId;
 
 use super::GraphBuilder;
 use crate::arch::Arch;
+use crate::graph::moe::hybrid::HostExperts;
 use crate::hparams::ExpertGating;
 use crate::model::MoeWeights;
-use crate::moe_cache::hybrid_graph::HostExperts;
 
 /// llama.cpp's `swiglu_oai` constants for gpt-oss (not in the GGUF).
 pub const SWIGLU_OAI_ALPHA: f32 = 1.702;

@@ -4,7 +4,7 @@
 //!
 //! For a slot map (offered because its `get_rows` lookup heads a device
 //! split), the hook reads the layer's router ids once, validates them,
-//! asks the group's [`SlotBank`] for hits and misses, uploads each run of
+//! asks the group's [`super::cache::bank::SlotBank`] for hits and misses, uploads each run of
 //! misses with one ranged write per role straight into the banks, and then
 //! writes the map, so that the lookup reads slots that hold the experts.
 
@@ -17,117 +17,10 @@ use ggml_core::{GgmlType, Op};
 use ggml_core::{Stream, TensorData};
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
-use super::bank::{upload_runs, SlotBank};
-use super::hybrid::{self, HybridShared};
-use super::layout::CacheLayout;
-use super::policy::PolicyKind;
-use super::stats::{CacheStats, LayerCacheStats};
+use super::cache::bank::upload_runs;
+use super::cache::shared::CacheShared;
+use super::hybrid;
 use crate::expert_copy::{ids, ExpertCopyPolicy, PolicyShared};
-
-/// The cache's state, shared by the hook (owned by the scheduler) and the
-/// context.
-pub struct CacheShared {
-    /// The buffers and the per-layer view.
-    pub layout: Arc<CacheLayout>,
-    /// Slot state per group (`None` for a group that falls back).
-    pub banks: Vec<Option<SlotBank>>,
-    /// Counters.
-    pub stats: CacheStats,
-    /// Hybrid experts, when on: the CPU maps and how misses are split.
-    pub hybrid: Option<HybridShared>,
-    policy: PolicyKind,
-    n_tokens: u32,
-}
-
-impl CacheShared {
-    /// State for `layout`, every group evicting by `policy`.
-    pub fn new(layout: Arc<CacheLayout>, policy: PolicyKind, budget_bytes: u64) -> CacheShared {
-        let banks = layout
-            .groups
-            .iter()
-            .map(|g| {
-                (!g.fallback).then(|| {
-                    SlotBank::new(
-                        &g.layers,
-                        g.n_expert,
-                        g.n_slots,
-                        policy.build(g.n_slots as usize),
-                    )
-                })
-            })
-            .collect();
-        let mut stats = CacheStats {
-            policy: policy.name().to_string(),
-            budget_bytes,
-            groups: layout.groups.clone(),
-            ..CacheStats::default()
-        };
-        for l in layout.layers.iter().flatten() {
-            stats.layers.insert(l.layer, LayerCacheStats::default());
-        }
-        CacheShared {
-            layout,
-            banks,
-            stats,
-            hybrid: None,
-            policy,
-            n_tokens: 0,
-        }
-    }
-
-    /// Tokens of the ubatch being computed.
-    pub fn n_tokens(&self) -> u32 {
-        self.n_tokens
-    }
-
-    /// A ubatch of `n_tokens` tokens is about to be computed.
-    pub fn begin_ubatch(&mut self, n_tokens: usize) {
-        self.n_tokens = n_tokens as u32;
-        if !self.layout.any_cached() {
-            return;
-        }
-        if n_tokens > self.layout.max_batch {
-            self.stats.ubatches_over_max_batch += 1;
-        } else {
-            self.stats.ubatches += 1;
-        }
-        // time advances for every ubatch, served or not
-        for b in self.banks.iter_mut().flatten() {
-            b.begin_ubatch(n_tokens as u32);
-        }
-    }
-
-    /// The graph just built reads the host experts of these cached layers:
-    /// their ubatch was too large for their cache.
-    pub fn note_bypassed(&mut self, layers: &[u32]) {
-        for &l in layers {
-            self.stats.layers.entry(l).or_default().bypassed += 1;
-        }
-    }
-
-    /// Forget everything group `g` holds (after a failed upload, so that no
-    /// map names a slot whose bytes did not arrive).
-    pub fn reset_group(&mut self, g: usize) {
-        if let (Some(slot), Some(info)) = (self.banks.get_mut(g), self.layout.groups.get(g)) {
-            if slot.is_some() {
-                *slot = Some(SlotBank::new(
-                    &info.layers,
-                    info.n_expert,
-                    info.n_slots,
-                    self.policy.build(info.n_slots as usize),
-                ));
-            }
-        }
-    }
-
-    /// Check every bank's invariants (tests).
-    pub fn check(&self) -> Result<(), String> {
-        for b in self.banks.iter().flatten() {
-            b.check()?;
-        }
-        Ok(())
-    }
-}
 
 /// Make the split's copy stream wait for everything queued on the device's
 /// compute stream: a miss may evict a slot that an earlier layer's kernels
@@ -336,10 +229,11 @@ impl MoeCacheHook {
                 .map_err(|e| HookError::msg(e.to_string()))?;
         }
         let slot_bytes: u64 = lc.expert_bytes.iter().map(|&b| b as u64).sum();
+        let decode = cache.n_tokens() <= 1;
         let st = cache.stats.layers.entry(layer as u32).or_default();
         let (h, m) = (acc.hits.len() as u64, acc.misses.len() as u64);
         let c = cpu.len() as u64;
-        if cache.n_tokens <= 1 {
+        if decode {
             st.hits_decode += h;
             st.misses_decode += m;
             st.cpu_decode += c;

@@ -1,72 +1,71 @@
-//! The device cache of host experts (upstream llama.cpp's MoE cache, on
-//! this project's scheduler hook).
+//! The MoE features' states, one submodule each, and the copy hook that
+//! drives them (upstream llama.cpp's MoE cache and prefetch, on this
+//! project's scheduler hook). [`crate::moe_runtime::MoeRuntime`] builds
+//! them and owns them with the context; their graph parts are in
+//! [`crate::graph::moe`].
 //!
 //! When a model's expert tensors live in host memory and a device computes
 //! with them, every token would copy its experts again. The cache keeps
 //! recently used experts in device memory instead:
 //!
-//! - **Groups and banks** ([`layout`]): the cached layers of a device whose
-//!   expert tensors share type, shape and expert stride form a group; each
-//!   group has one bank per role (gate, up, down) shaped
-//!   `[ne0, ne1, n_slots]` in a device weights buffer (plus one pad slot,
-//!   for kernels that read past the last expert). All layers of a group
-//!   share the slots and one eviction policy keyed by `(layer, expert)`.
-//! - **Slot maps**: each cached layer has an I32 map `[n_expert]` (slot of
+//! - [`cache`]: the cache proper. **Groups and banks**
+//!   ([`cache::layout`]): the cached layers of a device whose expert
+//!   tensors share type, shape and expert stride form a group; each group
+//!   has one bank per role (gate, up, down) shaped `[ne0, ne1, n_slots]`
+//!   in a device weights buffer (plus one pad slot, for kernels that read
+//!   past the last expert). All layers of a group share the slots and one
+//!   eviction policy keyed by `(layer, expert)` ([`cache::bank`]).
+//!   **Slot maps**: each cached layer has an I32 map `[n_expert]` (slot of
 //!   each expert, or -1) in a host weights buffer. The graph computes
 //!   `slots = get_rows(slot_map, ids)` on the device, then the unmodified
-//!   `mul_mat_id(bank, x, slots)` ([`graph`]): no new op, no new kernel.
-//! - **The hook** ([`hook`]): because the map is a host weight, the
-//!   scheduler offers it to the copy hook. The hook reads the layer's ids
-//!   (computed by an earlier split: the lookup heads its split), plans hits
-//!   and misses with the group's [`bank::SlotBank`], uploads the misses in
-//!   merged runs straight into the banks, and writes the map last.
-//! - **Policies** ([`policy`]): pure functions of the access sequence, so
-//!   a routing-trace replay ([`replay`]) runs this very code.
-//!
-//! - **Traces** ([`trace`], [`synth_trace`]): recorded routing in a small
-//!   binary file, and synthetic routing (random, Zipf, or topic-shaped
-//!   like a trained model's) generated from a model's shape; [`forced`]
-//!   makes a model route by a trace (`--expert-trace-in`).
-//!
-//! - **Decode prediction** ([`predict`], [`predict_history`],
-//!   [`predict_replay`]): the next layer's experts guessed (through its
-//!   router, or from the routing seen so far) and uploaded early.
-//!
-//! - **Hybrid experts** ([`hybrid`], [`hybrid_graph`], [`cost`]): a miss
-//!   can be computed on the CPU from host memory instead of uploaded; the
-//!   hook decides per layer per ubatch, from a cost model or a fixed share.
+//!   `mul_mat_id(bank, x, slots)` ([`crate::graph::moe::cache`]): no new
+//!   op, no new kernel. Its run-time state ([`cache::shared`]), counters
+//!   ([`cache::stats`]) and a trace-driven replay ([`cache::replay`]).
+//! - [`hook`]: because the map is a host weight, the scheduler offers it to
+//!   the copy hook. The hook reads the layer's ids (computed by an earlier
+//!   split: the lookup heads its split), plans hits and misses with the
+//!   group's [`cache::bank::SlotBank`], uploads the misses in merged runs
+//!   straight into the banks, and writes the map last; every other host
+//!   expert tensor goes to the selective copy ([`crate::expert_copy`]).
+//! - [`policy`]: eviction policies, pure functions of the access sequence,
+//!   so a routing-trace replay runs this very code.
+//! - [`prefetch`]: the prefill prefetch of whole (or predicted) expert
+//!   tensors into staging slots through the scheduler's look-ahead
+//!   ([`prefetch::auto`] decides per tensor and ubatch).
+//! - [`predict`]: decode prediction, the next layer's experts guessed
+//!   (through its router, or from the routing seen so far,
+//!   [`predict::history`]) and uploaded early; [`predict::replay`] runs it
+//!   on a trace.
+//! - [`hybrid`]: a miss computed on the CPU from host memory instead of
+//!   uploaded; the hook decides per layer per ubatch, from a cost model
+//!   ([`cost`], which the prefetch's auto reads too) or a fixed share.
+//! - [`trace`]: recorded routing in a small binary file, synthetic routing
+//!   (random, Zipf, or topic-shaped like a trained model's,
+//!   [`trace::synthetic`]), and forced routing by a trace
+//!   (`--expert-trace-in`, [`trace::forced`]).
 //!
 //! Ubatches of more than `max_batch` tokens do not use the cache (their
 //! expert matmuls take the selective copy, or the CPU); a group with fewer
 //! slots than the router picks per token falls back to the selective copy.
 
-pub mod bank;
+pub mod cache;
 pub mod cost;
-pub mod forced;
-pub mod graph;
 pub mod hook;
 pub mod hybrid;
-pub mod hybrid_graph;
-pub mod layout;
 pub mod policy;
 pub mod predict;
-pub mod predict_history;
-pub mod predict_replay;
 pub mod prefetch;
-pub mod prefetch_auto;
-pub mod replay;
-pub mod stats;
-pub mod synth_trace;
 pub mod trace;
 
 use std::fmt;
 use std::str::FromStr;
 
-pub use bank::{upload_runs, BankError, LayerAccess, SlotBank, UploadRun};
-pub use hook::{CacheShared, MoeCacheHook};
-pub use layout::{CacheLayout, GroupShape, LayerCache};
+pub use cache::bank::{upload_runs, BankError, LayerAccess, SlotBank, UploadRun};
+pub use cache::layout::{CacheLayout, GroupShape, LayerCache};
+pub use cache::shared::CacheShared;
+pub use cache::stats::{CacheStats, GroupInfo, LayerCacheStats};
+pub use hook::MoeCacheHook;
 pub use policy::{Key, Policy, PolicyKind};
-pub use stats::{CacheStats, GroupInfo, LayerCacheStats};
 pub use trace::{Trace, TraceError, TraceHeader};
 
 /// Default largest ubatch that uses (and fills) the cache (upstream: 32).

@@ -54,11 +54,10 @@ fn serve(a: &ServerArgs) -> Result<()> {
     let mut params = a.batch.context_params(n_ctx, threads, &placement);
     params.kv_type = tk;
     params.kv_type_v = Some(tv);
-    (params.moe_cache, params.moe_cache_sizes) = moe_cache.device_params(&placement)?;
-    params.moe_hybrid = a.moe_cache.hybrid()?;
-    params.prefetch_experts_slots = a.prefetch.slots()?;
-    params.prefetch_selective = a.prefetch.selective();
-    params.moe_predict = a.prefetch.predict();
+    (params.moe.cache, params.moe.cache_sizes) = moe_cache.device_params(&placement)?;
+    params.moe.hybrid = a.moe_cache.hybrid()?;
+    params.moe.prefetch = a.prefetch.setting()?;
+    params.moe.predict = a.prefetch.predict();
     // one decode holds every slot's pending token plus up to a ubatch of prompt
     params.n_batch = params.n_batch.max(params.n_ubatch + a.parallel);
     let ctx = Context::new(Arc::clone(&model), params).context("cannot create the context")?;

@@ -45,8 +45,12 @@ pub struct Params {
     /// the last test (for llama-moe-cache).
     pub expert_trace_out: Option<std::path::PathBuf>,
     /// `--expert-trace-in`: route every MoE layer by this trace's ids
-    /// (forced routing, `llama::moe_cache::forced`).
+    /// (forced routing, `llama::moe_cache::trace::forced`).
     pub expert_trace_in: Option<std::path::PathBuf>,
+    /// `-rpc`: the RPC servers (`host:port,...`) whose devices `RPC0`,
+    /// `RPC1`, ... the tests may use (llama.cpp registers them for the
+    /// whole run; without `-dev`, a test uses them all).
+    pub rpc: Option<String>,
 }
 
 impl Params {
@@ -70,8 +74,8 @@ pub enum Command {
     Run(Box<Params>),
     /// Print this text and exit 0 (`-h`, `--version`).
     Print(String),
-    /// `--list-devices`.
-    ListDevices,
+    /// `--list-devices` (with the `-rpc` servers' devices).
+    ListDevices(Option<String>),
 }
 
 /// Parse the arguments (without the program name).
@@ -94,10 +98,12 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
         progress: false,
         no_warmup: false,
         no_expert_copy: false,
+        rpc: None,
         timeline_out: None,
         expert_trace_out: None,
         expert_trace_in: None,
     };
+    let mut list_devices = false;
     let mut it = args.into_iter().peekable();
     while let Some(raw) = it.next() {
         let (flag, inline) = split_flag(&raw);
@@ -136,7 +142,16 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
                     crate::bench::sysinfo::build_number()
                 )))
             }
-            "--list-devices" => return Ok(Command::ListDevices),
+            "--list-devices" => list_devices = true,
+            "-rpc" | "--rpc" => {
+                let v = value(&mut it, &flag)?;
+                ggml_rpc_servers(&v).map_err(|e| anyhow::anyhow!(e))?;
+                // each -rpc registers more servers, as llama.cpp's
+                p.rpc = Some(match p.rpc.take() {
+                    Some(before) => format!("{before},{v}"),
+                    None => v,
+                });
+            }
             "-p" | "--n-prompt" | "-n" | "--n-gen" => {
                 let v = value(&mut it, &flag)?;
                 let nums =
@@ -213,6 +228,9 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
             _ => bail!("unknown argument '{raw}' (see --help)"),
         }
     }
+    if list_devices {
+        return Ok(Command::ListDevices(p.rpc));
+    }
     p.given = lists.iter().map(Option::is_some).collect();
     p.lists = lists
         .into_iter()
@@ -223,6 +241,11 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
     p.n_gen = n_gen.unwrap_or_else(|| vec![128]);
     p.n_pg = n_pg;
     Ok(Command::Run(Box::new(p)))
+}
+
+/// The `-rpc` list checked (host:port entries).
+fn ggml_rpc_servers(v: &str) -> Result<Vec<String>, String> {
+    common::cli::parse_rpc_servers(v)
 }
 
 /// `--name_x=v` as (`--name-x`, `Some(v)`); short flags as they are.
@@ -258,6 +281,7 @@ pub fn usage() -> String {
         "  -oe, --output-err <csv|json|jsonl|md|sql>",
         "                                        format on stderr (default: none)",
         "  --list-devices                        list the devices and exit",
+        "  -rpc, --rpc <rpc_servers>             register RPC devices (comma separated host:port: RPC0, RPC1, ...)",
         "  -v, --verbose                         print where every tensor went",
         "  --progress                            print test progress on stderr",
         "  --no-warmup                           skip the warm-up run of each test",
@@ -357,5 +381,13 @@ mod tests {
         assert!(e(&["--prio", "2"]).contains("not supported"));
         assert!(e(&["--numa", "distribute"]).contains("not supported"));
         assert!(run(&["--prio", "0"]).is_ok());
+    }
+
+    #[test]
+    fn rpc_lists_add_up_as_llama_cpps() {
+        let p = run(&["-rpc", "127.0.0.1:50052,10.0.0.2:50052", "--rpc", "h:1"]).unwrap();
+        assert_eq!(p.rpc.as_deref(), Some("127.0.0.1:50052,10.0.0.2:50052,h:1"));
+        let e = format!("{:#}", run(&["-rpc", "127.0.0.1"]).unwrap_err());
+        assert!(e.contains("127.0.0.1"), "{e}");
     }
 }

@@ -274,13 +274,13 @@ fn device(s: &str) -> Result<String, String> {
     let mut out: Vec<String> = Vec::new();
     for part in t.split('/') {
         let up = part.trim().to_ascii_uppercase();
-        let ok = ["SIM", "CUDA"].iter().any(|p| {
+        let ok = ["SIM", "CUDA", "RPC"].iter().any(|p| {
             up.strip_prefix(p)
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         });
         if !ok {
             return Err(format!(
-                "unknown device '{}' in '{t}' (auto, none, SIM0, SIM1, ..., CUDA0, CUDA1, ...; a set of one test: SIM0/SIM1)",
+                "unknown device '{}' in '{t}' (auto, none, SIM0, SIM1, ..., CUDA0, CUDA1, ..., RPC0, RPC1, ... with -rpc; a set of one test: SIM0/SIM1)",
                 part.trim()
             ));
         }

@@ -20,14 +20,16 @@ use crate::bench::output::{printer, Plan, Printer};
 use crate::bench::overrides;
 use crate::bench::sysinfo;
 use common::cli::{self, Loaded, PlacementArgs};
+use llama::moe_cache::prefetch::{AutoPrefetch, PrefetchSlots};
 use llama::moe_cache::{CacheSize, MoeCacheParams};
+use llama::MoeParams;
 
 const TOOL: &str = "llama-bench";
 
 /// The placement flags of a test (what `cli::load_model` takes).
 // `..Default::default()` keeps this building when cli.rs gains flags
 #[allow(clippy::needless_update)]
-pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
+pub fn placement_args(inst: &Instance, no_expert_copy: bool, rpc: Option<&str>) -> PlacementArgs {
     let dev = inst.device();
     let min_batch = if inst.bool("no_op_offload") {
         i64::MAX as usize
@@ -36,8 +38,10 @@ pub fn placement_args(inst: &Instance, no_expert_copy: bool) -> PlacementArgs {
     };
     PlacementArgs {
         device: dev.map(str::to_string),
-        // without a device every weight is in host memory whatever -ngl says
-        n_gpu_layers: dev.map(|_| inst.int("n_gpu_layers")),
+        // without a device every weight is in host memory whatever -ngl
+        // says (-rpc without -dev: every RPC device)
+        n_gpu_layers: (dev.is_some() || rpc.is_some()).then(|| inst.int("n_gpu_layers")),
+        rpc: rpc.map(str::to_string),
         override_tensor: overrides::rules(inst.str("tensor_buft_overrides")),
         cpu_moe: inst.bool("cpu_moe"),
         n_cpu_moe: Some(inst.int("n_cpu_moe").max(0) as usize),
@@ -73,8 +77,9 @@ fn kv_type(name: &str) -> Result<GgmlType> {
     }
 }
 
-/// Flash attention of a test: `-fa 1`, or `-fa auto` (-1) where a
-/// quantized V cache needs it (llama.cpp resolves auto to on there).
+/// Flash attention of a test as the flags say: `-fa 1`, or `-fa auto`
+/// (-1) where a quantized V cache needs it; `run_test` also turns auto on
+/// where the CUDA device runs it (`llama::device::flash_attn_auto`).
 fn flash_attn_of(inst: &Instance) -> Result<bool> {
     let v = kv_type(inst.str("type_v"))?;
     Ok(match inst.int("flash_attn") {
@@ -97,7 +102,15 @@ pub fn check(p: &Params, insts: &[Instance]) -> Result<()> {
     devices.dedup();
     for d in devices {
         let names = cli::parse_device_list(d)?;
-        let opts = llama::device::DeviceOptions::default();
+        let rpc = PlacementArgs {
+            rpc: p.rpc.clone(),
+            ..Default::default()
+        }
+        .rpc_devices(1)?;
+        let opts = llama::device::DeviceOptions {
+            rpc,
+            ..Default::default()
+        };
         llama::device::open_devices(&names, &opts).map_err(|e| anyhow::anyhow!("-dev {d}: {e}"))?;
     }
     for inst in insts {
@@ -105,7 +118,7 @@ pub fn check(p: &Params, insts: &[Instance]) -> Result<()> {
             Some(d) => cli::parse_device_list(d)?,
             None => Vec::new(),
         };
-        placement_args(inst, p.no_expert_copy)
+        placement_args(inst, p.no_expert_copy, p.rpc.as_deref())
             .placement(&names)
             .with_context(|| format!("devices {}", inst.str("devices")))?;
         kv_type(inst.str("type_k"))?;
@@ -193,7 +206,7 @@ pub fn run(p: &Params) -> Result<()> {
 }
 
 fn load(p: &Params, inst: &Instance) -> Result<(Loaded, ModelInfo)> {
-    let pa = placement_args(inst, p.no_expert_copy);
+    let pa = placement_args(inst, p.no_expert_copy, p.rpc.as_deref());
     let path = match inst.str("model_filename") {
         "" => None,
         m => Some(std::path::PathBuf::from(m)),
@@ -213,7 +226,11 @@ fn load(p: &Params, inst: &Instance) -> Result<(Loaded, ModelInfo)> {
         model_type: model_desc(&l.model),
         size: l.model.size_bytes() as u64,
         n_params: l.model.n_params(),
-        backends: dev.map_or_else(|| "CPU".into(), sysinfo::backend_kind),
+        backends: match (dev, &p.rpc) {
+            (Some(d), _) => sysinfo::backend_kind(d),
+            (None, Some(_)) => "RPC".into(),
+            (None, None) => "CPU".into(),
+        },
         gpu_info: dev.map(sysinfo::devices_description).unwrap_or_default(),
     };
     Ok((l, info))
@@ -289,43 +306,56 @@ fn run_test(
         n_threads: inst.int("n_threads") as usize,
         kv_type: kv_type(inst.str("type_k"))?,
         kv_type_v: Some(kv_type(inst.str("type_v"))?),
-        expert_copy: !p.no_expert_copy,
-        flash_attn: flash_attn_of(inst)?,
-        moe_cache: MoeCacheParams {
-            // -nopo keeps every op on host weights on the CPU: no cache
-            size: if p.no_expert_copy || inst.bool("no_op_offload") {
-                CacheSize::Off
-            } else {
-                inst.str("moe_cache_mib").parse().map_err(|e| {
-                    anyhow::anyhow!("--moe-cache-mib {}: {e}", inst.str("moe_cache_mib"))
-                })?
+        flash_attn: flash_attn_of(inst)?
+            || (inst.int("flash_attn") == -1
+                && llama::device::flash_attn_auto(
+                    model,
+                    kv_type(inst.str("type_k"))?,
+                    kv_type(inst.str("type_v"))?,
+                )),
+        moe: MoeParams {
+            expert_copy: !p.no_expert_copy,
+            cache: MoeCacheParams {
+                // -nopo keeps every op on host weights on the CPU: no cache
+                size: if p.no_expert_copy || inst.bool("no_op_offload") {
+                    CacheSize::Off
+                } else {
+                    inst.str("moe_cache_mib").parse().map_err(|e| {
+                        anyhow::anyhow!("--moe-cache-mib {}: {e}", inst.str("moe_cache_mib"))
+                    })?
+                },
+                policy: inst.str("moe_cache_policy").parse().map_err(|e| {
+                    anyhow::anyhow!("--moe-cache-policy {}: {e}", inst.str("moe_cache_policy"))
+                })?,
+                max_batch: inst.int("moe_cache_max_batch").max(1) as usize,
             },
-            policy: inst.str("moe_cache_policy").parse().map_err(|e| {
-                anyhow::anyhow!("--moe-cache-policy {}: {e}", inst.str("moe_cache_policy"))
-            })?,
-            max_batch: inst.int("moe_cache_max_batch").max(1) as usize,
-        },
-        moe_hybrid: match inst.str("moe_hybrid") {
-            "off" => None,
-            _ => Some(inst.str("moe_cache_cpu_share").parse().map_err(|e| {
-                anyhow::anyhow!(
-                    "--moe-cache-cpu-share {}: {e}",
-                    inst.str("moe_cache_cpu_share")
-                )
-            })?),
-        },
-        prefetch_experts_slots: inst.int("prefetch_experts_slots") as i32,
-        prefetch_selective: inst.int("prefetch_selective") != 0,
-        prefetch_force: (inst.int("prefetch_selective") == 2)
-            .then_some(llama::moe_cache::prefetch_auto::Choice::Selective),
-        moe_predict: match inst.int("moe_predict") {
-            1 => llama::moe_cache::predict::MoePredict::Router,
-            2 => llama::moe_cache::predict::MoePredict::History,
-            _ => llama::moe_cache::predict::MoePredict::Off,
-        },
-        forced_routing: match &p.expert_trace_in {
-            Some(path) => Some(Arc::new(common::forced::load(path, model)?)),
-            None => None,
+            hybrid: match inst.str("moe_hybrid") {
+                "off" => None,
+                _ => Some(inst.str("moe_cache_cpu_share").parse().map_err(|e| {
+                    anyhow::anyhow!(
+                        "--moe-cache-cpu-share {}: {e}",
+                        inst.str("moe_cache_cpu_share")
+                    )
+                })?),
+            },
+            prefetch: PrefetchSlots::from_count(
+                inst.int("prefetch_experts_slots"),
+                AutoPrefetch {
+                    selective: inst.int("prefetch_selective") != 0,
+                    force: (inst.int("prefetch_selective") == 2)
+                        .then_some(llama::moe_cache::prefetch::auto::Choice::Selective),
+                },
+            )?,
+            predict: match inst.int("moe_predict") {
+                1 => llama::moe_cache::predict::MoePredict::Router,
+                2 => llama::moe_cache::predict::MoePredict::History,
+                _ => llama::moe_cache::predict::MoePredict::Off,
+            },
+            forced_routing: match &p.expert_trace_in {
+                Some(path) => Some(Arc::new(common::forced::load(path, model)?)),
+                None => None,
+            },
+            ..Default::default()
         },
         ..ContextParams::default()
     };

@@ -86,8 +86,8 @@ pub fn device_description(device: &str) -> String {
     device.to_string()
 }
 
-/// The `--list-devices` text.
-pub fn list_devices() -> String {
+/// The `--list-devices` text, the devices of the `-rpc` servers included.
+pub fn list_devices(rpc: Option<&str>) -> anyhow::Result<String> {
     let mut s = String::from("Available devices:\n");
     match ggml_cuda::cuda_device_count() {
         Ok(n) => {
@@ -99,7 +99,18 @@ pub fn list_devices() -> String {
         Err(e) => s.push_str(&format!("  (CUDA: {e})\n")),
     }
     s.push_str("  SIM0, SIM1, ...: simulated devices (CPU kernels, device memory semantics, counted copies)\n");
-    s
+    let placement = common::cli::PlacementArgs {
+        rpc: rpc.map(str::to_string),
+        ..Default::default()
+    };
+    for d in llama::device::list_rpc_devices(&placement.rpc_devices(1)?) {
+        s.push_str(&format!("  {}: {}", d.name, d.description));
+        if let Some((total, free)) = d.memory {
+            s.push_str(&format!(" ({} MiB, {} MiB free)", total >> 20, free >> 20));
+        }
+        s.push('\n');
+    }
+    Ok(s)
 }
 
 /// Now as llama.cpp's `test_time`: `2026-12-01T08:17:21Z`.

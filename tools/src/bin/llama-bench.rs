@@ -19,7 +19,9 @@ fn main() -> ExitCode {
         }
         match parse_args(args)? {
             Command::Print(s) => print!("{s}"),
-            Command::ListDevices => print!("{}", tools::bench::sysinfo::list_devices()),
+            Command::ListDevices(rpc) => {
+                print!("{}", tools::bench::sysinfo::list_devices(rpc.as_deref())?)
+            }
             Command::Run(p) => tools::bench::run::run(&p)?,
         }
         Ok(())

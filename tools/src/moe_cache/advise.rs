@@ -1,7 +1,7 @@
 //! `--advise`: the smallest cache within 2 points of the best hit rate that
 //! fits the device, as flags a user can paste.
 
-use llama::moe_cache::layout::{split_budget, GroupShape};
+use llama::moe_cache::cache::layout::{split_budget, GroupShape};
 
 use super::sweep::{Row, Size};
 

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use llama::moe_cache::replay::TraceUbatch;
+use llama::moe_cache::cache::replay::TraceUbatch;
 use llama::moe_cache::{Trace, TraceHeader};
 use serde_json::Value;
 
@@ -191,7 +191,7 @@ pub fn import_jsonl(text: &str, header: TraceHeader) -> Result<Imported, String>
 mod tests {
     use super::*;
     use ggml_core::GgmlType;
-    use llama::moe_cache::layout::RoleShape;
+    use llama::moe_cache::cache::layout::RoleShape;
     use llama::moe_cache::trace::TraceLayer;
 
     /// 3 decoder layers, the first dense: MoE layers 0 and 1 are model

@@ -3,7 +3,7 @@
 //! draw the curves and advise a `--moe-cache-mib` / `--moe-cache-policy`.
 //! It also makes traces: from an external JSONL file (`--import-jsonl`,
 //! [`import`]) or synthetic (`--synth-trace`,
-//! [`llama::moe_cache::synth_trace`]), for a model's shape. `--predict`
+//! [`llama::moe_cache::trace::synthetic`]), for a model's shape. `--predict`
 //! replays the decode prediction of `--moe-predict history` on the trace
 //! ([`predict`]).
 
@@ -18,8 +18,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use llama::moe_cache::predict_history::HistoryParams;
-use llama::moe_cache::synth_trace::{self, SynthKind, SynthParams};
+use llama::moe_cache::predict::history::HistoryParams;
+use llama::moe_cache::trace::synthetic::{self as synth_trace, SynthKind, SynthParams};
 use llama::moe_cache::{PolicyKind, Trace, TraceHeader, DEFAULT_MAX_BATCH};
 
 use sweep::{Row, SweepPolicy};

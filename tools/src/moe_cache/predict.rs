@@ -1,14 +1,14 @@
 //! `--predict`: the history predictor of `--moe-predict history`
-//! ([`llama::moe_cache::predict_history`]) replayed on the trace in front
+//! ([`llama::moe_cache::predict::history`]) replayed on the trace in front
 //! of the cache, at each size, with the live hook's order
-//! ([`llama::moe_cache::predict_replay`]): recall and precision of its
+//! ([`llama::moe_cache::predict::replay`]): recall and precision of its
 //! guesses, the bytes it uploads early, and the hit rate it leaves on the
 //! critical path next to the cache's without it.
 
 use anyhow::Result;
-use llama::moe_cache::layout::GroupShape;
-use llama::moe_cache::predict_history::HistoryParams;
-use llama::moe_cache::predict_replay::{replay_predicted, PredictReplay};
+use llama::moe_cache::cache::layout::GroupShape;
+use llama::moe_cache::predict::history::HistoryParams;
+use llama::moe_cache::predict::replay::{replay_predicted, PredictReplay};
 use llama::moe_cache::{PolicyKind, Trace};
 use serde::Serialize;
 

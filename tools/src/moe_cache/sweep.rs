@@ -2,9 +2,9 @@
 //! with the live cache's rules, plus Belady's optimum.
 
 use anyhow::{bail, Result};
-use llama::moe_cache::layout::{split_budget, GroupShape};
+use llama::moe_cache::cache::layout::{split_budget, GroupShape};
+use llama::moe_cache::cache::replay::{belady_steps, replay, TraceUbatch};
 use llama::moe_cache::policy::belady::Belady;
-use llama::moe_cache::replay::{belady_steps, replay, TraceUbatch};
 use llama::moe_cache::{LayerCacheStats, Policy, PolicyKind, Trace};
 use serde::Serialize;
 

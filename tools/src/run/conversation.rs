@@ -55,13 +55,15 @@ pub(crate) fn conversation(
             .params()
             .n_threads_batch
             .unwrap_or(ctx.params().n_threads),
-        forced_routing: ctx.params().forced_routing.is_some(),
+        forced_routing: ctx.params().moe.forced_routing.is_some(),
         forced_routing_text: ctx
             .params()
+            .moe
             .forced_routing
             .as_deref()
             .map(common::forced::summary_line),
         devices: ctx.device_stats(),
+        host_weights_upload: common::summary::host_weights_upload(&loaded.model),
         ..Default::default()
     };
     eprintln!();

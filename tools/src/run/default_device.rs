@@ -20,9 +20,9 @@ pub(crate) struct RunPlacement {
 }
 
 /// The placement for `a`: its own flags, or the default run's device when
-/// neither `-m` nor `--device` is given.
+/// neither `-m` nor `--device` (nor `--rpc`) is given.
 pub(crate) fn run_placement(a: &Args) -> RunPlacement {
-    if a.model.is_some() || a.placement.device.is_some() {
+    if a.model.is_some() || a.placement.device.is_some() || a.placement.rpc.is_some() {
         return RunPlacement {
             placement: a.placement.clone(),
             default_run: false,

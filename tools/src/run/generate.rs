@@ -40,7 +40,8 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         _ => cli::default_threads(),
     };
     // -fa auto turns flash attention on where a quantized V cache needs
-    // it (llama.cpp resolves auto to on where the backend has it)
+    // it or the CUDA device runs it (llama.cpp resolves auto to on where
+    // the backend has it: llama::device::flash_attn_auto)
     let fa_auto = a.batch.flash_attn == "auto";
     let (kv_type, kv_type_v) = a
         .extra
@@ -99,22 +100,22 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
 
     let mut ctx_params = a.batch.context_params(a.ctx_size, n_threads, &placement);
-    (ctx_params.moe_cache, ctx_params.moe_cache_sizes) = moe_cache.device_params(&placement)?;
-    ctx_params.moe_hybrid = a.moe_cache.hybrid()?;
-    ctx_params.prefetch_experts_slots = a.prefetch.slots()?;
-    ctx_params.prefetch_selective = a.prefetch.selective();
-    ctx_params.moe_predict = a.prefetch.predict();
-    ctx_params.forced_routing = match &a.expert_trace_in {
+    let moe = &mut ctx_params.moe;
+    (moe.cache, moe.cache_sizes) = moe_cache.device_params(&placement)?;
+    moe.hybrid = a.moe_cache.hybrid()?;
+    moe.prefetch = a.prefetch.setting()?;
+    moe.predict = a.prefetch.predict();
+    moe.forced_routing = match &a.expert_trace_in {
         Some(p) => Some(Arc::new(common::forced::load(p, model)?)),
         None => None,
     };
-    let forced_text = ctx_params
+    let forced_text = moe
         .forced_routing
         .as_deref()
         .map(common::forced::summary_line);
     if let Some(t) = &forced_text {
         eprint!("{TOOL}: {t}");
-        if ctx_params.moe_predict == llama::moe_cache::predict::MoePredict::Router {
+        if moe.predict == llama::moe_cache::predict::MoePredict::Router {
             eprintln!(
                 "{TOOL}: warning: --moe-predict {} guesses the model's own routing, not the trace's (--moe-predict history predicts the trace)",
                 a.prefetch.moe_predict
@@ -123,7 +124,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
     ctx_params.kv_type = kv_type;
     ctx_params.kv_type_v = Some(kv_type_v);
-    ctx_params.flash_attn |= fa_auto && kv_type_v.is_quantized();
+    ctx_params.flash_attn |= fa_auto && llama::device::flash_attn_auto(model, kv_type, kv_type_v);
     // -tb N: the threads of prompt ubatches (-1 or absent: as -t)
     ctx_params.n_threads_batch = a.extra.threads_batch.filter(|&n| n > 0).map(|n| n as usize);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
@@ -164,6 +165,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         _ => None,
     };
 
+    let link_start = ctx.link_counts();
     let tokenizer = &model.tokenizer;
     let prompt_ids = tok::tokenize(tokenizer, &prompt, true, true)?;
     if prompt_ids.is_empty() {
@@ -253,6 +255,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     }
     let stats_prompt = ctx.stats();
     let pipeline_prompt = ctx.pipeline_counts();
+    let link_prompt = ctx.link_counts();
 
     // generation
     let n_ctx = ctx.n_ctx();
@@ -383,6 +386,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         },
         forced_routing: forced_text.is_some(),
         forced_routing_text: forced_text,
+        host_weights_upload: common::summary::host_weights_upload(&loaded.model),
         ..Default::default()
     };
     if let (Some(d), Some(p)) = (&event_timeline, &a.timeline_out) {
@@ -392,13 +396,21 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         r.write_timeline(p)?;
     }
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
-    s.set_cache(ctx.moe_cache_stats());
+    s.set_moe(&ctx.moe_stats());
     s.devices = ctx.device_stats();
     s.pipeline = common::pipeline_summary::PipelineSummary::of(
         &ctx.pipeline_counts().since(&pipeline_prompt),
         gen_decodes,
         ctx.last_n_splits(),
     );
+    if let (Some(a0), Some(a1), Some(a2)) = (link_start, link_prompt, ctx.link_counts()) {
+        s.rpc = Some(common::rpc_summary::RpcSummary::of(
+            &a0,
+            &a1,
+            &a2,
+            gen_decodes,
+        ));
+    }
     s.prefetch = common::prefetch_report::PrefetchReport::with_predict(
         &stats_total,
         ctx.prefetch_stats(),

@@ -34,10 +34,7 @@ pub const DEFAULT_PROMPT: &str = "Once upon a time";
 pub fn main(a: &Args) -> Result<()> {
     match &a.synth {
         Some(out) => synthesize::synthesize(a, out),
-        None if a.extra.list_devices => {
-            common::devices::print_devices();
-            Ok(())
-        }
+        None if a.extra.list_devices => common::devices::print_devices(&a.placement),
         None if a.chat.chat_render.is_some() => {
             common::chat::render_mode(&a.chat, a.model.as_deref())
         }

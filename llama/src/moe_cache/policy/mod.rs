@@ -36,7 +36,7 @@ impl Key {
 
 /// An eviction policy over the resident keys of one group of layers.
 ///
-/// The driver ([`crate::moe_cache::bank::SlotBank`]) calls, per ubatch:
+/// The driver ([`crate::moe_cache::cache::bank::SlotBank`]) calls, per ubatch:
 /// [`Policy::begin_ubatch`] once; then for each cached layer in graph order
 /// [`Policy::begin_layer`] with the layer's distinct experts (ascending),
 /// [`Policy::hit`] for each resident one (ascending), and for each missing
