@@ -8,3 +8,7 @@
 //! `quants::tables` guarantees (a level's table is handed out only on such
 //! a CPU). Memory accesses go through block slices.
 #![cfg(target_arch = "x86_64")]
+
+pub(crate) mod k_gemm;
+pub(crate) mod q4_k;
+pub(crate) mod q6_k;
