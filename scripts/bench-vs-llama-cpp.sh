@@ -23,6 +23,8 @@
 #                      best the CPU has) and/or GGML_CPU_LEVEL values, e.g.
 #                      LEVELS="default avx2" for the share AVX-512 brings
 #   OURS=target/release/llama-bench   (built with `cargo build --release -p tools`)
+#   OURS_RUN=<OURS's folder>/llama-run   whose --list-devices CPU line names
+#                       our kernels' SIMD level
 #   LLAMA_CPP_DIR=...   folder with llama.cpp's llama-bench; default: what
 #                       ../shared/tools/llama-cpp-ref.sh prints (it builds
 #                       llama.cpp 0.5.0-dev the first time, ~10 min on 2 cores)
@@ -59,10 +61,15 @@ TG=${TG:-64}
 REPS=${REPS:-3}
 LEVELS=${LEVELS:-default}
 OURS=${OURS:-target/release/llama-bench}
+OURS_RUN=${OURS_RUN:-$(dirname "$OURS")/llama-run}
 OUT=${OUT:-bench-vs-llama-cpp/$(date -u +%Y%m%dT%H%M%SZ)}
 if [ ! -x "$OURS" ]; then
   echo "bench-vs-llama-cpp: building our llama-bench" >&2
   cargo build --release -p tools --bin llama-bench >&2
+fi
+if [ ! -x "$OURS_RUN" ]; then
+  echo "bench-vs-llama-cpp: building our llama-run (its --list-devices names the SIMD level)" >&2
+  cargo build --release -p tools --bin llama-run >&2
 fi
 if [ -z "${LLAMA_CPP_DIR:-}" ]; then
   ref=${LLAMA_CPP_REF:-../shared/tools/llama-cpp-ref.sh}
@@ -125,10 +132,10 @@ ours() {
 # the SIMD levels of both engines: our CPU device line (it names the kernels'
 # level) and llama.cpp's system_info line
 {
-  echo "ours: $("$OURS" --list-devices 2>&1 | grep -i -m1 'cpu' || echo '(no CPU line in --list-devices)')"
   for lv in $LEVELS; do
-    [ "$lv" = default ] && continue
-    echo "ours GGML_CPU_LEVEL=$lv: $(GGML_CPU_LEVEL=$lv "$OURS" --list-devices 2>&1 | grep -i -m1 'cpu')"
+    if [ "$lv" = default ]; then tag=ours; else tag="ours GGML_CPU_LEVEL=$lv"; fi
+    line=$(GGML_CPU_LEVEL=${lv#default} "$OURS_RUN" --list-devices 2>&1 | grep -m1 '^ *CPU:' || true)
+    echo "$tag: ${line:-(no CPU line from $OURS_RUN --list-devices)}" | sed 's/:  */: /'
   done
   sys=$("$LLAMA_CPP_DIR/llama-completion" -m "$1" -p hi -n 1 -no-cnv --no-warmup </dev/null 2>&1 |
     grep -m1 'system_info' || true)
