@@ -1,6 +1,6 @@
-//! ggml-core's layering: no import circle between its modules outside
-//! `quants/`, at the granularity of top-level modules and of files, as
-//! `scripts/import-cycles` finds them. The checker itself is tested first
+//! ggml-core's layering: no import circle between its modules (with
+//! `quants/` and without it), at the granularity of top-level modules and
+//! of files, as `scripts/import-cycles` finds them. The checker itself is tested first
 //! on small made-up crates, one per kind of path it must follow (groups,
 //! `super::`, re-exports in lib.rs, comments and strings that are no code).
 //!
@@ -75,6 +75,20 @@ fn ggml_core_has_no_import_circle_outside_quants() {
     let (code, out) = check(Path::new(src), &["--exclude", "quants"]);
     assert_eq!(code, 0, "import circles in ggml-core:\n{out}");
     assert!(out.contains("top-level modules: no import circle"), "{out}");
+    assert!(out.contains("files: no import circle"), "{out}");
+}
+
+/// `quants/` too: the block files (layouts and scalar references) are
+/// imported by the SIMD levels and the tables, never the reverse.
+#[test]
+fn ggml_core_has_no_import_circle_quants_included() {
+    if !have_python() {
+        return;
+    }
+    let src = workspace().join("ggml-core").join("src");
+    let src = src.to_str().expect("a UTF-8 path");
+    let (code, out) = check(Path::new(src), &[]);
+    assert_eq!(code, 0, "import circles in ggml-core:\n{out}");
     assert!(out.contains("files: no import circle"), "{out}");
 }
 

@@ -240,7 +240,10 @@ pub fn list_devices() -> (Vec<DeviceInfo>, Option<String>) {
     let mut v = vec![
         DeviceInfo {
             name: "CPU".into(),
-            description: "host memory and CPU threads".into(),
+            description: format!(
+                "host memory and CPU threads; kernels: {}",
+                ggml_core::quants::cpu_level_summary()
+            ),
             memory: None,
         },
         DeviceInfo {

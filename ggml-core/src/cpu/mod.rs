@@ -1,5 +1,8 @@
-//! The CPU backend: host buffers, a persistent worker pool, and kernels that
-//! pick AVX2/FMA/F16C paths at run time (scalar references kept for tests).
+//! The CPU backend: host buffers, a persistent worker pool, and kernels
+//! from the kernel table of the SIMD level chosen once at start
+//! ([`crate::quants::cpu_level`]: the best the CPU has, or a lower one
+//! named by `GGML_CPU_LEVEL`; a level the CPU lacks makes `compute` fail
+//! with the error naming it).
 
 pub mod buffer;
 pub mod ops;
@@ -96,6 +99,7 @@ impl BackendDevice for CpuBackend {
 
 impl BackendStream for CpuBackend {
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
+        crate::quants::cpu_level_checked().map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let t0 = std::time::Instant::now();
         let accept = |b: &dyn Buffer| b.is_host();
         let ctx = ops::ComputeCtx {

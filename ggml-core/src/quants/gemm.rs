@@ -31,51 +31,6 @@ pub struct QGemm {
     pub run: fn(n: usize, x: &[u8], panel: &[u8], out: &mut [f32; GEMM_COLS]),
 }
 
-/// The `type_traits_cpu` entry of a weight type with a GEMM: `GEMM` (a
-/// [`QGemm`] over the panel module `$panel`), its `run` (the AVX2 kernel
-/// `$avx2` when the CPU has it, else the type's scalar dot `dot_scalar`
-/// per column of the panel) and `gemm_scalar_for_tests`. `$qk` is the
-/// block size.
-macro_rules! gemm_entry {
-    ($name:literal, $block:ty, $qk:expr, $($avx2:ident)::+, $($panel:ident)::+) => {
-        #[doc = concat!("The prompt kernels of ", $name, " (see [`crate::quants::gemm`]).")]
-        pub static GEMM: $crate::quants::gemm::QGemm = $crate::quants::gemm::QGemm {
-            panel_bytes: $($panel)::+::panel_bytes,
-            pack: $($panel)::+::pack,
-            run: gemm_run,
-        };
-
-        /// `out[t] = vec_dot(n, x, column t of panel)`, AVX2 when available.
-        fn gemm_run(
-            n: usize,
-            x: &[u8],
-            p: &[u8],
-            out: &mut [f32; $crate::quants::gemm::GEMM_COLS],
-        ) {
-            let x = $crate::quants::block::row::<$block>(x, n);
-            $crate::quants::cpu_features::dispatch!($($avx2)::+, gemm_scalar, (x, p, out))
-        }
-
-        fn gemm_scalar(x: &[$block], p: &[u8], out: &mut [f32; $crate::quants::gemm::GEMM_COLS]) {
-            $crate::quants::gemm::run_scalar(out, |t| $($panel)::+::column(x.len() * $qk, p, t), |y| {
-                dot_scalar(x, y)
-            })
-        }
-
-        /// The scalar `run`, for the panels' tests.
-        #[cfg(test)]
-        pub(crate) fn gemm_scalar_for_tests(
-            n: usize,
-            x: &[u8],
-            p: &[u8],
-            out: &mut [f32; $crate::quants::gemm::GEMM_COLS],
-        ) {
-            gemm_scalar($crate::quants::block::row::<$block>(x, n), p, out)
-        }
-    };
-}
-pub(crate) use gemm_entry;
-
 /// The scalar `run` of a type: `out[t]` = `dot` of the weight row with
 /// column `t` of the panel, unpacked by `column`.
 pub(crate) fn run_scalar<Y>(

@@ -1,24 +1,35 @@
 //! GGUF block quantization: the block structs with ggml's byte layouts, and
 //! their CPU kernels — row dequantization (`to_float`), quantization
 //! (`from_float`) and the dot products of a weight row with an activation row
-//! (`vec_dot`), as ggml's `type_traits_cpu` pairs them.
+//! (`vec_dot`), as ggml's `type_traits_cpu` pairs them, in one table per
+//! SIMD level.
 //!
 //! Semantics follow ggml exactly: dequantization is bit-for-bit ggml's
 //! `dequantize_row_*`; weight quantization is the reference quantizers
 //! (`quantize_row_*_ref`); activation quantization (Q8_0, Q8_1, Q8_K) is
 //! ggml's reference rounding; the dots accumulate integers per block and
 //! scale once per block, as ggml's scalar `ggml_vec_dot_*`; the AVX2 dots
-//! keep ggml's AVX2 accumulators and order. AVX2/FMA/F16C kernels (chosen
-//! at run time) exist for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-//! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; Q8_1 and Q8_K use
-//! the scalar dot. For prompt processing, `gemm` (Q8_0, Q4_0, IQ4_NL, MXFP4,
-//! Q4_K, Q5_K, Q6_K, IQ4_XS) multiplies a weight row with a packed panel of
-//! [`GEMM_COLS`] activation columns; `vec_dot_cols` dots one weight row with
-//! up to [`VEC_DOT_COLS_MAX`] activation rows (AVX2 for Q4_0, Q8_0, IQ4_NL,
-//! IQ4_XS, MXFP4) and `vec_dot_tile` (Q8_0) register tiles of several weight
-//! rows × columns; all three are bit for bit `vec_dot` per output. The Q8_0
-//! / Q8_K activation quantizers have AVX2 versions equal byte for byte to
-//! the references.
+//! keep ggml's AVX2 accumulators and order, and the AVX-512 ones are bit
+//! for bit the AVX2 ones. For prompt processing, `gemm` (Q8_0, Q4_0,
+//! IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS) multiplies a weight row with a
+//! packed panel of [`GEMM_COLS`] activation columns; `vec_dot_cols` dots
+//! one weight row with up to [`VEC_DOT_COLS_MAX`] activation rows (Q4_0,
+//! Q8_0, IQ4_NL, IQ4_XS, MXFP4) and `vec_dot_tile` (Q8_0) register tiles of
+//! several weight rows × columns; all three are bit for bit `vec_dot` per
+//! output. The Q8_0 / Q8_K activation quantizers of the SIMD levels equal
+//! the references byte for byte.
+//!
+//! # Layout (imports point one way)
+//! - `blocks`: each type's block struct and scalar reference kernels, the
+//!   activation panels; depends on no SIMD level.
+//! - `avx2`, `avx512`: the SIMD kernels on those block slices (`unsafe fn`s
+//!   with the level's target features).
+//! - `tables`: one [`CpuTable`] per [`CpuLevel`], each the level below's
+//!   with the level's own kernels put in; [`cpu_traits`] reads the table of
+//!   the level chosen once at start ([`cpu_level`]: the best the CPU has,
+//!   or `GGML_CPU_LEVEL`).
+//! - this module: the public paths (`quants::q8_0::from_float` and
+//!   `quants::k_quants::q8_k::from_float` are the chosen level's).
 //!
 //! # Lengths
 //! These are internal kernels called with checked shapes, but they check
@@ -28,232 +39,95 @@
 //! be a multiple of the block size and `x`, `y` to hold at least the rows of
 //! `n` elements (only that prefix is read).
 
-mod amax;
 pub mod block;
-mod cpu_features;
-pub mod float;
+pub mod blocks;
 pub mod gemm;
-mod int8;
-pub mod iq4_nl;
-pub mod iq4_xs;
-pub mod k_quants;
-pub mod mxfp4;
+pub mod level;
 pub(crate) mod prefetch;
-pub mod q4_0;
-pub mod q4_1;
-pub mod q5_0;
-pub mod q5_1;
-pub mod q8_0;
-pub mod q8_0_panel;
-pub mod q8_1;
-mod rounding;
+pub mod tables;
+pub mod traits;
 pub mod vec_dot_cols;
 pub mod vec_dot_tile;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 pub use block::Block;
+pub use blocks::iq4_nl::BlockIq4Nl;
+pub use blocks::iq4_xs::BlockIq4Xs;
+pub use blocks::k_quants::q2_k::BlockQ2K;
+pub use blocks::k_quants::q3_k::BlockQ3K;
+pub use blocks::k_quants::q4_k::BlockQ4K;
+pub use blocks::k_quants::q5_k::BlockQ5K;
+pub use blocks::k_quants::q6_k::BlockQ6K;
+pub use blocks::k_quants::q8_k::BlockQ8K;
+pub use blocks::k_quants::QK_K;
+pub use blocks::mxfp4::BlockMxfp4;
+pub use blocks::q4_0::BlockQ4_0;
+pub use blocks::q4_1::BlockQ4_1;
+pub use blocks::q5_0::BlockQ5_0;
+pub use blocks::q5_1::BlockQ5_1;
+pub use blocks::q8_0::BlockQ8_0;
+pub use blocks::q8_1::BlockQ8_1;
+pub use blocks::{float, iq4_nl, iq4_xs, mxfp4, q4_0, q4_1, q5_0, q5_1, q8_0_panel, q8_1};
 pub use gemm::{QGemm, GEMM_COLS};
-pub use iq4_nl::BlockIq4Nl;
-pub use iq4_xs::BlockIq4Xs;
-pub use k_quants::q2_k::BlockQ2K;
-pub use k_quants::q3_k::BlockQ3K;
-pub use k_quants::q4_k::BlockQ4K;
-pub use k_quants::q5_k::BlockQ5K;
-pub use k_quants::q6_k::BlockQ6K;
-pub use k_quants::q8_k::BlockQ8K;
-pub use k_quants::QK_K;
-pub use mxfp4::BlockMxfp4;
-pub use q4_0::BlockQ4_0;
-pub use q4_1::BlockQ4_1;
-pub use q5_0::BlockQ5_0;
-pub use q5_1::BlockQ5_1;
-pub use q8_0::BlockQ8_0;
-pub use q8_1::BlockQ8_1;
+pub use level::{
+    cpu_level, cpu_level_checked, cpu_level_summary, detected_level, supported_levels, CpuLevel,
+    CpuLevelError, CPU_LEVEL_ENV,
+};
+pub use tables::{cpu_table, cpu_traits, CpuTable};
+pub use traits::CpuTypeTraits;
 pub use vec_dot_cols::{VecDotCols, VEC_DOT_COLS_MAX};
 pub use vec_dot_tile::{VecDotTile, VEC_DOT_TILE_ROWS};
 
 use crate::types::GgmlType;
 
-/// CPU facts about a type, as ggml's `type_traits_cpu`: how to convert rows
-/// and which type activations are converted to for the dot product.
-#[derive(Debug)]
-pub struct CpuTypeTraits {
-    /// The type these facts describe.
-    pub ty: GgmlType,
-    /// Activation type for `vec_dot`, as ggml pairs them: the type itself for
-    /// F32/F16/BF16, Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for
-    /// Q4_1/Q5_1 (and Q8_1), Q8_K for the K-quants, IQ4_XS (and Q8_K).
-    pub vec_dot_type: GgmlType,
-    /// Dequantize / convert `n = dst.len()` elements (a multiple of the block
-    /// size) from exactly `row_size(n)` raw bytes to f32. Panics otherwise.
-    pub to_float: fn(src: &[u8], dst: &mut [f32]),
-    /// Quantize / convert f32 to exactly `row_size(src.len())` raw bytes
-    /// (reference quality; for Q8_0/Q8_1/Q8_K ggml's activation rounding).
-    /// Panics on a length mismatch.
-    pub from_float: fn(src: &[f32], dst: &mut [u8]),
-    /// Dot product of `n` elements: `x` = weight row bytes of `ty`, `y` =
-    /// activation row bytes of `vec_dot_type` (each at least a row of `n`).
-    /// Uses AVX2/FMA/F16C when the CPU has them (detected once), else scalar.
-    pub vec_dot: fn(n: usize, x: &[u8], y: &[u8]) -> f32,
-    /// The scalar reference of `vec_dot`, kept for tests.
-    pub vec_dot_scalar: fn(n: usize, x: &[u8], y: &[u8]) -> f32,
-    /// One weight row against up to [`VEC_DOT_COLS_MAX`] activation rows,
-    /// bit for bit `vec_dot` per column, for the types whose row unpacking
-    /// is worth sharing (prompt processing); `None`: call `vec_dot` per
-    /// column.
-    pub vec_dot_cols: Option<VecDotCols>,
-    /// Up to [`VEC_DOT_TILE_ROWS`] weight rows against up to
-    /// [`VEC_DOT_COLS_MAX`] activation rows in register tiles, bit for bit
-    /// `vec_dot` per output, for the types with such a micro-kernel
-    /// (Q8_0); `None`: `vec_dot_cols` per row.
-    pub vec_dot_tile: Option<VecDotTile>,
-    /// The prompt kernels (a weight row against a packed panel of
-    /// [`GEMM_COLS`] columns, bit for bit `vec_dot` per column) for the
-    /// types that have them (Q4_K, Q5_K, Q6_K); `None`: `vec_dot_cols` or
-    /// `vec_dot` per column.
-    pub gemm: Option<&'static QGemm>,
+/// Q8_0 ([`blocks::q8_0`]), with its activation quantizer at the chosen
+/// level.
+pub mod q8_0 {
+    pub use super::blocks::q8_0::*;
+
+    /// `quantize_row_q8_0` at the chosen SIMD level, bit for bit
+    /// [`from_float_scalar`]. Panics unless `dst` is exactly the row of
+    /// `src.len()` elements.
+    pub fn from_float(src: &[f32], dst: &mut [u8]) {
+        (super::chosen(super::GgmlType::Q8_0).from_float)(src, dst)
+    }
 }
 
-/// The traits of a quant module `$m`; `simd` when it has a `vec_dot` of its
-/// own, else its scalar dot serves as both; `simd, cols` when it also has a
-/// `vec_dot_cols`.
-macro_rules! traits {
-    ($ty:ident, $dot_ty:ident, $m:path) => {
-        traits!(@ $ty, $dot_ty, $m, vec_dot_scalar)
-    };
-    ($ty:ident, $dot_ty:ident, $m:path, simd) => {
-        traits!(@ $ty, $dot_ty, $m, vec_dot)
-    };
-    ($ty:ident, $dot_ty:ident, $m:path, simd, cols) => {
-        traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols)
-    };
-    ($ty:ident, $dot_ty:ident, $m:path, simd, cols, tile) => {
-        traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols, vec_dot_tile)
-    };
-    ($ty:ident, $dot_ty:ident, $m:path, simd, cols, tile, gemm) => {{
-        use $m as m;
-        CpuTypeTraits {
-            gemm: Some(&m::GEMM),
-            ..traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols, vec_dot_tile)
+/// The K-quants ([`blocks::k_quants`]), with Q8_K's activation quantizer
+/// at the chosen level.
+pub mod k_quants {
+    pub use super::blocks::k_quants::{panel, q2_k, q3_k, q4_k, q5_k, q6_k, QK_K};
+
+    /// Q8_K ([`super::blocks::k_quants::q8_k`]), with its activation
+    /// quantizer at the chosen level.
+    pub mod q8_k {
+        pub use crate::quants::blocks::k_quants::q8_k::*;
+
+        /// `quantize_row_q8_K` at the chosen SIMD level, bit for bit
+        /// [`from_float_scalar`]. Panics unless `dst` is exactly the row of
+        /// `src.len()` elements.
+        pub fn from_float(src: &[f32], dst: &mut [u8]) {
+            (crate::quants::chosen(crate::types::GgmlType::Q8K).from_float)(src, dst)
         }
-    }};
-    ($ty:ident, $dot_ty:ident, $m:path, simd, cols, gemm) => {{
-        use $m as m;
-        CpuTypeTraits {
-            gemm: Some(&m::GEMM),
-            ..traits!(@ $ty, $dot_ty, $m, vec_dot, vec_dot_cols)
-        }
-    }};
-    ($ty:ident, $dot_ty:ident, $m:path, simd, gemm) => {{
-        use $m as m;
-        CpuTypeTraits {
-            gemm: Some(&m::GEMM),
-            ..traits!(@ $ty, $dot_ty, $m, vec_dot)
-        }
-    }};
-    (@opt $m:ident) => {
-        None
-    };
-    (@opt $m:ident, $f:ident) => {
-        Some($m::$f)
-    };
-    (@ $ty:ident, $dot_ty:ident, $m:path, $vec_dot:ident $(, $cols:ident $(, $tile:ident)?)?) => {{
-        use $m as m;
-        CpuTypeTraits {
-            ty: GgmlType::$ty,
-            vec_dot_type: GgmlType::$dot_ty,
-            to_float: m::to_float,
-            from_float: m::from_float,
-            vec_dot: m::$vec_dot,
-            vec_dot_scalar: m::vec_dot_scalar,
-            vec_dot_cols: traits!(@opt m $(, $cols)?),
-            vec_dot_tile: traits!(@opt m $($(, $tile)?)?),
-            gemm: None,
-        }
-    }};
+    }
 }
 
-static F32: CpuTypeTraits = CpuTypeTraits {
-    ty: GgmlType::F32,
-    vec_dot_type: GgmlType::F32,
-    to_float: float::f32_to_float,
-    from_float: float::f32_from_float,
-    vec_dot: float::f32_vec_dot,
-    vec_dot_scalar: float::f32_vec_dot_scalar,
-    vec_dot_cols: None,
-    vec_dot_tile: None,
-    gemm: None,
-};
-static F16: CpuTypeTraits = CpuTypeTraits {
-    ty: GgmlType::F16,
-    vec_dot_type: GgmlType::F16,
-    to_float: float::f16_to_float,
-    from_float: float::f16_from_float,
-    vec_dot: float::f16_vec_dot,
-    vec_dot_scalar: float::f16_vec_dot_scalar,
-    vec_dot_cols: None,
-    vec_dot_tile: None,
-    gemm: None,
-};
-static BF16: CpuTypeTraits = CpuTypeTraits {
-    ty: GgmlType::BF16,
-    vec_dot_type: GgmlType::BF16,
-    to_float: float::bf16_to_float,
-    from_float: float::bf16_from_float,
-    vec_dot: float::bf16_vec_dot,
-    vec_dot_scalar: float::bf16_vec_dot_scalar,
-    vec_dot_cols: None,
-    vec_dot_tile: None,
-    gemm: None,
-};
-static Q4_0: CpuTypeTraits = traits!(Q4_0, Q8_0, q4_0, simd, cols, gemm);
-static Q4_1: CpuTypeTraits = traits!(Q4_1, Q8_1, q4_1, simd);
-static Q5_0: CpuTypeTraits = traits!(Q5_0, Q8_0, q5_0, simd);
-static Q5_1: CpuTypeTraits = traits!(Q5_1, Q8_1, q5_1, simd);
-static Q8_0: CpuTypeTraits = traits!(Q8_0, Q8_0, q8_0, simd, cols, tile, gemm);
-static Q8_1: CpuTypeTraits = traits!(Q8_1, Q8_1, q8_1);
-static Q2K: CpuTypeTraits = traits!(Q2K, Q8K, k_quants::q2_k, simd);
-static Q3K: CpuTypeTraits = traits!(Q3K, Q8K, k_quants::q3_k, simd);
-static Q4K: CpuTypeTraits = traits!(Q4K, Q8K, k_quants::q4_k, simd, gemm);
-static Q5K: CpuTypeTraits = traits!(Q5K, Q8K, k_quants::q5_k, simd, gemm);
-static Q6K: CpuTypeTraits = traits!(Q6K, Q8K, k_quants::q6_k, simd, gemm);
-static Q8K: CpuTypeTraits = traits!(Q8K, Q8K, k_quants::q8_k);
-static IQ4NL: CpuTypeTraits = traits!(IQ4NL, Q8_0, iq4_nl, simd, cols, gemm);
-static IQ4XS: CpuTypeTraits = traits!(IQ4XS, Q8K, iq4_xs, simd, cols, gemm);
-static MXFP4: CpuTypeTraits = traits!(MXFP4, Q8_0, mxfp4, simd, cols, gemm);
-
-/// The CPU traits of `ty`, or `None` for types without CPU kernels here
-/// (the integer types and F64).
-pub fn cpu_traits(ty: GgmlType) -> Option<&'static CpuTypeTraits> {
-    use GgmlType as T;
-    Some(match ty {
-        T::F32 => &F32,
-        T::F16 => &F16,
-        T::BF16 => &BF16,
-        T::Q4_0 => &Q4_0,
-        T::Q4_1 => &Q4_1,
-        T::Q5_0 => &Q5_0,
-        T::Q5_1 => &Q5_1,
-        T::Q8_0 => &Q8_0,
-        T::Q8_1 => &Q8_1,
-        T::Q2K => &Q2K,
-        T::Q3K => &Q3K,
-        T::Q4K => &Q4K,
-        T::Q5K => &Q5K,
-        T::Q6K => &Q6K,
-        T::Q8K => &Q8K,
-        T::IQ4NL => &IQ4NL,
-        T::IQ4XS => &IQ4XS,
-        T::MXFP4 => &MXFP4,
-        T::I8 | T::I16 | T::I32 | T::I64 | T::F64 => return None,
-    })
+/// The chosen level's entry of a type that has one.
+fn chosen(ty: GgmlType) -> &'static CpuTypeTraits {
+    match cpu_traits(ty) {
+        Some(t) => t,
+        None => unreachable!("{ty} has CPU traits"),
+    }
 }
 
-/// Whether `vec_dot` runs AVX2 kernels on this CPU (for logs and benches).
+/// Whether the chosen level runs SIMD kernels (AVX2 or above), for the ops
+/// with AVX2 paths of their own, logs and benches.
 pub fn simd_available() -> bool {
-    cpu_features::has_avx2_fma_f16c()
+    cpu_level() >= CpuLevel::Avx2
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::{hsum_ps, load128};
-use crate::quants::float::bf16_bits_to_f32;
+use crate::quants::blocks::float::bf16_bits_to_f32;
 use crate::quants::prefetch::prefetch_ahead;
 
 /// `Σ x[i]·y[i]` in 32-element steps, `$load(p, i)` giving 8 f32 lanes of

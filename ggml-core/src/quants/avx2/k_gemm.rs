@@ -1,6 +1,6 @@
 //! The parts the AVX2 K-quant GEMM kernels share (see
 //! [`crate::quants::gemm`] and the panel layout in
-//! [`crate::quants::k_quants::panel`]): the per-column integer sums of a
+//! [`crate::quants::blocks::k_quants::panel`]): the per-column integer sums of a
 //! sub-block, and the f32 steps per block and final sums, which are those
 //! of ggml's AVX2 dots (8 lanes per column, 4 more for the minima), so a
 //! GEMM output is bit for bit the dot's.
@@ -8,8 +8,10 @@
 use std::arch::x86_64::*;
 
 use super::{hsum_ps, load256};
+use crate::quants::blocks::k_quants::panel::{
+    BLOCK_BYTES, BSUMS_OFF, D_OFF, NEG_D4_OFF, PAIRS_OFF,
+};
 use crate::quants::gemm::GEMM_COLS;
-use crate::quants::k_quants::panel::{BLOCK_BYTES, BSUMS_OFF, D_OFF, NEG_D4_OFF, PAIRS_OFF};
 
 /// A panel checked against the weight row's block count.
 #[inline]

@@ -4,14 +4,13 @@
 use std::arch::x86_64::*;
 
 use super::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
-use crate::quants::block::row;
+use crate::quants::blocks::q4_0::BlockQ4_0;
+use crate::quants::blocks::q4_1::BlockQ4_1;
+use crate::quants::blocks::q5_0::BlockQ5_0;
+use crate::quants::blocks::q5_1::BlockQ5_1;
+use crate::quants::blocks::q8_0::BlockQ8_0;
+use crate::quants::blocks::q8_1::BlockQ8_1;
 use crate::quants::prefetch::prefetch_block_ahead;
-use crate::quants::q4_0::BlockQ4_0;
-use crate::quants::q4_1::BlockQ4_1;
-use crate::quants::q5_0::BlockQ5_0;
-use crate::quants::q5_1::BlockQ5_1;
-use crate::quants::q8_0::BlockQ8_0;
-use crate::quants::q8_1::BlockQ8_1;
 
 /// `Σ x·y` of 32 signed bytes as 8 f32 lanes. `y` must not hold -128 (true
 /// for every quantizer output: Q8 activations are in -127..=127); `x` may.
@@ -227,74 +226,4 @@ pub(crate) unsafe fn dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
         acc_m[k & 1] += f16_to_f32(bx.m) * f16_to_f32(by.s);
     }
     hsum_ps(_mm256_add_ps(acc[0], acc[1])) + (acc_m[0] + acc_m[1])
-}
-
-/// [`dot_q5_0_q8_0`] on raw rows of `n` elements. Panics as the scalar dot.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q5_0_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    dot_q5_0_q8_0(row::<BlockQ5_0>(x, n), row::<BlockQ8_0>(y, n))
-}
-
-/// [`dot_q4_1_q8_1`] on raw rows of `n` elements. Panics as the scalar dot.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q4_1_q8_1(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    dot_q4_1_q8_1(row::<BlockQ4_1>(x, n), row::<BlockQ8_1>(y, n))
-}
-
-/// [`dot_q5_1_q8_1`] on raw rows of `n` elements. Panics as the scalar dot.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q5_1_q8_1(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    dot_q5_1_q8_1(row::<BlockQ5_1>(x, n), row::<BlockQ8_1>(y, n))
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::quants::cpu_traits;
-    use crate::types::GgmlType;
-
-    /// With unit scales the integer sums are the result, so the AVX2 dots
-    /// must equal the scalar ones exactly, for activation bytes of every
-    /// value (-128 included, which no quantizer writes but a file may hold).
-    #[test]
-    fn legacy_dots_are_exact_for_any_activation_byte() {
-        let one = half::f16::ONE.to_bits().to_le_bytes();
-        let mut s = 0x1234_5678_9abc_def0u64;
-        let mut byte = || {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (s >> 56) as u8
-        };
-        for ty in [GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q5_1] {
-            let tr = cpu_traits(ty).unwrap();
-            let vt = tr.vec_dot_type;
-            let n = 32 * 64;
-            for round in 0..50 {
-                let mut x: Vec<u8> = (0..ty.row_size(n as u64).unwrap())
-                    .map(|_| byte())
-                    .collect();
-                let mut y: Vec<u8> = (0..vt.row_size(n as u64).unwrap())
-                    .map(|_| byte())
-                    .collect();
-                for b in x.chunks_exact_mut(ty.type_size()) {
-                    b[..2].copy_from_slice(&one);
-                    if ty != GgmlType::Q5_0 {
-                        b[2..4].copy_from_slice(&one);
-                    }
-                }
-                for b in y.chunks_exact_mut(vt.type_size()) {
-                    b[..2].copy_from_slice(&one);
-                    if vt == GgmlType::Q8_1 {
-                        b[2..4].copy_from_slice(&one);
-                    }
-                    if round == 0 {
-                        b[vt.type_size() - 32..].fill(0x80);
-                    }
-                }
-                let fast = (tr.vec_dot)(n as usize, &x, &y);
-                let scalar = (tr.vec_dot_scalar)(n as usize, &x, &y);
-                assert_eq!(fast, scalar, "{ty} round {round}");
-            }
-        }
-    }
 }

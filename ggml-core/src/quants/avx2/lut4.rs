@@ -6,14 +6,14 @@ use std::arch::x86_64::*;
 use super::k_gemm::{check_panel, finish, step};
 use super::legacy::{dot_q8_0_cols_with, mul_sum_i8};
 use super::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
+use crate::quants::blocks::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
+use crate::quants::blocks::iq4_xs::BlockIq4Xs;
+use crate::quants::blocks::k_quants::panel::BLOCK_BYTES;
+use crate::quants::blocks::k_quants::q8_k::BlockQ8K;
+use crate::quants::blocks::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
+use crate::quants::blocks::q8_0::BlockQ8_0;
 use crate::quants::gemm::GEMM_COLS;
-use crate::quants::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
-use crate::quants::iq4_xs::BlockIq4Xs;
-use crate::quants::k_quants::panel::BLOCK_BYTES;
-use crate::quants::k_quants::q8_k::BlockQ8K;
-use crate::quants::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
 use crate::quants::prefetch::prefetch_block_ahead;
-use crate::quants::q8_0::BlockQ8_0;
 
 /// The 16-entry i8 table in both 128-bit halves.
 #[inline]
@@ -166,7 +166,7 @@ pub(crate) unsafe fn dot_iq4_xs_q8_k_cols<const C: usize>(
 }
 
 /// One IQ4_XS weight row against a Q8_K panel of 8 columns
-/// ([`crate::quants::k_quants::panel`]): `out[t]` =
+/// ([`crate::quants::blocks::k_quants::panel`]): `out[t]` =
 /// `dot_iq4_xs_q8_k(x, column t)`, bit for bit (the same integer lanes,
 /// one f32 accumulator per column, stepped as the dot steps it).
 #[target_feature(enable = "avx2,fma,f16c")]

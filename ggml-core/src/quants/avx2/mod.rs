@@ -3,9 +3,9 @@
 //!
 //! Every kernel is an `unsafe fn` compiled with
 //! `#[target_feature(enable = "avx2,fma,f16c")]`; its only safety
-//! precondition is that the CPU has those features, which the callers check
-//! at run time (see `cpu_features::dispatch`). Memory accesses go through
-//! block slices, so bounds come from the slices.
+//! precondition is that the CPU has those features, which `quants::tables`
+//! guarantees (the AVX2 table is handed out only on such a CPU). Memory
+//! accesses go through block slices, so bounds come from the slices.
 #![cfg(target_arch = "x86_64")]
 
 pub(crate) mod float;

@@ -5,9 +5,8 @@ use std::ptr::addr_of;
 
 use super::q3_k::{pair_scales, scale_halves};
 use super::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
-use crate::quants::block::row;
-use crate::quants::k_quants::q2_k::BlockQ2K;
-use crate::quants::k_quants::q8_k::BlockQ8K;
+use crate::quants::blocks::k_quants::q2_k::BlockQ2K;
+use crate::quants::blocks::k_quants::q8_k::BlockQ8K;
 use crate::quants::prefetch::prefetch_block_ahead;
 
 /// `ggml_vec_dot_q2_K_q8_K` over equally long block slices: the 4-bit
@@ -44,10 +43,4 @@ pub(crate) unsafe fn dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
         _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), a)
     });
     hsum_ps(_mm256_add_ps(a0, a1))
-}
-
-/// [`dot_q2_k_q8_k`] on raw rows of `n` elements. Panics as the scalar dot.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q2_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    dot_q2_k_q8_k(row::<BlockQ2K>(x, n), row::<BlockQ8K>(y, n))
 }

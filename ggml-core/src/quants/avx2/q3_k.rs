@@ -4,9 +4,8 @@ use std::arch::x86_64::*;
 use std::ptr::addr_of;
 
 use super::{f16_to_f32, hsum_ps, load256, sum_alternating};
-use crate::quants::block::row;
-use crate::quants::k_quants::q3_k::BlockQ3K;
-use crate::quants::k_quants::q8_k::BlockQ8K;
+use crate::quants::blocks::k_quants::q3_k::BlockQ3K;
+use crate::quants::blocks::k_quants::q8_k::BlockQ8K;
 use crate::quants::prefetch::prefetch_block_ahead;
 
 /// The 16 i16 scales `sc16` as two vectors: `[n]` holds scales
@@ -90,10 +89,4 @@ pub(crate) unsafe fn dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
         _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc)
     });
     hsum_ps(_mm256_add_ps(a0, a1))
-}
-
-/// [`dot_q3_k_q8_k`] on raw rows of `n` elements. Panics as the scalar dot.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q3_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    dot_q3_k_q8_k(row::<BlockQ3K>(x, n), row::<BlockQ8K>(y, n))
 }

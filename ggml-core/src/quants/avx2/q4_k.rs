@@ -6,10 +6,10 @@ use std::ptr::addr_of;
 
 use super::k_gemm::{check_panel, finish_min, step, step_mins, sub_block};
 use super::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::blocks::k_quants::panel::BLOCK_BYTES;
+use crate::quants::blocks::k_quants::q4_k::{unpack_scales_mins, BlockQ4K};
+use crate::quants::blocks::k_quants::q8_k::BlockQ8K;
 use crate::quants::gemm::GEMM_COLS;
-use crate::quants::k_quants::panel::BLOCK_BYTES;
-use crate::quants::k_quants::q4_k::{unpack_scales_mins, BlockQ4K};
-use crate::quants::k_quants::q8_k::BlockQ8K;
 use crate::quants::prefetch::prefetch_block_ahead;
 
 /// 16-bit lane `j` of each 128-bit half broadcast over that half.

@@ -6,10 +6,10 @@ use std::arch::x86_64::*;
 use super::k_gemm::{check_panel, finish_min, step, step_mins, sub_block};
 use super::q4_k::{block_scales, broadcast_i16_lane, row_scales_mins};
 use super::{f16_to_f32, hsum_ps, load256};
+use crate::quants::blocks::k_quants::panel::BLOCK_BYTES;
+use crate::quants::blocks::k_quants::q5_k::BlockQ5K;
+use crate::quants::blocks::k_quants::q8_k::BlockQ8K;
 use crate::quants::gemm::GEMM_COLS;
-use crate::quants::k_quants::panel::BLOCK_BYTES;
-use crate::quants::k_quants::q5_k::BlockQ5K;
-use crate::quants::k_quants::q8_k::BlockQ8K;
 use crate::quants::prefetch::prefetch_block_ahead;
 
 /// 16 in each byte whose bit `bit` is set in `h`, else 0.

@@ -6,10 +6,10 @@ use std::ptr::addr_of;
 
 use super::k_gemm::{check_panel, col_bsums, finish, step, sub_block};
 use super::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::blocks::k_quants::panel::BLOCK_BYTES;
+use crate::quants::blocks::k_quants::q6_k::BlockQ6K;
+use crate::quants::blocks::k_quants::q8_k::BlockQ8K;
 use crate::quants::gemm::GEMM_COLS;
-use crate::quants::k_quants::panel::BLOCK_BYTES;
-use crate::quants::k_quants::q6_k::BlockQ6K;
-use crate::quants::k_quants::q8_k::BlockQ8K;
 use crate::quants::prefetch::prefetch_block_ahead;
 
 /// `ggml_vec_dot_q6_K_q8_K` over equally long block slices. The `-32`

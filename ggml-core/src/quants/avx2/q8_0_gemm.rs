@@ -1,7 +1,7 @@
 //! The AVX2 GEMM of the weights dotted with Q8_0 activations in 32-value
 //! blocks with two alternating accumulators (Q8_0, Q4_0, IQ4_NL, MXFP4): a
 //! weight row against a Q8_0 panel of 8 columns
-//! ([`crate::quants::q8_0_panel`]), `out[t]` bit for bit the single dot
+//! ([`crate::quants::blocks::q8_0_panel`]), `out[t]` bit for bit the single dot
 //! with column `t`. The columns go in two passes of 4 so that each
 //! column's two alternating f32 accumulators (the single dot's) stay in
 //! registers; the row's block is unpacked once per pass.
@@ -10,12 +10,12 @@ use std::arch::x86_64::*;
 
 use super::lut4::{lookup, table};
 use super::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::blocks::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
+use crate::quants::blocks::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
+use crate::quants::blocks::q4_0::BlockQ4_0;
+use crate::quants::blocks::q8_0::BlockQ8_0;
+use crate::quants::blocks::q8_0_panel::{BLOCK_BYTES, D_OFF};
 use crate::quants::gemm::GEMM_COLS;
-use crate::quants::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
-use crate::quants::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
-use crate::quants::q4_0::BlockQ4_0;
-use crate::quants::q8_0::BlockQ8_0;
-use crate::quants::q8_0_panel::{BLOCK_BYTES, D_OFF};
 
 /// Columns per pass over the row.
 const PASS: usize = 4;

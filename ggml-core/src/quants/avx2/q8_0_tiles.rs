@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::{f16_to_f32, hsum_ps, load128, load256};
-use crate::quants::q8_0::BlockQ8_0;
+use crate::quants::blocks::q8_0::BlockQ8_0;
 
 /// Columns a tile takes at most (one 4-lane f16 conversion).
 const MAX_C: usize = 4;

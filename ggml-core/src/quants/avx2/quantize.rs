@@ -7,9 +7,9 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use crate::quants::k_quants::q8_k::BlockQ8K;
-use crate::quants::k_quants::QK_K;
-use crate::quants::q8_0::{BlockQ8_0, QK8_0};
+use crate::quants::blocks::k_quants::q8_k::BlockQ8K;
+use crate::quants::blocks::k_quants::QK_K;
+use crate::quants::blocks::q8_0::{BlockQ8_0, QK8_0};
 
 /// Largest lane of `v` (no NaN in `v`).
 #[inline]

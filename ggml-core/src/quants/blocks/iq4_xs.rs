@@ -4,12 +4,13 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::block::{impl_block, row, row_exact, row_exact_mut};
-use super::cpu_features::dispatch;
 use super::iq4_nl::{group_dot, iq4_group_scale, iq4_indices, pack_nibbles, KVALUES_IQ4NL};
+use super::k_quants;
 use super::k_quants::q8_k::BlockQ8K;
 use super::k_quants::QK_K;
 use super::rounding::{clamp_i32, nearest_int};
+use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
+use crate::quants::gemm::{run_scalar, GEMM_COLS};
 use crate::types::GgmlType;
 
 /// ggml's `block_iq4_xs`. Sub-block `ib` (32 values, nibbles as IQ4_NL in
@@ -105,31 +106,17 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_scalar(row::<BlockIq4Xs>(x, n), row::<BlockQ8K>(y, n))
 }
 
-/// `ggml_vec_dot_iq4_xs_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
-pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = (row::<BlockIq4Xs>(x, n), row::<BlockQ8K>(y, n));
-    dispatch!(super::avx2::lut4::dot_iq4_xs_q8_k, dot_scalar, (x, y))
-}
-
-/// `out[c] = vec_dot(n, x, ys[c])` bit for bit, the row unpacked once per
-/// block for all columns (see [`crate::quants::vec_dot_cols`]).
-pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
-    crate::quants::vec_dot_cols::cols_dispatch!(
-        BlockIq4Xs,
-        BlockQ8K,
-        crate::quants::avx2::lut4::dot_iq4_xs_q8_k_cols,
-        vec_dot,
-        (n, x, ys, out)
+/// The scalar GEMM run of IQ4_XS (see [`crate::quants::gemm`]): `out[t]`
+/// = the scalar dot with column `t` of the panel. Panics when `x` is shorter
+/// than the row of `n` elements or `panel` is not the panel of `n`.
+pub fn gemm_scalar(n: usize, x: &[u8], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let x = row::<BlockIq4Xs>(x, n);
+    run_scalar(
+        out,
+        |t| k_quants::panel::column(n, panel, t),
+        |y| dot_scalar(x, y),
     )
 }
-
-crate::quants::gemm::gemm_entry!(
-    "IQ4_XS",
-    BlockIq4Xs,
-    QK_K,
-    crate::quants::avx2::lut4::gemm_iq4_xs_q8_k,
-    crate::quants::k_quants::panel
-);
 
 fn dot_scalar(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;

@@ -117,7 +117,7 @@ pub(crate) fn column(n: usize, panel: &[u8], t: usize) -> Vec<BlockQ8K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quants::cpu_traits;
+    use crate::quants::blocks::k_quants::q8_k::from_float_scalar;
     use crate::types::GgmlType;
 
     fn q8k_rows(n: usize, cols: usize) -> Vec<Vec<u8>> {
@@ -133,7 +133,7 @@ mod tests {
                     })
                     .collect();
                 let mut y = vec![0u8; GgmlType::Q8K.row_size(n as u64).unwrap()];
-                (cpu_traits(GgmlType::Q8K).unwrap().from_float)(&a, &mut y);
+                from_float_scalar(&a, &mut y);
                 y
             })
             .collect()
@@ -153,53 +153,6 @@ mod tests {
                 Some(r) => assert_eq!(bytes, r.as_slice(), "column {t}"),
                 None => assert!(bytes.iter().all(|&b| b == 0), "zero column {t}"),
             }
-        }
-    }
-
-    /// The scalar `run`s (what a CPU without AVX2 uses) give the scalar dot
-    /// of each column bit for bit, and the dispatched runs' values.
-    #[test]
-    fn scalar_runs_match_the_dispatched_ones() {
-        use crate::quants::iq4_xs;
-        use crate::quants::k_quants::{q4_k, q5_k, q6_k};
-        let n = 2 * QK_K;
-        let rows = q8k_rows(n, 6);
-        let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
-        let mut p = vec![0u8; panel_bytes(n)];
-        pack(n, &refs, &mut p);
-        let w = q8k_rows(n, 1).remove(0);
-        let wf: Vec<f32> = {
-            let mut f = vec![0f32; n];
-            (cpu_traits(GgmlType::Q8K).unwrap().to_float)(&w, &mut f);
-            f
-        };
-        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS] {
-            let tr = cpu_traits(ty).unwrap();
-            let mut x = vec![0u8; ty.row_size(n as u64).unwrap()];
-            (tr.from_float)(&wf, &mut x);
-            let mut fast = [0f32; GEMM_COLS];
-            (tr.gemm.unwrap().run)(n, &x, &p, &mut fast);
-            let mut slow = [0f32; GEMM_COLS];
-            match ty {
-                GgmlType::Q4K => q4_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-                GgmlType::Q5K => q5_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-                GgmlType::Q6K => q6_k::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-                _ => iq4_xs::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-            }
-            for t in 0..GEMM_COLS {
-                let y = rows
-                    .get(t)
-                    .cloned()
-                    .unwrap_or_else(|| vec![0u8; rows[0].len()]);
-                let want = (tr.vec_dot_scalar)(n, &x, &y);
-                assert_eq!(slow[t].to_bits(), want.to_bits(), "{ty} column {t}");
-                let tol = 1e-5 * want.abs().max(1.0);
-                assert!(
-                    (fast[t] - slow[t]).abs() <= tol,
-                    "{ty}: {fast:?} vs {slow:?}"
-                );
-            }
-            assert!(fast[..6].iter().all(|v| *v != 0.0), "{ty}: {fast:?}");
         }
     }
 }

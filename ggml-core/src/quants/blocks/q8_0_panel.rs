@@ -6,8 +6,9 @@
 //! and one broadcast load its scale.
 
 use crate::quants::block::row;
-use crate::quants::gemm::GEMM_COLS;
-use crate::quants::q8_0::BlockQ8_0;
+use crate::quants::blocks::q8_0;
+use crate::quants::blocks::q8_0::BlockQ8_0;
+use crate::quants::gemm::{run_scalar, GEMM_COLS};
 
 /// Offset of the scales in a panel block.
 pub(crate) const D_OFF: usize = 32 * GEMM_COLS;
@@ -65,13 +66,22 @@ pub(crate) fn column(n: usize, panel: &[u8], t: usize) -> Vec<BlockQ8_0> {
         .collect()
 }
 
+/// The scalar GEMM run of the Q8_0 weights (see [`crate::quants::gemm`];
+/// here because Q8_0 is both the weight type and the panel's): `out[t]` =
+/// the scalar dot with column `t` of the panel. Panics when `x` is shorter
+/// than the row of `n` elements or `panel` is not the panel of `n`.
+pub fn gemm_scalar_q8_0(n: usize, x: &[u8], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let x = row::<BlockQ8_0>(x, n);
+    run_scalar(out, |t| column(n, panel, t), |y| q8_0::dot_scalar(x, y))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quants::cpu_traits;
+    use crate::quants::blocks::q8_0::from_float_scalar;
     use crate::types::GgmlType;
 
-    fn rows(ty: GgmlType, n: usize, count: usize, seed: u64) -> Vec<Vec<u8>> {
+    fn rows(n: usize, count: usize, seed: u64) -> Vec<Vec<u8>> {
         let mut s = seed | 1;
         (0..count)
             .map(|c| {
@@ -83,8 +93,8 @@ mod tests {
                         ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1 + c) as f32
                     })
                     .collect();
-                let mut y = vec![0u8; ty.row_size(n as u64).unwrap()];
-                (cpu_traits(ty).unwrap().from_float)(&a, &mut y);
+                let mut y = vec![0u8; GgmlType::Q8_0.row_size(n as u64).unwrap()];
+                from_float_scalar(&a, &mut y);
                 y
             })
             .collect()
@@ -93,7 +103,7 @@ mod tests {
     #[test]
     fn pack_then_column_gives_the_rows_back() {
         let n = 5 * 32;
-        let ys = rows(GgmlType::Q8_0, n, 3, 7);
+        let ys = rows(n, 3, 7);
         let refs: Vec<&[u8]> = ys.iter().map(|r| r.as_slice()).collect();
         let mut p = vec![0xffu8; panel_bytes(n)];
         pack(n, &refs, &mut p);
@@ -103,45 +113,6 @@ mod tests {
             match ys.get(t) {
                 Some(r) => assert_eq!(bytes, r.as_slice(), "column {t}"),
                 None => assert!(bytes.iter().all(|&b| b == 0), "zero column {t}"),
-            }
-        }
-    }
-
-    /// The scalar `run`s (what a CPU without AVX2 uses) give the scalar dot
-    /// of each column bit for bit, and the dispatched runs' values.
-    #[test]
-    fn scalar_runs_match_the_dispatched_ones() {
-        use crate::quants::{iq4_nl, mxfp4, q4_0, q8_0};
-        let n = 4 * 32;
-        let ys = rows(GgmlType::Q8_0, n, 8, 9);
-        let refs: Vec<&[u8]> = ys.iter().map(|r| r.as_slice()).collect();
-        let mut p = vec![0u8; panel_bytes(n)];
-        pack(n, &refs, &mut p);
-        for ty in [
-            GgmlType::Q8_0,
-            GgmlType::Q4_0,
-            GgmlType::IQ4NL,
-            GgmlType::MXFP4,
-        ] {
-            let tr = cpu_traits(ty).unwrap();
-            let x = rows(ty, n, 1, 11).remove(0);
-            let mut fast = [0f32; GEMM_COLS];
-            (tr.gemm.unwrap().run)(n, &x, &p, &mut fast);
-            let mut slow = [0f32; GEMM_COLS];
-            match ty {
-                GgmlType::Q8_0 => q8_0::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-                GgmlType::Q4_0 => q4_0::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-                GgmlType::IQ4NL => iq4_nl::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-                _ => mxfp4::gemm_scalar_for_tests(n, &x, &p, &mut slow),
-            }
-            for t in 0..GEMM_COLS {
-                let want = (tr.vec_dot_scalar)(n, &x, &ys[t]);
-                assert_eq!(slow[t].to_bits(), want.to_bits(), "{ty} column {t}");
-                let tol = 1e-5 * want.abs().max(1.0);
-                assert!(
-                    (fast[t] - slow[t]).abs() <= tol,
-                    "{ty}: {fast:?} vs {slow:?}"
-                );
             }
         }
     }

@@ -5,9 +5,10 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::amax::abs_max;
-use super::block::{impl_block, row, row_exact, row_exact_mut};
-use super::cpu_features::dispatch;
 use super::q8_0::BlockQ8_0;
+use super::q8_0_panel;
+use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
+use crate::quants::gemm::{run_scalar, GEMM_COLS};
 use crate::types::GgmlType;
 
 /// Elements per IQ4_NL block.
@@ -158,31 +159,17 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_scalar(row::<BlockIq4Nl>(x, n), row::<BlockQ8_0>(y, n))
 }
 
-/// `ggml_vec_dot_iq4_nl_q8_0`, AVX2 when available. Panics as [`vec_dot_scalar`].
-pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = (row::<BlockIq4Nl>(x, n), row::<BlockQ8_0>(y, n));
-    dispatch!(super::avx2::lut4::dot_iq4_nl_q8_0, dot_scalar, (x, y))
-}
-
-/// `out[c] = vec_dot(n, x, ys[c])` bit for bit, the row unpacked once per
-/// block for all columns (see [`crate::quants::vec_dot_cols`]).
-pub fn vec_dot_cols(n: usize, x: &[u8], ys: &[&[u8]], out: &mut [f32]) {
-    crate::quants::vec_dot_cols::cols_dispatch!(
-        BlockIq4Nl,
-        BlockQ8_0,
-        crate::quants::avx2::lut4::dot_iq4_nl_q8_0_cols,
-        vec_dot,
-        (n, x, ys, out)
+/// The scalar GEMM run of IQ4_NL (see [`crate::quants::gemm`]): `out[t]`
+/// = the scalar dot with column `t` of the panel. Panics when `x` is shorter
+/// than the row of `n` elements or `panel` is not the panel of `n`.
+pub fn gemm_scalar(n: usize, x: &[u8], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let x = row::<BlockIq4Nl>(x, n);
+    run_scalar(
+        out,
+        |t| q8_0_panel::column(n, panel, t),
+        |y| dot_scalar(x, y),
     )
 }
-
-crate::quants::gemm::gemm_entry!(
-    "IQ4_NL",
-    BlockIq4Nl,
-    32,
-    super::avx2::q8_0_gemm::gemm_iq4_nl_q8_0,
-    super::q8_0_panel
-);
 
 fn dot_scalar(x: &[BlockIq4Nl], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;

@@ -8,8 +8,7 @@ use super::q8_k::BlockQ8K;
 use super::scale_search::make_q3_quants;
 use super::QK_K;
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
-use crate::quants::cpu_features::dispatch;
-use crate::quants::rounding::{clamp_i32, nearest_int};
+use crate::quants::blocks::rounding::{clamp_i32, nearest_int};
 use crate::types::GgmlType;
 
 /// ggml's `block_q3_K`. Element `e = 128n + 32j + l` has low bits
@@ -158,13 +157,4 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
         sumf += bx.d.to_f32() * by.d * isum as f32;
     }
     sumf
-}
-
-/// `ggml_vec_dot_q3_K_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
-pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    dispatch!(
-        crate::quants::avx2::q3_k::vec_dot_q3_k_q8_k,
-        vec_dot_scalar,
-        (n, x, y)
-    )
 }

@@ -4,12 +4,13 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::panel;
 use super::q8_k::BlockQ8K;
 use super::scale_search::make_qkx2_quants;
 use super::QK_K;
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
-use crate::quants::cpu_features::dispatch;
-use crate::quants::rounding::{clamp_i32, nearest_int};
+use crate::quants::blocks::rounding::{clamp_i32, nearest_int};
+use crate::quants::gemm::{run_scalar, GEMM_COLS};
 use crate::types::GgmlType;
 
 /// ggml's `block_q4_K`. Element `64c + l` (`l < 32`) is `qs[32c + l] & 15` in
@@ -183,19 +184,13 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_scalar(row::<BlockQ4K>(x, n), row::<BlockQ8K>(y, n))
 }
 
-/// `ggml_vec_dot_q4_K_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
-pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = (row::<BlockQ4K>(x, n), row::<BlockQ8K>(y, n));
-    dispatch!(crate::quants::avx2::q4_k::dot_q4_k_q8_k, dot_scalar, (x, y))
+/// The scalar GEMM run of Q4_K (see [`crate::quants::gemm`]): `out[t]`
+/// = the scalar dot with column `t` of the panel. Panics when `x` is shorter
+/// than the row of `n` elements or `panel` is not the panel of `n`.
+pub fn gemm_scalar(n: usize, x: &[u8], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let x = row::<BlockQ4K>(x, n);
+    run_scalar(out, |t| panel::column(n, panel, t), |y| dot_scalar(x, y))
 }
-
-crate::quants::gemm::gemm_entry!(
-    "Q4_K",
-    BlockQ4K,
-    QK_K,
-    crate::quants::avx2::q4_k::gemm_q4_k_q8_k,
-    super::panel
-);
 
 fn dot_scalar(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;

@@ -3,11 +3,12 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::panel;
 use super::q4_k::{dot_block_scales_mins, quantize_super_block_qkx, unpack_scales_mins};
 use super::q8_k::BlockQ8K;
 use super::QK_K;
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
-use crate::quants::cpu_features::dispatch;
+use crate::quants::gemm::{run_scalar, GEMM_COLS};
 use crate::types::GgmlType;
 
 /// ggml's `block_q5_K`. As [`super::q4_k::BlockQ4K`], with element
@@ -83,19 +84,13 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_scalar(row::<BlockQ5K>(x, n), row::<BlockQ8K>(y, n))
 }
 
-/// `ggml_vec_dot_q5_K_q8_K`, AVX2 when available. Panics as [`vec_dot_scalar`].
-pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    let (x, y) = (row::<BlockQ5K>(x, n), row::<BlockQ8K>(y, n));
-    dispatch!(crate::quants::avx2::q5_k::dot_q5_k_q8_k, dot_scalar, (x, y))
+/// The scalar GEMM run of Q5_K (see [`crate::quants::gemm`]): `out[t]`
+/// = the scalar dot with column `t` of the panel. Panics when `x` is shorter
+/// than the row of `n` elements or `panel` is not the panel of `n`.
+pub fn gemm_scalar(n: usize, x: &[u8], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+    let x = row::<BlockQ5K>(x, n);
+    run_scalar(out, |t| panel::column(n, panel, t), |y| dot_scalar(x, y))
 }
-
-crate::quants::gemm::gemm_entry!(
-    "Q5_K",
-    BlockQ5K,
-    QK_K,
-    crate::quants::avx2::q5_k::gemm_q5_k_q8_k,
-    super::panel
-);
 
 fn dot_scalar(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;

@@ -2,14 +2,12 @@
 //! products `ggml_vec_dot_f32`, `ggml_vec_dot_f16`, `ggml_vec_dot_bf16`.
 //!
 //! Rows are little-endian element bytes at any alignment. The scalar dots
-//! accumulate `f32` products in `f64` (ggml's `ggml_float`); the AVX2 dots
-//! accumulate in `f32` lanes with FMA, as ggml's SIMD paths do.
+//! accumulate `f32` products in `f64` (ggml's `ggml_float`); the SIMD
+//! levels' dots accumulate in `f32` lanes with FMA, as ggml's SIMD paths do.
 
 use half::f16;
 
-use super::cpu_features::dispatch;
-
-fn check_len(what: &str, n: usize, bytes: usize, elem: usize, exact: bool) {
+pub(crate) fn check_len(what: &str, n: usize, bytes: usize, elem: usize, exact: bool) {
     let need = n * elem;
     if exact {
         assert_eq!(bytes, need, "{what}: byte count of a row of {n} elements");
@@ -75,28 +73,9 @@ pub fn f32_vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     sum as f32
 }
 
-/// `ggml_vec_dot_f32`, AVX2/FMA when available.
-pub fn f32_vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    check_len("f32", n, x.len(), 4, false);
-    check_len("f32", n, y.len(), 4, false);
-    let (x, y) = (&x[..4 * n], &y[..4 * n]);
-    dispatch!(super::avx2::float::dot_f32, f32_vec_dot_scalar, (n, x, y))
-}
-
 // ---- F16 ----
 
 /// F16 bytes → f32 (exact). Panics unless `src.len() == 2 * dst.len()`.
-/// F16C when available (the same values).
-pub fn f16_to_float(src: &[u8], dst: &mut [f32]) {
-    check_len("f16", dst.len(), src.len(), 2, true);
-    dispatch!(
-        super::avx2::float::f16_to_f32_row,
-        f16_to_float_scalar,
-        (src, dst)
-    )
-}
-
-/// The scalar [`f16_to_float`].
 pub fn f16_to_float_scalar(src: &[u8], dst: &mut [f32]) {
     check_len("f16", dst.len(), src.len(), 2, true);
     for (i, d) in dst.iter_mut().enumerate() {
@@ -104,18 +83,8 @@ pub fn f16_to_float_scalar(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// f32 → F16 bytes, round to nearest even (F16C when available: the same
-/// bits, NaNs included). Panics unless `dst.len() == 2 * src.len()`.
-pub fn f16_from_float(src: &[f32], dst: &mut [u8]) {
-    check_len("f16", src.len(), dst.len(), 2, true);
-    dispatch!(
-        super::avx2::float::f32_to_f16_row,
-        f16_from_float_scalar,
-        (src, dst)
-    )
-}
-
-/// The scalar [`f16_from_float`].
+/// f32 → F16 bytes, round to nearest even (NaNs kept quiet as `half`
+/// narrows them). Panics unless `dst.len() == 2 * src.len()`.
 pub fn f16_from_float_scalar(src: &[f32], dst: &mut [u8]) {
     check_len("f16", src.len(), dst.len(), 2, true);
     for (s, d) in src.iter().zip(dst.chunks_exact_mut(2)) {
@@ -134,14 +103,6 @@ pub fn f16_vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
         sum += (a * b) as f64;
     }
     sum as f32
-}
-
-/// `ggml_vec_dot_f16`, F16C+FMA when available (f32 accumulation).
-pub fn f16_vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    check_len("f16", n, x.len(), 2, false);
-    check_len("f16", n, y.len(), 2, false);
-    let (x, y) = (&x[..2 * n], &y[..2 * n]);
-    dispatch!(super::avx2::float::dot_f16, f16_vec_dot_scalar, (n, x, y))
 }
 
 // ---- BF16 ----
@@ -175,14 +136,6 @@ pub fn bf16_vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
     sum as f32
 }
 
-/// `ggml_vec_dot_bf16`, AVX2/FMA when available (f32 accumulation).
-pub fn bf16_vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    check_len("bf16", n, x.len(), 2, false);
-    check_len("bf16", n, y.len(), 2, false);
-    let (x, y) = (&x[..2 * n], &y[..2 * n]);
-    dispatch!(super::avx2::float::dot_bf16, bf16_vec_dot_scalar, (n, x, y))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,55 +151,5 @@ mod tests {
             half::bf16::from_bits(0x3f80).to_f32(),
             bf16_bits_to_f32(0x3f80)
         );
-    }
-}
-
-#[cfg(test)]
-mod f16_row_tests {
-    use super::*;
-
-    /// Every f16 bit pattern widens the same way, and f32 values around
-    /// every rounding boundary (ties, subnormals, overflow, NaNs with
-    /// payloads) narrow to the same bits, 8-wide or one by one.
-    #[test]
-    fn f16c_rows_match_the_scalar_conversions() {
-        let all: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
-        let n = all.len() / 2;
-        let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
-        f16_to_float(&all, &mut a);
-        f16_to_float_scalar(&all, &mut b);
-        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
-
-        let mut xs: Vec<f32> = b.iter().filter(|v| v.is_finite()).copied().collect();
-        let mids: Vec<f32> = b
-            .windows(2)
-            .filter(|w| w[0].is_finite() && w[1].is_finite())
-            .flat_map(|w| {
-                let m = f32::from_bits((w[0].to_bits() / 2 + w[1].to_bits() / 2) | 1);
-                [(w[0] + w[1]) / 2.0, m]
-            })
-            .collect();
-        xs.extend(mids);
-        xs.extend([
-            f32::NAN,
-            -f32::NAN,
-            f32::from_bits(0x7fa0_1234),
-            f32::from_bits(0xffc0_0001),
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            65504.0,
-            65519.99,
-            65520.0,
-            1e10,
-            -1e-10,
-            f32::MIN_POSITIVE,
-        ]);
-        for len in [xs.len(), 7, 9] {
-            let src = &xs[..len];
-            let (mut p, mut q) = (vec![0u8; 2 * len], vec![0u8; 2 * len]);
-            f16_from_float(src, &mut p);
-            f16_from_float_scalar(src, &mut q);
-            assert_eq!(p, q, "narrowing {len} values");
-        }
     }
 }

@@ -3,10 +3,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::block::{impl_block, row, row_exact, row_exact_mut};
-use super::cpu_features::dispatch;
 use super::q5_0::{pack_q5, unpack_q5};
 use super::q8_1::BlockQ8_1;
+use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::types::GgmlType;
 
 /// Elements per Q5_1 block.
@@ -77,13 +76,4 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
         sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32 + bx.m.to_f32() * by.s.to_f32();
     }
     sumf
-}
-
-/// `ggml_vec_dot_q5_1_q8_1`, AVX2 when available. Panics as [`vec_dot_scalar`].
-pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    dispatch!(
-        super::avx2::legacy::vec_dot_q5_1_q8_1,
-        vec_dot_scalar,
-        (n, x, y)
-    )
 }

@@ -4,11 +4,10 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::QK_K;
-use crate::quants::amax::abs_max;
 use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
-use crate::quants::cpu_features::dispatch;
-use crate::quants::int8::{dequantize_i8, dot_i8};
-use crate::quants::rounding::nearest_int;
+use crate::quants::blocks::amax::abs_max;
+use crate::quants::blocks::int8::{dequantize_i8, dot_i8};
+use crate::quants::blocks::rounding::nearest_int;
 use crate::types::GgmlType;
 
 /// ggml's `block_q8_K`: value `i` is `d * qs[i]`; `bsums[j] = Σ qs[16j..16j+16]`.
@@ -36,19 +35,8 @@ pub fn to_float(src: &[u8], dst: &mut [f32]) {
 /// value of largest magnitude, `q = min(127, nearest_int(-127/max · x))`
 /// (round half to even), `d = 1/(-127/max)`, plus the 16-value sums. An
 /// all-zero block gets `d = 0` and zero sums.
-/// AVX2 when available (bit for bit [`from_float_scalar`]).
-/// Panics unless `dst` is exactly the row of `src.len()` elements.
-pub fn from_float(src: &[f32], dst: &mut [u8]) {
-    let yb = row_exact_mut::<BlockQ8K>(dst, src.len());
-    dispatch!(
-        crate::quants::avx2::quantize::quantize_row_q8_k,
-        quantize_scalar,
-        (src, yb)
-    )
-}
-
-/// The scalar `quantize_row_q8_K_ref` (the reference of [`from_float`]).
-/// Panics as [`from_float`].
+/// The SIMD levels' quantizers are bit for bit this one. Panics unless
+/// `dst` is exactly the row of `src.len()` elements.
 pub fn from_float_scalar(src: &[f32], dst: &mut [u8]) {
     quantize_scalar(src, row_exact_mut::<BlockQ8K>(dst, src.len()))
 }

@@ -4,8 +4,8 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::block::{impl_block, row, row_exact, row_exact_mut};
 use super::int8::{dequantize_i8, dot_i8, quantize_amax_127};
+use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::types::GgmlType;
 
 /// Elements per Q8_1 block.

@@ -7,8 +7,8 @@
 //! rounding saturates (see [`nearest_int`]) and degenerate sums keep the
 //! first guess, so extreme inputs cannot panic.
 
-use crate::quants::amax::abs_max;
-use crate::quants::rounding::{clamp_i32, nearest_int};
+use crate::quants::blocks::amax::abs_max;
+use crate::quants::blocks::rounding::{clamp_i32, nearest_int};
 
 /// Below this group maximum a group quantizes to zero (ggml's `GROUP_MAX_EPS`).
 pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;

@@ -5,9 +5,8 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::amax::abs_max;
-use super::block::{impl_block, row, row_exact, row_exact_mut};
-use super::cpu_features::dispatch;
 use super::q8_0::BlockQ8_0;
+use crate::quants::block::{impl_block, row, row_exact, row_exact_mut};
 use crate::types::GgmlType;
 
 /// Elements per Q5_0 block.
@@ -95,13 +94,4 @@ pub fn vec_dot_scalar(n: usize, x: &[u8], y: &[u8]) -> f32 {
         sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
     }
     sumf
-}
-
-/// `ggml_vec_dot_q5_0_q8_0`, AVX2 when available. Panics as [`vec_dot_scalar`].
-pub fn vec_dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    dispatch!(
-        super::avx2::legacy::vec_dot_q5_0_q8_0,
-        vec_dot_scalar,
-        (n, x, y)
-    )
 }
