@@ -69,7 +69,14 @@ fn replay(args: &[&str]) -> std::process::Output {
 fn replay_gives_the_live_counts_for_every_policy_and_size() {
     let dir = tempfile::tempdir().expect("tempdir");
     for mib in ["4", "8", "16"] {
-        for policy in ["lru", "slru", "lrfu", "hlfu"] {
+        for policy in [
+            "lru",
+            "slru",
+            "lrfu",
+            "hlfu",
+            "nextuse",
+            "nextuse-nopredict",
+        ] {
             let (hits, misses, trace) = run_live(dir.path(), mib, policy);
             let t = trace.to_str().expect("path");
             let out = replay(&[t, "--mib", mib, "--policies", policy, "--json"]);

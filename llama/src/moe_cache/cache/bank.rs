@@ -95,7 +95,16 @@ pub struct SlotBank {
 impl SlotBank {
     /// A bank of `n_slots` slots shared by `layers` of `n_expert` experts
     /// each, evicting by `policy`; every map starts at -1.
-    pub fn new(layers: &[u32], n_expert: u32, n_slots: u32, policy: Box<dyn Policy>) -> SlotBank {
+    pub fn new(
+        layers: &[u32],
+        n_expert: u32,
+        n_slots: u32,
+        mut policy: Box<dyn Policy>,
+    ) -> SlotBank {
+        let mut sorted = layers.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        policy.begin_group(&sorted, n_expert);
         SlotBank {
             n_slots,
             n_expert,

@@ -12,6 +12,8 @@ pub mod belady;
 pub mod hlfu;
 pub mod lrfu;
 pub mod lru;
+pub mod nextuse;
+pub mod phase;
 pub mod recency;
 pub mod slru;
 
@@ -46,6 +48,9 @@ impl Key {
 pub trait Policy: Send {
     /// The policy's name (`lru`, `slru`, ...).
     fn name(&self) -> &'static str;
+    /// The group's layers (ascending, the order a ubatch visits them) and
+    /// experts per layer, once, before any access (the bank calls it).
+    fn begin_group(&mut self, _layers: &[u32], _n_expert: u32) {}
     /// A ubatch of `n_tokens` tokens begins (time advances by `n_tokens`).
     fn begin_ubatch(&mut self, n_tokens: u32);
     /// The accesses of one layer in the current ubatch follow: `experts`
@@ -80,15 +85,24 @@ pub enum PolicyKind {
     /// and topic-shaped routing (`docs/moe-cache-tuning.md`).
     #[default]
     Hlfu,
+    /// Expected next use: Belady's rule on an online estimate of each
+    /// expert's chance of use at its layer's next visit, with the layer
+    /// walk's position and the history prediction's transitions.
+    NextUse,
+    /// [`PolicyKind::NextUse`] without the transitions (recency and
+    /// frequency only), to measure what the prediction adds.
+    NextUseNoPredict,
 }
 
 impl PolicyKind {
     /// Every selectable policy.
-    pub const ALL: [PolicyKind; 4] = [
+    pub const ALL: [PolicyKind; 6] = [
         PolicyKind::Lru,
         PolicyKind::Slru,
         PolicyKind::Lrfu,
         PolicyKind::Hlfu,
+        PolicyKind::NextUse,
+        PolicyKind::NextUseNoPredict,
     ];
 
     /// The name users type.
@@ -98,6 +112,8 @@ impl PolicyKind {
             PolicyKind::Slru => "slru",
             PolicyKind::Lrfu => "lrfu",
             PolicyKind::Hlfu => "hlfu",
+            PolicyKind::NextUse => "nextuse",
+            PolicyKind::NextUseNoPredict => "nextuse-nopredict",
         }
     }
 
@@ -116,6 +132,8 @@ impl PolicyKind {
                 lrfu::DEFAULT_CLASSES,
             )),
             PolicyKind::Hlfu => Box::new(hlfu::Hlfu::new(hlfu::DEFAULT_HALF_LIFE)),
+            PolicyKind::NextUse => Box::new(nextuse::NextUse::new()),
+            PolicyKind::NextUseNoPredict => Box::new(nextuse::NextUse::without_prediction()),
         }
     }
 }
