@@ -13,7 +13,7 @@ use std::process::Command;
 
 use common::{alloc, cpu, Rng};
 use ggml_core::quants::{cpu_level, cpu_traits, supported_levels, CpuLevel, CPU_LEVEL_ENV};
-use ggml_core::{Backend, GgmlType, Graph};
+use ggml_core::{BackendStream, GgmlType, Graph};
 
 const CHILD: &str = "CPU_LEVEL_CHILD";
 
