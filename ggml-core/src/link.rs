@@ -4,7 +4,7 @@
 //! Such a backend counts, per connection, the bytes and messages each way
 //! and the round trips (requests the host waited on a reply for), so that a
 //! run can report its wire traffic per token
-//! ([`crate::Backend::link_counters`]). Backends on the host's own buses
+//! ([`crate::BackendDiagnostics::link_counters`]). Backends on the host's own buses
 //! keep none.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,7 @@
 //! What an answer is made of, for both OpenAI's JSON ([`crate::http`]) and
 //! llama.cpp's native one ([`crate::native`]): which endpoint it answers
-//! ([`Kind`]), its description ([`Answer`]), a finished choice
-//! ([`Collected`]), and the objects both write: `timings`, `logprobs`,
+//! (`Kind`), its description (`Answer`), a finished choice
+//! (`Collected`), and the objects both write: `timings`, `logprobs`,
 //! token pieces, the prompt with its special tokens.
 
 use serde_json::{json, Map, Value};

@@ -10,7 +10,7 @@
 //! option from its entry (spellings, help, value name, default, parser).
 //! [`parse_from`] then takes the command line through the one
 //! [`normalize`]r (llama.cpp's spellings into clap's), adds the
-//! environment variables ([`env`]: the command line wins) and lets clap
+//! environment variables ([`env`](mod@env): the command line wins) and lets clap
 //! parse it into the structs. `llama-bench`, which parses lists itself,
 //! takes its spellings and help from the same table. [`check`] holds the
 //! tests' checks: every flag of every `--help` comes from the table.

@@ -2,7 +2,7 @@
 //! tools give different help or values, as `-n` in llama-run and
 //! llama-server, is one entry per meaning, as llama.cpp's `arg.cpp` has
 //! `-np` twice), grouped by who takes them ([`model`]: llama-run and
-//! llama-server; [`run`]; [`server`]; [`bench`]; [`tools`]: the smaller
+//! llama-server; [`run`]; [`server`]; [`bench`](mod@bench); [`tools`]: the smaller
 //! tools; [`sets`] names the sets of tools the entries give), and the
 //! llama.cpp flags the tools refuse by name ([`REFUSED`]).
 //! [`find`], [`lookup`] and [`for_tool`] read it.
