@@ -5,6 +5,7 @@
 //! project does not have, refused by name instead of misparsed.
 
 pub mod prefetch;
+pub mod speculative;
 
 use std::ffi::OsString;
 
@@ -30,6 +31,12 @@ pub const MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
     ("-ctv", "--cache-type-v"),
     ("-fit", "--fit"),
     ("-fitt", "--fit-target"),
+    ("-md", "--model-draft"),
+    ("-ngld", "--spec-draft-ngl"),
+    ("-devd", "--spec-draft-device"),
+    ("-cmoed", "--spec-draft-cpu-moe"),
+    ("-ncmoed", "--spec-draft-n-cpu-moe"),
+    ("-otd", "--spec-draft-override-tensor"),
 ];
 
 /// llama.cpp flags that this project does not support, with the reason.
@@ -146,13 +153,17 @@ pub fn normalize(
             Some((f, v)) => (f, Some(v.to_string())),
             None => (s, None),
         };
-        if let Some((f, why)) = UNSUPPORTED.iter().find(|(f, _)| *f == flag) {
-            return Err(format!("{f}: not supported: {why}"));
-        }
+        let short = flag;
         let flag = MULTI_LETTER_SHORTS
             .iter()
             .find(|(short, _)| *short == flag)
             .map_or(flag, |(_, long)| *long);
+        // refused by name where this tool lacks the flag
+        if let Some((f, why)) = UNSUPPORTED.iter().find(|(f, _)| *f == short) {
+            if takes_value(&cmd, flag).is_none() {
+                return Err(format!("{f}: not supported: {why}"));
+            }
+        }
         let Some((long, takes)) = takes_value(&cmd, flag) else {
             // unknown to this tool: let clap report it
             out.push(match &inline {

@@ -128,6 +128,9 @@ pub struct Args {
     #[command(flatten)]
     pub(crate) extra: RunExtraArgs,
 
+    #[command(flatten)]
+    pub(crate) spec: common::args::speculative::SpecArgs,
+
     /// do not process escapes in -p (\n, \t, \\, ...)
     #[arg(long = "no-escape")]
     pub(crate) no_escape: bool,
@@ -266,5 +269,6 @@ pub(crate) fn check_args(a: &Args) -> Result<()> {
     a.moe_cache.params(&a.placement)?;
     a.moe_cache.hybrid()?;
     a.placement.sim_mem_bytes()?;
+    a.spec.source()?;
     Ok(())
 }
