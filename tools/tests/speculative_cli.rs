@@ -198,3 +198,57 @@ fn bad_speculation_flags_are_named() {
         fails_with_exit_1(RUN, &a, &[needle]);
     }
 }
+
+#[test]
+fn a_draft_that_does_not_fit_beside_the_target_gets_the_fit_shortfall() {
+    let target = f32_model();
+    let draft = or_skip!(model("tiny-mixtral-f16.gguf"));
+    let args = |mem: &'static str| -> Vec<String> {
+        [
+            "-m",
+            &target,
+            "-p",
+            "hi",
+            "-n",
+            "4",
+            "--temp",
+            "0",
+            "-c",
+            "256",
+            "--device",
+            "SIM0",
+            "--sim-mem-mib",
+            mem,
+            "--fit",
+            "on",
+            "-md",
+            draft.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    // the target alone fits in 16 MiB, the draft beside it does not
+    let a16 = args("16");
+    let a16: Vec<&str> = a16.iter().map(String::as_str).collect();
+    fails_with_exit_1(
+        RUN,
+        &a16,
+        &[
+            "the draft model (-md) does not fit beside the target (--fit on)",
+            "--fit: the model does not fit",
+            "missing",
+        ],
+    );
+    // with room for both, the run speculates
+    let a28 = args("28");
+    let a28: Vec<&str> = a28.iter().map(String::as_str).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(RUN, &a28, dir.path());
+    ok(&o);
+    assert!(
+        stderr(&o).contains("speculative   = draft-simple"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -59,17 +59,20 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         default_run,
     } = run_placement(a);
     let mut moe_cache = a.moe_cache.clone();
-    common::fit::apply(
+    let fit_ctx = common::fit::FitContext {
+        n_ctx: a.ctx_size,
+        n_ubatch: a.batch.ubatch_size.min(a.batch.batch_size),
+        type_k: kv_type,
+        type_v: kv_type_v,
+        prefetch_slots: a.prefetch.slots()?,
+    };
+    // the draft's placement follows the flags as given (before the plan)
+    let spec_placement = placement.clone();
+    let fit_plan = common::fit::apply(
         TOOL,
         &a.fit,
         a.model.as_deref(),
-        &common::fit::FitContext {
-            n_ctx: a.ctx_size,
-            n_ubatch: a.batch.ubatch_size.min(a.batch.batch_size),
-            type_k: kv_type,
-            type_v: kv_type_v,
-            prefetch_slots: a.prefetch.slots()?,
-        },
+        &fit_ctx,
         &mut placement,
         &mut moe_cache,
     )?;
@@ -165,7 +168,13 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         _ => None,
     };
 
-    let speculation = super::speculative::load(a, model, &placement, n_threads)?;
+    let speculation = super::speculative::load(
+        a,
+        model,
+        &spec_placement,
+        n_threads,
+        fit_plan.as_ref().map(|p| (p, &fit_ctx)),
+    )?;
 
     let link_start = ctx.link_counts();
     let tokenizer = &model.tokenizer;
