@@ -68,8 +68,14 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("--mmproj", "multimodal projectors are not implemented"),
     ("-mmu", "multimodal projectors are not implemented"),
     ("--mmproj-url", "multimodal projectors are not implemented"),
-    ("-md", "speculative decoding is not implemented"),
-    ("--model-draft", "speculative decoding is not implemented"),
+    (
+        "-md",
+        "speculative decoding is not implemented in this tool (llama-run has it)",
+    ),
+    (
+        "--model-draft",
+        "speculative decoding is not implemented in this tool (llama-run has it)",
+    ),
     (
         "--grammar",
         "grammar-constrained sampling is not implemented",

@@ -99,10 +99,7 @@ impl DraftSource for DraftModel {
         }
         self.feed(&rest)?;
         let mut out = Vec::with_capacity(n_max);
-        loop {
-            let Some(row) = self.ctx.logits(0) else {
-                break;
-            };
+        while let Some(row) = self.ctx.logits(0) {
             let (id, p) = top_token(row);
             if p < self.p_min {
                 break;
