@@ -1,7 +1,7 @@
-//! What the three tools share: llama.cpp's multi-letter short flags,
-//! placement and batch flags, model loading with progress, error reporting.
+//! What the tools share: the placement, batch and expert cache flag
+//! groups (their spellings, help and parsers are entries of
+//! [`crate::flags::table`]), model loading with progress, error reporting.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,40 +10,13 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use ggml_core::gguf::LoadMode;
-use ggml_core::Backend;
+use ggml_core::{Backend, BackendDevice};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::{Placement, SplitMode, Target};
 use llama::{ContextParams, Model, ModelParams};
 
+use crate::flags::FlashAttn;
 use crate::progress::Progress;
-
-pub use crate::args::MULTI_LETTER_SHORTS;
-
-/// Rewrite `-ngl 99` as `--n-gpu-layers 99` etc. (whole arguments only,
-/// and nothing after `--`; write `--prompt=-ngl` for such a prompt).
-pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
-    let mut out = Vec::new();
-    let mut rest_verbatim = false;
-    for a in args {
-        if rest_verbatim {
-            out.push(a);
-            continue;
-        }
-        if a == "--" {
-            rest_verbatim = true;
-            out.push(a);
-            continue;
-        }
-        let mapped = a.to_str().and_then(|s| {
-            MULTI_LETTER_SHORTS
-                .iter()
-                .find(|(short, _)| *short == s)
-                .map(|(_, long)| OsString::from(*long))
-        });
-        out.push(mapped.unwrap_or(a));
-    }
-    out
-}
 
 /// Prints `line` on stderr the first time this process asks (a tool that
 /// checks its flags before running, as llama-bench does every test's, then
@@ -99,107 +72,68 @@ pub fn split_for_devices(mut v: Vec<f32>, devices: &[String]) -> (Vec<f32>, Opti
 /// Where weights go: llama.cpp's placement flags.
 #[derive(Args, Debug, Clone, Default)]
 pub struct PlacementArgs {
-    /// [-dev] devices for offloaded weights, comma-separated: CPU (none),
-    /// SIM0,SIM1,.. (simulated devices: CPU kernels, device memory
-    /// semantics, counted copies, one simulated clock), CUDA0,CUDA1,..
-    /// (when built with CUDA); with several, -sm/-ts/-mg say how layers
-    /// spread over them
-    #[arg(long = "device", value_name = "DEV[,DEV..]")]
+    /// `-dev`: the devices for offloaded weights (`SIM0,SIM1`, `CUDA0`).
+    #[arg(long)]
     pub device: Option<String>,
 
-    /// comma-separated list of RPC servers (host:port): each device of each
-    /// stock ggml-rpc-server (protocol 7.0.0) becomes a device RPC0, RPC1,
-    /// ... for --device, -ts and -ot; with no --device, the offloaded
-    /// layers go to them (GGML_RPC_TIMEOUT: seconds a worker may take to
-    /// answer, default 120)
-    #[arg(long = "rpc", value_name = "SERVERS")]
+    /// `--rpc`: the RPC servers (`host:port,...`) whose devices are
+    /// `RPC0`, `RPC1`, ...
+    #[arg(long)]
     pub rpc: Option<String>,
 
-    /// [-sm] how to split the offloaded layers across the devices: layer
-    /// (default: consecutive layers per device, in -ts proportions) or none
-    /// (every offloaded layer on the -mg device); row is not supported
-    #[arg(long = "split-mode", value_name = "none|layer")]
+    /// `-sm`: how layers split across the devices (`none`, `layer`).
+    #[arg(long)]
     pub split_mode: Option<String>,
 
-    /// [-ts] each device's share of the offloaded layers, one value per
-    /// --device, e.g. 3,1 (default: by free memory where every device
-    /// reports it, else even; as in llama.cpp, extra values are ignored and
-    /// missing ones are 0, with a warning)
-    #[arg(long = "tensor-split", value_name = "N0,N1,..")]
+    /// `-ts`: each device's share of the offloaded layers (`3,1`).
+    #[arg(long)]
     pub tensor_split: Option<String>,
 
-    /// [-mg] the device (an index into --device) that holds every
-    /// offloaded layer with -sm none (default 0)
-    #[arg(long = "main-gpu", value_name = "I", allow_negative_numbers = true)]
+    /// `-mg`: the device of every offloaded layer with `-sm none`.
+    #[arg(long)]
     pub main_gpu: Option<i64>,
 
-    /// [-ngl] number of layers to store on the device (default with
-    /// --device: all; -1 = all; more than the layer count also offloads the
-    /// output head)
-    #[arg(
-        long = "n-gpu-layers",
-        alias = "gpu-layers",
-        value_name = "N",
-        allow_negative_numbers = true
-    )]
+    /// `-ngl`: layers on the device (-1: all).
+    #[arg(long)]
     pub n_gpu_layers: Option<i64>,
 
-    /// [-ot] override tensor placement: PATTERN=BACKEND,... (regex search on
-    /// tensor names, first match wins; BACKEND is CPU or the --device), e.g.
-    /// -ot "blk\.(1[0-9])\.ffn_.*_exps=CPU"; may be repeated
-    #[arg(long = "override-tensor", value_name = "PATTERN=BACKEND,...")]
+    /// `-ot`: tensor placement rules, `PATTERN=BACKEND,...` each.
+    #[arg(long)]
     pub override_tensor: Vec<String>,
 
-    /// [-cmoe] keep all MoE expert weights in host memory
-    #[arg(long = "cpu-moe")]
+    /// `-cmoe`: every expert weight in host memory.
+    #[arg(long)]
     pub cpu_moe: bool,
 
-    /// [-ncmoe] keep the MoE expert weights of the first N layers in host
-    /// memory
-    #[arg(long = "n-cpu-moe", value_name = "N")]
+    /// `-ncmoe`: the expert weights of the first N layers in host memory.
+    #[arg(long)]
     pub n_cpu_moe: Option<usize>,
 
-    /// copy whole expert tensors to the device instead of only the experts
-    /// the router picked (for comparison)
-    #[arg(long = "no-expert-copy")]
+    /// `--no-expert-copy`: whole expert tensors copied (for comparison).
+    #[arg(long)]
     pub no_expert_copy: bool,
 
-    /// [-nomb] smallest batch for which the device runs an op whose weights
-    /// are in host memory (copying them in); smaller batches run such ops
-    /// on the CPU (llama.cpp's GGML_OP_OFFLOAD_MIN_BATCH)
-    #[arg(long = "offload-min-batch", value_name = "N", default_value_t = 32)]
+    /// `-nomb`: the smallest batch for which the device runs an op whose
+    /// weights are in host memory.
+    #[arg(long)]
     pub offload_min_batch: usize,
 
-    /// timing profile of the sim device's simulated clock: a preset
-    /// (pcie4-x16, pcie5-x16, h200-pcie5) or a JSON file (keys in
-    /// docs/timeline.md); default pcie4-x16
-    #[arg(long = "sim-profile", value_name = "NAME|FILE.json")]
+    /// `--sim-profile`: the sim device's timing profile (a preset or a
+    /// JSON file).
+    #[arg(long)]
     pub sim_profile: Option<String>,
 
-    /// memory capacity of a simulated device (SIM0..) in MiB (default:
-    /// unlimited): allocations beyond it fail, and `--moe-cache-mib auto`
-    /// sizes the cache from it
-    #[arg(long = "sim-mem-mib", value_name = "N", allow_hyphen_values = true)]
+    /// `--sim-mem-mib`: the memory of a simulated device, MiB.
+    #[arg(long)]
     pub sim_mem_mib: Option<String>,
 
-    /// how the model file is read: auto (default: none where the file
-    /// takes at most half of the available memory, else mmap), mmap
-    /// (mapped), none (read into memory with huge pages), mlock (mapped
-    /// and locked), pin (host weights page-locked for the device, CUDA;
-    /// elsewhere as mmap), dio (O_DIRECT reads)
-    #[arg(long = "load-mode", value_name = "MODE", default_value = "auto", value_parser = parse_load_mode)]
+    /// `--load-mode`: how the model file is read.
+    #[arg(long)]
     pub load_mode: LoadMode,
 
-    /// bypass the devices' host buffer (llama.cpp's --no-host): the weights
-    /// that stay in host memory are not page-locked for the device, so
-    /// their uploads copy from pageable memory (by default a CUDA device
-    /// registers them, and uploads are asynchronous DMA)
-    #[arg(long = "no-host")]
+    /// `--no-host`: host weights not page-locked for the device.
+    #[arg(long)]
     pub no_host: bool,
-}
-
-fn parse_load_mode(s: &str) -> std::result::Result<LoadMode, String> {
-    s.parse()
 }
 
 impl PlacementArgs {
@@ -422,47 +356,30 @@ pub fn parse_device_list(arg: &str) -> Result<Vec<String>> {
 }
 
 /// The device cache of host experts: `--moe-cache-mib`, `--moe-cache-policy`,
-/// `--moe-cache-max-batch`.
+/// `--moe-cache-max-batch`, and the hybrid experts.
 #[derive(Args, Debug, Clone)]
 pub struct MoeCacheArgs {
-    /// device cache of host experts, MiB per device: N, auto (the device's
-    /// free memory after the graph's; every expert when its memory is
-    /// unlimited) or 0 (off); with several --device, one value for all or
-    /// one per device (A,B); llama-bench takes a comma-separated list of
-    /// tests
-    #[arg(
-        long = "moe-cache-mib",
-        value_name = "N|auto",
-        default_value = "auto",
-        value_delimiter = ',',
-        allow_hyphen_values = true
-    )]
+    /// `--moe-cache-mib`: the cache, MiB per device (`N`, `auto`, `0`; one
+    /// for all devices or one per device; llama-bench: tests).
+    #[arg(long)]
     pub moe_cache_mib: Vec<String>,
 
-    /// eviction policy of the expert cache: lru, slru, lrfu (frequency-class
-    /// LRU) or hlfu (decayed frequency with history, the default)
-    #[arg(long = "moe-cache-policy", value_name = "NAME", default_value = "hlfu")]
+    /// `--moe-cache-policy`: the eviction policy (`lru`, `slru`, `lrfu`,
+    /// `hlfu`).
+    #[arg(long)]
     pub moe_cache_policy: String,
 
-    /// largest ubatch that uses the expert cache; larger ones take the
-    /// selective copy
-    #[arg(long = "moe-cache-max-batch", value_name = "N", default_value_t = llama::moe_cache::DEFAULT_MAX_BATCH)]
+    /// `--moe-cache-max-batch`: the largest ubatch that uses the cache.
+    #[arg(long)]
     pub moe_cache_max_batch: usize,
 
-    /// hybrid experts: the share of the cache's misses computed on the CPU
-    /// from host memory instead of uploaded: auto (a cost model decides per
-    /// layer per ubatch) or a number from 0 to 1 (that share of the misses
-    /// once the cache is full)
-    #[arg(
-        long = "moe-cache-cpu-share",
-        value_name = "auto|F",
-        default_value = "auto",
-        allow_hyphen_values = true
-    )]
+    /// `--moe-cache-cpu-share`: the share of the misses computed on the
+    /// CPU (`auto` or 0..1).
+    #[arg(long)]
     pub moe_cache_cpu_share: String,
 
-    /// hybrid experts on (default, with a cache) or off (every miss uploaded)
-    #[arg(long = "moe-hybrid", value_name = "on|off", default_value = "on")]
+    /// `--moe-hybrid`: hybrid experts `on` or `off`.
+    #[arg(long)]
     pub moe_hybrid: String,
 }
 
@@ -555,35 +472,20 @@ impl MoeCacheArgs {
     }
 }
 
-/// Batch sizes: llama.cpp's `-b` and `-ub`.
+/// Batch sizes: llama.cpp's `-b` and `-ub`, and flash attention.
 #[derive(Args, Debug, Clone)]
 pub struct BatchArgs {
-    /// logical maximum batch size
-    #[arg(
-        short = 'b',
-        long = "batch-size",
-        value_name = "N",
-        default_value_t = 2048
-    )]
+    /// `-b`: the logical maximum batch size.
+    #[arg(long)]
     pub batch_size: usize,
 
-    /// [-ub] physical maximum batch size
-    #[arg(long = "ubatch-size", value_name = "N", default_value_t = 512)]
+    /// `-ub`: the physical maximum batch size.
+    #[arg(long)]
     pub ubatch_size: usize,
 
-    /// [-fa] flash attention: on, off or auto (`-fa` alone = on; auto keeps
-    /// the mul_mat/soft_max attention path, the one llama.cpp's reference
-    /// logits are made with, except with a quantized V cache, which needs
-    /// flash attention)
-    #[arg(
-        long = "flash-attn",
-        value_name = "on|off|auto",
-        num_args = 0..=1,
-        default_missing_value = "on",
-        default_value = "off",
-        value_parser = ["on", "off", "auto", "1", "0"]
-    )]
-    pub flash_attn: String,
+    /// `-fa`: flash attention.
+    #[arg(long)]
+    pub flash_attn: FlashAttn,
 }
 
 impl BatchArgs {
@@ -609,7 +511,7 @@ impl BatchArgs {
             n_batch: self.batch_size,
             n_ubatch: self.ubatch_size,
             n_threads,
-            flash_attn: matches!(self.flash_attn.as_str(), "on" | "1"),
+            flash_attn: self.flash_attn.is_on(),
             moe: llama::MoeParams {
                 expert_copy: !placement.no_expert_copy,
                 ..Default::default()
@@ -907,30 +809,6 @@ mod tests {
         let (v, note) = split_for_devices(vec![1.0], &[]);
         assert!(v.is_empty());
         assert!(note.unwrap().contains("1 value for 0 devices (none given)"));
-    }
-
-    #[test]
-    fn multi_letter_shorts_are_rewritten() {
-        let v: Vec<OsString> = ["x", "-ngl", "3", "-p", "-ngl", "--", "-ot"]
-            .iter()
-            .map(OsString::from)
-            .collect();
-        let out = normalize_args(v);
-        assert_eq!(
-            out,
-            [
-                "x",
-                "--n-gpu-layers",
-                "3",
-                "-p",
-                "--n-gpu-layers",
-                "--",
-                "-ot"
-            ]
-            .iter()
-            .map(OsString::from)
-            .collect::<Vec<_>>()
-        );
     }
 
     #[test]

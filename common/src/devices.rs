@@ -2,15 +2,16 @@
 //! them (name, description, memory), the `--rpc` workers' devices
 //! included.
 
+use std::sync::Arc;
+
 use anyhow::Result;
+use synth::budget::fmt_bytes;
 
-use crate::cli::{fmt_bytes, PlacementArgs};
-
-/// Print the device list on stdout (connecting to the `--rpc` workers).
-pub fn print_devices(placement: &PlacementArgs) -> Result<()> {
-    let rpc = placement.rpc_devices(1)?;
+/// Print the device list on stdout, the `--rpc` workers' devices
+/// (`rpc`, connected by `PlacementArgs::rpc_devices`) after the local ones.
+pub fn print_devices(rpc: &[Arc<ggml_rpc::RpcBackend>]) -> Result<()> {
     let (mut devs, why_no_cuda) = llama::device::list_devices();
-    devs.extend(llama::device::list_rpc_devices(&rpc));
+    devs.extend(llama::device::list_rpc_devices(rpc));
     println!("Available devices:");
     for d in &devs {
         match d.memory {

@@ -27,28 +27,17 @@ use crate::outfile::AtomicFile;
 /// The `--fit` flags.
 #[derive(Args, Debug, Clone, Default)]
 pub struct FitArgs {
-    /// [-fit] plan the layer split, the experts kept in host memory and each
-    /// device's expert cache from the devices' free memory before loading
-    /// (on or off; default off); --cpu-moe, --n-cpu-moe and -ot are kept
-    #[arg(long = "fit", value_name = "on|off", value_parser = parse_on_off)]
+    /// `-fit on|off`: plan the memory before loading.
+    #[arg(long)]
     pub fit: Option<bool>,
 
-    /// [-fitt] MiB --fit keeps free on every device (default: 1024, at most
-    /// 1/16 of the device's free memory)
-    #[arg(long = "fit-target", value_name = "MiB")]
+    /// `-fitt`: the MiB `--fit` keeps free on every device.
+    #[arg(long)]
     pub fit_target: Option<f64>,
 
-    /// write the --fit plan as JSON (keys in docs/running.md)
-    #[arg(long = "fit-out", value_name = "FILE.json")]
+    /// `--fit-out`: the plan as JSON.
+    #[arg(long)]
     pub fit_out: Option<PathBuf>,
-}
-
-fn parse_on_off(s: &str) -> std::result::Result<bool, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "on" | "1" | "true" | "enabled" => Ok(true),
-        "off" | "0" | "false" | "disabled" => Ok(false),
-        _ => Err(format!("unknown value '{s}' (on or off)")),
-    }
 }
 
 /// What the plan needs besides the placement flags.
@@ -271,6 +260,7 @@ pub fn plan_json(pl: &FitPlan, n_ctx: usize, n_ubatch: usize) -> serde_json::Val
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flags::values::parse_on_off;
 
     #[test]
     fn flags_need_fit_on() {

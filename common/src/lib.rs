@@ -28,6 +28,7 @@ pub mod cli;
 pub mod default_model;
 pub mod devices;
 pub mod fit;
+pub mod flags;
 pub mod forced;
 pub mod hybrid_summary;
 pub mod outfile;

@@ -129,10 +129,13 @@ impl SimReport {
 /// Write a device's event timeline (CUDA events: wall-clock time, not
 /// simulated) as a Chrome trace.
 pub fn write_event_timeline(device: &dyn ggml_core::Backend, path: &Path) -> Result<()> {
-    let t = device
-        .take_event_timeline()
-        .with_context(|| format!("reading {}'s timeline", device.name()))?
-        .unwrap_or_default();
+    let t = match device.diagnostics() {
+        Some(d) => d
+            .take_event_timeline()
+            .with_context(|| format!("reading {}'s timeline", device.name()))?
+            .unwrap_or_default(),
+        None => Default::default(),
+    };
     // the CUDA backend names an emulated device's track "CUDA0 (emulated)"
     let emulated = t.spans.iter().any(|s| s.backend.ends_with("(emulated)"));
     let title = if emulated {

@@ -10,7 +10,7 @@ mod common;
 
 use common::{alloc, best_of, filters, load, values, wanted, MemRead};
 use ggml_core::quants::cpu_traits;
-use ggml_core::{Backend, CpuBackend, GgmlType, Graph, TensorId};
+use ggml_core::{BackendStream, CpuBackend, GgmlType, Graph, TensorId};
 
 struct Case {
     name: String,

@@ -21,7 +21,7 @@ mod common;
 
 use common::{alloc, best_of, filters, load, sorted_times, values, MemRead};
 use ggml_core::quants::cpu_traits;
-use ggml_core::{Backend, CpuBackend, GgmlType, Graph, TensorId};
+use ggml_core::{Backend, BackendStream, CpuBackend, GgmlType, Graph, TensorId};
 
 const K: usize = 2048;
 const M: usize = 768;

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorData};
+use ggml_core::{
+    BackendDevice, BackendStream, BufferUsage, CpuBackend, GgmlType, Graph, TensorData,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cpu = CpuBackend::new(2);

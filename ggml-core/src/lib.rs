@@ -47,7 +47,9 @@ pub mod tensor;
 pub mod timeline;
 pub mod types;
 
-pub use backend::{Backend, Event, Stream};
+pub use backend::{
+    Backend, BackendDevice, BackendDiagnostics, BackendStream, Event, Stream, WaitKind,
+};
 pub use buffer::{Buffer, BufferUsage};
 pub use clock::DeviceClock;
 pub use cpu::CpuBackend;

@@ -1,12 +1,15 @@
 //! Pipeline counters: how often the host stops the device or talks to it.
 //!
-//! Every device backend that keeps them ([`crate::Backend::pipeline_counters`])
-//! counts the same four things, so the simulated device (`SIM0`) and CUDA
-//! (driver or emulator) report comparable figures:
+//! Every device backend that keeps them (its diagnostics'
+//! [`crate::BackendDiagnostics::pipeline_counters`]) counts the same four
+//! things, so the simulated device (`SIM0`) and CUDA (driver or emulator)
+//! report comparable figures:
 //! - `device_syncs`: device-wide synchronizations (every stream of the
 //!   device drained, the host blocked until then);
 //! - `id_reads`: reads of router ids into host memory (the expert cache's
-//!   and the selective copy's, through `ggml_sched::HookCtx::read_ids`);
+//!   and the selective copy's reads through `ggml_sched::HookCtx::read_ids`,
+//!   the look-ahead's and the predictors', which `llama` counts: the
+//!   scheduler keeps no diagnostics);
 //! - `launches`: kernel launches the host issued, a graph replay counting as
 //!   one (a capture counts the launches it records and the graph's first
 //!   launch);

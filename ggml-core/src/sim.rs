@@ -28,7 +28,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{Backend, Event, Stream};
+use crate::backend::{Backend, BackendDevice, BackendDiagnostics, BackendStream, Event, Stream};
 use crate::buffer::{check_range, Buffer, BufferUsage};
 use crate::clock::{ClockEvent, DeviceClock};
 use crate::cpu::buffer::HostMemory;
@@ -57,7 +57,7 @@ pub struct SimCounters {
     /// peer copy (`copy_from_peer`), not through host memory.
     pub bytes_peer_in: AtomicU64,
     /// Wall-clock nanoseconds spent computing and copying in the device's
-    /// memory ([`Backend::busy_wall_ns`]).
+    /// memory ([`BackendDiagnostics::busy_wall_ns`]).
     pub busy_ns: AtomicU64,
 }
 
@@ -343,7 +343,7 @@ impl SimBackend {
 
     /// Give the device a memory capacity of `bytes` (default: unlimited):
     /// allocations beyond it fail with [`BackendError::OutOfMemory`], and
-    /// [`Backend::memory`] reports free and total bytes. Set it before the
+    /// [`BackendDevice::memory`] reports free and total bytes. Set it before the
     /// first allocation.
     pub fn with_memory_capacity(mut self, bytes: usize) -> SimBackend {
         self.account = Arc::new(SimMemory {
@@ -385,7 +385,7 @@ impl SimBackend {
     }
 }
 
-impl Backend for SimBackend {
+impl BackendDevice for SimBackend {
     fn name(&self) -> &str {
         &self.name
     }
@@ -423,6 +423,20 @@ impl Backend for SimBackend {
         Some((cap.saturating_sub(self.account.used()), cap))
     }
 
+    fn can_use_buffer(&self, buf: &dyn Buffer) -> bool {
+        self.owns(buf)
+    }
+
+    fn supports_op(&self, g: &Graph, node: TensorId) -> bool {
+        ops::supports(g, node) && self.supports.as_ref().is_none_or(|f| f(g, node))
+    }
+
+    fn offload_op(&self, g: &Graph, node: TensorId) -> bool {
+        offload_host_weight_op(g, node, self.offload_min_batch)
+    }
+}
+
+impl BackendStream for SimBackend {
     fn copy_within(
         &self,
         src: &TensorData,
@@ -481,7 +495,7 @@ impl Backend for SimBackend {
 
     fn copy_from_peer(
         &self,
-        src_be: &dyn Backend,
+        src_be: &dyn BackendDevice,
         src: &TensorData,
         dst: &TensorData,
         len: usize,
@@ -528,18 +542,6 @@ impl Backend for SimBackend {
         self.clock
             .peer_copy(&s.name, &self.name, stream, len, bw, detail);
         Ok(true)
-    }
-
-    fn can_use_buffer(&self, buf: &dyn Buffer) -> bool {
-        self.owns(buf)
-    }
-
-    fn supports_op(&self, g: &Graph, node: TensorId) -> bool {
-        ops::supports(g, node) && self.supports.as_ref().is_none_or(|f| f(g, node))
-    }
-
-    fn offload_op(&self, g: &Graph, node: TensorId) -> bool {
-        offload_host_weight_op(g, node, self.offload_min_batch)
     }
 
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
@@ -685,7 +687,9 @@ impl Backend for SimBackend {
         }
         Ok(())
     }
+}
 
+impl BackendDiagnostics for SimBackend {
     fn set_label(&self, label: &str) {
         if self.clock.recording() {
             let mut l = self.label.lock();
@@ -704,6 +708,12 @@ impl Backend for SimBackend {
 
     fn busy_wall_ns(&self) -> u64 {
         self.counters.busy_ns.load(Ordering::Relaxed)
+    }
+}
+
+impl Backend for SimBackend {
+    fn diagnostics(&self) -> Option<&dyn BackendDiagnostics> {
+        Some(self)
     }
 }
 

@@ -5,7 +5,7 @@
 //! Backend-neutral: the simulator's clock fills one in simulated time
 //! (`sim::SimClock`, the CPU backend's ops joining it), the CUDA backend
 //! fills one from CUDA events in wall-clock time
-//! ([`crate::backend::Backend::take_event_timeline`]). This module names no
+//! ([`crate::backend::BackendDiagnostics::take_event_timeline`]). This module names no
 //! backend; whoever records says what its nanoseconds are (the trace's
 //! title).
 

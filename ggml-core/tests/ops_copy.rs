@@ -139,7 +139,7 @@ fn set_rows_out_of_range_is_invalid_input() {
         fill(&g, b, &[1.0; 8]);
         g.write_i32(c, &[0, bad]).unwrap();
         let nodes = g.nodes().to_vec();
-        let err = ggml_core::Backend::compute(cpu(), &g, &nodes).unwrap_err();
+        let err = ggml_core::BackendStream::compute(cpu(), &g, &nodes).unwrap_err();
         match err {
             BackendError::InvalidInput(msg) => {
                 assert!(

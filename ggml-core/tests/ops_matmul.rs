@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use ggml_core::quants::cpu_traits;
 use ggml_core::{
-    Backend, BackendError, BufferUsage, CpuBackend, GgmlType, Graph, SimBackend, TensorData,
-    TensorId,
+    Backend, BackendDevice, BackendError, BackendStream, BufferUsage, CpuBackend, GgmlType, Graph,
+    SimBackend, TensorData, TensorId,
 };
 use proptest::prelude::*;
 

@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ggml_core::quants::cpu_traits;
-use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorData, TensorId};
+use ggml_core::{
+    Backend, BackendStream, BufferUsage, CpuBackend, GgmlType, Graph, TensorData, TensorId,
+};
 
 struct Counting;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);

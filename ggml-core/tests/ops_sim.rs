@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use ggml_core::op::{GluOp, RopeMode, RopeParams, SortOrder};
-use ggml_core::{Backend, GgmlType, Graph, TensorId};
+use ggml_core::{Backend, BackendStream, GgmlType, Graph, TensorId};
 use proptest::prelude::*;
 
 struct Built {

@@ -24,7 +24,9 @@ use std::sync::Arc;
 
 use ggml_core::tensor::TensorData;
 use ggml_core::timeline::SpanKind;
-use ggml_core::{Backend, BufferUsage, GgmlType, Graph, TensorId};
+use ggml_core::{
+    BackendDevice, BackendDiagnostics, BackendStream, BufferUsage, GgmlType, Graph, TensorId,
+};
 use ggml_cuda::CudaBackend;
 
 /// H200 HBM bandwidth, GB/s.

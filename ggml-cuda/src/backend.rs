@@ -3,7 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use ggml_core::backend::{check_range, Event, Stream};
+use ggml_core::backend::{
+    check_range, BackendDevice, BackendDiagnostics, BackendStream, Event, Stream, WaitKind,
+};
 use ggml_core::offload::offload_host_weight_op;
 use ggml_core::op::{GluOp, RopeMode, SortOrder, UnaryOp};
 use ggml_core::timeline::{Span, SpanKind, Timeline};
@@ -1298,7 +1300,7 @@ fn validates_ids(op: Op) -> bool {
     matches!(op, Op::GetRows | Op::SetRows | Op::AddId | Op::MulMatId)
 }
 
-impl Backend for CudaBackend {
+impl BackendDevice for CudaBackend {
     fn name(&self) -> &str {
         &self.dev.name
     }
@@ -1335,6 +1337,18 @@ impl Backend for CudaBackend {
         offload_host_weight_op(g, node, self.offload_min_batch)
     }
 
+    fn read_overhang(&self) -> usize {
+        0
+    }
+
+    fn memory(&self) -> Option<(usize, usize)> {
+        let free = self.free_memory().ok()?;
+        let total = self.total_memory().ok()?;
+        Some((free, total))
+    }
+}
+
+impl BackendStream for CudaBackend {
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
         self.dev.bind()?;
         let mut s = self
@@ -1494,10 +1508,6 @@ impl Backend for CudaBackend {
         self.err_flag.after_sync()
     }
 
-    fn pipeline_counters(&self) -> Option<&ggml_core::PipelineCounters> {
-        Some(&self.dev.counters)
-    }
-
     fn record_event(&self) -> Result<Event, BackendError> {
         self.record_event_on(Stream::Compute)
     }
@@ -1529,8 +1539,124 @@ impl Backend for CudaBackend {
         self.dev.stream_of(stream).wait_event(h.0.event())
     }
 
-    fn planted_drop_wait(&self, kind: &str) -> bool {
-        self.dev.drv.planted_drop_wait(kind)
+    fn wait_event_for(
+        &self,
+        stream: Stream,
+        ev: &Event,
+        kind: WaitKind,
+    ) -> Result<(), BackendError> {
+        // The planted bug of this kind (emulated devices only: the driver
+        // answers) drops the wait.
+        if self.dev.drv.planted_drop_wait(kind.as_str()) {
+            return Ok(());
+        }
+        self.wait_event_on(stream, ev)
+    }
+
+    fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {
+        match ev.0.downcast_ref::<CudaEventHolder>() {
+            Some(h) => h.0.event().synchronize(),
+            None => self.synchronize(),
+        }
+    }
+
+    fn copy_within(
+        &self,
+        src: &TensorData,
+        src_off: usize,
+        dst: &TensorData,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<bool, BackendError> {
+        let mine = |d: &TensorData| {
+            d.buffer
+                .as_any()
+                .downcast_ref::<CudaBuffer>()
+                .filter(|c| c.same_dev(&self.dev))
+                .map(|c| (c.device_ptr(), c.size()))
+        };
+        let (Some((sp, ss)), Some((dp, ds))) = (mine(src), mine(dst)) else {
+            return Ok(false);
+        };
+        let so = src.offset.saturating_add(src_off);
+        let dof = dst.offset.saturating_add(dst_off);
+        check_range(src.buffer.name(), ss, so, len)?;
+        check_range(dst.buffer.name(), ds, dof, len)?;
+        if len == 0 {
+            return Ok(true);
+        }
+        self.dev.bind()?;
+        // SAFETY: both ranges were checked against their allocations, which
+        // the TensorData keep alive; the copy is queued on the device's compute
+        // stream, ordered with the compute that reads the destination.
+        unsafe {
+            self.dev
+                .stream
+                .memcpy_dtod(dp + dof as u64, sp + so as u64, len)
+        }?;
+        Ok(true)
+    }
+
+    fn copy_from_peer(
+        &self,
+        _src_be: &dyn BackendDevice,
+        src: &TensorData,
+        dst: &TensorData,
+        len: usize,
+        stream: Stream,
+        after: Option<&Event>,
+    ) -> Result<bool, BackendError> {
+        let Some(sb) = src
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|c| !c.same_dev(&self.dev))
+        else {
+            return Ok(false);
+        };
+        let Some(db) = dst
+            .buffer
+            .as_any()
+            .downcast_ref::<CudaBuffer>()
+            .filter(|c| c.same_dev(&self.dev))
+        else {
+            return Ok(false);
+        };
+        if !self.peer_ok(&sb.mem.dev)? {
+            return Ok(false);
+        }
+        check_range(sb.name(), sb.size(), src.offset, len)?;
+        check_range(db.name(), db.size(), dst.offset, len)?;
+        // The planted bug `peer` (emulated devices only): the copy does not
+        // wait for the work that wrote its source.
+        if let Some(ev) = after.filter(|_| !self.dev.drv.planted_drop_wait("peer")) {
+            self.wait_event_on(stream, ev)?;
+        }
+        if len == 0 {
+            return Ok(true);
+        }
+        self.dev.bind()?;
+        let (sp, dp) = (
+            sb.device_ptr() + src.offset as u64,
+            db.device_ptr() + dst.offset as u64,
+        );
+        self.traced(stream, SpanKind::CopyD2D, len as u64, String::new, || {
+            // SAFETY: both ranges were checked against their allocations,
+            // which the TensorData keep alive; the caller keeps the source
+            // unwritten until an event after this copy is complete.
+            unsafe {
+                self.dev
+                    .stream_of(stream)
+                    .memcpy_peer(dp, sp, sb.mem.dev.drv.as_ref(), len)
+            }
+        })?;
+        Ok(true)
+    }
+}
+
+impl BackendDiagnostics for CudaBackend {
+    fn pipeline_counters(&self) -> Option<&ggml_core::PipelineCounters> {
+        Some(&self.dev.counters)
     }
 
     fn set_label(&self, label: &str) {
@@ -1605,112 +1731,10 @@ impl Backend for CudaBackend {
         };
         Ok(Some(Timeline { spans }))
     }
+}
 
-    fn event_synchronize(&self, ev: &Event) -> Result<(), BackendError> {
-        match ev.0.downcast_ref::<CudaEventHolder>() {
-            Some(h) => h.0.event().synchronize(),
-            None => self.synchronize(),
-        }
-    }
-
-    fn read_overhang(&self) -> usize {
-        0
-    }
-
-    fn memory(&self) -> Option<(usize, usize)> {
-        let free = self.free_memory().ok()?;
-        let total = self.total_memory().ok()?;
-        Some((free, total))
-    }
-
-    fn copy_within(
-        &self,
-        src: &TensorData,
-        src_off: usize,
-        dst: &TensorData,
-        dst_off: usize,
-        len: usize,
-    ) -> Result<bool, BackendError> {
-        let mine = |d: &TensorData| {
-            d.buffer
-                .as_any()
-                .downcast_ref::<CudaBuffer>()
-                .filter(|c| c.same_dev(&self.dev))
-                .map(|c| (c.device_ptr(), c.size()))
-        };
-        let (Some((sp, ss)), Some((dp, ds))) = (mine(src), mine(dst)) else {
-            return Ok(false);
-        };
-        let so = src.offset.saturating_add(src_off);
-        let dof = dst.offset.saturating_add(dst_off);
-        check_range(src.buffer.name(), ss, so, len)?;
-        check_range(dst.buffer.name(), ds, dof, len)?;
-        if len == 0 {
-            return Ok(true);
-        }
-        self.dev.bind()?;
-        // SAFETY: both ranges were checked against their allocations, which
-        // the TensorData keep alive; the copy is queued on the device's compute
-        // stream, ordered with the compute that reads the destination.
-        unsafe {
-            self.dev
-                .stream
-                .memcpy_dtod(dp + dof as u64, sp + so as u64, len)
-        }?;
-        Ok(true)
-    }
-
-    fn copy_from_peer(
-        &self,
-        _src_be: &dyn Backend,
-        src: &TensorData,
-        dst: &TensorData,
-        len: usize,
-        stream: Stream,
-        after: Option<&Event>,
-    ) -> Result<bool, BackendError> {
-        let Some(sb) = src
-            .buffer
-            .as_any()
-            .downcast_ref::<CudaBuffer>()
-            .filter(|c| !c.same_dev(&self.dev))
-        else {
-            return Ok(false);
-        };
-        let Some(db) = dst
-            .buffer
-            .as_any()
-            .downcast_ref::<CudaBuffer>()
-            .filter(|c| c.same_dev(&self.dev))
-        else {
-            return Ok(false);
-        };
-        if !self.peer_ok(&sb.mem.dev)? {
-            return Ok(false);
-        }
-        check_range(sb.name(), sb.size(), src.offset, len)?;
-        check_range(db.name(), db.size(), dst.offset, len)?;
-        if let Some(ev) = after {
-            self.wait_event_on(stream, ev)?;
-        }
-        if len == 0 {
-            return Ok(true);
-        }
-        self.dev.bind()?;
-        let (sp, dp) = (
-            sb.device_ptr() + src.offset as u64,
-            db.device_ptr() + dst.offset as u64,
-        );
-        self.traced(stream, SpanKind::CopyD2D, len as u64, String::new, || {
-            // SAFETY: both ranges were checked against their allocations,
-            // which the TensorData keep alive; the caller keeps the source
-            // unwritten until an event after this copy is complete.
-            unsafe {
-                self.dev
-                    .stream_of(stream)
-                    .memcpy_peer(dp, sp, sb.mem.dev.drv.as_ref(), len)
-            }
-        })?;
-        Ok(true)
+impl Backend for CudaBackend {
+    fn diagnostics(&self) -> Option<&dyn BackendDiagnostics> {
+        Some(self)
     }
 }

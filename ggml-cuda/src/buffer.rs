@@ -28,7 +28,7 @@ pub(crate) struct Dev {
     pub counters: PipelineCounters,
 }
 
-/// Copy streams per device (`Backend::n_copy_streams`).
+/// Copy streams per device (`BackendStream::n_copy_streams`).
 pub(crate) const N_COPY_STREAMS: usize = 2;
 
 impl Dev {

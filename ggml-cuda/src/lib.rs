@@ -20,16 +20,16 @@
 //! - **Streams.** Each device has a compute stream and two copy streams
 //!   (`n_copy_streams() == 2`): `Copy(0)` for uploads, `Copy(1)` for reads
 //!   back to the host, so a read does not queue behind uploads.
-//!   [`Backend::write_async`] queues a host-to-device copy on the compute
+//!   [`BackendStream::write_async`] queues a host-to-device copy on the compute
 //!   stream and returns (the caller keeps the bytes valid until
-//!   [`Backend::synchronize`], as the trait requires). Events
+//!   [`BackendStream::synchronize`], as the trait requires). Events
 //!   (`record_event` / `wait_event`) are CUDA events taken from a per-device
 //!   pool and re-recorded (no new driver event per record); waiting on an
 //!   event of a non-CUDA backend is a no-op (that work is already done).
-//! - **Synchronization.** Only [`Backend::synchronize`] (the end of a
+//! - **Synchronization.** Only [`BackendStream::synchronize`] (the end of a
 //!   graph) synchronizes the whole device. Buffer reads and writes and
 //!   `read_after_compute` (router id reads) wait for one event;
-//!   [`Backend::pipeline_counters`] counts device synchronizations,
+//!   [`BackendDiagnostics::pipeline_counters`] counts device synchronizations,
 //!   launches and graph replays.
 //! - **Buffers.** [`CudaBuffer`] is device memory (`cuMemAlloc`, freed on
 //!   drop): `is_host() == false`, `base_ptr() == None`, read and written with
@@ -64,7 +64,7 @@
 //!   host-to-device copies with CUDA events (the `h2d-bandwidth` example,
 //!   `scripts/gpu-check` step 4); it needs only the driver.
 //! - **Read overhang.** No kernel reads past the end of a tensor or a slice
-//!   of one: [`Backend::read_overhang`] is 0.
+//!   of one: [`BackendDevice::read_overhang`] is 0.
 //!
 //! ## Supported ops
 //!
@@ -98,10 +98,10 @@
 //! destinations of cpy, flash attention with a K-quant K cache, other quant
 //! types.
 //!
-//! [`Backend::write_async`]: ggml_core::Backend::write_async
-//! [`Backend::synchronize`]: ggml_core::Backend::synchronize
-//! [`Backend::read_overhang`]: ggml_core::Backend::read_overhang
-//! [`Backend::pipeline_counters`]: ggml_core::Backend::pipeline_counters
+//! [`BackendStream::write_async`]: ggml_core::BackendStream::write_async
+//! [`BackendStream::synchronize`]: ggml_core::BackendStream::synchronize
+//! [`BackendDevice::read_overhang`]: ggml_core::BackendDevice::read_overhang
+//! [`BackendDiagnostics::pipeline_counters`]: ggml_core::BackendDiagnostics::pipeline_counters
 
 #![warn(missing_docs)]
 

@@ -6,7 +6,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ggml_core::{Backend, BackendError, BufferUsage, GgmlType, Graph, Stream, TensorData};
+use ggml_core::{
+    BackendDevice, BackendError, BackendStream, BufferUsage, GgmlType, Graph, Stream, TensorData,
+};
 use ggml_cuda::{emulator, CudaBackend};
 
 /// Tests here change the emulator's configuration: one at a time.

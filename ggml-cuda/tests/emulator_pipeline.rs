@@ -8,7 +8,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ggml_core::{
-    Backend, Buffer, BufferUsage, GgmlType, Graph, PipelineCounts, Stream, TensorData, TensorId,
+    BackendDevice, BackendDiagnostics, BackendStream, Buffer, BufferUsage, GgmlType, Graph,
+    PipelineCounts, Stream, TensorData, TensorId,
 };
 use ggml_cuda::{emulator, CudaBackend};
 

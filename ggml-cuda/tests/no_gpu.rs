@@ -4,7 +4,7 @@
 //! [`device_setup`] after the no-device checks ran, once per process).
 
 use ggml_core::op::{RopeMode, RopeParams};
-use ggml_core::{Backend, BufferUsage, GgmlType, Graph};
+use ggml_core::{BackendDevice, BackendStream, BufferUsage, GgmlType, Graph};
 use ggml_cuda::backend::{rope_yarn_corr_dims, supports_node};
 use ggml_cuda::{cuda_device_count, CudaBackend, NO_DRIVER};
 use std::sync::OnceLock;

@@ -8,7 +8,7 @@
 
 use ggml_core::op::{GluOp, RopeMode, RopeParams, SortOrder};
 use ggml_core::tensor::TensorData;
-use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorId};
+use ggml_core::{Backend, BackendDevice, BufferUsage, CpuBackend, GgmlType, Graph, TensorId};
 use ggml_cuda::CudaBackend;
 
 const F32_TOL: f64 = 1e-6;

@@ -27,7 +27,8 @@ use std::sync::Arc;
 use ggml_core::offload::offload_host_weight_op;
 use ggml_core::tensor::TensorData;
 use ggml_core::{
-    Backend, BackendError, Buffer, BufferUsage, Event, Graph, LinkCounters, Op, Stream, TensorId,
+    Backend, BackendDevice, BackendDiagnostics, BackendError, BackendStream, Buffer, BufferUsage,
+    Event, Graph, LinkCounters, Op, Stream, TensorId,
 };
 
 use crate::buffer::{byte_span, RpcBuffer};
@@ -162,7 +163,7 @@ fn fits_u32(g: &Graph, t: TensorId) -> bool {
         && x.nb.iter().all(|&b| b <= u32::MAX as usize)
 }
 
-impl Backend for RpcBackend {
+impl BackendDevice for RpcBackend {
     fn name(&self) -> &str {
         &self.name
     }
@@ -210,6 +211,16 @@ impl Backend for RpcBackend {
         offload_host_weight_op(g, node, self.offload_min_batch.load(Ordering::Relaxed))
     }
 
+    fn memory(&self) -> Option<(usize, usize)> {
+        let (free, total) = self.device_memory().ok()?;
+        Some((
+            usize::try_from(free).unwrap_or(usize::MAX),
+            usize::try_from(total).unwrap_or(usize::MAX),
+        ))
+    }
+}
+
+impl BackendStream for RpcBackend {
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
         if nodes.is_empty() {
             return Ok(());
@@ -221,18 +232,6 @@ impl Backend for RpcBackend {
 
     fn record_event(&self) -> Result<Event, BackendError> {
         Ok(Event(Arc::new(())))
-    }
-
-    fn memory(&self) -> Option<(usize, usize)> {
-        let (free, total) = self.device_memory().ok()?;
-        Some((
-            usize::try_from(free).unwrap_or(usize::MAX),
-            usize::try_from(total).unwrap_or(usize::MAX),
-        ))
-    }
-
-    fn link_counters(&self) -> Option<&LinkCounters> {
-        Some(self.conn.counters())
     }
 
     fn copy_within(
@@ -253,7 +252,7 @@ impl Backend for RpcBackend {
 
     fn copy_from_peer(
         &self,
-        _src_be: &dyn Backend,
+        _src_be: &dyn BackendDevice,
         src: &TensorData,
         dst: &TensorData,
         len: usize,
@@ -269,5 +268,17 @@ impl Backend for RpcBackend {
             }
             _ => Ok(false),
         }
+    }
+}
+
+impl BackendDiagnostics for RpcBackend {
+    fn link_counters(&self) -> Option<&LinkCounters> {
+        Some(self.conn.counters())
+    }
+}
+
+impl Backend for RpcBackend {
+    fn diagnostics(&self) -> Option<&dyn BackendDiagnostics> {
+        Some(self)
     }
 }

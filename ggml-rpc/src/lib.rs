@@ -27,13 +27,14 @@
 //!   worker and the command ([`conn::RpcError`]); after one the connection
 //!   is dead and every later command says so at once.
 //! - **Counting**: bytes and messages each way and round trips, per worker
-//!   ([`ggml_core::LinkCounters`], `Backend::link_counters`).
+//!   ([`ggml_core::LinkCounters`], through the backend's diagnostics:
+//!   `BackendDiagnostics::link_counters`).
 //!
 //! What this path cannot do: ggml's RPC has no tensor parallelism (a layer
 //! runs on one device) and no copies between workers (they go through this
 //! host). `docs/scaling.md` has the measured traffic.
 //!
-//! With the `testkit` feature, [`testkit`] holds an in-process fake worker
+//! With the `testkit` feature, the `testkit` module holds an in-process fake worker
 //! (computing with this engine's CPU backend, with injected faults and
 //! versions) and a fault-injecting proxy, for tests without llama.cpp.
 #![warn(missing_docs)]

@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use ggml_core::op::{GluOp, RopeMode, RopeParams, SortOrder};
 use ggml_core::tensor::TensorData;
-use ggml_core::{Backend, BackendError, BufferUsage, CpuBackend, GgmlType, Graph, TensorId};
+use ggml_core::{
+    BackendDevice, BackendError, BackendStream, BufferUsage, CpuBackend, GgmlType, Graph, TensorId,
+};
 
 use crate::backend::RpcBackend;
 

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ggml_core::tensor::TensorData;
-use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph};
+use ggml_core::{
+    BackendDevice, BackendDiagnostics, BackendStream, BufferUsage, CpuBackend, GgmlType, Graph,
+};
 use ggml_rpc::testkit::{
     small_graph, small_graph_fault, FakeFault, FakeOptions, FakeWorker, FaultProxy, ProxyFault,
 };

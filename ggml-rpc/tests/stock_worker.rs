@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use ggml_core::{Backend, BufferUsage};
+use ggml_core::{BackendDevice, BackendDiagnostics, BufferUsage};
 use ggml_rpc::testkit::{small_graph, small_graph_fault, FaultProxy, ProxyFault, StockWorker};
 use ggml_rpc::{connect_devices, RpcOptions};
 

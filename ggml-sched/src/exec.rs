@@ -9,7 +9,7 @@
 //!    using the bytes the copies overwrite; this lets split `i`'s copies
 //!    overlap split `i - 1`'s compute).
 //! 2. Inputs that are not host weights are copied on it. Between two
-//!    devices that can, device to device ([`Backend::copy_from_peer`]): the
+//!    devices that can, device to device ([`BackendStream::copy_from_peer`]): the
 //!    copy stream waits for the event of the split on the other device that
 //!    produced the input (an event of another device), and that device's
 //!    compute stream and its upload stream wait for the copies before
@@ -35,14 +35,21 @@
 //! host synchronizes every backend once, at the end of the graph (the
 //! caller reads outputs then), and on any error before staging memory is
 //! dropped.
+//!
+//! Of a backend, this asks only its device and stream parts. The waits a
+//! test double may single out say their kind ([`WaitKind`]); the caller's
+//! [`ExecObserver`] hears which tensor the copies queued next are of.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use ggml_core::backend::{check_range, Backend, BackendError, Buffer, Event, Stream};
+use ggml_core::backend::{
+    check_range, Backend, BackendError, BackendStream, Buffer, Event, Stream, WaitKind,
+};
 use ggml_core::{Graph, TensorData, TensorId};
 
 use crate::hook::{CopyHook, HookCtx, SplitInput};
+use crate::observe::ExecObserver;
 use crate::plan::{self, node_name, Plan};
 use crate::prefetch::{buffer_key, Busy, PrefetchCtx};
 use crate::stats::{ComputeStats, SplitStats};
@@ -67,13 +74,13 @@ pub(crate) fn writer_event<'a>(
 }
 
 /// The stream a backend copies its inputs on.
-fn upload_stream(be: &dyn Backend) -> Stream {
+fn upload_stream(be: &dyn BackendStream) -> Stream {
     be.upload_stream()
 }
 
 /// The stream a backend's memory is read back on (a second copy engine
 /// where there is one).
-fn download_stream(be: &dyn Backend) -> Stream {
+fn download_stream(be: &dyn BackendStream) -> Stream {
     be.readback_stream()
 }
 
@@ -145,10 +152,25 @@ struct Exec<'a> {
     g: &'a Graph,
     backends: &'a [Arc<dyn Backend>],
     applied: &'a Applied,
+    observer: Option<&'a dyn ExecObserver>,
     st: &'a mut State,
 }
 
 impl Exec<'_> {
+    /// Tell the observer what the copies queued next on `be` are of.
+    fn label(&self, be: &dyn Backend, label: impl FnOnce() -> String) {
+        if let Some(o) = self.observer {
+            o.before_copies(be, &label());
+        }
+    }
+
+    /// [`Exec::label`] with a tensor's name.
+    fn label_tensor(&self, be: &dyn Backend, id: TensorId) {
+        if let Some(o) = self.observer {
+            o.before_copies(be, &self.g.tensor(id).name);
+        }
+    }
+
     fn data(&self, id: TensorId) -> Result<TensorData, SchedError> {
         self.g.data_of(id).ok_or_else(|| {
             SchedError::Graph(format!("tensor '{}' has no memory", node_name(self.g, id)))
@@ -183,7 +205,7 @@ impl Exec<'_> {
     }
 
     /// Copy a non-host-weight input `src` (on `src_be`) into `dst` on `be`:
-    /// device to device where both can ([`Backend::copy_from_peer`]),
+    /// device to device where both can ([`BackendStream::copy_from_peer`]),
     /// through host memory otherwise. Returns the bytes and whether they
     /// went device to device.
     fn copy_input(
@@ -202,17 +224,12 @@ impl Exec<'_> {
             // the source (an event of the other device), or, for memory no
             // split of this graph wrote (a cache bank the copy hook uploads
             // into), for the source's uploads queued so far
-            // (a test-only planted bug may drop this wait: `planted_drop_wait`)
-            let after = if be.planted_drop_wait("peer") {
-                None
-            } else {
-                match self.writer_event(src) {
-                    Some(ev) => Some(ev.clone()),
-                    None => Some(src_be.record_event_on(upload_stream(src_be))?),
-                }
+            let after = match self.writer_event(src) {
+                Some(ev) => ev.clone(),
+                None => src_be.record_event_on(upload_stream(src_be))?,
             };
-            be.set_label(&self.g.tensor(src).name);
-            if be.copy_from_peer(src_be, &sd, dst, len, stream, after.as_ref())? {
+            self.label_tensor(be, src);
+            if be.copy_from_peer(src_be, &sd, dst, len, stream, Some(&after))? {
                 return Ok((len as u64, true));
             }
         }
@@ -223,24 +240,20 @@ impl Exec<'_> {
             // read back after the split that wrote it; the host waits for
             // this read only
             let rs = download_stream(src_be);
-            let writer = self.writer_event(src);
-            // (a test-only planted bug may drop this wait: `planted_drop_wait`)
-            if !src_be.planted_drop_wait("readback") {
-                match writer {
-                    Some(ev) => src_be.wait_event_on(rs, ev)?,
-                    None => {
-                        // memory no split of this graph wrote (a cache bank
-                        // the copy hook uploads into): after the uploads
-                        // queued so far
-                        let us = upload_stream(src_be);
-                        if us != rs {
-                            let ev = src_be.record_event_on(us)?;
-                            src_be.wait_event_on(rs, &ev)?;
-                        }
+            match self.writer_event(src) {
+                Some(ev) => src_be.wait_event_for(rs, ev, WaitKind::Readback)?,
+                None => {
+                    // memory no split of this graph wrote (a cache bank the
+                    // copy hook uploads into): after the uploads queued so
+                    // far
+                    let us = upload_stream(src_be);
+                    if us != rs {
+                        let ev = src_be.record_event_on(us)?;
+                        src_be.wait_event_for(rs, &ev, WaitKind::Readback)?;
                     }
                 }
             }
-            src_be.set_label(&self.g.tensor(src).name);
+            self.label_tensor(src_be, src);
             src_be.read_on(rs, &sd, 0, &mut tmp)?;
             let ev = src_be.record_event_on(rs)?;
             timed(&mut self.st.device_ns, || src_be.event_synchronize(&ev))?;
@@ -248,7 +261,7 @@ impl Exec<'_> {
         if be.is_host() {
             dst.buffer.write(dst.offset, &tmp)?;
         } else {
-            be.set_label(&self.g.tensor(src).name);
+            self.label_tensor(be, src);
             be.write_on(stream, dst, 0, &tmp)?;
             self.st.staging.push(tmp);
         }
@@ -266,7 +279,7 @@ impl Exec<'_> {
         let Some((len, sd)) = self.source(src)? else {
             return Ok(0);
         };
-        be.set_label(&self.g.tensor(src).name);
+        self.label_tensor(be, src);
         if let Some(p) = sd.buffer.base_ptr() {
             check_range(sd.buffer.name(), sd.buffer.size(), sd.offset, len)?;
             // SAFETY: the range was checked; `keep` holds the buffer until
@@ -395,20 +408,18 @@ impl Exec<'_> {
         // before the copy is done: its later compute, and the input copies
         // of its later splits (its upload stream, which waits only for its
         // own splits), wait for the copies
-        // (a test-only planted bug may drop both waits: `planted_drop_wait`)
         if !peer_srcs.is_empty() {
             let ev = be.record_event_on(stream).map_err(compute_err)?;
             for &b in &peer_srcs {
                 let src_be = backends[b].as_ref();
-                if src_be.planted_drop_wait("peer-source") {
-                    continue;
-                }
                 src_be
-                    .wait_event_on(Stream::Compute, &ev)
+                    .wait_event_for(Stream::Compute, &ev, WaitKind::PeerSource)
                     .map_err(compute_err)?;
                 let up = upload_stream(src_be);
                 if up != Stream::Compute {
-                    src_be.wait_event_on(up, &ev).map_err(compute_err)?;
+                    src_be
+                        .wait_event_for(up, &ev, WaitKind::PeerSource)
+                        .map_err(compute_err)?;
                 }
             }
         }
@@ -423,7 +434,7 @@ impl Exec<'_> {
             let mut handled = false;
             let dst_data = self.data(inp.copy)?;
             if let Some(h) = hook.as_deref_mut() {
-                be.set_label(&g.tensor(inp.src).name);
+                self.label_tensor(be, inp.src);
                 let mut cx = HookCtx {
                     backend: be,
                     stream,
@@ -540,7 +551,7 @@ impl Exec<'_> {
                     split: j,
                     source,
                 };
-                be.set_label(&format!("prefetch {}", g.tensor(inp.src).name));
+                self.label(be, || format!("prefetch {}", g.tensor(inp.src).name));
                 let mut cx = PrefetchCtx {
                     backend: be,
                     stream,
@@ -605,6 +616,7 @@ pub(crate) fn run(
     plan: &Plan,
     applied: &Applied,
     mut hook: Option<&mut (dyn CopyHook + '_)>,
+    observer: Option<&dyn ExecObserver>,
     reused: bool,
     lookahead: usize,
     st: &mut State,
@@ -615,9 +627,6 @@ pub(crate) fn run(
     }
     stats.reset(plan.splits.len(), reused);
     st.reset(plan, g.len(), lookahead);
-    let busy =
-        |backends: &[Arc<dyn Backend>]| -> u64 { backends.iter().map(|b| b.busy_wall_ns()).sum() };
-    let busy0 = busy(backends);
     let mut result = Ok(());
     let mut n_run = 0;
     for (si, (sp, info)) in plan.splits.iter().zip(&applied.splits).enumerate() {
@@ -627,6 +636,7 @@ pub(crate) fn run(
                 g: &*g,
                 backends,
                 applied,
+                observer,
                 st: &mut *st,
             };
             if let Err(e) = ex.lookahead(plan, si, si..=si, h, stats) {
@@ -645,6 +655,7 @@ pub(crate) fn run(
             g: &*g,
             backends,
             applied,
+            observer,
             st: &mut *st,
         };
         let r = ex.run_split(plan, si, sp, info, hook.as_deref_mut(), stats, &mut ss);
@@ -669,7 +680,6 @@ pub(crate) fn run(
         }
     }
     stats.wait_ns = st.device_ns;
-    stats.device_ns = st.device_ns + busy(backends).saturating_sub(busy0);
     st.staging.clear();
     st.keep.clear();
     st.busy.clear();

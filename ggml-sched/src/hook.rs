@@ -6,7 +6,7 @@
 //! only the parts its consumers read, using [`HookCtx`]; the scheduler knows
 //! nothing about what those parts mean.
 
-use ggml_core::backend::{check_range, Backend, BackendError, Stream};
+use ggml_core::backend::{check_range, Backend, BackendError, Stream, WaitKind};
 use ggml_core::{Graph, TensorData, TensorId};
 
 use crate::error::HookError;
@@ -137,7 +137,7 @@ impl<'a> HookCtx<'a> {
     }
 
     /// Bytes the backend's kernels may read past a weight (see
-    /// [`Backend::read_overhang`]).
+    /// [`ggml_core::BackendDevice::read_overhang`]).
     pub fn read_overhang(&self) -> usize {
         self.backend.read_overhang()
     }
@@ -151,7 +151,8 @@ impl<'a> HookCtx<'a> {
     /// Read `id` into host memory: in the split's backend's memory on its
     /// readback stream after the compute queued so far (and after the
     /// split's input copies when `after_copies`), the host waiting for that
-    /// read only ([`Backend::read_after_compute`]); elsewhere a plain read.
+    /// read only ([`ggml_core::BackendStream::read_after_compute`]);
+    /// elsewhere a plain read.
     fn read_after(&self, id: TensorId, after_copies: bool) -> Result<Vec<u8>, HookError> {
         let len = self.g.tensor(id).nbytes();
         let d = self
@@ -160,9 +161,9 @@ impl<'a> HookCtx<'a> {
             .ok_or_else(|| BackendError::NotAllocated(self.g.tensor(id).name.clone()))?;
         let be = self.backend;
         let rs = be.readback_stream();
-        if after_copies && self.stream != rs && !be.planted_drop_wait("readback") {
+        if after_copies && self.stream != rs {
             let ev = be.record_event_on(self.stream)?;
-            be.wait_event_on(rs, &ev)?;
+            be.wait_event_for(rs, &ev, WaitKind::Readback)?;
         }
         let mut out = vec![0u8; len];
         be.read_after_compute(&d, 0, &mut out)?;
@@ -178,15 +179,12 @@ impl<'a> HookCtx<'a> {
 
     /// Read a router's ids (a consumer's ids, on the split's backend): after
     /// the compute queued so far (and the split's copies when the ids are
-    /// one of its input copies), not after unrelated uploads. Counted as an
-    /// id read in the backend's [`Backend::pipeline_counters`].
+    /// one of its input copies), not after unrelated uploads. (A caller
+    /// that counts id reads, in the backend's pipeline counters, counts
+    /// this one: the scheduler keeps no diagnostics.)
     pub fn read_ids(&self, id: TensorId) -> Result<Vec<u8>, HookError> {
         let copied = self.inputs.iter().any(|i| i.copy == id);
-        let r = self.read_after(id, copied)?;
-        if let Some(c) = self.backend.pipeline_counters() {
-            c.add_id_read();
-        }
-        Ok(r)
+        self.read_after(id, copied)
     }
 
     /// The source's bytes, when they are host-addressable.

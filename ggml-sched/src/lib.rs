@@ -27,7 +27,7 @@
 //!    outputs keep their memory; views take none.
 //! 5. **Run.** For each split: copy the inputs that are not host weights
 //!    (from another device device to device where the pair can,
-//!    [`ggml_core::Backend::copy_from_peer`], else through host memory),
+//!    [`ggml_core::BackendStream::copy_from_peer`], else through host memory),
 //!    then offer each host weight to the [`CopyHook`] (a full copy when it
 //!    declines), all on the backend's copy stream, then queue the split's
 //!    compute behind the copies' event. Splits do not synchronize: a split
@@ -66,6 +66,7 @@ mod alloc;
 mod error;
 mod exec;
 mod hook;
+mod observe;
 mod plan;
 pub mod prefetch;
 mod stats;
@@ -79,6 +80,7 @@ use ggml_core::{Graph, Op, TensorData, TensorId};
 
 pub use error::{HookError, SchedError};
 pub use hook::{CopyHook, HookCtx, SplitInput};
+pub use observe::ExecObserver;
 pub use prefetch::PrefetchCtx;
 pub use stats::{ComputeStats, PairStats, SplitStats};
 
@@ -116,6 +118,7 @@ pub struct Scheduler {
     applied: Option<Applied>,
     node_backend: Vec<Option<usize>>,
     hook: Option<Box<dyn CopyHook>>,
+    observer: Option<Box<dyn ExecObserver>>,
     n_plans: usize,
     planned_since_compute: bool,
     last_stats: ComputeStats,
@@ -168,6 +171,7 @@ impl Scheduler {
             applied: None,
             node_backend: Vec::new(),
             hook: None,
+            observer: None,
             n_plans: 0,
             planned_since_compute: false,
             last_stats: ComputeStats::default(),
@@ -182,6 +186,14 @@ impl Scheduler {
     /// host weights are copied in full.
     pub fn set_copy_hook(&mut self, hook: Box<dyn CopyHook>) {
         self.hook = Some(hook);
+    }
+
+    /// Install the run's observer (replacing any earlier one): it hears
+    /// which tensor the copies queued next are of, so that a caller that
+    /// keeps a timeline can label them (see [`ExecObserver`]). Without one,
+    /// nothing is labelled.
+    pub fn set_observer(&mut self, observer: Box<dyn ExecObserver>) {
+        self.observer = Some(observer);
     }
 
     /// Offer the host-weight inputs of up to `n` later splits to the copy
@@ -446,6 +458,7 @@ impl Scheduler {
             plan,
             applied,
             self.hook.as_deref_mut(),
+            self.observer.as_deref(),
             !std::mem::take(&mut self.planned_since_compute),
             self.lookahead,
             &mut self.state,

@@ -44,7 +44,7 @@
 //! The scheduler knows nothing of what the inputs mean; everything a hook
 //! stages is released when the graph's compute ends (the host synchronizes).
 
-use ggml_core::backend::{check_range, Backend, Event, Stream};
+use ggml_core::backend::{check_range, Backend, Event, Stream, WaitKind};
 use ggml_core::{Graph, TensorData, TensorId};
 
 use crate::error::HookError;
@@ -220,10 +220,8 @@ impl<'a> PrefetchCtx<'a> {
             .map(|x| x.last_reader)
             .max();
         if let Some(ev) = last.and_then(|k| self.done.get(k)).and_then(|e| e.as_ref()) {
-            // (a test-only planted bug may drop this wait: `planted_drop_wait`)
-            if !self.backend.planted_drop_wait("staging") {
-                self.backend.wait_event_on(self.stream, ev)?;
-            }
+            self.backend
+                .wait_event_for(self.stream, ev, WaitKind::Staging)?;
         }
         self.busy.retain(|x| !x.overlaps(b, s, s + len));
         self.target = Some(mem);
@@ -242,7 +240,8 @@ impl<'a> PrefetchCtx<'a> {
     /// after that split's event (not after later compute or the uploads),
     /// the host waiting for that read only. `Ok(None)` when no split queued
     /// so far wrote it (it is not computed yet in this graph), or when its
-    /// memory is not this backend's. Counted as an id read.
+    /// memory is not this backend's. (A caller that counts id reads counts
+    /// this one.)
     pub fn read_computed(&self, id: TensorId) -> Result<Option<Vec<u8>>, HookError> {
         let Some(ev) = crate::exec::writer_event(self.g, self.writer, self.done, id) else {
             return Ok(None);
@@ -255,16 +254,11 @@ impl<'a> PrefetchCtx<'a> {
             return Ok(None);
         }
         let rs = be.readback_stream();
-        if !be.planted_drop_wait("readback") {
-            be.wait_event_on(rs, ev)?;
-        }
+        be.wait_event_for(rs, ev, WaitKind::Readback)?;
         let mut out = vec![0u8; self.g.tensor(id).nbytes()];
         be.read_on(rs, &d, 0, &mut out)?;
         let done = be.record_event_on(rs)?;
         be.event_synchronize(&done)?;
-        if let Some(c) = be.pipeline_counters() {
-            c.add_id_read();
-        }
         Ok(Some(out))
     }
 

@@ -52,15 +52,11 @@ pub struct ComputeStats {
     /// Bytes the hook copied early through the look-ahead (also counted
     /// in the pairs' `hook_bytes`).
     pub prefetch_bytes: u64,
-    /// Wall-clock nanoseconds of the compute the host spent in backend
-    /// work rather than its own: the backends' busy time
-    /// (`Backend::busy_wall_ns`: kernels and copies a CPU or sim backend
-    /// runs on the calling thread, the copy hook's included) and the waits
-    /// (reads back, the final synchronization). The rest of a compute's
-    /// wall time is the host's own: the run loop, queuing, the copy hook's
-    /// decisions.
-    pub device_ns: u64,
-    /// The waits alone (part of `device_ns`).
+    /// Wall-clock nanoseconds the host waited on backends during the
+    /// compute (reads back, the final synchronization). With the backends'
+    /// busy time (`BackendDiagnostics::busy_wall_ns`, which the caller
+    /// reads: the scheduler keeps no diagnostics) it is the time the host
+    /// spent in backend work rather than its own.
     pub wait_ns: u64,
 }
 
@@ -96,7 +92,6 @@ impl ComputeStats {
         self.hook_declined = 0;
         self.prefetched = 0;
         self.prefetch_bytes = 0;
-        self.device_ns = 0;
         self.wait_ns = 0;
     }
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use ggml_core::cpu::MappedBuffer;
 use ggml_core::{
-    Backend, BufferUsage, CpuBackend, GgmlType, Graph, SimBackend, SimClock, SimProfile,
-    TensorData, TensorId,
+    Backend, BackendDevice, BufferUsage, CpuBackend, GgmlType, Graph, SimBackend, SimClock,
+    SimProfile, TensorData, TensorId,
 };
 use ggml_sched::{CopyHook, HookCtx, HookError, PrefetchCtx, Scheduler};
 

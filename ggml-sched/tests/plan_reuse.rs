@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use ggml_core::cpu::HostBuffer;
 use ggml_core::{
-    Backend, Buffer, BufferUsage, CpuBackend, GgmlType, Graph, SimBackend, TensorData, TensorId,
+    Backend, BackendDevice, Buffer, BufferUsage, CpuBackend, GgmlType, Graph, SimBackend,
+    TensorData, TensorId,
 };
 use ggml_sched::Scheduler;
 

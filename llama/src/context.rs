@@ -23,6 +23,7 @@ use ggml_core::{Backend, BufferUsage, CpuBackend, GgmlType, Graph, TensorData, T
 use ggml_sched::Scheduler;
 
 use crate::batch::Batch;
+use crate::diagnostics;
 use crate::error::{LlamaError, Result};
 use crate::expert_copy::{ExpertCopyStats, IdFilter};
 use crate::graph::decoder::DecoderGraph;
@@ -202,7 +203,10 @@ impl Context {
         let n_threads = params.n_threads.max(1);
         let n_threads_batch = params.n_threads_batch.unwrap_or(n_threads).max(1);
         let mut cpu_be = CpuBackend::new(n_threads.max(n_threads_batch));
-        let clock = model.devices.iter().find_map(|d| d.device_clock());
+        let clock = model
+            .devices
+            .iter()
+            .find_map(|d| d.diagnostics().and_then(|x| x.device_clock()));
         if let Some(c) = &clock {
             cpu_be = cpu_be.with_clock(Arc::clone(c));
         }
@@ -222,6 +226,7 @@ impl Context {
         }
         backends.push(Arc::clone(&cpu));
         let mut sched = Scheduler::new(backends).map_err(|e| LlamaError::Sched(e.to_string()))?;
+        sched.set_observer(Box::new(diagnostics::CopyLabels));
         let moe = MoeRuntime::new(&model, &params.moe, params.n_ubatch, &cpu, &kv, &mut sched)?;
         Ok(Context {
             model,
@@ -645,14 +650,15 @@ impl Context {
         Ok(())
     }
 
-    /// The backends' busy wall time so far ([`Backend::busy_wall_ns`]).
+    /// The backends' busy wall time so far
+    /// ([`ggml_core::BackendDiagnostics::busy_wall_ns`]).
     fn busy_ns(&self) -> u64 {
-        self.cpu.busy_wall_ns()
+        diagnostics::busy_wall_ns(self.cpu.as_ref())
             + self
                 .model
                 .devices
                 .iter()
-                .map(|d| d.busy_wall_ns())
+                .map(|d| diagnostics::busy_wall_ns(d.as_ref()))
                 .sum::<u64>()
     }
 
@@ -827,7 +833,7 @@ impl Context {
         self.model
             .device
             .as_ref()
-            .and_then(|d| d.pipeline_counters().map(|c| c.snapshot()))
+            .and_then(|d| d.diagnostics()?.pipeline_counters().map(|c| c.snapshot()))
             .unwrap_or_default()
     }
 
@@ -838,7 +844,7 @@ impl Context {
         let mut seen: Vec<*const ggml_core::LinkCounters> = Vec::new();
         let mut sum: Option<ggml_core::LinkCounts> = None;
         for d in &self.model.devices {
-            if let Some(c) = d.link_counters() {
+            if let Some(c) = d.diagnostics().and_then(|x| x.link_counters()) {
                 let p = c as *const ggml_core::LinkCounters;
                 if !seen.contains(&p) {
                     seen.push(p);

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ggml_core::{Backend, SimBackend, SimClock, SimProfile};
+use ggml_core::{Backend, BackendDevice, SimBackend, SimClock, SimProfile};
 
 use crate::error::{LlamaError, Result};
 

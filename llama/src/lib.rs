@@ -27,6 +27,7 @@ pub mod chat;
 pub mod context;
 pub mod device;
 pub mod device_stats;
+mod diagnostics;
 pub mod error;
 pub mod expert_copy;
 pub mod fit;

@@ -303,9 +303,10 @@ fn host_weights_child(fx: &Fixture, no_host: bool) {
     let dev = model.device.clone().expect("CUDA0");
     let mut c = Context::new(Arc::clone(&model), params()).expect("context");
     let before = ggml_cuda::emulator::stats(0);
-    assert!(dev.set_event_timeline(true), "CUDA0 records events");
+    let diag = dev.diagnostics().expect("CUDA0 keeps diagnostics");
+    assert!(diag.set_event_timeline(true), "CUDA0 records events");
     let (out, ..) = logits(&mut c, fx);
-    let tl = dev
+    let tl = diag
         .take_event_timeline()
         .expect("timeline")
         .expect("recorded");

@@ -7,20 +7,11 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use common::args::prefetch::PrefetchArgs;
 use common::cli::{BatchArgs, MoeCacheArgs, PlacementArgs};
+use common::flags::{self, Lookup, ParseError, Tool};
 use ggml_core::GgmlType;
 
-/// The server's multi-letter short flags (beside the shared ones of
-/// [`common::cli::MULTI_LETTER_SHORTS`]), mapped to long forms before parsing.
-pub const SERVER_SHORTS: &[(&str, &str)] = &[
-    ("-np", "--parallel"),
-    ("-cb", "--cont-batching"),
-    ("-nocb", "--no-cont-batching"),
-    ("-to", "--timeout"),
-    ("-ctk", "--cache-type-k"),
-    ("-ctv", "--cache-type-v"),
-];
-
-/// llama-server's command line.
+/// llama-server's command line: each field is the flag whose entry in
+/// [`common::flags::table`] has the field's name as its id.
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "llama-server",
@@ -28,56 +19,48 @@ pub const SERVER_SHORTS: &[(&str, &str)] = &[
     after_help = "Without -m, serves the embedded default model (generated into the cache on first use).\nExample:\n  llama-server -m Qwen3-30B-A3B-Q4_K_M.gguf --device CUDA0 -ngl 99 --cpu-moe -c 16384 -np 4 --port 8080"
 )]
 pub struct ServerArgs {
-    /// model path (GGUF); default: the embedded synthetic model
-    #[arg(short = 'm', long = "model", value_name = "FNAME")]
+    /// `--model`.
+    #[arg(long)]
     pub model: Option<PathBuf>,
 
-    /// model name in the API (`model` field, /v1/models); default: the file name
-    #[arg(short = 'a', long = "alias", value_name = "NAME")]
+    /// `--alias`.
+    #[arg(long)]
     pub alias: Option<String>,
 
-    /// IP address to listen on
-    #[arg(long = "host", default_value = "127.0.0.1")]
+    /// `--host`.
+    #[arg(long)]
     pub host: String,
 
-    /// port to listen on (0: any free port)
-    #[arg(long = "port", default_value_t = 8080)]
+    /// `--port`.
+    #[arg(long)]
     pub port: u16,
 
-    /// [-np] number of slots (sequences decoded in parallel)
-    #[arg(long = "parallel", value_name = "N", default_value_t = 4)]
+    /// `--parallel`.
+    #[arg(long)]
     pub parallel: usize,
 
-    /// total context size in tokens, split evenly over the slots (0: the
-    /// model's training context)
-    #[arg(
-        short = 'c',
-        long = "ctx-size",
-        value_name = "N",
-        default_value_t = 4096
-    )]
+    /// `--ctx-size`.
+    #[arg(long)]
     pub ctx_size: usize,
 
-    /// [-cb] continuous batching: requests join and leave the running batch
-    /// between decodes (default on)
-    #[arg(long = "cont-batching", overrides_with = "no_cont_batching")]
+    /// `--cont-batching`.
+    #[arg(long, overrides_with = "no_cont_batching")]
     pub cont_batching: bool,
 
-    /// [-nocb] no continuous batching: a new request waits until every
-    /// running one has finished
-    #[arg(long = "no-cont-batching")]
+    /// `--no-cont-batching`.
+    #[arg(long)]
     pub no_cont_batching: bool,
 
-    /// number of CPU threads (default: all cores)
-    #[arg(short = 't', long = "threads", value_name = "N")]
+    /// `--threads`.
+    #[arg(long)]
     pub threads: Option<usize>,
 
-    /// [-ctk] KV cache type of K: f16 or f32
-    #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16")]
+    /// `--cache-type-k`.
+    #[arg(long)]
     pub cache_type_k: String,
 
-    /// [-ctv] KV cache type of V: f16 or f32
-    #[arg(long = "cache-type-v", value_name = "TYPE", default_value = "f16")]
+    /// `--cache-type-v`.
+    #[arg(long)]
     pub cache_type_v: String,
 
     #[command(flatten)]
@@ -95,107 +78,91 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub prefetch: PrefetchArgs,
 
-    /// API key clients must send as `Authorization: Bearer KEY`
-    #[arg(long = "api-key", value_name = "KEY")]
+    /// `--api-key`.
+    #[arg(long)]
     pub api_key: Option<String>,
 
-    /// [-to] seconds a request may wait for its next token (queue included)
-    /// before it is answered with a timeout
-    #[arg(long = "timeout", value_name = "N", default_value_t = 600)]
+    /// `--timeout`.
+    #[arg(long)]
     pub timeout: u64,
 
-    /// requests that may wait for a slot; past that, 503
-    #[arg(long = "max-queue", value_name = "N", default_value_t = 64)]
+    /// `--max-queue`.
+    #[arg(long)]
     pub max_queue: usize,
 
-    /// default max_tokens of a request that sets none (-1: up to the slot's context)
-    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = -1, allow_negative_numbers = true)]
+    /// `--n-predict`.
+    #[arg(long)]
     pub n_predict: i64,
 
-    /// /metrics is always served (accepted for llama.cpp compatibility)
-    #[arg(long = "metrics")]
+    /// `--metrics`.
+    #[arg(long)]
     pub metrics: bool,
 
     #[command(flatten)]
     pub sampling: SamplingArgs,
 
-    /// [--keep] tokens of the prompt kept when the context shifts (-1: all)
-    #[arg(
-        long = "keep",
-        value_name = "N",
-        default_value_t = 0,
-        allow_negative_numbers = true
-    )]
+    /// `--keep`.
+    #[arg(long)]
     pub keep: i64,
 
-    /// accepted for llama.cpp compatibility: chat templates are always Jinja here
-    #[arg(long = "jinja")]
+    /// `--jinja`.
+    #[arg(long)]
     pub jinja: bool,
 
-    /// chat template: a built-in name (chatml, llama3, command-r, ...; see
-    /// `--chat-template list`), a template of the model
-    /// (tokenizer.chat_template.NAME), or the Jinja text itself
-    #[arg(long = "chat-template", value_name = "NAME|TEMPLATE")]
+    /// `--chat-template`.
+    #[arg(long)]
     pub chat_template: Option<String>,
 
-    /// read the chat template from a file
-    #[arg(
-        long = "chat-template-file",
-        value_name = "FILE",
-        conflicts_with = "chat_template"
-    )]
+    /// `--chat-template-file`.
+    #[arg(long, conflicts_with = "chat_template")]
     pub chat_template_file: Option<PathBuf>,
 
-    /// [-v] add `__verbose` (the prompt as rendered, special tokens
-    /// shown) to OpenAI answers
-    #[arg(short = 'v', long = "verbose")]
+    /// `--verbose`.
+    #[arg(long)]
     pub verbose: bool,
 
-    /// serve /slots (off by default, as llama.cpp)
-    #[arg(long = "slots", overrides_with = "no_slots")]
+    /// `--slots`.
+    #[arg(long, overrides_with = "no_slots")]
     pub slots: bool,
 
-    /// do not serve /slots (the default)
-    #[arg(long = "no-slots")]
+    /// `--no-slots`.
+    #[arg(long)]
     pub no_slots: bool,
 
-    /// folder where /slots/{id}?action=save|restore keep their files
-    #[arg(long = "slot-save-path", value_name = "PATH")]
+    /// `--slot-save-path`.
+    #[arg(long)]
     pub slot_save_path: Option<PathBuf>,
 
-    /// do not serve the web UI at /
-    #[arg(long = "no-webui")]
+    /// `--no-webui`.
+    #[arg(long)]
     pub no_webui: bool,
 
-    /// let POST /props change the server's default generation settings
-    #[arg(long = "props")]
+    /// `--props`.
+    #[arg(long)]
     pub props: bool,
 
-    /// context shift on (the default): a generation that fills a slot's
-    /// context drops the oldest tokens after --keep and goes on
-    #[arg(long = "context-shift", overrides_with = "no_context_shift")]
+    /// `--context-shift`.
+    #[arg(long, overrides_with = "no_context_shift")]
     pub context_shift: bool,
 
-    /// no context shift: a generation stops when the slot's context is
-    /// full, and a prompt longer than the context is refused
-    #[arg(long = "no-context-shift")]
+    /// `--no-context-shift`.
+    #[arg(long)]
     pub no_context_shift: bool,
 
-    /// serve /embedding and /v1/embeddings
-    #[arg(long = "embedding", alias = "embeddings")]
+    /// `--embedding`.
+    #[arg(long)]
     pub embedding: bool,
 
-    /// serve /rerank (needs a model with a classification head: rank pooling)
-    #[arg(long = "reranking", alias = "rerank")]
+    /// `--reranking`.
+    #[arg(long)]
     pub reranking: bool,
 
-    /// pooling of the embeddings: none, mean, cls or last (default: mean)
-    #[arg(long = "pooling", value_name = "TYPE")]
+    /// `--pooling`.
+    #[arg(long)]
     pub pooling: Option<String>,
 
-    /// reasoning format of the answers: deepseek (thoughts in
-    /// `reasoning_content`) or none
-    #[arg(long = "reasoning-format", value_name = "FORMAT")]
+    /// `--reasoning-format`.
+    #[arg(long)]
     pub reasoning_format: Option<String>,
 }
 
@@ -203,66 +170,65 @@ pub struct ServerArgs {
 /// (llama.cpp's meanings and defaults).
 #[derive(clap::Args, Debug, Clone)]
 pub struct SamplingArgs {
-    /// temperature (0: greedy)
-    #[arg(long = "temp", value_name = "T", default_value_t = 0.8)]
+    /// `--temp`.
+    #[arg(long)]
     pub temp: f32,
 
-    /// [-s] RNG seed (-1: a fresh one per request)
-    #[arg(short = 's', long = "seed", value_name = "N", default_value_t = -1, allow_negative_numbers = true)]
+    /// `--seed`.
+    #[arg(long)]
     pub seed: i64,
 
-    /// top-k sampling (0: off)
-    #[arg(
-        long = "top-k",
-        value_name = "N",
-        default_value_t = 40,
-        allow_negative_numbers = true
-    )]
+    /// `--top-k`.
+    #[arg(long)]
     pub top_k: i32,
 
-    /// top-p sampling (1.0: off)
-    #[arg(long = "top-p", value_name = "P", default_value_t = 0.95)]
+    /// `--top-p`.
+    #[arg(long)]
     pub top_p: f32,
 
-    /// min-p sampling (0.0: off)
-    #[arg(long = "min-p", value_name = "P", default_value_t = 0.05)]
+    /// `--min-p`.
+    #[arg(long)]
     pub min_p: f32,
 
-    /// penalty of repeated tokens (1.0: off)
-    #[arg(long = "repeat-penalty", value_name = "P", default_value_t = 1.0)]
+    /// `--repeat-penalty`.
+    #[arg(long)]
     pub repeat_penalty: f32,
 
-    /// tokens the repeat penalty looks back on
-    #[arg(long = "repeat-last-n", value_name = "N", default_value_t = 64)]
+    /// `--repeat-last-n`.
+    #[arg(long)]
     pub repeat_last_n: usize,
 }
 
 impl ServerArgs {
-    /// Parse a command line (llama.cpp's multi-letter shorts accepted).
-    pub fn parse_from_args(args: impl IntoIterator<Item = OsString>) -> Result<ServerArgs> {
-        let mapped = args.into_iter().map(|a| {
-            let m = a.to_str().and_then(|s| {
-                SERVER_SHORTS
-                    .iter()
-                    .find(|(short, _)| *short == s)
-                    .map(|(_, long)| OsString::from(*long))
-            });
-            m.unwrap_or(a)
-        });
-        let args = common::cli::normalize_args(mapped);
-        let a = ServerArgs::try_parse_from(args).map_err(|e| {
-            if matches!(
-                e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-            ) {
-                let _ = e.print();
-                std::process::exit(0);
+    /// Parse a command line as llama.cpp's server does (its spellings,
+    /// its `LLAMA_ARG_*` variables from `env`; the command line wins);
+    /// `--help` prints and exits.
+    pub fn parse_with_env(
+        args: impl IntoIterator<Item = OsString>,
+        env: Lookup<'_>,
+    ) -> Result<ServerArgs> {
+        let a = match flags::parse_from::<ServerArgs>(Tool::Server, args, env) {
+            Ok(a) => a,
+            Err(ParseError::Flag(e)) => bail!("{e}"),
+            Err(ParseError::Clap(e)) => {
+                if matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                ) {
+                    let _ = e.print();
+                    std::process::exit(0);
+                }
+                let msg = e.to_string();
+                bail!("{}", msg.trim_start_matches("error: ").trim_end());
             }
-            let msg = e.to_string();
-            anyhow::anyhow!("{}", msg.trim_start_matches("error: ").trim_end())
-        })?;
+        };
         a.check()?;
         Ok(a)
+    }
+
+    /// [`ServerArgs::parse_with_env`] with the process's environment.
+    pub fn parse_from_args(args: impl IntoIterator<Item = OsString>) -> Result<ServerArgs> {
+        Self::parse_with_env(args, &flags::process_env)
     }
 
     /// Errs on values no server can run with.

@@ -34,7 +34,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 use crate::gbnf::gbnf_to_lark;
-use crate::request::type_name;
+use crate::json::type_name;
 use crate::token_env::LlamaTokEnv;
 
 /// What a request asks its output to match.

@@ -5,27 +5,28 @@
 //! with `--embedding`): the last hidden states of the prompt's tokens
 //! (the final norm's output), pooled by `--pooling`.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
+use crate::answer::SYSTEM_FINGERPRINT;
 use crate::args::Pooling;
 use crate::engine::{EmbedTask, SlotAction, SlotTask, Task};
 use crate::error::ApiError;
-use crate::http::{body_of, check_key, fail, tokenize_prompt, AppState};
+use crate::extract::{fail, respond, ApiKey, JsonBody, Rejected};
+use crate::json::parse_object;
 use crate::native::params_json;
-use crate::request::{parse_messages, parse_params_with, parse_prompts, Defaults, Piece};
-
-type Shared = Arc<AppState>;
+use crate::prompt::prompt_tokens;
+use crate::request::{parse_messages, parse_params_with, parse_prompts, Defaults};
+use crate::state::{AppState, Shared};
 
 /// Add these routes.
 pub fn routes(r: Router<Shared>) -> Router<Shared> {
@@ -49,7 +50,7 @@ fn not_supported(msg: impl Into<String>) -> ApiError {
 
 /// The defaults as a request's parameters.
 fn default_params(st: &AppState) -> Result<crate::request::GenParams, ApiError> {
-    st.params(&serde_json::Map::new())
+    st.params(&Map::new())
 }
 
 /// One slot as `/slots` and `/props` show it.
@@ -81,25 +82,26 @@ fn slot_json(st: &AppState, id: usize) -> Result<Value, ApiError> {
     }))
 }
 
-async fn props(State(st): State<Shared>, h: HeaderMap) -> Response {
-    let r = (|| {
-        check_key(&st, &h)?;
-        let mut d = slot_json(&st, 0)?;
-        // the defaults, not slot 0's last request
-        let p = default_params(&st)?;
-        d["params"] = params_json(&p, st.n_predict(&p).map_or(-1, |n| n as i64));
-        d["id_task"] = json!(-1);
-        d["is_processing"] = json!(false);
-        Ok(Json(json!({
-            "default_generation_settings": d,
-            "total_slots": st.n_slots,
-            "model_path": st.model_path,
-            "chat_template": st.chat_template,
-            "build_info": crate::http::SYSTEM_FINGERPRINT,
-            "modalities": {"vision": false},
-        })))
-    })();
-    r.map_or_else(|e| fail(&st, e), IntoResponse::into_response)
+async fn props(State(st): State<Shared>, _: ApiKey) -> Response {
+    respond(&st, props_json(&st))
+}
+
+/// `GET /props`'s answer.
+fn props_json(st: &AppState) -> Result<Json<Value>, ApiError> {
+    let mut d = slot_json(st, 0)?;
+    // the defaults, not slot 0's last request
+    let p = default_params(st)?;
+    d["params"] = params_json(&p, st.n_predict(&p).map_or(-1, |n| n as i64));
+    d["id_task"] = json!(-1);
+    d["is_processing"] = json!(false);
+    Ok(Json(json!({
+        "default_generation_settings": d,
+        "total_slots": st.n_slots,
+        "model_path": st.model_path,
+        "chat_template": st.chat_template,
+        "build_info": SYSTEM_FINGERPRINT,
+        "modalities": {"vision": false},
+    })))
 }
 
 /// `POST /props` (with `--props`): new generation defaults, given as a
@@ -107,62 +109,65 @@ async fn props(State(st): State<Shared>, h: HeaderMap) -> Response {
 /// or under `default_generation_settings.params`.
 async fn set_props(
     State(st): State<Shared>,
-    h: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    _: ApiKey,
+    body: Result<JsonBody, Rejected>,
 ) -> Response {
-    let r = (|| {
-        check_key(&st, &h)?;
-        if !st.props_enabled {
-            return Err(not_supported(
-                "changing the server's properties is disabled; start it with --props",
-            ));
-        }
-        let m = body_of(&st, body)?;
-        let fields = match m.get("default_generation_settings") {
-            Some(v) => v
-                .get("params")
-                .unwrap_or(v)
-                .as_object()
-                .cloned()
-                .ok_or_else(|| {
-                    ApiError::bad_request("'default_generation_settings' must be an object")
-                })?,
-            None => m,
-        };
-        let mut d = st
-            .defaults
-            .write()
-            .map_err(|_| ApiError::internal("the defaults lock is poisoned"))?;
-        let p = parse_params_with(&fields, &d)?;
-        *d = Defaults {
-            temperature: p.temperature,
-            top_k: p.top_k,
-            top_p: p.top_p,
-            min_p: p.min_p,
-            seed: p.seed,
-            repeat_penalty: p.repeat_penalty,
-            repeat_last_n: p.repeat_last_n,
-            n_keep: p.n_keep,
-        };
-        Ok(Json(json!({"success": true})))
-    })();
-    r.map_or_else(|e| fail(&st, e), IntoResponse::into_response)
+    respond(&st, new_defaults(&st, body))
 }
 
-async fn slots(State(st): State<Shared>, h: HeaderMap) -> Response {
-    let r = (|| {
-        check_key(&st, &h)?;
-        if !st.slots_enabled {
-            return Err(not_supported(
-                "this server does not serve /slots; start it with --slots",
-            ));
-        }
-        let all = (0..st.n_slots)
-            .map(|i| slot_json(&st, i))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Json(Value::Array(all)))
-    })();
-    r.map_or_else(|e| fail(&st, e), IntoResponse::into_response)
+/// Set the defaults of a `POST /props` request (its body checked after
+/// `--props`).
+fn new_defaults(st: &AppState, body: Result<JsonBody, Rejected>) -> Result<Json<Value>, ApiError> {
+    if !st.props_enabled {
+        return Err(not_supported(
+            "changing the server's properties is disabled; start it with --props",
+        ));
+    }
+    let JsonBody(m) = body?;
+    let fields = match m.get("default_generation_settings") {
+        Some(v) => v
+            .get("params")
+            .unwrap_or(v)
+            .as_object()
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::bad_request("'default_generation_settings' must be an object")
+            })?,
+        None => m,
+    };
+    let mut d = st
+        .defaults
+        .write()
+        .map_err(|_| ApiError::internal("the defaults lock is poisoned"))?;
+    let p = parse_params_with(&fields, &d)?;
+    *d = Defaults {
+        temperature: p.temperature,
+        top_k: p.top_k,
+        top_p: p.top_p,
+        min_p: p.min_p,
+        seed: p.seed,
+        repeat_penalty: p.repeat_penalty,
+        repeat_last_n: p.repeat_last_n,
+        n_keep: p.n_keep,
+    };
+    Ok(Json(json!({"success": true})))
+}
+
+async fn slots(State(st): State<Shared>, _: ApiKey) -> Response {
+    respond(&st, slots_json(&st))
+}
+
+/// `/slots`' answer.
+fn slots_json(st: &AppState) -> Result<Json<Value>, ApiError> {
+    if !st.slots_enabled {
+        return Err(not_supported(
+            "this server does not serve /slots; start it with --slots",
+        ));
+    }
+    let all = (0..st.n_slots)
+        .map(|i| slot_json(st, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(Value::Array(all)))
 }
 
 /// A file name for `--slot-save-path`: a plain name, no folders.
@@ -182,72 +187,17 @@ fn check_filename(name: &str) -> Result<(), ApiError> {
     }
 }
 
+/// `/slots/{id}?action=save|restore|erase` (with `--slot-save-path`;
+/// save and restore read `filename` from the body, which erase needs not
+/// have).
 async fn slot_action(
     State(st): State<Shared>,
-    h: HeaderMap,
     Path(id): Path<String>,
+    _: ApiKey,
     uri: Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let prep = (|| {
-        check_key(&st, &h)?;
-        let Some(dir) = &st.slot_save_path else {
-            return Err(not_supported(
-                "this server does not support slot actions; start it with --slot-save-path",
-            ));
-        };
-        let id: usize = id
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("slot id '{id}' is not a number")))?;
-        if id >= st.n_slots {
-            return Err(ApiError::bad_request(format!(
-                "no slot {id}: the server has {} slots",
-                st.n_slots
-            )));
-        }
-        let action = uri
-            .query()
-            .unwrap_or("")
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("action="))
-            .unwrap_or("");
-        let file = || -> Result<(String, std::path::PathBuf), ApiError> {
-            let m = match &body {
-                Ok(b) if b.is_empty() => serde_json::Map::new(),
-                Ok(b) => crate::request::parse_object(b)?,
-                Err(e) => {
-                    return Err(ApiError::bad_request(format!(
-                        "cannot read the request body: {e}"
-                    )))
-                }
-            };
-            let name = match m.get("filename") {
-                Some(Value::String(s)) => s.clone(),
-                Some(_) => return Err(ApiError::bad_request("'filename' must be a string")),
-                None => return Err(ApiError::bad_request("'filename' is required")),
-            };
-            check_filename(&name)?;
-            Ok((name.clone(), dir.join(name)))
-        };
-        let (action, name) = match action {
-            "save" => {
-                let (n, p) = file()?;
-                (SlotAction::Save(p), Some(n))
-            }
-            "restore" => {
-                let (n, p) = file()?;
-                (SlotAction::Restore(p), Some(n))
-            }
-            "erase" => (SlotAction::Erase, None),
-            a => {
-                return Err(ApiError::bad_request(format!(
-                    "invalid action '{a}': must be save, restore or erase"
-                )))
-            }
-        };
-        Ok((id, action, name))
-    })();
-    let (id, action, name) = match prep {
+    let (id, action, name) = match slot_request(&st, &id, &uri, &body) {
         Ok(x) => x,
         Err(e) => return fail(&st, e),
     };
@@ -281,77 +231,135 @@ async fn slot_action(
     Json(v).into_response()
 }
 
-async fn apply_template(
-    State(st): State<Shared>,
-    h: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let r = (|| {
-        check_key(&st, &h)?;
-        let m = body_of(&st, body)?;
-        let msgs = parse_messages(&m)?;
-        let tools = crate::tools::parse_tools(&m)?;
-        let prompt = (st.chat_render)(&msgs, tools.as_ref().map(|t| &t.tools), true)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        Ok(Json(json!({ "prompt": prompt })))
-    })();
-    r.map_or_else(|e| fail(&st, e), IntoResponse::into_response)
+/// The slot, the action and its file name of a `/slots/{id}` request.
+fn slot_request(
+    st: &AppState,
+    id: &str,
+    uri: &Uri,
+    body: &Result<Bytes, BytesRejection>,
+) -> Result<(usize, SlotAction, Option<String>), ApiError> {
+    let Some(dir) = &st.slot_save_path else {
+        return Err(not_supported(
+            "this server does not support slot actions; start it with --slot-save-path",
+        ));
+    };
+    let id: usize = id
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("slot id '{id}' is not a number")))?;
+    if id >= st.n_slots {
+        return Err(ApiError::bad_request(format!(
+            "no slot {id}: the server has {} slots",
+            st.n_slots
+        )));
+    }
+    let action = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("action="))
+        .unwrap_or("");
+    let file = || -> Result<(String, std::path::PathBuf), ApiError> {
+        let m = match body {
+            Ok(b) if b.is_empty() => Map::new(),
+            Ok(b) => parse_object(b)?,
+            Err(e) => {
+                return Err(ApiError::bad_request(format!(
+                    "cannot read the request body: {e}"
+                )))
+            }
+        };
+        let name = match m.get("filename") {
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(ApiError::bad_request("'filename' must be a string")),
+            None => return Err(ApiError::bad_request("'filename' is required")),
+        };
+        check_filename(&name)?;
+        Ok((name.clone(), dir.join(name)))
+    };
+    let (action, name) = match action {
+        "save" => {
+            let (n, p) = file()?;
+            (SlotAction::Save(p), Some(n))
+        }
+        "restore" => {
+            let (n, p) = file()?;
+            (SlotAction::Restore(p), Some(n))
+        }
+        "erase" => (SlotAction::Erase, None),
+        a => {
+            return Err(ApiError::bad_request(format!(
+                "invalid action '{a}': must be save, restore or erase"
+            )))
+        }
+    };
+    Ok((id, action, name))
+}
+
+async fn apply_template(State(st): State<Shared>, _: ApiKey, JsonBody(m): JsonBody) -> Response {
+    respond(&st, templated(&st, &m))
+}
+
+/// `/apply-template`'s answer: the chat template applied to `messages`
+/// (and `tools`).
+fn templated(st: &AppState, m: &Map<String, Value>) -> Result<Json<Value>, ApiError> {
+    let msgs = parse_messages(m)?;
+    let tools = crate::tools::parse_tools(m)?;
+    let prompt = (st.chat_render)(&msgs, tools.as_ref().map(|t| &t.tools), true)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Json(json!({ "prompt": prompt })))
 }
 
 async fn embeddings(
     State(st): State<Shared>,
-    h: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    _: ApiKey,
+    body: Result<JsonBody, Rejected>,
 ) -> Response {
-    embed(st, h, body, false).await
+    embed(st, body, false).await
 }
 
 async fn embeddings_oai(
     State(st): State<Shared>,
-    h: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    _: ApiKey,
+    body: Result<JsonBody, Rejected>,
 ) -> Response {
-    embed(st, h, body, true).await
+    embed(st, body, true).await
 }
 
 /// `/rerank` (with `--reranking`): `query` and `documents` are checked
 /// (400 naming the field), then answered 501: ranking needs a model with a
 /// classification head (llama.cpp's rank pooling), which the llama crate
 /// does not load.
-async fn rerank(
-    State(st): State<Shared>,
-    h: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let r = (|| -> Result<Response, ApiError> {
-        check_key(&st, &h)?;
-        if !st.reranking {
-            return Err(not_supported(
-                "this server does not rerank; start it with --reranking",
-            ));
+async fn rerank(State(st): State<Shared>, _: ApiKey, body: Result<JsonBody, Rejected>) -> Response {
+    respond(&st, reranked(&st, body))
+}
+
+/// `/rerank`'s answer: its checks, then the 501.
+fn reranked(st: &AppState, body: Result<JsonBody, Rejected>) -> Result<Response, ApiError> {
+    if !st.reranking {
+        return Err(not_supported(
+            "this server does not rerank; start it with --reranking",
+        ));
+    }
+    let JsonBody(m) = body?;
+    if !m.get("query").is_some_and(Value::is_string) {
+        return Err(ApiError::bad_request("'query' must be a string"));
+    }
+    let docs_key = if m.contains_key("texts") {
+        "texts"
+    } else {
+        "documents"
+    };
+    match m.get(docs_key) {
+        Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_string) => {}
+        _ => {
+            return Err(ApiError::bad_request(format!(
+                "'{docs_key}' must be a non-empty array of strings"
+            )))
         }
-        let m = body_of(&st, body)?;
-        if !m.get("query").is_some_and(Value::is_string) {
-            return Err(ApiError::bad_request("'query' must be a string"));
-        }
-        let docs_key = if m.contains_key("texts") {
-            "texts"
-        } else {
-            "documents"
-        };
-        match m.get(docs_key) {
-            Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_string) => {}
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "'{docs_key}' must be a non-empty array of strings"
-                )))
-            }
-        }
-        Err(not_supported(
+    }
+    Err(not_supported(
             "reranking needs a model with a classification head (rank pooling), which this server does not load",
         ))
-    })();
-    r.unwrap_or_else(|e| fail(&st, e))
 }
 
 /// One vector of unit length (a zero vector stays zero).
@@ -414,71 +422,8 @@ pub fn base64_f32(v: &[f32]) -> String {
 /// `/embedding`, `/embeddings` (llama.cpp's: a list of `{index,
 /// embedding}`, the embedding a list of vectors) and `/v1/embeddings`
 /// (OpenAI's; pooling `none` is refused there, as llama.cpp).
-async fn embed(
-    st: Shared,
-    h: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    oai: bool,
-) -> Response {
-    let prep = (|| {
-        check_key(&st, &h)?;
-        if !st.embedding {
-            return Err(not_supported(
-                "this server does not serve embeddings; start it with --embedding",
-            ));
-        }
-        if oai && st.pooling == Pooling::None {
-            return Err(ApiError::bad_request(
-                "pooling type 'none' is not OpenAI-compatible; start the server with --pooling mean, cls or last",
-            ));
-        }
-        let m = body_of(&st, body)?;
-        let key = if m.contains_key("input") {
-            "input"
-        } else {
-            "content"
-        };
-        let base64 = match m.get("encoding_format") {
-            None | Some(Value::Null) => false,
-            Some(Value::String(s)) if s == "float" => false,
-            Some(Value::String(s)) if s == "base64" => true,
-            Some(v) => {
-                return Err(ApiError::bad_request(format!(
-                    "'encoding_format' is {v}: must be float or base64"
-                )))
-            }
-        };
-        let prompts = parse_prompts(&m, key)?;
-        let mut all = Vec::new();
-        for p in &prompts {
-            let mut toks = Vec::new();
-            for (i, piece) in p.iter().enumerate() {
-                match piece {
-                    Piece::Text(t) => toks.extend(tokenize_prompt(&st, t, i == 0)?),
-                    Piece::Token(t) => toks.push(*t),
-                }
-            }
-            let n_vocab = st.model.hparams.n_vocab;
-            if let Some(bad) = toks.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
-                return Err(ApiError::bad_request(format!(
-                    "input token id {bad} is out of range (vocabulary of {n_vocab})"
-                )));
-            }
-            if toks.is_empty() {
-                return Err(ApiError::bad_request("the input is empty (no token)"));
-            }
-            if toks.len() > st.n_slot_ctx {
-                return Err(ApiError::bad_request(format!(
-                    "the input is too large to process: {} tokens, more than a slot's context of {} tokens (-c / -np)",
-                    toks.len(),
-                    st.n_slot_ctx
-                )));
-            }
-            all.push(toks);
-        }
-        Ok((all, base64))
-    })();
-    let (prompts, base64) = match prep {
+async fn embed(st: Shared, body: Result<JsonBody, Rejected>, oai: bool) -> Response {
+    let (prompts, base64) = match embed_request(&st, body, oai) {
         Ok(x) => x,
         Err(e) => return fail(&st, e),
     };
@@ -524,6 +469,64 @@ async fn embed(
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     }))
     .into_response()
+}
+
+/// The inputs' tokens and `encoding_format: base64` of an embeddings
+/// request (its body checked after `--embedding` and `--pooling`).
+fn embed_request(
+    st: &AppState,
+    body: Result<JsonBody, Rejected>,
+    oai: bool,
+) -> Result<(Vec<Vec<i32>>, bool), ApiError> {
+    if !st.embedding {
+        return Err(not_supported(
+            "this server does not serve embeddings; start it with --embedding",
+        ));
+    }
+    if oai && st.pooling == Pooling::None {
+        return Err(ApiError::bad_request(
+                "pooling type 'none' is not OpenAI-compatible; start the server with --pooling mean, cls or last",
+            ));
+    }
+    let JsonBody(m) = body?;
+    let key = if m.contains_key("input") {
+        "input"
+    } else {
+        "content"
+    };
+    let base64 = match m.get("encoding_format") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) if s == "float" => false,
+        Some(Value::String(s)) if s == "base64" => true,
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "'encoding_format' is {v}: must be float or base64"
+            )))
+        }
+    };
+    let prompts = parse_prompts(&m, key)?;
+    let mut all = Vec::new();
+    for p in &prompts {
+        let toks = prompt_tokens(st, p)?;
+        let n_vocab = st.model.hparams.n_vocab;
+        if let Some(bad) = toks.iter().find(|&&t| t < 0 || t as usize >= n_vocab) {
+            return Err(ApiError::bad_request(format!(
+                "input token id {bad} is out of range (vocabulary of {n_vocab})"
+            )));
+        }
+        if toks.is_empty() {
+            return Err(ApiError::bad_request("the input is empty (no token)"));
+        }
+        if toks.len() > st.n_slot_ctx {
+            return Err(ApiError::bad_request(format!(
+                    "the input is too large to process: {} tokens, more than a slot's context of {} tokens (-c / -np)",
+                    toks.len(),
+                    st.n_slot_ctx
+                )));
+        }
+        all.push(toks);
+    }
+    Ok((all, base64))
 }
 
 /// Hand `task` to the decode thread and wait for its reply on `rx`, at most

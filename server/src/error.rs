@@ -43,6 +43,15 @@ impl ApiError {
         )
     }
 
+    /// 404: no endpoint at the path (the router's fallback).
+    pub fn not_found() -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no such endpoint",
+            "invalid_request_error",
+        )
+    }
+
     /// 503: every slot busy and the queue full.
     pub fn unavailable(msg: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, msg, "unavailable_error")

@@ -6,11 +6,10 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::answer::{detokenize_special, logprobs_json, timings_json, Answer, Collected, Kind};
 use crate::engine::{Timings, TokenLogprobs};
-use crate::http::{
-    detokenize_special, logprobs_json, timings_json, Answer, AppState, Collected, Kind,
-};
 use crate::request::GenParams;
+use crate::state::AppState;
 
 /// llama.cpp's `LLAMA_DEFAULT_SEED`: the seed shown when each request draws its own.
 pub const DEFAULT_SEED: u64 = 0xFFFF_FFFF;

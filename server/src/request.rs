@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 use crate::chat_fallback::Message;
 use crate::constraint::Constraint;
 use crate::error::ApiError;
+use crate::json::type_name;
 
 /// Sampling and stopping settings of one request (llama.cpp's server
 /// defaults where a field is absent).
@@ -114,31 +115,6 @@ pub enum Piece {
     Text(String),
     /// A token id as given.
     Token(i32),
-}
-
-/// The JSON object of a body, or 400.
-pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("request body is not valid JSON: {e}")))?;
-    match v {
-        Value::Object(m) => Ok(m),
-        other => Err(ApiError::bad_request(format!(
-            "request body must be a JSON object, not {}",
-            type_name(&other)
-        ))),
-    }
-}
-
-/// The JSON type of a value, for messages.
-pub fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 fn wrong(key: &str, want: &str, v: &Value) -> ApiError {
@@ -417,6 +393,7 @@ fn tool_calls_for_template(v: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::parse_object;
     use serde_json::json;
 
     fn obj(v: Value) -> Map<String, Value> {

@@ -115,7 +115,7 @@ pub fn parse_tools(m: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiErr
         Some(v) => {
             return Err(ApiError::bad_request(format!(
                 "'tools' must be an array, not {}",
-                crate::request::type_name(v)
+                crate::json::type_name(v)
             )))
         }
     };
@@ -162,7 +162,7 @@ pub fn parse_tools(m: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiErr
         Some(v) => {
             return Err(ApiError::bad_request(format!(
                 "'parallel_tool_calls' must be a boolean, not {}",
-                crate::request::type_name(v)
+                crate::json::type_name(v)
             )))
         }
     };

@@ -15,7 +15,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ggml_core::backend::{BackendError, Buffer, BufferUsage, Event};
+use ggml_core::backend::{BackendDevice, BackendError, BackendStream, Buffer, BufferUsage, Event};
 use ggml_core::cpu::MappedBuffer;
 use ggml_core::{
     Backend, CpuBackend, GgmlType, Graph, Op, SimBackend, SimClock, SimProfile, TensorData,
@@ -1190,7 +1190,7 @@ impl TestCpu {
     }
 }
 
-impl Backend for TestCpu {
+impl BackendDevice for TestCpu {
     fn name(&self) -> &str {
         "TESTCPU"
     }
@@ -1210,6 +1210,9 @@ impl Backend for TestCpu {
     fn supports_op(&self, g: &Graph, node: TensorId) -> bool {
         Some(g.tensor(node).op.name()) != self.refuse && self.cpu.supports_op(g, node)
     }
+}
+
+impl BackendStream for TestCpu {
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
         if self.fail.load(Ordering::SeqCst) {
             return Err(BackendError::Device("injected failure".into()));
@@ -1220,6 +1223,8 @@ impl Backend for TestCpu {
         self.cpu.record_event()
     }
 }
+
+impl Backend for TestCpu {}
 
 /// `o = (x + w) * x - x` with `w` in the given buffer: a small fixed graph.
 fn small_graph(w_buf: Arc<dyn Buffer>) -> (Graph, TensorId, TensorId, Vec<f32>) {

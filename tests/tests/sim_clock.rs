@@ -6,8 +6,8 @@ use std::sync::Arc;
 use ggml_core::clock::ClockEvent;
 use ggml_core::timeline::{SpanKind, Timeline};
 use ggml_core::{
-    Backend, BufferUsage, CpuBackend, GgmlType, Graph, SimBackend, SimClock, SimProfile, Stream,
-    TensorData, TensorId,
+    Backend, BackendDevice, BackendStream, BufferUsage, CpuBackend, GgmlType, Graph, SimBackend,
+    SimClock, SimProfile, Stream, TensorData, TensorId,
 };
 use ggml_sched::Scheduler;
 

@@ -7,49 +7,18 @@ use clap::Args;
 /// Prefetch of host experts ahead of the split that reads them.
 #[derive(Args, Debug, Clone)]
 pub struct PrefetchArgs {
-    /// staging slots for the prefill prefetch: the next splits' host expert
-    /// tensors are copied into N rotating device slots (each as large as the
-    /// largest expert tensor) while the current split computes; -1 = auto
-    /// (3 slots, fewer when they do not fit; per layer and ubatch a tensor
-    /// is not prefetched, prefetched whole, or only its experts guessed
-    /// through the layer's router, as the link and compute costs, the use
-    /// fraction and the guesses' recall measured on earlier ubatches say),
-    /// 0 = off;
-    /// llama-bench takes a comma-separated list
-    #[arg(
-        long = "prefetch-experts-slots",
-        value_name = "N",
-        default_value = "0",
-        value_delimiter = ',',
-        allow_hyphen_values = true
-    )]
+    /// `--prefetch-experts-slots`: staging slots of the prefill prefetch
+    /// (-1: auto, 0: off; llama-bench: a list).
+    #[arg(long)]
     pub prefetch_experts_slots: Vec<String>,
 
-    /// with --prefetch-experts-slots -1 (auto): on (the default) lets auto
-    /// prefetch, per layer and prompt ubatch, only the experts guessed from
-    /// the previous layer's hidden state through the layer's router (the
-    /// ones the guess missed are copied when the layer comes); off keeps
-    /// auto to whole tensors or none
-    #[arg(
-        long = "prefetch-selective",
-        value_name = "on|off",
-        default_value = "on",
-        value_parser = ["on", "off"]
-    )]
+    /// `--prefetch-selective on|off`: whether auto may prefetch the
+    /// experts guessed through the router.
+    #[arg(long)]
     pub prefetch_selective: String,
 
-    /// decode prediction: guess the next cached layer's experts and upload
-    /// the predicted misses into the expert cache while this layer computes
-    /// (needs the cache, --moe-cache-mib); router (= on): from this layer's
-    /// hidden state through the next layer's router; history: from the
-    /// experts recent tokens used at that layer and the transitions from
-    /// the layer before (also under --expert-trace-in); off
-    #[arg(
-        long = "moe-predict",
-        value_name = "off|on|router|history",
-        default_value = "off",
-        value_parser = llama::moe_cache::predict::MoePredict::NAMES
-    )]
+    /// `--moe-predict off|on|router|history`: decode prediction.
+    #[arg(long)]
     pub moe_predict: String,
 }
 

@@ -24,133 +24,69 @@ pub enum SpecSource {
     Ngram(NgramSimple),
 }
 
-/// Speculative decoding (`llama-run`, `llama-server`).
+/// Speculative decoding (`llama-run`); the entries of
+/// [`crate::flags::table::speculative`] declare each field.
 #[derive(Args, Debug, Clone)]
 pub struct SpecArgs {
-    /// [-md] draft model for speculative decoding (default: unused)
-    #[arg(
-        long = "model-draft",
-        visible_alias = "spec-draft-model",
-        value_name = "FNAME",
-        help_heading = "Speculative decoding"
-    )]
+    /// `-md`: the draft model.
+    #[arg(long, help_heading = "Speculative decoding")]
     pub model_draft: Option<std::path::PathBuf>,
 
-    /// type of speculative decoding: none, draft-simple (the draft model of
-    /// -md; the default when -md is given), ngram-simple (draft-free: the
-    /// tokens that followed the last earlier occurrence of the latest
-    /// n-gram)
-    #[arg(
-        long = "spec-type",
-        value_name = "TYPE",
-        default_value = "none",
-        help_heading = "Speculative decoding"
-    )]
+    /// `--spec-type`: the speculation types, comma-separated.
+    #[arg(long, help_heading = "Speculative decoding")]
     pub spec_type: String,
 
-    /// number of tokens to draft for speculative decoding
-    #[arg(
-        long = "spec-draft-n-max",
-        visible_aliases = ["draft-max", "draft", "draft-n"],
-        value_name = "N",
-        default_value_t = 3,
-        help_heading = "Speculative decoding"
-    )]
-    pub n_max: usize,
+    /// `--spec-draft-n-max`: tokens drafted per step at most.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub draft_n_max: usize,
 
-    /// minimum number of draft tokens to use for speculative decoding
-    #[arg(
-        long = "spec-draft-n-min",
-        visible_aliases = ["draft-min", "draft-n-min"],
-        value_name = "N",
-        default_value_t = 0,
-        help_heading = "Speculative decoding"
-    )]
-    pub n_min: usize,
+    /// `--spec-draft-n-min`: fewest draft tokens used.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub draft_n_min: usize,
 
-    /// minimum speculative decoding probability (greedy)
-    #[arg(
-        long = "spec-draft-p-min",
-        visible_alias = "draft-p-min",
-        value_name = "P",
-        default_value_t = 0.0,
-        help_heading = "Speculative decoding"
-    )]
-    pub p_min: f32,
+    /// `--spec-draft-p-min`: the draft's least probability (greedy).
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub draft_p_min: f32,
 
-    /// [-ngld] max. number of draft model layers to store in VRAM: a
-    /// number, auto (default) or all
-    #[arg(
-        long = "spec-draft-ngl",
-        visible_aliases = ["gpu-layers-draft", "n-gpu-layers-draft"],
-        value_name = "N",
-        allow_hyphen_values = true,
-        help_heading = "Speculative decoding"
-    )]
+    /// `-ngld`: the draft's layers on the device: a number, auto or all.
+    #[arg(long, help_heading = "Speculative decoding")]
     pub ngl_draft: Option<String>,
 
-    /// [-devd] comma-separated devices for the draft model (none = don't
-    /// offload; default: follows --device)
-    #[arg(
-        long = "spec-draft-device",
-        visible_alias = "device-draft",
-        value_name = "DEV[,DEV..]",
-        help_heading = "Speculative decoding"
-    )]
+    /// `-devd`: the draft's devices.
+    #[arg(long, help_heading = "Speculative decoding")]
     pub device_draft: Option<String>,
 
-    /// [-cmoed] keep all Mixture of Experts weights of the draft model in
-    /// host memory
-    #[arg(
-        long = "spec-draft-cpu-moe",
-        visible_alias = "cpu-moe-draft",
-        help_heading = "Speculative decoding"
-    )]
+    /// `-cmoed`: all the draft's experts in host memory.
+    #[arg(long, help_heading = "Speculative decoding")]
     pub cpu_moe_draft: bool,
 
-    /// [-ncmoed] keep the MoE weights of the first N layers of the draft
-    /// model in host memory
-    #[arg(long = "spec-draft-n-cpu-moe", visible_aliases = ["n-cpu-moe-draft", "spec-draft-ncmoe"], value_name = "N", help_heading = "Speculative decoding")]
+    /// `-ncmoed`: the draft's first N layers' experts in host memory.
+    #[arg(long, help_heading = "Speculative decoding")]
     pub n_cpu_moe_draft: Option<usize>,
 
-    /// [-otd] tensor buffer overrides of the draft model (as -ot)
-    #[arg(
-        long = "spec-draft-override-tensor",
-        visible_alias = "override-tensor-draft",
-        value_name = "PATTERN=BACKEND,...",
-        help_heading = "Speculative decoding"
-    )]
+    /// `-otd`: the draft's tensor overrides.
+    #[arg(long, help_heading = "Speculative decoding")]
     pub override_tensor_draft: Vec<String>,
 
-    /// ngram size N for ngram-simple speculative decoding, length of lookup n-gram
-    #[arg(
-        long = "spec-ngram-simple-size-n",
-        value_name = "N",
-        default_value_t = 12,
-        help_heading = "Speculative decoding"
-    )]
-    pub ngram_size_n: usize,
+    /// `--spec-ngram-simple-size-n`: the ngram-simple lookup n-gram's length.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub ngram_simple_size_n: usize,
 
-    /// ngram size M for ngram-simple speculative decoding, length of draft m-gram
-    #[arg(
-        long = "spec-ngram-simple-size-m",
-        value_name = "N",
-        default_value_t = 48,
-        help_heading = "Speculative decoding"
-    )]
-    pub ngram_size_m: usize,
+    /// `--spec-ngram-simple-size-m`: the ngram-simple draft m-gram's length.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub ngram_simple_size_m: usize,
 }
 
 impl SpecArgs {
     /// The draft parameters, checked.
     pub fn params(&self) -> Result<SpecParams> {
-        if !(0.0..=1.0).contains(&self.p_min) {
-            bail!("--spec-draft-p-min {}: must be in [0, 1]", self.p_min);
+        if !(0.0..=1.0).contains(&self.draft_p_min) {
+            bail!("--spec-draft-p-min {}: must be in [0, 1]", self.draft_p_min);
         }
         Ok(SpecParams {
-            n_max: self.n_max,
-            n_min: self.n_min,
-            p_min: self.p_min,
+            n_max: self.draft_n_max,
+            n_min: self.draft_n_min,
+            p_min: self.draft_p_min,
         })
     }
 
@@ -166,8 +102,8 @@ impl SpecArgs {
         }
         let has = |t: &str| types.contains(&t);
         for (flag, v) in [
-            ("--spec-ngram-simple-size-n", self.ngram_size_n),
-            ("--spec-ngram-simple-size-m", self.ngram_size_m),
+            ("--spec-ngram-simple-size-n", self.ngram_simple_size_n),
+            ("--spec-ngram-simple-size-m", self.ngram_simple_size_m),
         ] {
             if !(1..=1024).contains(&v) {
                 bail!("{flag} {v}: ngram size must be between 1 and 1024 inclusive");
@@ -181,8 +117,8 @@ impl SpecArgs {
                 bail!("--spec-type ngram-simple needs no draft model: drop -md, or use --spec-type draft-simple");
             }
             return Ok(Some(SpecSource::Ngram(NgramSimple {
-                size_n: self.ngram_size_n,
-                size_m: self.ngram_size_m,
+                size_n: self.ngram_simple_size_n,
+                size_m: self.ngram_simple_size_m,
             })));
         }
         match &self.model_draft {
@@ -227,6 +163,7 @@ impl SpecArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flags::{parse_from, Tool};
     use clap::Parser;
 
     #[derive(Parser)]
@@ -236,9 +173,10 @@ mod tests {
     }
 
     fn parse(args: &[&str]) -> SpecArgs {
-        T::try_parse_from(std::iter::once("t").chain(args.iter().copied()))
-            .unwrap()
-            .s
+        let args = std::iter::once("t")
+            .chain(args.iter().copied())
+            .map(std::ffi::OsString::from);
+        parse_from::<T>(Tool::Run, args, &|_| None).unwrap().s
     }
 
     #[test]
@@ -263,7 +201,7 @@ mod tests {
             }
         );
         let s = parse(&["--spec-draft-n-max", "5", "--model-draft", "d.gguf"]);
-        assert_eq!(s.n_max, 5);
+        assert_eq!(s.draft_n_max, 5);
         assert_eq!(
             s.source().unwrap(),
             Some(SpecSource::Draft("d.gguf".into()))

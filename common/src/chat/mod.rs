@@ -20,66 +20,46 @@ pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>
 /// The chat flags of `llama-run`.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ChatArgs {
-    /// [-cnv] conversation mode: chat turn by turn through the chat template
-    /// (default when the model has a template and stdin is a terminal)
-    #[arg(long = "conversation", help_heading = "Chat")]
+    /// `-cnv`: conversation mode.
+    #[arg(long, help_heading = "Chat")]
     pub conversation: bool,
 
-    /// [-no-cnv] never enter conversation mode
-    #[arg(
-        long = "no-conversation",
-        conflicts_with = "conversation",
-        help_heading = "Chat"
-    )]
+    /// `-no-cnv`: never conversation mode.
+    #[arg(long, conflicts_with = "conversation", help_heading = "Chat")]
     pub no_conversation: bool,
 
-    /// [-sys] system prompt of the conversation
-    #[arg(long = "system-prompt", value_name = "PROMPT", help_heading = "Chat")]
+    /// `-sys`: the system prompt.
+    #[arg(long, help_heading = "Chat")]
     pub system_prompt: Option<String>,
 
-    /// chat template: a file, a named template of the model
-    /// (tokenizer.chat_template.NAME), or `chatml`; default: the model's own
-    #[arg(
-        long = "chat-template",
-        value_name = "NAME|FILE",
-        help_heading = "Chat"
-    )]
+    /// `--chat-template`: a file, a named template of the model, or
+    /// `chatml`.
+    #[arg(long, help_heading = "Chat")]
     pub chat_template: Option<String>,
 
-    /// read the chat template from a file
-    #[arg(
-        long = "chat-template-file",
-        value_name = "FILE",
-        conflicts_with = "chat_template",
-        help_heading = "Chat"
-    )]
+    /// `--chat-template-file`: the template from a file.
+    #[arg(long, conflicts_with = "chat_template", help_heading = "Chat")]
     pub chat_template_file: Option<PathBuf>,
 
-    /// render a conversation (a JSON list of {"role", "content"} messages,
-    /// or an object with "messages") through the chat template, print it
-    /// byte for byte and exit; needs no model
-    #[arg(
-        long = "chat-render",
-        value_name = "MESSAGES.json",
-        help_heading = "Chat"
-    )]
+    /// `--chat-render`: render a conversation (JSON) and exit.
+    #[arg(long, help_heading = "Chat")]
     pub chat_render: Option<PathBuf>,
 
-    /// bos_token for the template (default: the model's BOS text, or empty)
-    #[arg(long = "chat-bos", value_name = "S", help_heading = "Chat")]
+    /// `--chat-bos`: bos_token for the template.
+    #[arg(long, help_heading = "Chat")]
     pub chat_bos: Option<String>,
 
-    /// eos_token for the template (default: the model's EOS text, or empty)
-    #[arg(long = "chat-eos", value_name = "S", help_heading = "Chat")]
+    /// `--chat-eos`: eos_token for the template.
+    #[arg(long, help_heading = "Chat")]
     pub chat_eos: Option<String>,
 
-    /// with --chat-render: do not end with the assistant's turn opening
-    #[arg(long = "no-generation-prompt", help_heading = "Chat")]
+    /// `--no-generation-prompt`: with `--chat-render`, no assistant turn
+    /// opening at the end.
+    #[arg(long, help_heading = "Chat")]
     pub no_generation_prompt: bool,
 
-    /// use the Jinja chat template (always on; accepted for llama.cpp
-    /// compatibility)
-    #[arg(long = "jinja", help_heading = "Chat")]
+    /// `--jinja`: accepted (the Jinja template is always used).
+    #[arg(long, help_heading = "Chat")]
     pub jinja: bool,
 }
 

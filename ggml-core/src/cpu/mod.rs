@@ -9,7 +9,7 @@ pub mod view;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, Event, Stream};
+use crate::backend::{Backend, BackendDevice, BackendDiagnostics, BackendStream, Event, Stream};
 use crate::buffer::{Buffer, BufferUsage};
 use crate::clock::{ClockEvent, DeviceClock};
 use crate::error::BackendError;
@@ -23,7 +23,7 @@ pub use pool::ThreadPool;
 pub struct CpuBackend {
     pool: ThreadPool,
     clock: Option<Arc<dyn DeviceClock>>,
-    /// [`Backend::busy_wall_ns`]: wall time inside `compute`.
+    /// [`BackendDiagnostics::busy_wall_ns`]: wall time inside `compute`.
     busy_ns: std::sync::atomic::AtomicU64,
 }
 
@@ -68,7 +68,7 @@ impl CpuBackend {
     }
 }
 
-impl Backend for CpuBackend {
+impl BackendDevice for CpuBackend {
     fn name(&self) -> &str {
         "CPU"
     }
@@ -92,7 +92,9 @@ impl Backend for CpuBackend {
     fn supports_op(&self, g: &Graph, node: TensorId) -> bool {
         ops::supports(g, node)
     }
+}
 
+impl BackendStream for CpuBackend {
     fn compute(&self, g: &Graph, nodes: &[TensorId]) -> Result<(), BackendError> {
         let t0 = std::time::Instant::now();
         let accept = |b: &dyn Buffer| b.is_host();
@@ -119,10 +121,6 @@ impl Backend for CpuBackend {
         r
     }
 
-    fn busy_wall_ns(&self) -> u64 {
-        self.busy_ns.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     fn record_event_on(&self, _stream: Stream) -> Result<Event, BackendError> {
         // CPU work is complete when the host has issued it; without a
         // clock every event is the same one (a decode records one per
@@ -135,8 +133,20 @@ impl Backend for CpuBackend {
                 .clone(),
         })
     }
+}
+
+impl BackendDiagnostics for CpuBackend {
+    fn busy_wall_ns(&self) -> u64 {
+        self.busy_ns.load(std::sync::atomic::Ordering::Relaxed)
+    }
 
     fn device_clock(&self) -> Option<Arc<dyn DeviceClock>> {
         self.clock.clone()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn diagnostics(&self) -> Option<&dyn BackendDiagnostics> {
+        Some(self)
     }
 }

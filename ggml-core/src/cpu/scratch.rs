@@ -3,7 +3,7 @@
 //! does not allocate per op; and each thread's f32 row buffers (the rows a
 //! kernel converts to f32 and back), kept the same way.
 //!
-//! Kernels run on the thread that called `Backend::compute` (worker 0 of the
+//! Kernels run on the thread that called `BackendStream::compute` (worker 0 of the
 //! pool), so a thread-local block is private to one compute at a time; the
 //! pool's other workers reach it through the raw pointer the kernel shares.
 

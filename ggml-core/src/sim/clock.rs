@@ -181,6 +181,7 @@ impl SimClock {
     /// or a CPU backend that joined a sim device's clock).
     pub fn of(backend: &dyn Backend) -> Option<Arc<SimClock>> {
         backend
+            .diagnostics()?
             .device_clock()?
             .into_any()
             .downcast::<SimClock>()

@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn mul_mat_id_counts_only_the_slots_it_computes() {
-        use crate::backend::Backend;
+        use crate::backend::BackendDevice;
         use crate::cpu::CpuBackend;
         let cpu = CpuBackend::new(1);
         let mut g = Graph::new();

@@ -52,7 +52,13 @@
 //!   kind, on emulated devices only (tests prove the emulator catches each;
 //!   `peer`: a peer copy does not wait for the source device's compute;
 //!   `peer-source`: the source device's compute and upload streams do not
-//!   wait for the peer copies that read its memory).
+//!   wait for the peer copies that read its memory). The CUDA backend asks
+//!   it where it waits: for its own waits (`upload`: compute waiting for
+//!   this device's uploads; `peer`: a peer copy waiting for its source),
+//!   and for the waits its callers name the kind of
+//!   ([`ggml_core::WaitKind`] through `BackendStream::wait_event_for`:
+//!   `readback`, `slot`, `staging`, `peer-source`). Nothing outside the
+//!   driver knows of planted bugs.
 //! - **Configuration** comes from the environment, [`set_config`] (the
 //!   process) or [`set_thread_config`] (one host thread, so that tests with
 //!   different seeds and planted bugs run in parallel).

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use ggml_core::cpu::HostBuffer;
 use ggml_core::tensor::{Tensor, TensorData, TensorFlags};
-use ggml_core::{Backend, Buffer, BufferUsage, CpuBackend, Graph, TensorId};
+use ggml_core::{BackendStream, Buffer, BufferUsage, CpuBackend, Graph, TensorId};
 use parking_lot::Mutex;
 
 use crate::graph_wire::{deserialize, tensor_type};

@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use ggml_core::{GgmlType, Op, TensorId};
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
+use crate::diagnostics;
 use runs::copy_ranges;
 
 /// Counters of the policy, cumulative.
@@ -136,6 +137,7 @@ impl ExpertCopyPolicy {
             )));
         }
         let raw = cx.read_ids(ids)?;
+        diagnostics::count_id_read(cx.backend());
         let mut vals = Vec::with_capacity(t.nelements().max(0) as usize);
         for i1 in 0..t.ne[1].max(0) as usize {
             for i0 in 0..t.ne[0].max(0) as usize {

@@ -14,12 +14,13 @@ use parking_lot::Mutex;
 
 use ggml_core::backend::{check_range, copy_bytes};
 use ggml_core::{GgmlType, Op};
-use ggml_core::{Stream, TensorData};
+use ggml_core::{Stream, TensorData, WaitKind};
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
 use super::cache::bank::upload_runs;
 use super::cache::shared::CacheShared;
 use super::hybrid;
+use crate::diagnostics;
 use crate::expert_copy::{ids, ExpertCopyPolicy, PolicyShared};
 
 /// Make the split's copy stream wait for everything queued on the device's
@@ -28,9 +29,9 @@ use crate::expert_copy::{ids, ExpertCopyPolicy, PolicyShared};
 /// the router's ids, which the last queued split computes.
 fn after_queued_compute(cx: &HookCtx<'_>) -> Result<(), HookError> {
     let be = cx.backend();
-    if cx.stream() != Stream::Compute && !be.planted_drop_wait("slot") {
+    if cx.stream() != Stream::Compute {
         let ev = be.record_event_on(Stream::Compute)?;
-        be.wait_event_on(cx.stream(), &ev)?;
+        be.wait_event_for(cx.stream(), &ev, WaitKind::Slot)?;
     }
     Ok(())
 }
@@ -159,6 +160,7 @@ impl MoeCacheHook {
             )));
         }
         let raw = cx.read_ids(ids)?;
+        diagnostics::count_id_read(cx.backend());
         let mut vals = ids::decode_i32(&raw);
         if let Some(f) = self.copy_shared.lock().id_filter.as_mut() {
             f(&mut vals);

@@ -11,9 +11,10 @@ use llama::Context;
 use server::args::ServerArgs;
 use server::constraint::Grammars;
 use server::engine::{self, EngineConfig};
-use server::http::{router, AppState};
 use server::metrics::Metrics;
 use server::request::Defaults;
+use server::routes::router;
+use server::state::AppState;
 
 const TOOL: &str = "llama-server";
 

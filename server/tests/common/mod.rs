@@ -30,9 +30,15 @@ impl Drop for Server {
 
 /// Start `llama-server` on the embedded default model with `extra` flags.
 pub fn start(extra: &[&str]) -> Server {
+    start_with_env(extra, &[])
+}
+
+/// [`start`] with environment variables set for the server.
+pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_llama-server"))
         .args(["--host", "127.0.0.1", "--port", "0", "-t", "2"])
         .args(extra)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -79,16 +85,35 @@ impl Response {
 /// One request (`Connection: close`), the whole answer read (chunked
 /// bodies decoded).
 pub fn request(s: &Server, method: &str, path: &str, body: Option<&Value>) -> Response {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    request_raw(s, method, path, body.as_bytes(), &[])
+}
+
+/// One request of any body bytes, with extra headers (`("X-Api-Key",
+/// "k")`), answered as [`request`]'s.
+pub fn request_raw(
+    s: &Server,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> Response {
     let mut c = TcpStream::connect(&s.addr).expect("connect");
     c.set_read_timeout(Some(Duration::from_secs(120)))
         .expect("timeout");
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         s.addr,
         body.len()
     );
-    c.write_all(req.as_bytes()).expect("send");
+    let mut req = head.into_bytes();
+    req.extend_from_slice(body);
+    // the server may answer (413) before reading a large body to its end
+    let _ = c.write_all(&req);
     let mut raw = Vec::new();
     c.read_to_end(&mut raw).expect("read");
     let split = raw

@@ -4,6 +4,8 @@
 //! too. Everything else is a plain option (`-r`, `-o`, `-oe`, `--delay`...).
 
 use anyhow::{bail, Result};
+use common::flags::normalize::split_long;
+use common::flags::{table, Flag, Tool};
 
 use crate::bench::output::Format;
 use crate::bench::params::{self, Syntax, Value, PARAMS};
@@ -106,7 +108,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
     let mut list_devices = false;
     let mut it = args.into_iter().peekable();
     while let Some(raw) = it.next() {
-        let (flag, inline) = split_flag(&raw);
+        let (flag, inline) = split_long(&raw);
         let value = |it: &mut std::iter::Peekable<I::IntoIter>, name: &str| -> Result<String> {
             if let Some(v) = &inline {
                 return Ok(v.clone());
@@ -132,9 +134,12 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
             lists[i].get_or_insert_with(Vec::new).extend(vals);
             continue;
         }
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Print(usage())),
-            "--version" => {
+        let Some(entry) = table::lookup(Tool::Bench, &flag) else {
+            bail!("unknown argument '{raw}' (see --help)");
+        };
+        match entry.id {
+            "help" => return Ok(Command::Print(usage())),
+            "version" => {
                 return Ok(Command::Print(format!(
                     "llama-bench (ggml-rs tools {}) build {} ({})\n",
                     env!("CARGO_PKG_VERSION"),
@@ -142,8 +147,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
                     crate::bench::sysinfo::build_number()
                 )))
             }
-            "--list-devices" => list_devices = true,
-            "-rpc" | "--rpc" => {
+            "list_devices" => list_devices = true,
+            "rpc" => {
                 let v = value(&mut it, &flag)?;
                 ggml_rpc_servers(&v).map_err(|e| anyhow::anyhow!(e))?;
                 // each -rpc registers more servers, as llama.cpp's
@@ -152,18 +157,18 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
                     None => v,
                 });
             }
-            "-p" | "--n-prompt" | "-n" | "--n-gen" => {
+            "n_prompt" | "n_gen" => {
                 let v = value(&mut it, &flag)?;
                 let nums =
                     parse_int_range(&v, false).map_err(|e| anyhow::anyhow!("{flag} {v}: {e}"))?;
-                let dst = if flag == "-p" || flag == "--n-prompt" {
+                let dst = if entry.id == "n_prompt" {
                     &mut n_prompt
                 } else {
                     &mut n_gen
                 };
                 dst.get_or_insert_with(Vec::new).extend(nums);
             }
-            "-pg" => {
+            "n_pg" => {
                 let v = value(&mut it, &flag)?;
                 let parts: Vec<&str> = v.split(',').collect();
                 let pair = match parts.as_slice() {
@@ -175,56 +180,56 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command> {
                 };
                 n_pg.push((i64::from(pp), i64::from(tg)));
             }
-            "-r" | "--repetitions" => {
+            "repetitions" => {
                 let v = value(&mut it, &flag)?;
                 p.reps = match v.parse::<usize>() {
                     Ok(n) if n >= 1 => n,
                     _ => bail!("-r {v}: the repetitions must be a number of at least 1"),
                 };
             }
-            "--expert-trace-out" => {
+            "expert_trace_out" => {
                 p.expert_trace_out = Some(value(&mut it, &flag)?.into());
             }
-            "--expert-trace-in" => {
+            "expert_trace_in" => {
                 p.expert_trace_in = Some(value(&mut it, &flag)?.into());
             }
-            "--timeline-out" => {
+            "timeline_out" => {
                 p.timeline_out = Some(value(&mut it, &flag)?.into());
             }
-            "--delay" => {
+            "delay" => {
                 let v = value(&mut it, &flag)?;
                 p.delay = v
                     .parse()
                     .map_err(|_| anyhow::anyhow!("--delay {v}: expected seconds (0 or more)"))?;
             }
-            "-o" | "--output" | "-oe" | "--output-err" => {
+            "output" | "output_err" => {
                 let v = value(&mut it, &flag)?;
                 let f = Format::from_name(&v).ok_or_else(|| {
                     anyhow::anyhow!(
                         "{flag} {v}: unknown output format '{v}' (csv, json, jsonl, md, sql, none)"
                     )
                 })?;
-                if flag.starts_with("-oe") || flag == "--output-err" {
+                if entry.id == "output_err" {
                     p.output_err = f;
                 } else {
                     p.output = f;
                 }
             }
             // llama.cpp's process options: only their defaults run here
-            "--prio" => {
+            "prio" => {
                 let v = value(&mut it, &flag)?;
                 if v != "0" {
                     bail!("--prio {v}: not supported: threads run at normal priority (0)");
                 }
             }
-            "--numa" => {
+            "numa" => {
                 let v = value(&mut it, &flag)?;
                 bail!("--numa {v}: not supported: no NUMA placement");
             }
-            "-v" | "--verbose" => p.verbose = true,
-            "--progress" => p.progress = true,
-            "--no-warmup" => p.no_warmup = true,
-            "--no-expert-copy" => p.no_expert_copy = true,
+            "verbose" => p.verbose = true,
+            "progress" => p.progress = true,
+            "no_warmup" => p.no_warmup = true,
+            "no_expert_copy" => p.no_expert_copy = true,
             _ => bail!("unknown argument '{raw}' (see --help)"),
         }
     }
@@ -248,57 +253,54 @@ fn ggml_rpc_servers(v: &str) -> Result<Vec<String>, String> {
     common::cli::parse_rpc_servers(v)
 }
 
-/// `--name_x=v` as (`--name-x`, `Some(v)`); short flags as they are.
-fn split_flag(raw: &str) -> (String, Option<String>) {
-    if let Some(long) = raw.strip_prefix("--") {
-        let (name, val) = match long.split_once('=') {
-            Some((n, v)) => (n, Some(v.to_string())),
-            None => (long, None),
-        };
-        return (format!("--{}", name.replace('_', "-")), val);
+/// The test flags that are not parameters of [`PARAMS`] (shown first
+/// under "test parameters").
+const TEST_FLAGS: [&str; 3] = ["n_prompt", "n_gen", "n_pg"];
+
+/// One flag's lines of `--help`: its spellings and value name, then its
+/// help at column 40 (on the next line where they are longer than 37),
+/// more lines of help below it.
+fn usage_line(s: &mut String, f: &Flag, suffix: &str) {
+    let mut flags = f.names.join(", ");
+    if let Some(v) = f.value {
+        flags.push(' ');
+        flags.push_str(v.name);
     }
-    (raw.to_string(), None)
+    let mut help = f.help.lines();
+    let first = help.next().unwrap_or_default();
+    if first.is_empty() && suffix.is_empty() {
+        s.push_str(&format!("  {flags}\n"));
+    } else if flags.len() > 37 {
+        s.push_str(&format!("  {flags}\n  {:<37} {first}{suffix}\n", ""));
+    } else {
+        s.push_str(&format!("  {flags:<37} {first}{suffix}\n"));
+    }
+    for more in help {
+        s.push_str(&format!("  {:<37} {more}\n", ""));
+    }
 }
 
-/// `--help`.
+/// `--help`: every flag from the table (options, then the test
+/// parameters: `-p`, `-n`, `-pg`, then [`PARAMS`] in its order).
 pub fn usage() -> String {
-    let mut s = String::new();
-    let lines = [
-        "usage: llama-bench [options]",
-        "",
-        "Measure prompt processing (pp) and generation (tg) speed, as llama.cpp's llama-bench.",
-        "",
-        "options:",
-        "  -h, --help",
-        "  --version",
-        "  -r, --repetitions <n>                 repetitions of each test (default: 5)",
-        "  --delay <0...N>                       seconds of pause before each test (default: 0)",
-        "  --timeline-out FILE.json              simulated timeline of the last repetition on a sim device (Chrome trace)",
-        "  --expert-trace-out FILE               routing trace of the last repetition (for llama-moe-cache)",
-        "  --expert-trace-in FILE                forced routing: every MoE layer uses this trace's expert ids",
-        "                                        (token i takes trace token i, wrapping); weights stay the router's",
-        "  -o, --output <csv|json|jsonl|md|sql>  format on stdout (default: md)",
-        "  -oe, --output-err <csv|json|jsonl|md|sql>",
-        "                                        format on stderr (default: none)",
-        "  --list-devices                        list the devices and exit",
-        "  -rpc, --rpc <rpc_servers>             register RPC devices (comma separated host:port: RPC0, RPC1, ...)",
-        "  -v, --verbose                         print where every tensor went",
-        "  --progress                            print test progress on stderr",
-        "  --no-warmup                           skip the warm-up run of each test",
-        "  --no-expert-copy                      copy whole expert tensors to the device (for comparison)",
-        "  --prio <0>                            process priority (only 0)",
-        "",
-        "test parameters:",
-        "  -p, --n-prompt <n>                    prompt lengths (default: 512)",
-        "  -n, --n-gen <n>                       generation lengths (default: 128)",
-        "  -pg <pp,tg>                           prompt then generation (may be repeated)",
-    ];
-    for l in lines {
-        s.push_str(l);
-        s.push('\n');
+    let mut s = String::from(
+        "usage: llama-bench [options]\n\n\
+Measure prompt processing (pp) and generation (tg) speed, as llama.cpp's llama-bench.\n\n\
+options:\n",
+    );
+    let is_param = |f: &Flag| PARAMS.iter().any(|p| p.field == f.id);
+    for f in table::for_tool(Tool::Bench) {
+        if !f.hidden && !is_param(f) && !TEST_FLAGS.contains(&f.id) {
+            usage_line(&mut s, f, "");
+        }
+    }
+    s.push_str("\ntest parameters:\n");
+    for id in TEST_FLAGS {
+        if let Some(f) = table::find(Tool::Bench, id) {
+            usage_line(&mut s, f, "");
+        }
     }
     for spec in PARAMS {
-        let flags = format!("{} <{}>", spec.flags.join(", "), spec.metavar);
         let def: Vec<String> = (spec.default)()
             .iter()
             .map(|v| match (spec.syntax, v) {
@@ -314,11 +316,7 @@ pub fn usage() -> String {
             d if d.is_empty() => String::new(),
             d => format!(" (default: {d})"),
         };
-        if flags.len() > 37 {
-            s.push_str(&format!("  {flags}\n  {:<37} {}{def}\n", "", spec.help));
-        } else {
-            s.push_str(&format!("  {flags:<37} {}{def}\n", spec.help));
-        }
+        usage_line(&mut s, spec.flag(), &def);
     }
     s.push_str(
         "\nMultiple values can be given for each test parameter by separating them with ','\n\

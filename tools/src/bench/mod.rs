@@ -10,7 +10,7 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | [`params`] | the table of test parameters: flags, syntax, default, accepted values, markdown column, scope |
+//! | [`params`] | the table of test parameters: syntax, default, accepted values, markdown column, scope (their flags: `common::flags::table::bench`) |
 //! | [`range`] | `first-last`, `first-last+step`, `first-last*mult` |
 //! | [`overrides`] | `-ot`: `;` between rules, `,` between tests |
 //! | [`args`] | the command line |
@@ -24,17 +24,22 @@
 //! ## Adding a list parameter
 //!
 //! A parameter such as `--moe-cache-mib 0,8,64` or `--sim-profile a,b` is
-//! one entry in [`params::PARAMS`] plus the line that uses its value:
+//! one entry in [`params::PARAMS`], its flag in the flag table, plus the
+//! line that uses its value:
 //!
 //! 1. Add a [`params::ParamSpec`] at the place in the table where its loop
 //!    should nest (model-level parameters near the top, so that the model
 //!    is loaded again as rarely as possible): `field: "moe_cache_mib"`,
-//!    `flags: &["--moe-cache-mib"]`, `syntax: Syntax::Ints { min: 0, max:
-//!    i64::MAX }` (or `Syntax::Text(check_fn)` for names),
+//!    `syntax: Syntax::Ints { min: 0, max: i64::MAX }` (or
+//!    `Syntax::Text(check_fn)` for names),
 //!    `default: default!(Value::Int(0))`, `accept: any`,
 //!    `md: md("cache", 0)`, `scope: Scope::Model` (the model is reloaded
 //!    when it changes) or `Scope::Context`, `ours: true`.
-//! 2. Read it where it takes effect: `inst.int("moe_cache_mib")` in
+//! 2. Add its flag to `common/src/flags/table/bench.rs` with the field as
+//!    its id: `Flag::new("moe_cache_mib", &["--moe-cache-mib"], BENCH,
+//!    "device cache ...").takes("<N|auto>", Parse::Str)` (spellings, value
+//!    name and help as `--help` shows them).
+//! 3. Read it where it takes effect: `inst.int("moe_cache_mib")` in
 //!    [`run::placement_args`] (model scope) or in `run_test`'s
 //!    `ContextParams` (context scope).
 //!

@@ -8,6 +8,8 @@
 //! [`crate::bench::matrix`] expands it generically. See the module doc of
 //! [`crate::bench`] for how to add a parameter.
 
+use common::flags::{table, Flag, Tool};
+
 use crate::bench::range::parse_int_range;
 
 /// One value of a parameter.
@@ -99,14 +101,10 @@ pub struct MdColumn {
 /// One test parameter.
 #[derive(Clone, Copy, Debug)]
 pub struct ParamSpec {
-    /// Field name in json/jsonl/csv/sql (llama.cpp's, or ours).
+    /// Field name in json/jsonl/csv/sql (llama.cpp's, or ours), and the
+    /// id of its flag's entry in [`common::flags::table`] (its spellings,
+    /// value name and help).
     pub field: &'static str,
-    /// Command-line flags (short first).
-    pub flags: &'static [&'static str],
-    /// Value placeholder for `--help`.
-    pub metavar: &'static str,
-    /// One line of help.
-    pub help: &'static str,
     /// How values are written.
     pub syntax: Syntax,
     /// The default list.
@@ -335,9 +333,6 @@ fn s(x: &str) -> Value {
 pub static PARAMS: &[ParamSpec] = &[
     ParamSpec {
         field: "model_filename",
-        flags: &["-m", "--model"],
-        metavar: "FNAME",
-        help: "model files (none: the embedded synthetic model)",
         syntax: Syntax::Text(|s| Ok(s.to_string())),
         default: default!(s("")),
         accept: any,
@@ -347,9 +342,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "fit_target",
-        flags: &["-fitt", "--fit-target"],
-        metavar: "MiB",
-        help: "fit the model to device memory with this margin (only 0: off)",
         syntax: Syntax::Ints {
             min: 0,
             max: i64::MAX,
@@ -368,9 +360,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "fit_min_ctx",
-        flags: &["-fitc", "--fit-ctx"],
-        metavar: "N",
-        help: "minimum context for --fit-target (only 0)",
         syntax: Syntax::Ints {
             min: 0,
             max: i64::MAX,
@@ -389,9 +378,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "n_gpu_layers",
-        flags: &["-ngl", "--n-gpu-layers"],
-        metavar: "N",
-        help: "layers on the device (-1 = all; more than the layers = the output head too)",
         syntax: Syntax::Ints {
             min: i64::MIN,
             max: i64::MAX,
@@ -404,9 +390,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "n_cpu_moe",
-        flags: &["-ncmoe", "--n-cpu-moe"],
-        metavar: "N",
-        help: "keep the expert weights of the first N layers in host memory",
         syntax: Syntax::Ints {
             min: 0,
             max: i64::MAX,
@@ -419,9 +402,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "cpu_moe",
-        flags: &["-cmoe", "--cpu-moe"],
-        metavar: "0|1",
-        help: "keep every expert weight in host memory (alone: 1)",
         syntax: Syntax::Bools,
         default: default!(Value::Bool(false)),
         accept: any,
@@ -431,9 +411,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "split_mode",
-        flags: &["-sm", "--split-mode"],
-        metavar: "none|layer|row|tensor",
-        help: "how to split the offloaded layers across the -dev set (none, layer)",
         syntax: Syntax::Text(split_mode),
         default: default!(s("layer")),
         accept: split_mode_ok,
@@ -443,9 +420,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "load_mode",
-        flags: &["-lm", "--load-mode"],
-        metavar: "auto|mmap|none|mlock|pin|dio",
-        help: "how the file is read (auto: none where the file takes at most half of the available memory, else mmap; none: into memory with huge pages; pin: host weights page-locked for a CUDA device, elsewhere as mmap; dio: O_DIRECT reads)",
         syntax: Syntax::Text(load_mode),
         default: default!(s("auto")),
         accept: load_mode_ok,
@@ -455,9 +429,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "main_gpu",
-        flags: &["-mg", "--main-gpu"],
-        metavar: "I",
-        help: "main device index (an index into the test's -dev set; -sm none puts every offloaded layer there)",
         syntax: Syntax::Ints {
             min: 0,
             max: i64::MAX,
@@ -470,9 +441,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "devices",
-        flags: &["-dev", "--device"],
-        metavar: "auto|none|SIM0|SIM0/SIM1|CUDA0",
-        help: "devices for offloaded weights, a '/'-separated set per test (auto and none: host only)",
         syntax: Syntax::Text(device),
         default: default!(s("auto")),
         accept: any,
@@ -482,9 +450,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "tensor_split",
-        flags: &["-ts", "--tensor-split"],
-        metavar: "TS0/TS1/..",
-        help: "split proportions across the test's -dev set, one per device (0: by free memory, else even; extra values ignored, missing ones 0)",
         syntax: Syntax::Text(tensor_split),
         default: default!(s("0.00")),
         accept: any,
@@ -494,9 +459,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "tensor_buft_overrides",
-        flags: &["-ot", "--override-tensor"],
-        metavar: "PATTERN=BACKEND;...",
-        help: "tensor placement rules: ';' between rules, ',' between tests",
         syntax: Syntax::Overrides,
         default: default!(s("none")),
         accept: any,
@@ -506,9 +468,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "no_host",
-        flags: &["--no-host"],
-        metavar: "0|1",
-        help: "bypass host buffers (only 0)",
         syntax: Syntax::Bools,
         default: default!(Value::Bool(false)),
         accept: |v| {
@@ -524,9 +483,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "embeddings",
-        flags: &["-embd", "--embeddings"],
-        metavar: "0|1",
-        help: "embeddings output (only 0)",
         syntax: Syntax::Bools,
         default: default!(Value::Bool(false)),
         accept: |v| only(v, &Value::Bool(false), "no embeddings output"),
@@ -536,9 +492,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "no_op_offload",
-        flags: &["-nopo", "--no-op-offload"],
-        metavar: "0|1",
-        help: "never run ops whose weights are in host memory on the device",
         syntax: Syntax::Bools,
         default: default!(Value::Bool(false)),
         accept: any,
@@ -548,9 +501,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "offload_min_batch",
-        flags: &["-nomb", "--offload-min-batch"],
-        metavar: "N",
-        help: "smallest batch for which the device runs an op whose weights are in host memory",
         syntax: Syntax::Ints {
             min: 1,
             max: i64::MAX,
@@ -563,9 +513,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "sim_profile",
-        flags: &["--sim-profile"],
-        metavar: "NAME|FILE",
-        help: "timing profile of a sim device's simulated clock (pcie4-x16, pcie5-x16, h200-pcie5, or a JSON file)",
         syntax: Syntax::Text(sim_profile),
         default: default!(s("pcie4-x16")),
         accept: any,
@@ -575,9 +522,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "sim_mem_mib",
-        flags: &["--sim-mem-mib"],
-        metavar: "N",
-        help: "memory capacity of a sim device in MiB (none = unlimited)",
         syntax: Syntax::Text(sim_mem_mib),
         default: default!(s("none")),
         accept: any,
@@ -587,9 +531,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "moe_cache_mib",
-        flags: &["--moe-cache-mib"],
-        metavar: "N|auto",
-        help: "device cache of host experts, MiB per device (0 = off, auto = the device's free memory)",
         syntax: Syntax::Text(moe_cache_mib),
         default: default!(s("auto")),
         accept: any,
@@ -599,9 +540,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "prefetch_experts_slots",
-        flags: &["--prefetch-experts-slots"],
-        metavar: "N",
-        help: "staging slots for the prefill prefetch of host expert tensors (-1 = auto, 0 = off)",
         syntax: Syntax::Ints {
             min: -1,
             max: i32::MAX as i64,
@@ -614,9 +552,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "prefetch_selective",
-        flags: &["--prefetch-selective"],
-        metavar: "0|1|2",
-        help: "with --prefetch-experts-slots -1 (auto): whether auto may prefetch the experts predicted through the next router on prompt ubatches (1, the default), chooses only between whole tensors and none (0), or always takes the selective prefetch where a layer has a guess (2, for measurements)",
         syntax: Syntax::Ints { min: 0, max: 2 },
         default: default!(Value::Int(1)),
         accept: any,
@@ -626,9 +561,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "moe_predict",
-        flags: &["--moe-predict"],
-        metavar: "0|1|2",
-        help: "decode prediction of the next cached layer's experts (1 = through the next router, 2 = from the routing history; needs the expert cache)",
         syntax: Syntax::Ints { min: 0, max: 2 },
         default: default!(Value::Int(0)),
         accept: any,
@@ -638,9 +570,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "moe_cache_policy",
-        flags: &["--moe-cache-policy"],
-        metavar: "NAME",
-        help: "eviction policy of the expert cache (lru, slru, lrfu, hlfu)",
         syntax: Syntax::Text(moe_cache_policy),
         default: default!(s("hlfu")),
         accept: any,
@@ -650,9 +579,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "moe_cache_max_batch",
-        flags: &["--moe-cache-max-batch"],
-        metavar: "N",
-        help: "largest ubatch that uses the expert cache",
         syntax: Syntax::Ints {
             min: 1,
             max: i64::MAX,
@@ -665,9 +591,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "moe_cache_cpu_share",
-        flags: &["--moe-cache-cpu-share"],
-        metavar: "auto|F",
-        help: "share of the cache's misses computed on the CPU: auto (cost model) or 0..1",
         syntax: Syntax::Text(moe_cache_cpu_share),
         default: default!(s("auto")),
         accept: any,
@@ -677,9 +600,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "moe_hybrid",
-        flags: &["--moe-hybrid"],
-        metavar: "on|off",
-        help: "hybrid experts (misses on the CPU or uploaded) on or off",
         syntax: Syntax::Text(moe_hybrid),
         default: default!(s("on")),
         accept: any,
@@ -689,9 +609,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "n_batch",
-        flags: &["-b", "--batch-size"],
-        metavar: "N",
-        help: "logical batch size",
         syntax: Syntax::Ints {
             min: 1,
             max: i64::MAX,
@@ -704,9 +621,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "n_ubatch",
-        flags: &["-ub", "--ubatch-size"],
-        metavar: "N",
-        help: "physical batch size",
         syntax: Syntax::Ints {
             min: 1,
             max: i64::MAX,
@@ -719,9 +633,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "type_k",
-        flags: &["-ctk", "--cache-type-k"],
-        metavar: "T",
-        help: "K cache type (f16, f32, bf16, q8_0, q4_0)",
         syntax: Syntax::Text(cache_type),
         default: default!(s("f16")),
         accept: cache_type_ok,
@@ -731,9 +642,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "type_v",
-        flags: &["-ctv", "--cache-type-v"],
-        metavar: "T",
-        help: "V cache type (f16, f32, bf16, q8_0, q4_0; a quantized V needs -fa 1 or auto)",
         syntax: Syntax::Text(cache_type),
         default: default!(s("f16")),
         accept: cache_type_ok,
@@ -743,9 +651,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "no_kv_offload",
-        flags: &["-nkvo", "--no-kv-offload"],
-        metavar: "0|1",
-        help: "keep the KV cache in host memory (only 0: each layer's cache is where the layer is)",
         syntax: Syntax::Bools,
         default: default!(Value::Bool(false)),
         accept: |v| {
@@ -761,9 +666,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "flash_attn",
-        flags: &["-fa", "--flash-attn"],
-        metavar: "on|off|auto",
-        help: "flash attention (auto: the mul_mat/soft_max path)",
         syntax: Syntax::Choice(FLASH_ATTN),
         default: default!(Value::Int(-1)),
         accept: any,
@@ -773,9 +675,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "n_threads",
-        flags: &["-t", "--threads"],
-        metavar: "N",
-        help: "CPU threads (default: the cores)",
         syntax: Syntax::Ints { min: 1, max: 4096 },
         default: threads_default,
         accept: any,
@@ -785,9 +684,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "cpu_mask",
-        flags: &["-C", "--cpu-mask"],
-        metavar: "HEX",
-        help: "CPU affinity mask (only 0x0: no pinning)",
         syntax: Syntax::Text(|s| Ok(s.to_string())),
         default: default!(s("0x0")),
         accept: |v| only(v, &s("0x0"), "threads are not pinned"),
@@ -797,9 +693,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "cpu_strict",
-        flags: &["--cpu-strict"],
-        metavar: "0|1",
-        help: "strict CPU placement (only 0)",
         syntax: Syntax::Bools,
         default: default!(Value::Bool(false)),
         accept: |v| only(v, &Value::Bool(false), "threads are not pinned"),
@@ -809,9 +702,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "n_depth",
-        flags: &["-d", "--n-depth"],
-        metavar: "N",
-        help: "tokens already in the KV cache before each test",
         syntax: Syntax::Ints {
             min: 0,
             max: i64::MAX,
@@ -824,9 +714,6 @@ pub static PARAMS: &[ParamSpec] = &[
     },
     ParamSpec {
         field: "poll",
-        flags: &["--poll"],
-        metavar: "0...100",
-        help: "thread polling level (only 50)",
         syntax: Syntax::Ints { min: 0, max: 100 },
         default: default!(Value::Int(50)),
         accept: |v| only(v, &Value::Int(50), "the worker pool has no polling level"),
@@ -847,9 +734,21 @@ pub fn index(field: &str) -> usize {
         .unwrap_or_else(|| panic!("no test parameter '{field}'"))
 }
 
+impl ParamSpec {
+    /// Its flag: the table's entry for its field.
+    ///
+    /// # Panics
+    /// When the table has none (a programming error, caught by the tests).
+    pub fn flag(&self) -> &'static Flag {
+        table::find(Tool::Bench, self.field)
+            .unwrap_or_else(|| panic!("no llama-bench flag '{}' in the flag table", self.field))
+    }
+}
+
 /// The spec with this flag.
 pub fn by_flag(flag: &str) -> Option<&'static ParamSpec> {
-    PARAMS.iter().find(|p| p.flags.contains(&flag))
+    let f = table::lookup(Tool::Bench, flag)?;
+    PARAMS.iter().find(|p| p.field == f.id)
 }
 
 /// Parse one command-line argument of `spec` into values.
@@ -917,7 +816,7 @@ mod tests {
     fn fields_and_flags_are_unique() {
         for (i, p) in PARAMS.iter().enumerate() {
             assert_eq!(index(p.field), i);
-            for f in p.flags {
+            for f in p.flag().names {
                 assert_eq!(by_flag(f).map(|q| q.field), Some(p.field), "{f}");
             }
             // defaults pass their own checks

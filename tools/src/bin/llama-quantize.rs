@@ -5,11 +5,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use common::cli;
+use common::flags::{self, Tool};
 use tools::quantize::cli::{run, Args, TOOL};
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = flags::parse_or_exit(Tool::Quantize);
     cli::main_wrapper(TOOL, || run(args))
 }

@@ -4,23 +4,21 @@
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
 use common::cli;
+use common::flags::{self, ParseError, Tool};
 use tools::run::{Args, TOOL};
 
 fn main() -> ExitCode {
     let stderr_guard = common::signals::protect_stderr();
     common::signals::install_sigint();
-    let argv = match common::args::normalize(&Args::command(), std::env::args_os()) {
-        Ok(v) => v,
-        Err(e) => {
+    let args = match flags::parse_from::<Args>(Tool::Run, std::env::args_os(), &flags::process_env)
+    {
+        Ok(a) => a,
+        Err(ParseError::Flag(e)) => {
             eprintln!("{TOOL}: error: {e}");
             return ExitCode::FAILURE;
         }
-    };
-    let args = match Args::try_parse_from(argv) {
-        Ok(a) => a,
-        Err(e) => {
+        Err(ParseError::Clap(e)) => {
             // print (usage errors, --help, --version) and let the stderr
             // forwarder drain before exiting
             let _ = e.print();

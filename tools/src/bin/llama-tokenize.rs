@@ -3,11 +3,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use common::cli;
+use common::flags::{self, Tool};
 use tools::tokenize::{run, Args, TOOL};
 
 fn main() -> ExitCode {
-    let args = Args::parse_from(cli::normalize_args(std::env::args_os()));
+    let args: Args = flags::parse_or_exit(Tool::Tokenize);
     cli::main_wrapper(TOOL, || run(&args))
 }

@@ -24,7 +24,8 @@ use llama::moe_cache::{PolicyKind, Trace, TraceHeader, DEFAULT_MAX_BATCH};
 
 use sweep::{Row, SweepPolicy};
 
-/// The tool's flags.
+/// The tool's flags: the trace argument, and flags declared by the entries
+/// of [`common::flags::table`] named as their fields.
 #[derive(Parser, Debug)]
 #[command(
     name = "llama-moe-cache",
@@ -36,107 +37,83 @@ pub struct Args {
     /// (none with --import-jsonl or --synth-trace)
     #[arg(required_unless_present_any = ["import_jsonl", "synth_trace"], conflicts_with_all = ["import_jsonl", "synth_trace"])]
     pub trace: Option<PathBuf>,
-    /// convert a JSONL routing trace (one {"layer", "token_pos", "experts"}
-    /// object a line, optional "seq" / "problem_id") for the model of -m
-    #[arg(
-        long = "import-jsonl",
-        value_name = "IN.jsonl",
-        requires = "model",
-        conflicts_with = "synth_trace"
-    )]
+    /// `--import-jsonl`.
+    #[arg(long, requires = "model", conflicts_with = "synth_trace")]
     pub import_jsonl: Option<PathBuf>,
-    /// generate a synthetic trace for the shape of -m's model: random, zipf
-    /// or topic (trained-like)
-    #[arg(long = "synth-trace", value_name = "KIND", requires = "model", value_parser = parse_kind)]
+    /// `--synth-trace`.
+    #[arg(long, requires = "model", value_parser = parse_kind)]
     pub synth_trace: Option<SynthKind>,
-    /// tokens of the synthetic trace
-    #[arg(
-        long = "tokens",
-        value_name = "N",
-        default_value_t = 4000,
-        requires = "synth_trace"
-    )]
+    /// `--tokens`.
+    #[arg(long, requires = "synth_trace")]
     pub tokens: usize,
-    /// write the imported or synthetic trace to this file
-    #[arg(long = "trace-out", value_name = "OUT.trace")]
+    /// `--trace-out`.
+    #[arg(long)]
     pub trace_out: Option<PathBuf>,
-    /// only write the imported or synthetic trace (no replay)
-    #[arg(long = "no-replay")]
+    /// `--no-replay`.
+    #[arg(long)]
     pub no_replay: bool,
-    /// seed of the synthetic trace
-    #[arg(
-        long = "seed",
-        value_name = "N",
-        default_value_t = 1,
-        requires = "synth_trace"
-    )]
+    /// `--seed`.
+    #[arg(long, requires = "synth_trace")]
     pub seed: u64,
-    /// Zipf exponent of each layer's expert popularity (zipf, topic)
-    #[arg(long = "zipf-s", value_name = "S", requires = "synth_trace")]
+    /// `--zipf-s`.
+    #[arg(long, requires = "synth_trace")]
     pub zipf_s: Option<f64>,
-    /// mean tokens of a topic (topic)
-    #[arg(long = "topic-len", value_name = "N", requires = "synth_trace")]
+    /// `--topic-len`.
+    #[arg(long, requires = "synth_trace")]
     pub topic_len: Option<f64>,
-    /// experts of a topic's working set per layer, 0 = 3 x n_used (topic)
-    #[arg(long = "topic-experts", value_name = "N", requires = "synth_trace")]
+    /// `--topic-experts`.
+    #[arg(long, requires = "synth_trace")]
     pub topic_experts: Option<u32>,
-    /// probability a pick repeats one of the previous token's (topic)
-    #[arg(long = "p-repeat", value_name = "P", requires = "synth_trace")]
+    /// `--p-repeat`.
+    #[arg(long, requires = "synth_trace")]
     pub p_repeat: Option<f64>,
-    /// probability a pick follows the previous layer's picks (topic)
-    #[arg(long = "p-layer", value_name = "P", requires = "synth_trace")]
+    /// `--p-layer`.
+    #[arg(long, requires = "synth_trace")]
     pub p_layer: Option<f64>,
-    /// probability a pick comes from the layer's whole popularity (topic)
-    #[arg(long = "p-global", value_name = "P", requires = "synth_trace")]
+    /// `--p-global`.
+    #[arg(long, requires = "synth_trace")]
     pub p_global: Option<f64>,
-    /// cache sizes in slots per group, comma-separated (default: n_used to
-    /// n_expert slots per layer)
-    #[arg(long = "sizes", value_name = "N,..", value_parser = parse_slots, conflicts_with = "mib")]
+    /// `--sizes`.
+    #[arg(long, value_parser = parse_slots, conflicts_with = "mib")]
     pub sizes: Option<List<u32>>,
-    /// cache sizes as --moe-cache-mib budgets, comma-separated
-    #[arg(long = "mib", value_name = "MIB,..", value_parser = parse_mib)]
+    /// `--mib`.
+    #[arg(long, value_parser = parse_mib)]
     pub mib: Option<List<f64>>,
-    /// policies to replay, comma-separated (Belady always runs)
-    #[arg(long = "policies", value_name = "P,..", value_parser = parse_policies)]
+    /// `--policies`.
+    #[arg(long, value_parser = parse_policies)]
     pub policies: Option<List<PolicyKind>>,
-    /// largest ubatch that uses the cache (--moe-cache-max-batch)
-    #[arg(long = "max-batch", value_name = "N", default_value_t = DEFAULT_MAX_BATCH)]
+    /// `--max-batch`.
+    #[arg(long)]
     pub max_batch: usize,
-    /// print one JSON array instead of the table (with --predict, an object:
-    /// {"sweep": [..], "predict": [..]})
-    #[arg(long = "json")]
+    /// `--json`.
+    #[arg(long)]
     pub json: bool,
-    /// draw hit rate against size to this SVG file
-    #[arg(long = "plot", value_name = "FILE.svg")]
+    /// `--plot`.
+    #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// also replay the history predictor of --moe-predict history on the
-    /// trace, in front of the cache at each size with the first of
-    /// --policies (default hlfu): recall, precision, early uploads, hit rate
-    /// with and without it
-    #[arg(long = "predict")]
+    /// `--predict`.
+    #[arg(long)]
     pub predict: bool,
-    /// the history predictor's decay of its recency average (0..=1)
-    #[arg(long = "predict-decay", value_name = "D", requires = "predict")]
+    /// `--predict-decay`.
+    #[arg(long, requires = "predict")]
     pub predict_decay: Option<f32>,
-    /// the history predictor's weight of the transitions from the layer
-    /// before (0..=1)
-    #[arg(long = "predict-layer-weight", value_name = "W", requires = "predict")]
+    /// `--predict-layer-weight`.
+    #[arg(long, requires = "predict")]
     pub predict_layer_weight: Option<f32>,
-    /// the least score (about the chance of use) of a guessed expert not in
-    /// the cache for the history predictor to upload it early (0..=1)
-    #[arg(long = "predict-min-score", value_name = "S", requires = "predict")]
+    /// `--predict-min-score`.
+    #[arg(long, requires = "predict")]
     pub predict_min_score: Option<f32>,
-    /// print the flags to use on a device of --vram-mib MiB
-    #[arg(long = "advise", requires = "vram_mib")]
+    /// `--advise`.
+    #[arg(long, requires = "vram_mib")]
     pub advise: bool,
-    /// device memory available for the cache (MiB), with --advise
-    #[arg(long = "vram-mib", value_name = "N")]
+    /// `--vram-mib`.
+    #[arg(long)]
     pub vram_mib: Option<f64>,
-    /// host-to-device link speed in GB/s, with --advise
-    #[arg(long = "link-gbps", value_name = "G", default_value_t = 25.0)]
+    /// `--link-gbps`.
+    #[arg(long)]
     pub link_gbps: f64,
-    /// the model the trace should come from (refused when shapes differ)
-    #[arg(short = 'm', long = "model", value_name = "FNAME")]
+    /// `--model`.
+    #[arg(long)]
     pub model: Option<PathBuf>,
 }
 

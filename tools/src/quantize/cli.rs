@@ -35,13 +35,12 @@ Example:\n  llama-quantize model-f16.gguf model-Q4_K_M.gguf Q4_K_M",
     about = "Quantize a GGUF model (llama.cpp's llama-quantize): each matrix gets the type the mix chooses for it; norms, biases and the expert router keep their type.",
     after_help = mixes_help()
 )]
-/// `llama-quantize`'s flags.
+/// `llama-quantize`'s flags (each declared by the entry of
+/// [`common::flags::table`] named as its field) and its three arguments.
 pub struct Args {
-    /// allow re-quantizing tensors that are already quantized (loses quality)
-    #[arg(long = "allow-requantize")]
+    #[arg(long)]
     pub(crate) allow_requantize: bool,
-    /// every matrix to TYPE's base type, without the mix's per-tensor choices
-    #[arg(long = "pure")]
+    #[arg(long)]
     pub(crate) pure: bool,
     /// input GGUF model
     pub(crate) input: PathBuf,

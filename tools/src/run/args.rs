@@ -9,55 +9,40 @@ use ggml_core::GgmlType;
 /// The KV cache types llama.cpp's `-ctk` / `-ctv` take that exist here.
 pub const KV_TYPES: &[&str] = &["f16", "f32", "bf16", "q8_0", "q4_0"];
 
-/// More of llama.cpp's `llama-cli` flags.
+/// More of llama.cpp's `llama-cli` flags (each declared by its entry in
+/// [`common::flags::table`]).
 #[derive(Args, Debug, Clone, Default)]
 pub struct RunExtraArgs {
-    /// [-tb] threads for prompt batches (-1 = as -t); one-token decodes
-    /// run on -t threads, as llama.cpp's --threads-batch
-    #[arg(
-        long = "threads-batch",
-        value_name = "N",
-        allow_negative_numbers = true
-    )]
+    /// `-tb`: threads of prompt batches (-1: as `-t`).
+    #[arg(long)]
     pub threads_batch: Option<i64>,
 
-    /// [-ctk] KV cache type for K: f16 (default), f32, bf16, q8_0, q4_0
-    #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16")]
+    /// `-ctk`: the K cache type.
+    #[arg(long)]
     pub cache_type_k: String,
 
-    /// [-ctv] KV cache type for V: f16 (default), f32, bf16, q8_0, q4_0
-    /// (a quantized V needs -fa)
-    #[arg(long = "cache-type-v", value_name = "TYPE", default_value = "f16")]
+    /// `-ctv`: the V cache type.
+    #[arg(long)]
     pub cache_type_v: String,
 
-    /// never stop at an end-of-generation token (they are not sampled)
-    #[arg(long = "ignore-eos")]
+    /// `--ignore-eos`: never stop at an end-of-generation token.
+    #[arg(long)]
     pub ignore_eos: bool,
 
-    /// [-r] stop when the generated text ends with PROMPT; may be repeated
-    #[arg(short = 'r', long = "reverse-prompt", value_name = "PROMPT")]
+    /// `-r`: stop where the text ends with one of these.
+    #[arg(long)]
     pub reverse_prompt: Vec<String>,
 
-    /// repeat alpha presence penalty (0.0 = disabled)
-    #[arg(
-        long = "presence-penalty",
-        value_name = "N",
-        default_value_t = 0.0,
-        allow_negative_numbers = true
-    )]
+    /// `--presence-penalty`.
+    #[arg(long)]
     pub presence_penalty: f32,
 
-    /// repeat alpha frequency penalty (0.0 = disabled)
-    #[arg(
-        long = "frequency-penalty",
-        value_name = "N",
-        default_value_t = 0.0,
-        allow_negative_numbers = true
-    )]
+    /// `--frequency-penalty`.
+    #[arg(long)]
     pub frequency_penalty: f32,
 
-    /// print the available devices and exit
-    #[arg(long = "list-devices")]
+    /// `--list-devices`: print the devices and exit.
+    #[arg(long)]
     pub list_devices: bool,
 }
 

@@ -11,7 +11,9 @@ use common::cli::{BatchArgs, MoeCacheArgs, PlacementArgs};
 
 use super::args::RunExtraArgs;
 
-/// `llama-run`'s flags.
+/// `llama-run`'s flags: each field is the flag whose entry in
+/// [`common::flags::table`] has the field's name as its id (spellings,
+/// help, default, parser); [`common::flags::parse_from`] parses them.
 #[derive(Parser, Debug)]
 #[command(
     name = "llama-run",
@@ -23,91 +25,46 @@ Without -m, runs the embedded default model (generated into $GGML_RS_CACHE, $XDG
 Examples:\n  llama-run -m Qwen3-30B-A3B-Q4_K_M.gguf -p \"Hello\" -n 64 --device CUDA0 -ngl 99 --cpu-moe\n  llama-run --device SIM0 --cpu-moe -n 32\n  llama-run --synth big.gguf --layers 2 --experts 128 --used 8 --embd 2048 --ff 768 --heads 32 --heads-kv 4 --type Q4_K"
 )]
 pub struct Args {
-    /// model path (GGUF); default: the embedded synthetic model
-    #[arg(short = 'm', long = "model", value_name = "FNAME")]
+    #[arg(long)]
     pub(crate) model: Option<PathBuf>,
 
-    /// prompt to start generation with (escapes such as \n are processed
-    /// unless --no-escape) [default: "Once upon a time"]
-    #[arg(
-        short = 'p',
-        long = "prompt",
-        value_name = "PROMPT",
-        conflicts_with = "file"
-    )]
+    #[arg(long, conflicts_with = "file")]
     pub(crate) prompt: Option<String>,
 
-    /// a file containing the prompt (taken byte for byte)
-    #[arg(short = 'f', long = "file", value_name = "FNAME")]
+    #[arg(long)]
     pub(crate) file: Option<PathBuf>,
 
-    /// number of tokens to predict (-1 = until end of generation or a full context)
-    #[arg(
-        short = 'n',
-        long = "n-predict",
-        value_name = "N",
-        default_value_t = 128,
-        allow_negative_numbers = true
-    )]
+    #[arg(long)]
     pub(crate) n_predict: i64,
 
-    /// number of CPU threads (default and -1: all cores)
-    #[arg(
-        short = 't',
-        long = "threads",
-        value_name = "N",
-        allow_negative_numbers = true
-    )]
+    #[arg(long)]
     pub(crate) threads: Option<i64>,
 
-    /// size of the prompt context (0 = from the model)
-    #[arg(
-        short = 'c',
-        long = "ctx-size",
-        value_name = "N",
-        default_value_t = 4096
-    )]
+    #[arg(long)]
     pub(crate) ctx_size: usize,
 
     #[command(flatten)]
     pub(crate) batch: BatchArgs,
 
-    /// RNG seed (-1 = random)
-    #[arg(short = 's', long = "seed", value_name = "SEED", default_value_t = -1, allow_negative_numbers = true)]
+    #[arg(long)]
     pub(crate) seed: i64,
 
-    /// temperature (0 = greedy)
-    #[arg(long = "temp", value_name = "N", default_value_t = 0.8)]
+    #[arg(long)]
     pub(crate) temp: f32,
 
-    /// top-k sampling (0 = disabled)
-    #[arg(
-        long = "top-k",
-        value_name = "N",
-        default_value_t = 40,
-        allow_negative_numbers = true
-    )]
+    #[arg(long)]
     pub(crate) top_k: i32,
 
-    /// top-p sampling (1.0 = disabled)
-    #[arg(long = "top-p", value_name = "N", default_value_t = 0.95)]
+    #[arg(long)]
     pub(crate) top_p: f32,
 
-    /// min-p sampling (0.0 = disabled)
-    #[arg(long = "min-p", value_name = "N", default_value_t = 0.05)]
+    #[arg(long)]
     pub(crate) min_p: f32,
 
-    /// penalize repeated sequences of tokens (1.0 = disabled)
-    #[arg(long = "repeat-penalty", value_name = "N", default_value_t = 1.0)]
+    #[arg(long)]
     pub(crate) repeat_penalty: f32,
 
-    /// last n tokens to consider for the repeat penalty (0 = disabled, -1 = context size)
-    #[arg(
-        long = "repeat-last-n",
-        value_name = "N",
-        default_value_t = 64,
-        allow_negative_numbers = true
-    )]
+    #[arg(long)]
     pub(crate) repeat_last_n: i64,
 
     #[command(flatten)]
@@ -131,104 +88,70 @@ pub struct Args {
     #[command(flatten)]
     pub(crate) spec: common::args::speculative::SpecArgs,
 
-    /// do not process escapes in -p (\n, \t, \\, ...)
-    #[arg(long = "no-escape")]
+    #[arg(long)]
     pub(crate) no_escape: bool,
 
-    /// do not print the prompt before the generated text
-    #[arg(long = "no-display-prompt")]
+    #[arg(long)]
     pub(crate) no_display_prompt: bool,
 
-    /// also print the placement of every tensor and the scheduler's plan
-    #[arg(short = 'v', long = "verbose")]
+    #[arg(long)]
     pub(crate) verbose: bool,
 
-    /// write float32 LE logits: every prompt position, then one row after
-    /// each generated token is fed
-    #[arg(long = "logits-out", value_name = "FILE")]
+    #[arg(long)]
     pub(crate) logits_out: Option<PathBuf>,
 
-    /// write int32 LE token ids: the prompt's, then the generated ones
-    #[arg(long = "tokens-out", value_name = "FILE")]
+    #[arg(long)]
     pub(crate) tokens_out: Option<PathBuf>,
 
-    /// write every op, copy and wait of the run as a Chrome trace (open in
-    /// Perfetto; see docs/timeline.md): from the simulated clock on a sim
-    /// device, from CUDA events (wall-clock) on a CUDA device
-    #[arg(long = "timeline-out", value_name = "FILE.json")]
+    #[arg(long)]
     pub(crate) timeline_out: Option<PathBuf>,
 
-    /// write the routing trace (every ubatch's expert ids per MoE layer) for
-    /// llama-moe-cache (see docs/moe-cache-tuning.md)
-    #[arg(long = "expert-trace-out", value_name = "FILE")]
+    #[arg(long)]
     pub(crate) expert_trace_out: Option<PathBuf>,
 
-    /// forced routing: every MoE layer uses this trace's expert ids instead
-    /// of its router's (token i takes trace token i, wrapping; weights stay
-    /// the router's); for measuring the offload path: the text is not the
-    /// model's
-    #[arg(long = "expert-trace-in", value_name = "FILE")]
+    #[arg(long)]
     pub(crate) expert_trace_in: Option<PathBuf>,
 
-    /// write the summary as one JSON object
-    #[arg(long = "stats-out", value_name = "FILE")]
+    #[arg(long)]
     pub(crate) stats_out: Option<PathBuf>,
 
-    /// write a synthetic model to OUT.gguf and exit (see the synthesis options)
-    #[arg(long = "synth", value_name = "OUT.gguf", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) synth: Option<PathBuf>,
 
-    /// architecture of the synthetic model: qwen3moe, or deepseek2 /
-    /// gpt-oss with DeepSeek-V3's / GPT-OSS-120B's layer shapes (2 layers)
-    /// where the flags below are not given
-    #[arg(long = "arch", default_value = "qwen3moe", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) arch: String,
 
-    /// decoder layers [default: 4; deepseek2, gpt-oss: 2]
-    #[arg(long = "layers", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) layers: Option<usize>,
 
-    /// experts per layer [default: 16; deepseek2: 256, gpt-oss: 128]
-    #[arg(long = "experts", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) experts: Option<usize>,
 
-    /// experts used per token [default: 4; deepseek2: 8, gpt-oss: 4]
-    #[arg(long = "used", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) used: Option<usize>,
 
-    /// embedding width [default: 256; deepseek2: 7168, gpt-oss: 2880]
-    #[arg(long = "embd", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) embd: Option<usize>,
 
-    /// width of one expert's FFN [default: 256; deepseek2: 2048, gpt-oss: 2880]
-    #[arg(long = "ff", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) ff: Option<usize>,
 
-    /// attention heads (default: embd / head-dim; deepseek2: 128, gpt-oss: 64)
-    #[arg(long = "heads", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) heads: Option<usize>,
 
-    /// key/value heads (default: heads / 4 when divisible, else heads;
-    /// gpt-oss: 8; deepseek2 always caches one latent head)
-    #[arg(long = "heads-kv", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) heads_kv: Option<usize>,
 
-    /// head dimension (default: 128, or embd / 4 below 512; gpt-oss: 64;
-    /// deepseek2: 128, which sets its MLA widths in DeepSeek-V3's ratios)
-    #[arg(long = "head-dim", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) head_dim: Option<usize>,
 
-    /// vocabulary size (default: the ~520-token byte-level BPE vocabulary;
-    /// larger sizes pad it, e.g. 151936 for Qwen3's output-head cost)
-    #[arg(long = "vocab", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) vocab: Option<usize>,
 
-    /// type of the weight matrices (norms and the router stay F32)
-    #[arg(long = "type", default_value = "F16", help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) ty: String,
 
-    /// seed of the synthetic weights
-    #[arg(long = "synth-seed", default_value_t = 42, help_heading = "Synthesis")]
+    #[arg(long, help_heading = "Synthesis")]
     pub(crate) synth_seed: u64,
 }
 

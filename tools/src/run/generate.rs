@@ -42,10 +42,8 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     // -fa auto turns flash attention on where a quantized V cache needs
     // it or the CUDA device runs it (llama.cpp resolves auto to on where
     // the backend has it: llama::device::flash_attn_auto)
-    let fa_auto = a.batch.flash_attn == "auto";
-    let (kv_type, kv_type_v) = a
-        .extra
-        .kv_types(fa_auto || matches!(a.batch.flash_attn.as_str(), "on" | "1"))?;
+    let fa_auto = a.batch.flash_attn == common::flags::FlashAttn::Auto;
+    let (kv_type, kv_type_v) = a.extra.kv_types(fa_auto || a.batch.flash_attn.is_on())?;
     // Open every output file before the long work, so a bad path fails fast.
     let mut logits_out = OutFile::create(&a.logits_out)?;
     let mut tokens_out = OutFile::create(&a.tokens_out)?;
@@ -161,7 +159,9 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         .map(|c| SimRun::start(c, a.timeline_out.is_some()));
     // without a simulated clock, a device that records CUDA events
     let event_timeline = match (&a.timeline_out, &sim, &model.device) {
-        (Some(_), None, Some(d)) if d.set_event_timeline(true) => Some(d.clone()),
+        (Some(_), None, Some(d)) if d.diagnostics().is_some_and(|x| x.set_event_timeline(true)) => {
+            Some(d.clone())
+        }
         (Some(_), None, _) => bail!(
             "--timeline-out: needs a simulated device (--device SIM0) or a CUDA device (its events)"
         ),
@@ -436,7 +436,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         r.write_timeline(p)?;
     }
     s.spec = spec.as_ref().map(|(sd, _)| {
-        common::spec_summary::SpecSummary::of(sd.stats(), a.spec.n_max, sd.draft_decodes())
+        common::spec_summary::SpecSummary::of(sd.stats(), a.spec.draft_n_max, sd.draft_decodes())
     });
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     s.set_moe(&ctx.moe_stats());

@@ -35,7 +35,9 @@ pub const DEFAULT_PROMPT: &str = "Once upon a time";
 pub fn main(a: &Args) -> Result<()> {
     match &a.synth {
         Some(out) => synthesize::synthesize(a, out),
-        None if a.extra.list_devices => common::devices::print_devices(&a.placement),
+        None if a.extra.list_devices => {
+            common::devices::print_devices(&a.placement.rpc_devices(1)?)
+        }
         None if a.chat.chat_render.is_some() => {
             common::chat::render_mode(&a.chat, a.model.as_deref())
         }

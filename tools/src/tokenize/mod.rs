@@ -21,60 +21,43 @@ pub const TOOL: &str = "llama-tokenize";
     version,
     about = "Tokenize a text with a GGUF model's vocabulary (llama.cpp's llama-tokenize)."
 )]
-/// `llama-tokenize`'s flags.
+/// `llama-tokenize`'s flags, each declared by the entry of
+/// [`common::flags::table`] named as its field.
 pub struct Args {
-    /// model or vocabulary-only GGUF file
-    #[arg(short = 'm', long = "model", value_name = "FNAME")]
+    #[arg(long)]
     pub(crate) model: PathBuf,
 
-    /// text to tokenize (escapes such as \n are processed unless --no-escape)
-    #[arg(short = 'p', long = "prompt", value_name = "TEXT", conflicts_with_all = ["file", "stdin"])]
+    #[arg(long, conflicts_with_all = ["file", "stdin"])]
     pub(crate) prompt: Option<String>,
 
-    /// file whose content is tokenized, byte for byte
-    #[arg(
-        short = 'f',
-        long = "file",
-        value_name = "FNAME",
-        conflicts_with = "stdin"
-    )]
+    #[arg(long, conflicts_with = "stdin")]
     pub(crate) file: Option<PathBuf>,
 
-    /// read the text from standard input
-    #[arg(long = "stdin")]
+    #[arg(long)]
     pub(crate) stdin: bool,
 
-    /// print only the ids, as one list: [1, 2, 3]
-    #[arg(long = "ids")]
+    #[arg(long)]
     pub(crate) ids: bool,
 
-    /// do not add BOS (or EOS) even if the vocabulary asks for it
-    /// (add_special = false)
-    #[arg(long = "no-bos", conflicts_with = "add_special")]
+    #[arg(long, conflicts_with = "add_special")]
     pub(crate) no_bos: bool,
 
-    /// add BOS/EOS as the vocabulary asks (the default)
-    #[arg(long = "add-special")]
+    #[arg(long)]
     pub(crate) add_special: bool,
 
-    /// turn control-token text such as <|im_start|> into those tokens (the default)
-    #[arg(long = "parse-special", conflicts_with = "no_parse_special")]
+    #[arg(long, conflicts_with = "no_parse_special")]
     pub(crate) parse_special: bool,
 
-    /// tokenize control-token text as plain text
-    #[arg(long = "no-parse-special")]
+    #[arg(long)]
     pub(crate) no_parse_special: bool,
 
-    /// do not process escapes in -p (\n, \t, \\, ...)
-    #[arg(long = "no-escape")]
+    #[arg(long)]
     pub(crate) no_escape: bool,
 
-    /// print the number of tokens at the end
-    #[arg(long = "show-count")]
+    #[arg(long)]
     pub(crate) show_count: bool,
 
-    /// accepted for llama.cpp compatibility (nothing is logged anyway)
-    #[arg(long = "log-disable", hide = true)]
+    #[arg(long)]
     pub(crate) log_disable: bool,
 }
 

@@ -40,9 +40,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use ggml_core::{Graph, Stream, TensorId};
+use ggml_core::{Graph, Stream, TensorId, WaitKind};
 use ggml_sched::{HookError, PrefetchCtx};
 
+use crate::diagnostics;
 use crate::expert_copy::ids;
 use crate::moe_cache::cache::shared::CacheShared;
 use crate::moe_cache::policy::Key;
@@ -375,11 +376,7 @@ impl PredictShared {
         } else {
             cx.stream()
         };
-        if self.mode == MoePredict::History
-            && stream != Stream::Compute
-            && !acc.misses.is_empty()
-            && !be.planted_drop_wait("slot")
-        {
+        if self.mode == MoePredict::History && stream != Stream::Compute && !acc.misses.is_empty() {
             // an evicted slot may belong to a layer an earlier split reads:
             // the uploads wait for the compute queued so far (the router's
             // guess was read after it, on the readback stream, and the
@@ -389,7 +386,7 @@ impl PredictShared {
             // practice. This is a slot-reuse wait: the `slot` planted bug
             // drops it.
             let ev = be.record_event_on(Stream::Compute)?;
-            be.wait_event_on(stream, &ev)?;
+            be.wait_event_for(stream, &ev, WaitKind::Slot)?;
         }
         let upload = || -> Result<(), HookError> {
             for run in crate::moe_cache::cache::bank::upload_runs(&acc.misses) {
@@ -398,7 +395,7 @@ impl PredictShared {
                     let len = run.n as usize * eb;
                     let h = &lc.host[r];
                     let off = h.offset + run.expert as usize * eb;
-                    be.set_label(&format!("predict layer {layer} role {r}"));
+                    diagnostics::label(be, &format!("predict layer {layer} role {r}"));
                     match h.buffer.base_ptr() {
                         Some(p) => {
                             ggml_core::backend::check_range(
@@ -465,9 +462,7 @@ fn read_router_guess(
     }
     let mut raw = vec![0u8; len];
     cx.backend().read_after_compute(&pd, 0, &mut raw)?;
-    if let Some(c) = cx.backend().pipeline_counters() {
-        c.add_id_read();
-    }
+    diagnostics::count_id_read(cx.backend());
     let what = pred_name(layer as usize);
     let mut experts: Vec<u32> = Vec::with_capacity(raw.len() / 4);
     for (i, id) in ids::decode_i32(&raw).into_iter().enumerate() {

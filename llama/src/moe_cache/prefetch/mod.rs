@@ -61,6 +61,7 @@ use std::sync::Arc;
 use ggml_core::{Backend, BufferUsage, Graph, Op, TensorData, TensorId};
 use ggml_sched::{HookCtx, HookError, PrefetchCtx};
 
+use crate::diagnostics;
 use crate::error::{LlamaError, Result};
 use crate::model::Model;
 
@@ -742,6 +743,7 @@ impl Staging {
         let Some(raw) = cx.read_computed(pred)? else {
             return Ok(Some(None));
         };
+        diagnostics::count_id_read(cx.backend());
         let m = id_mask(&raw, n_expert, &name).map_err(HookError::msg)?;
         self.guesses.insert(layer, m.clone());
         Ok(Some(Some(m)))
