@@ -249,4 +249,27 @@ mod tests {
             .draft_placement(&target)
             .is_err());
     }
+
+    #[test]
+    fn llama_cpp_variables_set_them_and_the_server_refuses_md() {
+        let env = |v: &str| match v {
+            "LLAMA_ARG_SPEC_DRAFT_MODEL" => Some("d.gguf".into()),
+            "LLAMA_ARG_SPEC_DRAFT_N_MAX" => Some("6".into()),
+            "LLAMA_ARG_N_GPU_LAYERS_DRAFT" => Some("all".into()),
+            _ => None,
+        };
+        let args = ["t", "--draft-max", "7"].map(std::ffi::OsString::from);
+        let s = parse_from::<T>(Tool::Run, args, &env).unwrap().s;
+        assert_eq!(s.model_draft.as_deref(), Some("d.gguf".as_ref()));
+        assert_eq!(s.draft_n_max, 7, "the command line wins");
+        assert_eq!(s.ngl_draft.as_deref(), Some("all"));
+        let args = ["t", "-md", "d.gguf"].map(std::ffi::OsString::from);
+        let e = parse_from::<T>(Tool::Server, args, &|_| None)
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("-md: not supported: speculative decoding is not implemented in this tool (llama-run has it)")
+        );
+    }
 }
