@@ -38,6 +38,7 @@ pub mod progress;
 pub mod rpc_summary;
 pub mod signals;
 pub mod simtime;
+pub mod spec_summary;
 pub mod stream;
 pub mod summary;
 pub mod tok;

@@ -94,6 +94,17 @@ impl SimRun {
 }
 
 impl SimReport {
+    /// Add `ns` of simulated time spent on another device between the
+    /// generation's decodes (a draft model's), over `gen_tokens` tokens.
+    pub fn add_serial_gen_ns(&mut self, ns: u64, gen_tokens: usize) {
+        self.sim_gen_s += ns as f64 / 1e9;
+        self.sim_gen_tps = if self.sim_gen_s > 0.0 {
+            gen_tokens as f64 / self.sim_gen_s
+        } else {
+            0.0
+        };
+    }
+
     /// The summary's lines, labelled simulated.
     pub fn to_text(&self) -> String {
         let hidden = if self.sim_link_busy_s > 0.0 {

@@ -115,6 +115,10 @@ pub struct RunSummary {
     /// RPC worker's.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub rpc: Option<crate::rpc_summary::RpcSummary>,
+    /// Speculative decoding's figures (`spec_*` keys), when the run
+    /// speculates.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<crate::spec_summary::SpecSummary>,
     /// CPU threads the prompt's ubatches ran on (`-tb`; as `-t` without
     /// it), as the CPU backend reports them.
     pub n_threads_batch: usize,
@@ -235,6 +239,9 @@ impl RunSummary {
         t.push_str(&self.pipeline.to_text(&self.device));
         if let Some(r) = &self.rpc {
             t.push_str(&r.to_text(&self.device));
+        }
+        if let Some(sp) = &self.spec {
+            t.push_str(&sp.to_text());
         }
         if self.devices.len() > 1 {
             for d in &self.devices {

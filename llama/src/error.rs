@@ -42,6 +42,9 @@ pub enum LlamaError {
     /// The batch does not fit in the context.
     #[error("context full: {0}")]
     ContextFull(String),
+    /// Speculative decoding cannot run (an incompatible draft model).
+    #[error("speculative decoding: {0}")]
+    Speculative(String),
     /// Tokenizer failure.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

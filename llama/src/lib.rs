@@ -39,6 +39,7 @@ pub mod moe_cache;
 pub mod moe_runtime;
 pub mod placement;
 pub mod sampling;
+pub mod speculative;
 pub mod tokenizer;
 pub mod transfer_stats;
 

@@ -1,6 +1,7 @@
 //! Flag groups that tools flatten into their clap structs, beside the
 //! ones of [`crate::cli`] (placement, batch, expert cache): the prefetch
-//! flags. Their spellings, help and parsers are the entries of
-//! [`crate::flags::table`].
+//! flags and the speculative decoding flags. Their spellings, help and
+//! parsers are the entries of [`crate::flags::table`].
 
 pub mod prefetch;
+pub mod speculative;

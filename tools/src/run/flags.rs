@@ -85,6 +85,9 @@ pub struct Args {
     #[command(flatten)]
     pub(crate) extra: RunExtraArgs,
 
+    #[command(flatten)]
+    pub(crate) spec: common::args::speculative::SpecArgs,
+
     #[arg(long)]
     pub(crate) no_escape: bool,
 
@@ -189,5 +192,6 @@ pub(crate) fn check_args(a: &Args) -> Result<()> {
     a.moe_cache.params(&a.placement)?;
     a.moe_cache.hybrid()?;
     a.placement.sim_mem_bytes()?;
+    a.spec.source()?;
     Ok(())
 }

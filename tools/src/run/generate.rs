@@ -57,17 +57,20 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         default_run,
     } = run_placement(a);
     let mut moe_cache = a.moe_cache.clone();
-    common::fit::apply(
+    let fit_ctx = common::fit::FitContext {
+        n_ctx: a.ctx_size,
+        n_ubatch: a.batch.ubatch_size.min(a.batch.batch_size),
+        type_k: kv_type,
+        type_v: kv_type_v,
+        prefetch_slots: a.prefetch.slots()?,
+    };
+    // the draft's placement follows the flags as given (before the plan)
+    let spec_placement = placement.clone();
+    let fit_plan = common::fit::apply(
         TOOL,
         &a.fit,
         a.model.as_deref(),
-        &common::fit::FitContext {
-            n_ctx: a.ctx_size,
-            n_ubatch: a.batch.ubatch_size.min(a.batch.batch_size),
-            type_k: kv_type,
-            type_v: kv_type_v,
-            prefetch_slots: a.prefetch.slots()?,
-        },
+        &fit_ctx,
         &mut placement,
         &mut moe_cache,
     )?;
@@ -165,6 +168,14 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         _ => None,
     };
 
+    let speculation = super::speculative::load(
+        a,
+        model,
+        &spec_placement,
+        n_threads,
+        fit_plan.as_ref().map(|p| (p, &fit_ctx)),
+    )?;
+
     let link_start = ctx.link_counts();
     let tokenizer = &model.tokenizer;
     let prompt_ids = tok::tokenize(tokenizer, &prompt, true, true)?;
@@ -253,6 +264,13 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     if !a.no_display_prompt {
         emit(&mut out, &prompt);
     }
+    let mut spec = match speculation {
+        Some(sp) => {
+            let clock = sp.draft_clock.clone();
+            Some((sp.start(a, &prompt_ids)?, clock.map(|c| (c.totals(), c))))
+        }
+        None => None,
+    };
     let stats_prompt = ctx.stats();
     let pipeline_prompt = ctx.pipeline_counts();
     let link_prompt = ctx.link_counts();
@@ -317,13 +335,26 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         // Feed the token when another one follows, or when its logits are
         // asked for (--logits-out has one row per generated token).
         if more || logits_out.is_some() {
-            if ctx.n_past() + 1 > n_ctx {
+            let fed = spec.as_ref().map_or(ctx.n_past(), |(sd, _)| sd.n_tokens());
+            if fed + 1 > n_ctx {
                 stop = "context_full";
                 break;
             }
-            ctx.decode(&[id], false).context("decode failed")?;
+            // with speculation, a token the last verify batch guessed
+            // right needs no decode; gen_decodes counts tokens fed either
+            // way (the per-token figures)
+            let row = match &mut spec {
+                Some((sd, _)) => {
+                    // guesses past the last token wanted are never checked
+                    let max_draft = limit.saturating_sub(gen_tokens + 1);
+                    sd.feed(&mut ctx, id, max_draft).context("decode failed")?.0
+                }
+                None => {
+                    ctx.decode(&[id], false).context("decode failed")?;
+                    ctx.logits(0).context("no logits after decode")?
+                }
+            };
             gen_decodes += 1;
-            let row = ctx.logits(0).context("no logits after decode")?;
             logits_out.write(&f32_bytes(row))?;
             last_row.clear();
             last_row.extend_from_slice(row);
@@ -346,6 +377,9 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     logits_out.finish()?;
     tokens_out.finish()?;
 
+    if let Some((sd, _)) = &mut spec {
+        sd.finish(&mut ctx);
+    }
     let stats_total = ctx.stats();
     if let (Some((p, mut f)), Some(t)) = (trace_out, ctx.take_expert_trace()) {
         f.write_all(&t.to_bytes())
@@ -375,9 +409,15 @@ pub(crate) fn run(a: &Args) -> Result<()> {
             0.0
         },
         stop: stop.into(),
-        sim: sim
-            .as_ref()
-            .map(|r| r.report(prompt_ids.len(), gen_decodes)),
+        sim: sim.as_ref().map(|r| {
+            let mut rep = r.report(prompt_ids.len(), gen_decodes);
+            // a draft on its own simulated device runs between the
+            // target's decodes: its simulated time adds to generation's
+            if let Some((_, Some((t0, c)))) = &spec {
+                rep.add_serial_gen_ns(c.totals().since(t0).now_ns, gen_decodes);
+            }
+            rep
+        }),
         n_threads_batch: prompt_threads,
         n_threads: if gen_decodes > 0 {
             ctx.cpu_backend().n_threads()
@@ -395,6 +435,9 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     if let (Some(r), Some(p)) = (&sim, &a.timeline_out) {
         r.write_timeline(p)?;
     }
+    s.spec = spec.as_ref().map(|(sd, _)| {
+        common::spec_summary::SpecSummary::of(sd.stats(), a.spec.draft_n_max, sd.draft_decodes())
+    });
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     s.set_moe(&ctx.moe_stats());
     s.devices = ctx.device_stats();

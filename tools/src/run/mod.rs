@@ -8,7 +8,7 @@
 //! Data flows: the binary parses [`Args`] ([`flags`], with the extra
 //! llama.cpp flags of [`args`]) and calls [`main`], which either writes a
 //! synthetic model ([`synthesize`]), lists devices, renders a chat, or
-//! generates ([`generate`], on the device [`default_device`] picks when
+//! generates ([`generate`], speculatively with [`speculative`], on the device [`default_device`] picks when
 //! neither `-m` nor `--device` is given: prompt, sampling, streaming, summary; a chat
 //! loop in [`conversation`]; the files it writes in [`outputs`]).
 
@@ -18,6 +18,7 @@ pub mod default_device;
 pub mod flags;
 pub mod generate;
 pub mod outputs;
+pub mod speculative;
 pub mod synthesize;
 
 use anyhow::Result;

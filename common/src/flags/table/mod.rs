@@ -2,7 +2,8 @@
 //! tools give different help or values, as `-n` in llama-run and
 //! llama-server, is one entry per meaning, as llama.cpp's `arg.cpp` has
 //! `-np` twice), grouped by who takes them ([`model`]: llama-run and
-//! llama-server; [`run`]; [`server`]; [`bench`](mod@bench); [`tools`]: the smaller
+//! llama-server; [`run`]; [`speculative`]: llama-run's speculative
+//! decoding; [`server`]; [`bench`](mod@bench); [`tools`]: the smaller
 //! tools; [`sets`] names the sets of tools the entries give), and the
 //! llama.cpp flags the tools refuse by name ([`REFUSED`]).
 //! [`find`], [`lookup`] and [`for_tool`] read it.
@@ -12,15 +13,17 @@ pub mod model;
 pub mod run;
 pub mod server;
 pub mod sets;
+pub mod speculative;
 pub mod tools;
 
 use super::spec::{Flag, Refused, Tool};
-use sets::RUN;
+use sets::{RUN, SERVER};
 
 /// The groups of the table.
 pub static GROUPS: &[&[Flag]] = &[
     model::FLAGS,
     run::FLAGS,
+    speculative::FLAGS,
     server::FLAGS,
     bench::FLAGS,
     tools::FLAGS,
@@ -101,9 +104,9 @@ pub static REFUSED: &[Refused] = &[
         "multimodal projectors are not implemented",
     ),
     refuse(
-        &["-md", "--model-draft"],
-        RUN,
-        "speculative decoding is not implemented",
+        &["-md", "--model-draft", "--spec-draft-model"],
+        SERVER,
+        "speculative decoding is not implemented in this tool (llama-run has it)",
     ),
     refuse(
         &["--grammar", "--grammar-file", "-j", "--json-schema"],
