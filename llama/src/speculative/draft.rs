@@ -51,7 +51,7 @@ impl DraftModel {
 }
 
 /// The most likely token of `logits` and its probability among the top
-/// [`TOP_K`] candidates (softmax at temperature 1; ties to the lower id).
+/// `TOP_K` candidates (softmax at temperature 1; ties to the lower id).
 pub fn top_token(logits: &[f32]) -> (i32, f32) {
     let best = crate::sampling::argmax(logits);
     let max = logits.get(best as usize).copied().unwrap_or(0.0);
