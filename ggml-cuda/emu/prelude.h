@@ -84,6 +84,17 @@ enum {
     EMU_REDUCE_XOR = 13,
     EMU_MMA_S8 = 14,
     EMU_GATHER = 15,
+    EMU_WARP_CALL = 16,
+};
+
+// `EMU_WARP_CALL`: every lane of the warp passes a pointer to its operand
+// block, whose first member is this head; when the last lane arrives, the
+// runtime calls `fn` once with the 32 blocks (lane order) while the other
+// lanes wait, so `fn` reads every lane's operands and writes every lane's
+// results. How the warp-wide instructions (mma.sync, ldmatrix) run here.
+typedef void (*EmuWarpFn)(void* const* lanes);
+struct EmuWarpCallHead {
+    EmuWarpFn fn;
 };
 
 // Block-barrier reductions (`emu_syncthreads_op`).
@@ -114,6 +125,19 @@ unsigned long long emu_warp_result2(void);
 unsigned emu_activemask(void);
 // The launch's dynamic shared memory (`extern __shared__`).
 void* emu_dynamic_shared(void);
+// The emulated compute capability x10 (`emu_kernels::set_emulated_arch`):
+// which of the architecture-dependent instruction paths the kernels take.
+int emu_arch(void);
+// cp.async of `bytes` (4, 8, 16; both addresses aligned to it) from global
+// `src` to shared `dst`, in the calling thread's open commit group: the
+// destination is poisoned (0xA5) now and written when a wait covers the
+// group, so a read the wait does not order sees the poison.
+void emu_cp_async(void* dst, const void* src, unsigned bytes);
+// cp.async.commit_group: closes the open group.
+void emu_cp_async_commit(void);
+// cp.async.wait_group N: completes the calling thread's copies of every
+// committed group but the newest N.
+void emu_cp_async_wait(unsigned pending);
 }
 
 #define __syncthreads() ((void)emu_syncthreads_op(__FILE__, __LINE__, EMU_BAR_PLAIN, 0))
@@ -213,6 +237,253 @@ __forceinline__ void emu_mma_s8_16x8x16(int* c, const int* a, int b) {
     c[3] += (int)(unsigned)(hi >> 32);
 }
 
+// ---------------------------------------------- warp-wide instructions
+//
+// The tensor-core and matrix-load instructions the kernels use as inline
+// PTX on a GPU (`kernels/mma.cu`), with PTX's fragment layouts. In every
+// layout g = lane / 4 (groupID) and t = lane % 4 (threadID_in_group); int8
+// elements are packed 4 to a register and 16-bit ones 2 to a register, the
+// lower k (or column) in the low bits. Each is one `EMU_WARP_CALL`: every
+// lane of the warp must call it (the runtime reports anything else).
+#define GGML_CUDA_EMU_WARP_MMA 1
+
+template <class F>
+__forceinline__ void emu_warp_call(F* self) {
+    (void)emu_warp_op(EMU_WARP_CALL, 0xffffffffu, (unsigned long long)(uintptr_t)self, 0,
+                      warpSize);
+}
+
+__forceinline__ int emu_s8(unsigned w, int i) { return (int)(signed char)(w >> (8 * i)); }
+
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32, D = A * B + C:
+// A 16 x 32 (row-major): a[0] = A[g][4t..4t+3], a[1] = A[g + 8][4t..4t+3],
+//   a[2] = A[g][16 + 4t..], a[3] = A[g + 8][16 + 4t..];
+// B 32 x 8 (column-major): b[0] = B[4t..4t+3][g], b[1] = B[16 + 4t..][g];
+// C, D 16 x 8 int32: c[0], c[1] = C[g][2t], C[g][2t + 1]; c[2], c[3] the
+//   same columns of row g + 8.
+struct EmuMmaS8k32 {
+    EmuWarpCallHead head;
+    unsigned a[4], b[2];
+    int c[4];
+};
+inline void emu_mma_s8k32_run(void* const* lanes) {
+    int d[32][4];
+    for (unsigned l = 0; l < 32; l++) {
+        unsigned g = l >> 2, t = l & 3;
+        for (unsigned i = 0; i < 4; i++) {
+            unsigned row = g + 8 * (i >> 1);
+            unsigned col = 2 * t + (i & 1);
+            int acc = ((const EmuMmaS8k32*)lanes[l])->c[i];
+            for (unsigned k = 0; k < 32; k++) {
+                // A[row][k] sits in lane 4 * (row % 8) + (k % 16) / 4, register
+                // (row / 8) + 2 * (k / 16); B[k][col] in lane 4 * col + (k % 16) / 4,
+                // register k / 16; byte k % 4
+                const EmuMmaS8k32* la = (const EmuMmaS8k32*)lanes[4 * (row & 7) + ((k & 15) >> 2)];
+                const EmuMmaS8k32* lb = (const EmuMmaS8k32*)lanes[4 * col + ((k & 15) >> 2)];
+                int av = emu_s8(la->a[(row >> 3) + 2 * (k >> 4)], (int)(k & 3));
+                int bv = emu_s8(lb->b[k >> 4], (int)(k & 3));
+                acc += av * bv;
+            }
+            d[l][i] = acc;
+        }
+    }
+    for (unsigned l = 0; l < 32; l++) {
+        memcpy(((EmuMmaS8k32*)lanes[l])->c, d[l], sizeof d[l]);
+    }
+}
+__forceinline__ void emu_mma_s8_16x8x32(int* c, const int* a, const int* b) {
+    EmuMmaS8k32 m;
+    m.head.fn = emu_mma_s8k32_run;
+    for (int i = 0; i < 4; i++) {
+        m.a[i] = (unsigned)a[i];
+        m.c[i] = c[i];
+    }
+    m.b[0] = (unsigned)b[0];
+    m.b[1] = (unsigned)b[1];
+    emu_warp_call(&m);
+    for (int i = 0; i < 4; i++) {
+        c[i] = m.c[i];
+    }
+}
+
+// mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 (sm_75), D = A * B + C:
+// A 8 x 16: a = A[g][4t..4t+3]; B 16 x 8: b = B[4t..4t+3][g]; C, D 8 x 8
+// int32: c[0], c[1] = C[g][2t], C[g][2t + 1].
+struct EmuMmaS8m8 {
+    EmuWarpCallHead head;
+    unsigned a, b;
+    int c[2];
+};
+inline void emu_mma_s8m8_run(void* const* lanes) {
+    int d[32][2];
+    for (unsigned l = 0; l < 32; l++) {
+        unsigned g = l >> 2, t = l & 3;
+        for (unsigned i = 0; i < 2; i++) {
+            unsigned col = 2 * t + i;
+            int acc = ((const EmuMmaS8m8*)lanes[l])->c[i];
+            for (unsigned k = 0; k < 16; k++) {
+                int av = emu_s8(((const EmuMmaS8m8*)lanes[4 * g + (k >> 2)])->a, (int)(k & 3));
+                int bv = emu_s8(((const EmuMmaS8m8*)lanes[4 * col + (k >> 2)])->b, (int)(k & 3));
+                acc += av * bv;
+            }
+            d[l][i] = acc;
+        }
+    }
+    for (unsigned l = 0; l < 32; l++) {
+        memcpy(((EmuMmaS8m8*)lanes[l])->c, d[l], sizeof d[l]);
+    }
+}
+__forceinline__ void emu_mma_s8_8x8x16(int* c, int a, int b) {
+    EmuMmaS8m8 m;
+    m.head.fn = emu_mma_s8m8_run;
+    m.a = (unsigned)a;
+    m.b = (unsigned)b;
+    m.c[0] = c[0];
+    m.c[1] = c[1];
+    emu_warp_call(&m);
+    c[0] = m.c[0];
+    c[1] = m.c[1];
+}
+
+// IEEE half and bfloat16 to float (exact), for the float MMAs.
+__forceinline__ float emu_h2f(unsigned h) {
+    unsigned sign = (h & 0x8000u) << 16, ex = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (ex == 0) {
+        float v = (float)man * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    unsigned bits = ex == 31 ? (sign | 0x7f800000u | (man << 13))
+                             : (sign | ((ex + 112u) << 23) | (man << 13));
+    return emu_from_bits<float>(bits);
+}
+__forceinline__ float emu_bf2f(unsigned b) { return emu_from_bits<float>((b & 0xffffu) << 16); }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32,
+// D = A * B + C, products exact and summed in f32 in k order:
+// A 16 x 16: a[0] = A[g][2t, 2t + 1], a[1] = A[g + 8][2t, 2t + 1],
+//   a[2] = A[g][8 + 2t, 8 + 2t + 1], a[3] = A[g + 8][8 + 2t, ..];
+// B 16 x 8: b[0] = B[2t, 2t + 1][g], b[1] = B[8 + 2t, 8 + 2t + 1][g];
+// C, D 16 x 8 f32: as the int8 MMAs (c[0], c[1] row g, c[2], c[3] row g + 8).
+// m16n8k8 (sm_75, f16 only): the first two registers of A and the first
+// of B, k 0..7.
+struct EmuMmaF16 {
+    EmuWarpCallHead head;
+    unsigned a[4], b[2];
+    float c[4];
+    int bf, k;
+};
+inline void emu_mma_f16_run(void* const* lanes) {
+    float d[32][4];
+    int bf = ((const EmuMmaF16*)lanes[0])->bf;
+    unsigned kk = (unsigned)((const EmuMmaF16*)lanes[0])->k;
+    for (unsigned l = 0; l < 32; l++) {
+        unsigned g = l >> 2, t = l & 3;
+        for (unsigned i = 0; i < 4; i++) {
+            unsigned row = g + 8 * (i >> 1);
+            unsigned col = 2 * t + (i & 1);
+            float acc = ((const EmuMmaF16*)lanes[l])->c[i];
+            for (unsigned k = 0; k < kk; k++) {
+                // A[row][k]: lane 4 * (row % 8) + (k % 8) / 2, register
+                // (row / 8) + 2 * (k / 8), half k % 2; B[k][col]: lane
+                // 4 * col + (k % 8) / 2, register k / 8, half k % 2
+                const EmuMmaF16* la = (const EmuMmaF16*)lanes[4 * (row & 7) + ((k & 7) >> 1)];
+                const EmuMmaF16* lb = (const EmuMmaF16*)lanes[4 * col + ((k & 7) >> 1)];
+                unsigned aw = la->a[(row >> 3) + 2 * (k >> 3)] >> (16 * (k & 1));
+                unsigned bw = lb->b[k >> 3] >> (16 * (k & 1));
+                float av = bf ? emu_bf2f(aw) : emu_h2f(aw & 0xffffu);
+                float bv = bf ? emu_bf2f(bw) : emu_h2f(bw & 0xffffu);
+                acc += av * bv;
+            }
+            d[l][i] = acc;
+        }
+    }
+    for (unsigned l = 0; l < 32; l++) {
+        memcpy(((EmuMmaF16*)lanes[l])->c, d[l], sizeof d[l]);
+    }
+}
+__forceinline__ void emu_mma_f16_16x8x16(float* c, const unsigned* a, const unsigned* b, int bf) {
+    EmuMmaF16 m;
+    m.head.fn = emu_mma_f16_run;
+    m.bf = bf;
+    m.k = 16;
+    for (int i = 0; i < 4; i++) {
+        m.a[i] = a[i];
+        m.c[i] = c[i];
+    }
+    m.b[0] = b[0];
+    m.b[1] = b[1];
+    emu_warp_call(&m);
+    for (int i = 0; i < 4; i++) {
+        c[i] = m.c[i];
+    }
+}
+__forceinline__ void emu_mma_f16_16x8x8(float* c, const unsigned* a, unsigned b) {
+    EmuMmaF16 m;
+    m.head.fn = emu_mma_f16_run;
+    m.bf = 0;
+    m.k = 8;
+    m.a[0] = a[0];
+    m.a[1] = a[1];
+    m.a[2] = m.a[3] = 0;
+    m.b[0] = b;
+    m.b[1] = 0;
+    for (int i = 0; i < 4; i++) {
+        m.c[i] = c[i];
+    }
+    emu_warp_call(&m);
+    for (int i = 0; i < 4; i++) {
+        c[i] = m.c[i];
+    }
+}
+
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16: n 8 x 8 matrices
+// of 16-bit elements (8 rows of 16 bytes each); lane 8i + r gives the
+// address of row r of matrix i (lanes past 8n give none). Lane l receives
+// r[i] = M_i[l / 4][2(l % 4)], M_i[l / 4][2(l % 4) + 1] (low, high), and
+// with .trans M_i[2(l % 4)][l / 4], M_i[2(l % 4) + 1][l / 4]. For int8 data
+// (rows of 16 bytes) that is bytes 4(l % 4)..4(l % 4) + 3 of row l / 4.
+struct EmuLdmatrix {
+    EmuWarpCallHead head;
+    const unsigned char* row;
+    unsigned r[4];
+    int n, trans;
+};
+inline unsigned emu_ld_u16(const unsigned char* p) { return (unsigned)p[0] | ((unsigned)p[1] << 8); }
+inline void emu_ldmatrix_run(void* const* lanes) {
+    const EmuLdmatrix* l0 = (const EmuLdmatrix*)lanes[0];
+    int n = l0->n;
+    for (unsigned l = 0; l < 32; l++) {
+        EmuLdmatrix* me = (EmuLdmatrix*)lanes[l];
+        for (int i = 0; i < n; i++) {
+            unsigned g = l >> 2, t = l & 3;
+            unsigned lo, hi;
+            if (l0->trans) {
+                lo = emu_ld_u16(((const EmuLdmatrix*)lanes[8 * i + 2 * t])->row + 2 * g);
+                hi = emu_ld_u16(((const EmuLdmatrix*)lanes[8 * i + 2 * t + 1])->row + 2 * g);
+            } else {
+                const unsigned char* row = ((const EmuLdmatrix*)lanes[8 * i + g])->row;
+                lo = emu_ld_u16(row + 4 * t);
+                hi = emu_ld_u16(row + 4 * t + 2);
+            }
+            me->r[i] = lo | (hi << 16);
+        }
+    }
+}
+__forceinline__ void emu_ldmatrix(unsigned* r, const void* row, int n, int trans) {
+    EmuLdmatrix m;
+    m.head.fn = emu_ldmatrix_run;
+    m.row = (const unsigned char*)row;
+    m.n = n;
+    m.trans = trans;
+    emu_warp_call(&m);
+    for (int i = 0; i < n; i++) {
+        r[i] = m.r[i];
+    }
+}
+
+// cp.async (the runtime's queue, see `emu_cp_async`).
+#define GGML_CUDA_EMU_CP_ASYNC 1
+
 // The butterfly reductions of kernels.cu (`warp_sum`, `warp_max`: five
 // `__shfl_xor_sync` steps over the full warp, offsets 16 down to 1, each
 // lane combining its own value with its partner's) as one warp collective
@@ -237,6 +508,28 @@ __forceinline__ float emu_butterfly_value(const unsigned long long* all, unsigne
         b[m] = emu_from_bits<float>(all[l ^ m]);
     }
     for (unsigned h = 16; h > 0; h >>= 1) {
+        for (unsigned m = 0; m < h; m++) {
+            b[m] = op(b[m], b[m + h]);
+        }
+    }
+    return b[0];
+}
+// The 32 values the lanes of the warp bring (lane order), valid until the
+// warp's next collective completes.
+__forceinline__ const unsigned long long* emu_warp_gather(unsigned long long v) {
+    return (const unsigned long long*)(uintptr_t)emu_warp_op(EMU_GATHER, 0xffffffffu, v, 0,
+                                                              warpSize);
+}
+// Lane l's result of the butterfly within its segment of `width` lanes
+// (offsets width / 2 down to 1), as the shuffles compute it.
+template <class Op>
+__forceinline__ float emu_butterfly_value_w(const unsigned long long* all, unsigned l,
+                                            unsigned width, Op op) {
+    float b[32];
+    for (unsigned m = 0; m < width; m++) {
+        b[m] = emu_from_bits<float>(all[l ^ m]);
+    }
+    for (unsigned h = width / 2; h > 0; h >>= 1) {
         for (unsigned m = 0; m < h; m++) {
             b[m] = op(b[m], b[m + h]);
         }

@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <new>
 
 #if !defined(GGML_CUDA_EMU_UCONTEXT) && defined(__ELF__) && \
@@ -227,6 +228,18 @@ extern "C" void emu_fiber_main();
 
 enum FiberState { READY, WAIT_BAR, WAIT_WARP, DONE };
 
+// One pending cp.async copy: done (source read, destination written) when
+// a cp.async.wait_group covers its group, as the copy engine completes it
+// some time before; until then the destination holds the poison bytes
+// written at issue.
+struct CpAsync {
+    void* dst;
+    const void* src;
+    unsigned bytes;
+    unsigned group;
+};
+constexpr unsigned CP_ASYNC_MAX = 64;
+
 struct Fiber {
     Ctx ctx;
     bool started; // has run (has a stack)
@@ -244,6 +257,11 @@ struct Fiber {
     // the lanes of the last warp collective this lane completed (all
     // lanes of its warp before any): what __activemask reports
     unsigned conv_mask;
+    // cp.async copies issued and not yet waited for (`emu_cp_async`), in
+    // issue order, each with its commit group; groups committed so far
+    CpAsync cp[CP_ASYNC_MAX];
+    unsigned ncp;
+    unsigned cp_groups;
 };
 
 const char* warp_op_name(int kind) {
@@ -263,6 +281,7 @@ const char* warp_op_name(int kind) {
     case EMU_REDUCE_XOR: return "__reduce_xor_sync";
     case EMU_MMA_S8: return "mma.sync.m16n8k16.s8";
     case EMU_GATHER: return "warp_sum/warp_max (__shfl_xor_sync butterfly)";
+    case EMU_WARP_CALL: return "a warp-wide instruction (mma.sync / ldmatrix)";
     default: return "__syncwarp";
     }
 }
@@ -667,7 +686,7 @@ unsigned long long warp_op(Sched* s, Fiber* f, int kind, unsigned mask, unsigned
         }
     }
     arrived &= ~mask;
-    if (kind == EMU_GATHER || kind == EMU_MMA_S8) {
+    if (kind == EMU_GATHER || kind == EMU_MMA_S8 || kind == EMU_WARP_CALL) {
         if (mask != 0xffffffffu || width != 32) {
             snprintf(s->msg, sizeof s->msg,
                      "warp %u of block (%u,%u,%u): %s with mask %#010x width %d (the whole "
@@ -676,6 +695,26 @@ unsigned long long warp_op(Sched* s, Fiber* f, int kind, unsigned mask, unsigned
                      width);
             fail(s, f, MISUSE);
         }
+    }
+    if (kind == EMU_WARP_CALL) {
+        // every lane's operand block (its first member the function): the
+        // last lane runs the instruction for the whole warp while the others
+        // wait, their stacks (and so their operand blocks) intact
+        void* lanes[32];
+        for (unsigned l = 0; l < 32; l++) {
+            lanes[l] = (void*)(uintptr_t)base[l].wval;
+        }
+        EmuWarpFn fn = ((const EmuWarpCallHead*)lanes[0])->fn;
+        for (unsigned l = 1; l < 32; l++) {
+            if (((const EmuWarpCallHead*)lanes[l])->fn != fn) {
+                snprintf(s->msg, sizeof s->msg,
+                         "warp %u of block (%u,%u,%u): lanes 0 and %u are in different "
+                         "warp-wide instructions (divergent warp collective)",
+                         f->warp, blockIdx.x, blockIdx.y, blockIdx.z, l);
+                fail(s, f, DEADLOCK);
+            }
+        }
+        fn(lanes);
     }
     unsigned long long* snap = s->warp_snap[f->warp];
     if (kind == EMU_GATHER) {
@@ -693,6 +732,8 @@ unsigned long long warp_op(Sched* s, Fiber* f, int kind, unsigned mask, unsigned
             g.wresult2 = mma_s8_half(base, l, true);
         } else if (kind == EMU_GATHER) {
             g.wresult = (unsigned long long)(uintptr_t)snap;
+        } else if (kind == EMU_WARP_CALL) {
+            g.wresult = 0;
         } else {
             g.wresult = warp_result(base, mask, l);
         }
@@ -771,6 +812,61 @@ extern "C" unsigned long long emu_warp_result2(void) { return cur_sched->cur->wr
 
 extern "C" void* emu_dynamic_shared(void) { return cur_sched->dyn; }
 
+namespace {
+std::atomic<int> g_arch{900};
+}
+
+extern "C" int emu_arch(void) { return g_arch.load(std::memory_order_relaxed); }
+
+extern "C" void emu_set_arch(int arch) { g_arch.store(arch, std::memory_order_relaxed); }
+
+extern "C" void emu_cp_async(void* dst, const void* src, unsigned bytes) {
+    Sched* s = cur_sched;
+    Fiber* f = s->cur;
+    if (bytes != 4 && bytes != 8 && bytes != 16) {
+        snprintf(s->msg, sizeof s->msg, "cp.async of %u bytes (4, 8 or 16)", bytes);
+        fail(s, f, MISUSE);
+    }
+    if ((((uintptr_t)dst | (uintptr_t)src) & (bytes - 1)) != 0) {
+        snprintf(s->msg, sizeof s->msg,
+                 "cp.async of %u bytes from %p to %p: both addresses must be aligned to the "
+                 "size (thread (%u,%u,%u) of block (%u,%u,%u))",
+                 bytes, src, dst, f->tid.x, f->tid.y, f->tid.z, blockIdx.x, blockIdx.y,
+                 blockIdx.z);
+        fail(s, f, MISUSE);
+    }
+    if (f->ncp == CP_ASYNC_MAX) {
+        snprintf(s->msg, sizeof s->msg,
+                 "more than %u cp.async copies pending in thread (%u,%u,%u) of block "
+                 "(%u,%u,%u) (no cp.async.wait_group)",
+                 CP_ASYNC_MAX, f->tid.x, f->tid.y, f->tid.z, blockIdx.x, blockIdx.y,
+                 blockIdx.z);
+        fail(s, f, MISUSE);
+    }
+    // undefined until waited for: a read before the wait sees poison
+    memset(dst, 0xA5, bytes);
+    f->cp[f->ncp++] = CpAsync{dst, src, bytes, f->cp_groups};
+}
+
+extern "C" void emu_cp_async_commit(void) { cur_sched->cur->cp_groups++; }
+
+extern "C" void emu_cp_async_wait(unsigned pending) {
+    Fiber* f = cur_sched->cur;
+    // complete every copy of the groups older than the newest `pending`
+    // committed ones; the uncommitted copies and the newer groups stay
+    unsigned keep_from = f->cp_groups > pending ? f->cp_groups - pending : 0;
+    unsigned n = 0;
+    for (unsigned i = 0; i < f->ncp; i++) {
+        CpAsync& c = f->cp[i];
+        if (c.group < keep_from) {
+            memcpy(c.dst, c.src, c.bytes);
+        } else {
+            f->cp[n++] = c;
+        }
+    }
+    f->ncp = n;
+}
+
 // Context switches made on the calling OS thread so far.
 extern "C" unsigned long long emu_context_switches(void) {
     return tls_sched.s ? tls_sched.s->switches : 0;
@@ -842,6 +938,8 @@ extern "C" int emu_launch(void (*tramp)(void* const*), const unsigned* grid,
                     prepare_fiber(s, &f);
                     f.state = READY;
                     f.wkind = -1;
+                    f.ncp = 0;
+                    f.cp_groups = 0;
                     unsigned warp_lanes = s->nthreads - f.warp * 32;
                     f.conv_mask = warp_lanes >= 32 ? 0xffffffffu : (1u << warp_lanes) - 1u;
                     s->push(&f);

@@ -291,3 +291,129 @@ extern "C" __global__ void t_warp_butterfly(const float* in, unsigned* out) {
     o[2] = __float_as_uint(m);
     o[3] = __float_as_uint(cm);
 }
+
+// ------------------------------------------- warp-wide instructions
+//
+// Each test kernel below builds every lane's fragments from matrices in
+// global memory by the PTX ISA's fragment tables (written out here, apart
+// from the emulation's own indexing), runs one emulated instruction of the
+// whole warp (one warp per launch) and writes every lane's results back by
+// the same tables; the test compares with a scalar product.
+
+// mma.sync m16n8k32 s8: A [16][32] int8 row-major, B [8][32] (column n at
+// B + 32 n), C [16][8] int32 in (accumulator) and out.
+extern "C" __global__ void t_mma_s8_k32(const signed char* A, const signed char* B, int* C) {
+    int l = threadIdx.x, g = l >> 2, t = l & 3;
+    int a[4], b[2], c[4];
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i & 1);
+        int col0 = 4 * t + 16 * (i >> 1);
+        memcpy(&a[i], A + 32 * row + col0, 4);
+    }
+    for (int i = 0; i < 2; i++) {
+        memcpy(&b[i], B + 32 * g + 4 * t + 16 * i, 4);
+    }
+    for (int i = 0; i < 4; i++) {
+        c[i] = C[8 * (g + 8 * (i >> 1)) + 2 * t + (i & 1)];
+    }
+    emu_mma_s8_16x8x32(c, a, b);
+    for (int i = 0; i < 4; i++) {
+        C[8 * (g + 8 * (i >> 1)) + 2 * t + (i & 1)] = c[i];
+    }
+}
+
+// mma.sync m8n8k16 s8: A [8][16], B [8][16] (column n at B + 16 n), C [8][8].
+extern "C" __global__ void t_mma_s8_m8n8k16(const signed char* A, const signed char* B, int* C) {
+    int l = threadIdx.x, g = l >> 2, t = l & 3;
+    int a, b, c[2];
+    memcpy(&a, A + 16 * g + 4 * t, 4);
+    memcpy(&b, B + 16 * g + 4 * t, 4);
+    c[0] = C[8 * g + 2 * t];
+    c[1] = C[8 * g + 2 * t + 1];
+    emu_mma_s8_8x8x16(c, a, b);
+    C[8 * g + 2 * t] = c[0];
+    C[8 * g + 2 * t + 1] = c[1];
+}
+
+// mma.sync m16n8k16 f16/bf16 (bf 1) with f32 C, or m16n8k8 (k8 1, f16):
+// A [16][16] 16-bit row-major, B [8][16] (column n at B + 16 n), C [16][8].
+extern "C" __global__ void t_mma_f16(const unsigned short* A, const unsigned short* B, float* C,
+                                     int bf, int k8) {
+    int l = threadIdx.x, g = l >> 2, t = l & 3;
+    unsigned a[4], b[2];
+    float c[4];
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i & 1);
+        int col0 = 2 * t + 8 * (i >> 1);
+        a[i] = (unsigned)A[16 * row + col0] | ((unsigned)A[16 * row + col0 + 1] << 16);
+    }
+    for (int i = 0; i < 2; i++) {
+        int k0 = 2 * t + 8 * i;
+        b[i] = (unsigned)B[16 * g + k0] | ((unsigned)B[16 * g + k0 + 1] << 16);
+    }
+    for (int i = 0; i < 4; i++) {
+        c[i] = C[8 * (g + 8 * (i >> 1)) + 2 * t + (i & 1)];
+    }
+    if (k8) {
+        emu_mma_f16_16x8x8(c, a, b[0]);
+    } else {
+        emu_mma_f16_16x8x16(c, a, b, bf);
+    }
+    for (int i = 0; i < 4; i++) {
+        C[8 * (g + 8 * (i >> 1)) + 2 * t + (i & 1)] = c[i];
+    }
+}
+
+// ldmatrix x{1,2,4} (trans 0/1) from a shared copy of `src` (32 rows of 8
+// 16-bit elements, row r of tile i at row 8 i + r): lane 8 i + r passes row
+// `perm[8 i + r]` of the copy as row r of tile i, so the tiles' rows need
+// not be in order; out[4 l + i] = lane l's register i.
+extern "C" __global__ void t_ldmatrix(const unsigned short* src, const int* perm,
+                                      unsigned* out, int n, int trans) {
+    __shared__ uint4 sh4[32];
+    unsigned short* sh = (unsigned short*)sh4;
+    int l = threadIdx.x;
+    for (int i = 0; i < 8; i++) {
+        sh[8 * l + i] = src[8 * l + i];
+    }
+    __syncwarp();
+    unsigned r[4] = {0, 0, 0, 0};
+    emu_ldmatrix(r, sh + 8 * perm[l], n, trans);
+    for (int i = 0; i < 4; i++) {
+        out[4 * l + i] = r[i];
+    }
+}
+
+// cp.async: each thread copies 4 words of `src` (16, 8 and two 4-byte
+// copies) in three commit groups, then reads its shared words after
+// wait_group 2, 1 and 0 (and after the barrier each time): out[12 t + 4 s + j]
+// = word j after step s.
+extern "C" __global__ void t_cp_async(const unsigned* src, unsigned* out) {
+    __shared__ uint4 sh4[64 * 2];
+    unsigned* sh = (unsigned*)sh4;
+    int t = threadIdx.x;
+    unsigned* d = sh + 8 * t;
+    const unsigned* s = src + 8 * t;
+    emu_cp_async(d, s, 16);
+    emu_cp_async_commit();
+    emu_cp_async(d + 4, s + 4, 8);
+    emu_cp_async_commit();
+    emu_cp_async(d + 6, s + 6, 4);
+    emu_cp_async(d + 7, s + 7, 4);
+    emu_cp_async_commit();
+    for (int step = 0; step < 3; step++) {
+        emu_cp_async_wait((unsigned)(2 - step));
+        __syncthreads();
+        for (int j = 0; j < 4; j++) {
+            // words 0, 4, 6, 7: one of each group's copies
+            int w = j == 0 ? 0 : (j == 1 ? 4 : (j == 2 ? 6 : 7));
+            out[12 * t + 4 * step + j] = sh[8 * t + w];
+        }
+    }
+}
+
+// A misaligned cp.async (an error, not a copy).
+extern "C" __global__ void t_cp_async_misaligned(const unsigned char* src) {
+    __shared__ uint4 sh[4];
+    emu_cp_async(sh, src, 16);
+}

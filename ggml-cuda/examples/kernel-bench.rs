@@ -6,7 +6,8 @@
 //! - prompt `mul_mat` Q4_K (MMQ: `k_quantize_q8_1` + `k_mmq`),
 //! - prompt `mul_mat_id` Q4_K (grouped: `k_quantize_q8_1` + `k_moe_group`
 //!   + `k_mmq_id`),
-//! - flash attention (`k_flash_attn`), prompt and decode, F16 K/V.
+//! - flash attention, prompt (`k_fa_mma_64`) and decode (`k_fa_vec_64` +
+//!   `k_fa_combine`), F16 K/V.
 //!
 //! ```sh
 //! cargo run --release -p ggml-cuda --example kernel-bench -- [--small] [--reps N] [--json]

@@ -16,9 +16,11 @@ use ggml_core::{
 use crate::buffer::{CudaBuffer, Dev, DevMem, HostRegistration, PinnedBuffer, PooledEvent};
 use crate::driver::{self, Access, DevPtr, KernelArg, LaunchDims, T4};
 use crate::err_flag::{self, ErrFlag};
+use crate::fusion::{self, Fused, Step};
 use crate::graphs::{Decision, GraphCache, Planned};
 use crate::kernels::{
-    Kernel, Kernels, FA_DMAX, FA_WARPS, GEMM_TILE, MMQ_TILE, MV_WARPS, Q8_1_BLOCK,
+    Kernel, Kernels, FAM_WARPS, FAV_QMAX, FAV_WARPS, FA_DMAX, GEMM_TILE, MMQ_TILE, MV_WARPS,
+    Q8_1_BLOCK,
 };
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
@@ -108,7 +110,12 @@ fn q8_group(ty: GgmlType) -> i32 {
     }
 }
 
-/// The 32-element block types `k_flash_attn` takes for K.
+/// `a / b` rounded up, for positive `b` and non-negative `a`.
+fn cdiv(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+/// The 32-element block types flash attention's vector kernel takes for K.
 fn fa_block_k_type(ty: GgmlType) -> bool {
     use GgmlType as T;
     matches!(
@@ -117,7 +124,7 @@ fn fa_block_k_type(ty: GgmlType) -> bool {
     )
 }
 
-/// Whether `k_flash_attn` runs attention over a KV cache of K type `k`, V
+/// Whether flash attention runs attention over a KV cache of K type `k`, V
 /// type `v` and head dimensions `d_k`, `d_v` (what `-fa auto` asks of a
 /// CUDA device, as llama.cpp resolves auto to on where the device's
 /// flash attention supports the case; the per-node check stays
@@ -126,7 +133,7 @@ pub fn flash_attn_cache_supported(k: GgmlType, v: GgmlType, d_k: i64, d_v: i64) 
     (is_float(k) || (fa_block_k_type(k) && d_k % 32 == 0))
         && is_weight_type(v)
         && d_k <= FA_DMAX
-        && d_v <= FA_DMAX
+        && d_v <= FA_DV_MAX
 }
 
 fn pad256(n: usize) -> usize {
@@ -611,24 +618,63 @@ impl CudaBackend {
         }
         acc.push(Access::range(self.ptr(g, n)?, t.nbytes(), true));
         for (i, &src) in t.src.iter().enumerate() {
-            let mut a = Access::range(self.ptr(g, src)?, g.tensor(src).nbytes(), false);
             if t.op == Op::MulMatId && i == 0 {
-                let (Some(&ids), w) = (t.src.get(2), g.tensor(src)) else {
-                    continue;
-                };
-                a.select = Some(driver::Selected {
-                    ids: self.ptr(g, ids)?,
-                    ids_t: T4::of(g, ids),
-                    stride: w.nb[2],
-                    expert_bytes: w.nb[2],
-                    n_expert: w.ne[2].max(0) as usize,
-                });
+                if let Some(&ids) = t.src.get(2) {
+                    acc.push(self.expert_access(g, src, ids)?);
+                }
+                continue;
             }
-            acc.push(a);
+            acc.push(Access::range(
+                self.ptr(g, src)?,
+                g.tensor(src).nbytes(),
+                false,
+            ));
         }
         if validates_ids(t.op) {
             acc.push(Access::range(self.err_flag.dev_word.ptr, 4, true));
         }
+        Ok(())
+    }
+
+    /// The read of a `mul_mat_id`'s expert tensor `w`: only the experts the
+    /// device-side `ids` select ([`driver::Selected`]).
+    fn expert_access(&self, g: &Graph, w: TensorId, ids: TensorId) -> Result<Access, BackendError> {
+        let wt = g.tensor(w);
+        let mut a = Access::range(self.ptr(g, w)?, wt.nbytes(), false);
+        a.select = Some(driver::Selected {
+            ids: self.ptr(g, ids)?,
+            ids_t: T4::of(g, ids),
+            stride: wt.nb[2],
+            expert_bytes: wt.nb[2],
+            n_expert: wt.ne[2].max(0) as usize,
+        });
+        Ok(a)
+    }
+
+    /// The access list of a fused step: it writes `out` (and the error
+    /// flag), reads the experts of `experts` (weights, ids) that the ids
+    /// select and every tensor of `reads`.
+    fn set_fused_access(
+        &self,
+        g: &Graph,
+        out: TensorId,
+        experts: &[(TensorId, TensorId)],
+        reads: &[TensorId],
+    ) -> Result<(), BackendError> {
+        let mut list = vec![
+            Access::range(self.ptr(g, out)?, g.tensor(out).nbytes(), true),
+            Access::range(self.err_flag.dev_word.ptr, 4, true),
+        ];
+        for &(w, ids) in experts {
+            list.push(self.expert_access(g, w, ids)?);
+        }
+        for &r in reads {
+            list.push(Access::range(self.ptr(g, r)?, g.tensor(r).nbytes(), false));
+        }
+        *self
+            .node_access
+            .lock()
+            .map_err(|_| BackendError::Device("access list lock poisoned".into()))? = list;
         Ok(())
     }
 
@@ -670,6 +716,161 @@ impl CudaBackend {
             A::F(m1),
             A::I(n_head_log2 as i32),
         ])
+    }
+
+    /// One step of a split ([`fusion::plan`]): a node, or a fused group
+    /// (each of its nodes on its own where the fused kernel cannot take
+    /// its tensors).
+    fn compute_step(&self, g: &Graph, step: &Step, s: &mut Scratch) -> Result<(), BackendError> {
+        match step {
+            Step::Node(n) => {
+                self.set_node_access(g, *n)?;
+                self.compute_node(g, *n, s)
+            }
+            Step::Fused { fused, nodes } => {
+                if self.compute_fused(g, fused, s)? {
+                    return Ok(());
+                }
+                for &n in nodes {
+                    self.set_node_access(g, n)?;
+                    self.compute_node(g, n, s)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Launch a fused group; `false` (nothing launched) when its weights are
+    /// not at their blocks' alignment or its output overlaps a tensor the
+    /// fused kernel reads (a buffer the allocator reused inside the group).
+    fn compute_fused(&self, g: &Graph, f: &Fused, s: &mut Scratch) -> Result<bool, BackendError> {
+        let out = f.output();
+        let (op_out, out_len) = (self.ptr(g, out)?, g.tensor(out).nbytes() as u64);
+        let overlaps = |ids: &[TensorId]| -> Result<bool, BackendError> {
+            for &r in ids {
+                let (p, l) = (self.ptr(g, r)?, g.tensor(r).nbytes() as u64);
+                if p < op_out + out_len && op_out < p + l {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        };
+        let errp = self.err_flag.dev_word.ptr;
+        match *f {
+            Fused::ExpertGlu {
+                glu,
+                gate,
+                up,
+                gate_bias,
+                up_bias,
+                op,
+            } => {
+                let (gt, ut) = (g.tensor(gate), g.tensor(up));
+                let (wg, wu, x, ids) = (gt.src[0], ut.src[0], gt.src[1], gt.src[2]);
+                let sel = gate_bias.or(up_bias).map(|b| b.sel);
+                let mut reads = vec![ids];
+                reads.extend(gate_bias.map(|b| b.bias));
+                reads.extend(up_bias.map(|b| b.bias));
+                reads.extend(sel);
+                if !mmv_aligned(g.tensor(wg), self.ptr(g, wg)?)
+                    || !mmv_aligned(g.tensor(wu), self.ptr(g, wu)?)
+                    || overlaps(&reads)?
+                {
+                    return Ok(false);
+                }
+                reads.push(x);
+                self.set_fused_access(g, glu, &[(wg, ids), (wu, ids)], &reads)?;
+                let wty = g.tensor(wg).ty;
+                let base = self.scratch(s, q8_scratch(g.tensor(x).nelements()))?;
+                let (q8, ds) = self.quantize_acts(g, x, wty, base)?;
+                let td = T4::of(g, glu);
+                let rpw = mmvq_rows_per_warp(wty, g.tensor(wg).ne[0]);
+                let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS * rpw);
+                let opt = |t: Option<TensorId>| -> Result<[A; 2], BackendError> {
+                    Ok(match t {
+                        Some(t) => self.tensor_args_untyped(g, t)?,
+                        None => [A::P(0), A::T(T4::default())],
+                    })
+                };
+                let (opi, alpha, limit) = match op {
+                    GluOp::Swiglu => (0, 0.0, 0.0),
+                    GluOp::Geglu => (1, 0.0, 0.0),
+                    GluOp::SwigluOai { alpha, limit } => (2, alpha.get(), limit.get()),
+                };
+                self.launch(
+                    Kernel::MmvqIdGlu,
+                    (blocks_x, (td.ne[1] * td.ne[2]) as u32, 1),
+                    (32 * MV_WARPS, 1, 1),
+                    &[
+                        &self.tensor_args_untyped(g, glu)?,
+                        &self.tensor_args(g, wg)?,
+                        &self.tensor_args(g, wu)?,
+                        &[A::P(q8), A::P(ds), A::T(T4::of(g, x))],
+                        &self.tensor_args_untyped(g, ids)?,
+                        &opt(gate_bias.map(|b| b.bias))?,
+                        &opt(up_bias.map(|b| b.bias))?,
+                        &opt(sel)?,
+                        &[
+                            A::I(opi),
+                            A::F(alpha),
+                            A::F(limit),
+                            A::P(errp),
+                            A::I(rpw as i32),
+                        ],
+                    ],
+                )?;
+                Ok(true)
+            }
+            Fused::ExpertDown {
+                out,
+                down,
+                bias,
+                weights,
+            } => {
+                let dt = g.tensor(down);
+                let (wd, par, ids) = (dt.src[0], dt.src[1], dt.src[2]);
+                let mut reads = vec![ids, weights];
+                reads.extend(bias.map(|b| b.bias));
+                reads.extend(bias.map(|b| b.sel));
+                if !mmv_aligned(g.tensor(wd), self.ptr(g, wd)?) || overlaps(&reads)? {
+                    return Ok(false);
+                }
+                reads.push(par);
+                self.set_fused_access(g, out, &[(wd, ids)], &reads)?;
+                let wty = g.tensor(wd).ty;
+                let base = self.scratch(s, q8_scratch(g.tensor(par).nelements()))?;
+                let (q8, ds) = self.quantize_acts(g, par, wty, base)?;
+                let td = T4::of(g, out);
+                let rpw = mmvq_rows_per_warp(wty, g.tensor(wd).ne[0]);
+                let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS * rpw);
+                let (bp, sp) = match bias {
+                    Some(b) => (
+                        self.tensor_args_untyped(g, b.bias)?,
+                        self.tensor_args_untyped(g, b.sel)?,
+                    ),
+                    None => (
+                        [A::P(0), A::T(T4::default())],
+                        [A::P(0), A::T(T4::default())],
+                    ),
+                };
+                self.launch(
+                    Kernel::MmvqIdDown,
+                    (blocks_x, td.ne[1] as u32, 1),
+                    (32 * MV_WARPS, 1, 1),
+                    &[
+                        &self.tensor_args_untyped(g, out)?,
+                        &self.tensor_args(g, wd)?,
+                        &[A::P(q8), A::P(ds), A::T(T4::of(g, par))],
+                        &self.tensor_args_untyped(g, ids)?,
+                        &self.tensor_args_untyped(g, weights)?,
+                        &bp,
+                        &sp,
+                        &[A::P(errp), A::I(rpw as i32)],
+                    ],
+                )?;
+                Ok(true)
+            }
+        }
     }
 
     fn compute_node(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
@@ -913,46 +1114,124 @@ impl CudaBackend {
                     ],
                 )
             }
-            Op::FlashAttnExt {
-                scale,
-                max_bias,
-                softcap,
-            } => {
-                let (q, k, v) = (src(0), src(1), src(2));
-                let (mut scale, softcap) = (scale.get(), softcap.get());
-                if softcap != 0.0 {
-                    scale /= softcap;
-                }
-                let tq = T4::of(g, q);
-                let rows = tq.ne[1] * tq.ne[2] * tq.ne[3];
-                self.launch(
-                    Kernel::FlashAttn,
-                    ((rows as u64).div_ceil(FA_WARPS as u64) as u32, 1, 1),
-                    (32 * FA_WARPS, 1, 1),
-                    &[
-                        &self.tensor_args_untyped(g, node)?,
-                        &self.tensor_args(g, q)?,
-                        &self.tensor_args(g, k)?,
-                        &self.tensor_args(g, v)?,
-                        &self.attn_args(g, t, 3, scale, max_bias.get(), tq.ne[2])?,
-                        &[A::F(softcap)],
-                    ],
-                )
-            }
+            Op::FlashAttnExt { .. } => self.flash_attn(g, node, s),
             Op::MulMat => self.mul_mat(g, node, s),
             Op::MulMatId if g.tensor(node).ne[2] <= MMV_MAX_COLS => self.mmvq(g, node, s),
             Op::MulMatId => self.mmq_id(g, node, s),
         }
     }
 
+    /// flash_attn_ext: the tensor-core kernel (`k_fa_mma_*`) for prompts
+    /// with F16/BF16 K and V it takes ([`fa_mma_kernel`]), else the vector
+    /// kernel (`k_fa_vec_*`, [`fa_vec_plan`]) with the cells split into
+    /// segments over enough blocks to fill the device and `k_fa_combine`
+    /// merging them.
+    fn flash_attn(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let Op::FlashAttnExt {
+            scale,
+            max_bias,
+            softcap,
+        } = t.op
+        else {
+            return Err(BackendError::Device(
+                "flash_attn: not a flash_attn_ext node".into(),
+            ));
+        };
+        let (q, k, v) = (t.src[0], t.src[1], t.src[2]);
+        let (mut scale, softcap) = (scale.get(), softcap.get());
+        if softcap != 0.0 {
+            scale /= softcap;
+        }
+        let (tq, tk) = (T4::of(g, q), T4::of(g, k));
+        let (qp, kp, vp) = (self.ptr(g, q)?, self.ptr(g, k)?, self.ptr(g, v)?);
+        let shape = FaShape::of(g, node);
+        let z = (shape.n_head_kv * tq.ne[3]) as u32;
+        let attn = self.attn_args(g, t, 3, scale, max_bias.get(), tq.ne[2])?;
+        let dst = self.tensor_args_untyped(g, node)?;
+        if let Some(kernel) = fa_mma_kernel(g, node, [qp, kp, vp]) {
+            let rows_per_block = 16 * FAM_WARPS as i64;
+            return self.launch(
+                kernel,
+                (cdiv(shape.n_rows, rows_per_block) as u32, z, 1),
+                (32 * FAM_WARPS, 1, 1),
+                &[
+                    &dst,
+                    &self.tensor_args(g, q)?,
+                    &self.tensor_args(g, k)?,
+                    &self.tensor_args_untyped(g, v)?,
+                    &attn,
+                    &[A::F(softcap)],
+                ],
+            );
+        }
+        let (kernel, rt) = fa_vec_plan(shape.dk, shape.dv, shape.n_rows);
+        let row_tiles = cdiv(shape.n_rows, rt);
+        // segments of whole chunks of 32 cells, enough for FA_TARGET_WARPS
+        // warps over the grid
+        let chunks = cdiv(shape.n_kv, 32).max(1);
+        let want = (FA_TARGET_WARPS / (row_tiles * z as i64)).clamp(1, chunks);
+        let seg_chunks = cdiv(chunks, want);
+        let n_seg = cdiv(chunks, seg_chunks);
+        let part = if n_seg > 1 {
+            let floats = z as i64 * shape.n_rows * n_seg * (shape.dv + 2);
+            self.scratch(s, floats as usize * 4)?
+        } else {
+            0
+        };
+        let vec = fa_vec_flags(g, node, [kp, vp]);
+        self.launch(
+            kernel,
+            (cdiv(n_seg, FAV_WARPS as i64) as u32, row_tiles as u32, z),
+            (32 * FAV_WARPS, 1, 1),
+            &[
+                &dst,
+                &[
+                    A::P(part),
+                    A::I(n_seg as i32),
+                    A::I((seg_chunks * 32) as i32),
+                ],
+                &self.tensor_args(g, q)?,
+                &self.tensor_args(g, k)?,
+                &self.tensor_args(g, v)?,
+                &attn,
+                &[A::F(softcap), A::I(rt as i32), A::I(vec)],
+            ],
+        )?;
+        if n_seg > 1 {
+            let sinks = match t.src.get(4) {
+                Some(&sk) => [A::P(self.ptr(g, sk)?), A::I(1)],
+                None => [A::P(0), A::I(0)],
+            };
+            let rows = z as i64 * shape.n_rows;
+            self.launch(
+                Kernel::FaCombine,
+                (cdiv(rows, 4) as u32, 1, 1),
+                (128, 1, 1),
+                &[
+                    &dst,
+                    &[A::P(part), A::I(n_seg as i32), A::T(tq), A::T(tk)],
+                    &[A::I(shape.dv as i32)],
+                    &sinks,
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
     /// Decode `mul_mat` / `mul_mat_id` (at most [`MMV_MAX_COLS`] columns,
     /// or tokens for `mul_mat_id`): quantized weights get their
-    /// activations quantized once (`k_quantize_q8_1`) and int8 dot
-    /// products (`k_mmvq`, `k_mmvq_id`); float weights read F32 rows.
+    /// activations quantized once (`k_quantize_q8_1`) and register-fed
+    /// int8 dot products (`k_mmvq`, `k_mmvq_id`, [`mmvq_rows_per_warp`]
+    /// rows per warp); float weights read F32 rows. Quantized weights not
+    /// at their blocks' alignment take the generic mat-vec.
     fn mmvq(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
         let t = g.tensor(node);
         let (a, b) = (t.src[0], t.src[1]);
         let (at, bt) = (g.tensor(a), g.tensor(b));
+        if !is_float(at.ty) && !mmv_aligned(at, self.ptr(g, a)?) {
+            return self.mat_vec_generic(g, node, s);
+        }
         let td = T4::of(g, node);
         let (bp, tb, q8, ds) = if is_float(at.ty) {
             let base = self.scratch(s, pad256(bt.nelements() as usize * 4))?;
@@ -963,7 +1242,8 @@ impl CudaBackend {
             let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
             (self.ptr(g, b)?, T4::of(g, b), q8, ds)
         };
-        let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS);
+        let rpw = mmvq_rows_per_warp(at.ty, at.ne[0]);
+        let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS * rpw);
         let out = self.tensor_args_untyped(g, node)?;
         let weights = self.tensor_args(g, a)?;
         let acts = [A::P(bp), A::T(tb), A::P(q8), A::P(ds)];
@@ -978,7 +1258,7 @@ impl CudaBackend {
                     &weights,
                     &acts,
                     &self.tensor_args_untyped(g, t.src[2])?,
-                    &[A::P(self.err_flag.dev_word.ptr)],
+                    &[A::P(self.err_flag.dev_word.ptr), A::I(rpw as i32)],
                 ],
             )
         } else {
@@ -989,7 +1269,56 @@ impl CudaBackend {
                 Kernel::Mmvq,
                 (blocks_x, 1, grid_z),
                 (32 * MV_WARPS, 1, 1),
-                &[&out, &weights, &acts, &[A::L(r2), A::L(r3)]],
+                &[
+                    &out,
+                    &weights,
+                    &acts,
+                    &[A::L(r2), A::L(r3), A::I(rpw as i32)],
+                ],
+            )
+        }
+    }
+
+    /// Decode `mul_mat` / `mul_mat_id` with quantized weights that are not
+    /// at their blocks' natural alignment (a view at an odd offset): the
+    /// generic warp-per-element mat-vec (`k_mul_mat_vec`,
+    /// `k_mul_mat_id_vec`) on F32 activation rows.
+    fn mat_vec_generic(
+        &self,
+        g: &Graph,
+        node: TensorId,
+        s: &mut Scratch,
+    ) -> Result<(), BackendError> {
+        let t = g.tensor(node);
+        let (a, b) = (t.src[0], t.src[1]);
+        let (at, bt) = (g.tensor(a), g.tensor(b));
+        let td = T4::of(g, node);
+        let base = self.scratch(s, pad256(bt.nelements() as usize * 4))?;
+        let (bp, tb, _) = self.f32_rows(g, b, base)?;
+        let blocks_x = (td.ne[0] as u32).div_ceil(MV_WARPS);
+        let out = self.tensor_args_untyped(g, node)?;
+        let weights = self.tensor_args(g, a)?;
+        if t.op == Op::MulMatId {
+            self.launch(
+                Kernel::MulMatIdVec,
+                (blocks_x, td.ne[1] as u32, td.ne[2] as u32),
+                (32 * MV_WARPS, 1, 1),
+                &[
+                    &out,
+                    &weights,
+                    &[A::P(bp), A::T(tb)],
+                    &self.tensor_args_untyped(g, t.src[2])?,
+                    &[A::P(self.err_flag.dev_word.ptr)],
+                ],
+            )
+        } else {
+            let r2 = (bt.ne[2] / at.ne[2]).max(1);
+            let r3 = (bt.ne[3] / at.ne[3]).max(1);
+            self.launch(
+                Kernel::MulMatVec,
+                (blocks_x, td.ne[1] as u32, (td.ne[2] * td.ne[3]) as u32),
+                (32 * MV_WARPS, 1, 1),
+                &[&out, &weights, &[A::P(bp), A::T(tb), A::L(r2), A::L(r3)]],
             )
         }
     }
@@ -1065,7 +1394,10 @@ impl CudaBackend {
             &[
                 &[A::P(base), A::P(ds)],
                 &self.tensor_args(g, b)?,
-                &[A::I(q8_group(wty))],
+                &[
+                    A::I(q8_group(wty)),
+                    A::I(matches!(wty, GgmlType::Q4_1 | GgmlType::Q5_1) as i32),
+                ],
             ],
         )?;
         Ok((base, ds))
@@ -1164,9 +1496,148 @@ fn mmq_id_max_tiles(pairs: i64, n_expert: i64) -> i64 {
     (pairs + MMQ_TILE as i64 - 1) / MMQ_TILE as i64 + n_expert + 1
 }
 
-/// Scratch bytes of `k_quantize_q8_1`'s output for `n` activations.
+/// Scratch bytes of `k_quantize_q8_1`'s output for `n` activations: the
+/// int8 values and a `Q8Ds` (8 bytes) per 32.
+/// Warps the flash-attention vector kernel's cell segments aim to fill
+/// (about two blocks of 4 warps per SM of a 132-SM GPU).
+const FA_TARGET_WARPS: i64 = 1024;
+
+/// Query rows from which flash attention takes the tensor-core kernel
+/// (fewer: decode, the vector kernel).
+const FA_MMA_MIN_Q: i64 = 8;
+
+/// A flash_attn_ext node's shape as the kernels see it: the rows of one
+/// KV head are (query, head) pairs, `n_rows = n_q * n_head / n_head_kv`.
+struct FaShape {
+    dk: i64,
+    dv: i64,
+    n_kv: i64,
+    n_head_kv: i64,
+    n_rows: i64,
+}
+
+impl FaShape {
+    fn of(g: &Graph, node: TensorId) -> FaShape {
+        let t = g.tensor(node);
+        let (q, k, v) = (g.tensor(t.src[0]), g.tensor(t.src[1]), g.tensor(t.src[2]));
+        let n_head_kv = k.ne[2].max(1);
+        FaShape {
+            dk: q.ne[0],
+            dv: v.ne[0],
+            n_kv: k.ne[1],
+            n_head_kv,
+            n_rows: q.ne[1] * (q.ne[2] / n_head_kv),
+        }
+    }
+}
+
+/// The vector kernel for v rows of `dv` and the rows it packs per block
+/// (at most its instance's, with `rt * dk <= FAV_QMAX`).
+fn fa_vec_plan(dk: i64, dv: i64, n_rows: i64) -> (Kernel, i64) {
+    let (kernel, rt_max) = if dv <= 64 {
+        (Kernel::FaVec64, 8)
+    } else if dv <= 128 {
+        (Kernel::FaVec128, 8)
+    } else if dv <= 256 {
+        (Kernel::FaVec256, 4)
+    } else {
+        (Kernel::FaVec512, 4)
+    };
+    let rt = rt_max.min(FAV_QMAX / dk.max(1)).min(n_rows).max(1);
+    (kernel, rt)
+}
+
+/// The vector kernel's `vec` flags: bit 0, float K rows of dense
+/// elements at 16-byte aligned addresses; bit 1, F16/BF16 V rows of dense
+/// elements at 4-byte aligned addresses.
+fn fa_vec_flags(g: &Graph, node: TensorId, ptrs: [DevPtr; 2]) -> i32 {
+    let t = g.tensor(node);
+    let (k, v) = (g.tensor(t.src[1]), g.tensor(t.src[2]));
+    let aligned = |t: &ggml_core::Tensor, p: DevPtr, a: u64| {
+        let es = t.ty.type_size();
+        t.nb[0] == es
+            && p.is_multiple_of(a)
+            && t.nb[1..].iter().all(|&nb| (nb as u64).is_multiple_of(a))
+            && (t.ne[0] as u64 * es as u64).is_multiple_of(a)
+    };
+    let mut f = 0;
+    if is_float(k.ty) && aligned(k, ptrs[0], 16) {
+        f |= 1;
+    }
+    if matches!(v.ty, GgmlType::F16 | GgmlType::BF16) && aligned(v, ptrs[1], 4) {
+        f |= 2;
+    }
+    f
+}
+
+/// The tensor-core kernel for a flash_attn_ext node, when it takes it:
+/// at least [`FA_MMA_MIN_Q`] queries, K and V both F16 or both BF16 with
+/// dense 16-byte aligned rows, head dimension 64 or 128 for both.
+fn fa_mma_kernel(g: &Graph, node: TensorId, ptrs: [DevPtr; 3]) -> Option<Kernel> {
+    let t = g.tensor(node);
+    let (q, k, v) = (g.tensor(t.src[0]), g.tensor(t.src[1]), g.tensor(t.src[2]));
+    let aligned = |t: &ggml_core::Tensor, p: DevPtr| {
+        t.nb[0] == 2 && p.is_multiple_of(16) && t.nb[1..].iter().all(|&nb| nb.is_multiple_of(16))
+    };
+    let ok = q.ne[1] >= FA_MMA_MIN_Q
+        && matches!(k.ty, GgmlType::F16 | GgmlType::BF16)
+        && v.ty == k.ty
+        && q.ne[0] == v.ne[0]
+        && aligned(k, ptrs[1])
+        && aligned(v, ptrs[2])
+        && cdiv(FaShape::of(g, node).n_rows, 16 * FAM_WARPS as i64) <= u32::MAX as i64;
+    match (ok, q.ne[0]) {
+        (true, 64) => Some(Kernel::FaMma64),
+        (true, 128) => Some(Kernel::FaMma128),
+        _ => None,
+    }
+}
+
 fn q8_scratch(n: i64) -> usize {
-    pad256(n as usize) + pad256((n / Q8_1_BLOCK) as usize * 4)
+    pad256(n as usize) + pad256((n / Q8_1_BLOCK) as usize * 8)
+}
+
+/// Elements per block, 16-byte pieces per block (`Piece<TY>::PPB` in
+/// `mmv_pieces.cu`) and the natural alignment of a block (`AL`) of the
+/// register-fed mat-vec's weight types.
+fn mmv_piece_layout(ty: GgmlType) -> (i64, i64, u64) {
+    use GgmlType as T;
+    match ty {
+        T::Q4_0 | T::Q5_0 | T::IQ4NL => (32, 1, 2),
+        T::Q4_1 => (32, 1, 4),
+        T::Q5_1 => (32, 1, 8),
+        T::Q8_0 => (32, 2, 2),
+        T::MXFP4 => (32, 1, 1),
+        T::Q2K => (256, 4, 4),
+        T::Q3K => (256, 4, 2),
+        T::Q4K | T::Q5K => (256, 8, 16),
+        T::Q6K => (256, 8, 2),
+        T::IQ4XS => (256, 8, 8),
+        // float rows: 16-byte words
+        _ => ((16 / ty.type_size().max(1)) as i64, 1, 1),
+    }
+}
+
+/// Rows per warp of the decode mat-vec for rows of `k` elements of `ty`:
+/// as many as keep each row's lanes (32 / rows) busy with its pieces.
+pub fn mmvq_rows_per_warp(ty: GgmlType, k: i64) -> u32 {
+    let (qk, ppb, _) = mmv_piece_layout(ty);
+    let pieces = k / qk * ppb;
+    if pieces <= 8 {
+        4
+    } else if pieces <= 16 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Whether a quantized weight tensor at `ptr` has every block at its
+/// type's natural alignment (and its first byte at 4 or more, so the
+/// funnel-shift loads of 2-byte aligned blocks stay inside the tensor).
+fn mmv_aligned(t: &ggml_core::Tensor, ptr: DevPtr) -> bool {
+    let (_, _, al) = mmv_piece_layout(t.ty);
+    ptr.is_multiple_of(al.max(4)) && t.nb[1..].iter().all(|&nb| (nb as u64).is_multiple_of(al))
 }
 
 /// `ggml_rope_yarn_corr_dims`: the dimension range YaRN ramps over (the
@@ -1273,7 +1744,7 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
             let k_ok = is_float(k.ty)
                 || (fa_block_k_type(k.ty) && k.rows_contiguous() && q.ne[0] % 32 == 0);
             let shapes =
-                g.flash_attn_ext_shapes_ok(node) && q.ne[0] <= FA_DMAX && v.ne[0] <= FA_DMAX;
+                g.flash_attn_ext_shapes_ok(node) && q.ne[0] <= FA_DMAX && v.ne[0] <= FA_DV_MAX;
             let mask_ok = t
                 .src
                 .get(3)
@@ -1290,9 +1761,25 @@ pub fn supports_node(g: &Graph, node: TensorId) -> bool {
                 && shapes
                 && mask_ok
                 && sinks_ok
-                && grid_ok(q.ne[1] * q.ne[2] * q.ne[3])
+                && fa_grid_ok(g, node)
         }
     }
+}
+
+/// Largest v row of flash attention (`k_fa_vec_512`: MLA's 512).
+const FA_DV_MAX: i64 = 512;
+
+/// Whether flash attention's grids fit: the vector kernel's row tiles
+/// (grid y) and KV heads (grid z), the combine's rows (grid x).
+fn fa_grid_ok(g: &Graph, node: TensorId) -> bool {
+    let t = g.tensor(node);
+    let q = g.tensor(t.src[0]);
+    let sh = FaShape::of(g, node);
+    let (_, rt) = fa_vec_plan(sh.dk, sh.dv, sh.n_rows);
+    let z = sh.n_head_kv * q.ne[3];
+    cdiv(sh.n_rows, rt) <= GRID_YZ_MAX
+        && z <= GRID_YZ_MAX
+        && cdiv(z * sh.n_rows, 4) <= u32::MAX as i64
 }
 
 /// Whether a node's kernel validates ids through the device error flag.
@@ -1368,18 +1855,25 @@ impl BackendStream for CudaBackend {
             }
             bits |= err_flag::bit_of(t.op);
         }
+        let steps = fusion::plan(g, nodes);
         let tracing = self.trace.lock().map(|t| t.is_some()).unwrap_or(false);
         if tracing {
             // launch by launch, each op between timing events
-            for &n in nodes {
+            for step in &steps {
+                let n = match step {
+                    Step::Node(n) => *n,
+                    Step::Fused { fused, .. } => fused.output(),
+                };
                 let t = g.tensor(n);
-                self.set_node_access(g, n)?;
                 self.traced(
                     Stream::Compute,
                     SpanKind::Op,
                     t.nbytes() as u64,
-                    || format!("{} {}", t.op.name(), t.name),
-                    || self.compute_node(g, n, &mut s),
+                    || match step {
+                        Step::Node(_) => format!("{} {}", t.op.name(), t.name),
+                        Step::Fused { fused, .. } => format!("{} {}", fused.name(), t.name),
+                    },
+                    || self.compute_step(g, step, &mut s),
                 )?;
             }
         } else {
@@ -1388,10 +1882,9 @@ impl BackendStream for CudaBackend {
                 .planning
                 .lock()
                 .map_err(|_| BackendError::Device("plan lock poisoned".into()))? = Some(Vec::new());
-            let planned = nodes.iter().try_for_each(|&n| {
-                self.set_node_access(g, n)?;
-                self.compute_node(g, n, &mut s)
-            });
+            let planned = steps
+                .iter()
+                .try_for_each(|step| self.compute_step(g, step, &mut s));
             let plan = self
                 .planning
                 .lock()

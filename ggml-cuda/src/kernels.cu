@@ -39,6 +39,15 @@
 #define T_BF16 30
 #define T_MXFP4 39
 
+// `UNROLL` before a loop of constant trip count: `#pragma unroll` for NVRTC
+// (register arrays indexed by such loops stay in registers), nothing for
+// the host compilers of the emulator and of the kernel-source test.
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
 typedef long long i64;
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -67,8 +76,16 @@ __device__ __forceinline__ u32 f2u(float f) {
 
 __device__ __forceinline__ float neg_inf() { return u2f(0xff800000u); }
 
-// IEEE half -> float, exact (subnormals, inf and nan included).
-__device__ float h2f(u16 h) {
+// IEEE half -> float, exact (subnormals, inf and nan included): one
+// conversion instruction on a GPU, the bit manipulation below on the CPU
+// (the emulator and the kernel-source test, which checks it against the
+// half crate).
+__device__ __forceinline__ float h2f(u16 h) {
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
     u32 sign = ((u32)h & 0x8000u) << 16;
     u32 ex = ((u32)h >> 10) & 0x1fu;
     u32 man = (u32)h & 0x3ffu;
@@ -82,10 +99,17 @@ __device__ float h2f(u16 h) {
         return u2f(sign | 0x7f800000u | (man ? 0x400000u : 0u) | (man << 13));
     }
     return u2f(sign | ((ex + 112u) << 23) | (man << 13));
+#endif
 }
 
-// float -> IEEE half, round to nearest even (as the half crate and F16C).
-__device__ u16 f2h(float f) {
+// float -> IEEE half, round to nearest even (as the half crate and F16C):
+// one conversion instruction on a GPU.
+__device__ __forceinline__ u16 f2h(float f) {
+#if defined(__CUDA_ARCH__)
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     u32 x = f2u(f);
     u32 sign = (x >> 16) & 0x8000u;
     u32 ax = x & 0x7fffffffu;
@@ -117,21 +141,114 @@ __device__ u16 f2h(float f) {
         h++; // a carry into the exponent is the right answer (up to inf)
     }
     return (u16)(sign | h);
+#endif
 }
 
 __device__ __forceinline__ float bf2f(u16 b) { return u2f(((u32)b) << 16); }
 
-// float -> bfloat16, round to nearest even, nan kept quiet.
-__device__ u16 f2bf(float f) {
+// float -> bfloat16, round to nearest even, nan kept quiet (one
+// instruction on sm_80+).
+__device__ __forceinline__ u16 f2bf(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     u32 x = f2u(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) {
         return (u16)((x >> 16) | 0x40u);
     }
     u32 r = x + 0x7fffu + ((x >> 16) & 1u);
     return (u16)(r >> 16);
+#endif
 }
 
 __device__ __forceinline__ u16 ld16(const u8* p) { return (u16)(p[0] | (p[1] << 8)); }
+
+// The low 32 bits of the 64-bit hi:lo shifted right by `sh` (0..31):
+// `__funnelshift_r` on a GPU (one SHF).
+__device__ __forceinline__ u32 fshr(u32 lo, u32 hi, u32 sh) {
+#if defined(__CUDA_ARCH__)
+    return __funnelshift_r(lo, hi, sh);
+#else
+    return (u32)((((u64)hi << 32) | lo) >> (sh & 31));
+#endif
+}
+
+// Bytes of y:x picked by the low 3 bits of each of the 4 selector nibbles
+// of `s` (`__byte_perm` without its sign-replicate mode: one PRMT).
+__device__ __forceinline__ u32 byte_perm(u32 x, u32 y, u32 s) {
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(x, y, s);
+#else
+    u64 v = ((u64)y << 32) | x;
+    u32 r = 0;
+    UNROLL
+    for (int k = 0; k < 4; k++) {
+        u32 i = (s >> (4 * k)) & 7u;
+        r |= (u32)((v >> (8 * i)) & 0xffu) << (8 * k);
+    }
+    return r;
+#endif
+}
+
+// N consecutive 32-bit words starting at `a` (any alignment) with aligned
+// loads: N words from the 4-byte boundary at or below `a`, the bytes past
+// the last one that the range still needs by one 16-bit and one 8-bit load
+// (each only when needed), joined by funnel shifts. Reads only bytes in
+// [a rounded down to 4, a + 4N): nothing past the range, at most 3 bytes
+// before it (which every caller has inside its block or the tensor).
+template <int N>
+__device__ __forceinline__ void ld_words(const u8* a, u32* out) {
+    u32 ph = (u32)(u64)a & 3u;
+    const u32* w = (const u32*)(a - ph);
+    u32 v[N + 1];
+    UNROLL
+    for (int i = 0; i < N; i++) {
+        v[i] = w[i];
+    }
+    const u8* t = (const u8*)(w + N);
+    u32 tail = ph >= 2 ? (u32) * (const u16*)t : 0u;
+    if (ph & 1u) {
+        tail |= (u32)t[ph - 1] << (8 * (ph - 1));
+    }
+    v[N] = tail;
+    UNROLL
+    for (int i = 0; i < N; i++) {
+        out[i] = fshr(v[i], v[i + 1], 8 * ph);
+    }
+}
+
+// N words at a 4-byte aligned `a` (one load each; the compiler joins
+// neighbours into 64- and 128-bit loads where `a`'s alignment allows).
+template <int N>
+__device__ __forceinline__ void ld_words4(const u8* a, u32* out) {
+    UNROLL
+    for (int i = 0; i < N; i++) {
+        out[i] = ((const u32*)a)[i];
+    }
+}
+
+// Four 4-bit indices per byte pair of `q` looked up in a 16-entry int8
+// table held as 4 words `t`: the values of the low nibbles of q's 4 bytes
+// (in byte order) in `lo`, of the high nibbles in `hi`. Six byte
+// permutations, no memory access.
+__device__ __forceinline__ void table16(u32 q, const u32* t, u32* lo, u32* hi) {
+    // for each half of q: its 4 nibbles (low, high of byte 0, then of byte
+    // 1) against table bytes 0..7 and 8..15, then pick by each index's bit 3
+    u32 r[2];
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        u32 n = q >> (16 * h);
+        u32 a = byte_perm(t[0], t[1], n);
+        u32 b = byte_perm(t[2], t[3], n);
+        u32 pick = 0x3210u | ((n & 0x8888u) >> 1);
+        r[h] = byte_perm(a, b, pick);
+    }
+    // r[0] = v(b0 lo), v(b0 hi), v(b1 lo), v(b1 hi); r[1] the same of b2, b3
+    *lo = byte_perm(r[0], r[1], 0x6420u);
+    *hi = byte_perm(r[0], r[1], 0x7531u);
+}
 
 // Element `j` (0-based within a block) of one quantized block at `b`.
 __device__ __forceinline__ void scale_min_k4(int j, const u8* q, float* sc, float* mn) {
@@ -381,6 +498,18 @@ __device__ __forceinline__ float act_round(float x, int wty) {
     return x;
 }
 
+// Eight halves (or bfloat16s) of a 16-byte word to floats.
+__device__ __forceinline__ void unpack8(uint4 v, int bf, float* o) {
+    u32 u[4] = {v.x, v.y, v.z, v.w};
+    UNROLL
+    for (int i = 0; i < 4; i++) {
+        u16 lo = (u16)(u[i] & 0xffffu);
+        u16 hi = (u16)(u[i] >> 16);
+        o[2 * i] = bf ? bf2f(lo) : h2f(lo);
+        o[2 * i + 1] = bf ? bf2f(hi) : h2f(hi);
+    }
+}
+
 __device__ __forceinline__ i64 t4_n(const T4& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
 
 // Split a flat ggml-order index into coordinates.
@@ -425,6 +554,41 @@ __device__ __forceinline__ float warp_max(float v) {
 #endif
 }
 
+// Butterfly sum within segments of `width` lanes (a power of 2 up to 32):
+// every lane gets its segment's sum (the emulator: one collective, the
+// same operations in the same order).
+__device__ __forceinline__ float warp_sum_w(float v, int width) {
+#ifdef GGML_CUDA_EMU_WARP_BUTTERFLY
+    return emu_butterfly_value_w(emu_warp_gather(emu_bits(v)), emu_lane(), (unsigned)width,
+                                 [](float a, float b) { return a + b; });
+#else
+    for (int o = width >> 1; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+#endif
+}
+
+// Integer sums over lanes 0..15 and 16..31 of the warp (exact), for lane 0.
+__device__ __forceinline__ void half_warp_sums(int v, int* s0, int* s1) {
+#ifdef GGML_CUDA_EMU_WARP_BUTTERFLY
+    const unsigned long long* all = emu_warp_gather((unsigned long long)(unsigned)v);
+    int a = 0, b = 0;
+    for (int l = 0; l < 16; l++) {
+        a += (int)(unsigned)all[l];
+        b += (int)(unsigned)all[16 + l];
+    }
+    *s0 = a;
+    *s1 = b;
+#else
+    for (int o = 8; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    *s0 = v;
+    *s1 = __shfl_xor_sync(0xffffffffu, v, 16);
+#endif
+}
+
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every
 // thread gets the result. `sh` holds 32 floats.
 __device__ float block_sum(float v, float* sh) {
@@ -461,6 +625,21 @@ __device__ __forceinline__ float gelu_f(float x) {
 }
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// The gated linear unit of gate g and up u: op 0 swiglu, 1 geglu,
+// 2 swiglu_oai(alpha, limit) (gpt-oss's clamped form). Shared by `k_glu`
+// and the fused expert mat-vec's epilogue.
+__device__ __forceinline__ float glu_f(int op, float g, float u, float alpha, float limit) {
+    if (op == 0) {
+        return silu_f(g) * u;
+    }
+    if (op == 1) {
+        return gelu_f(g) * u;
+    }
+    g = fminf(g, limit);
+    u = fmaxf(fminf(u, limit), -limit);
+    return g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+}
 
 // ------------------------------------------------------------ element-wise
 
@@ -534,17 +713,7 @@ extern "C" __global__ void k_glu(u8* dst, T4 td, const u8* a, T4 ta, int tya, co
             g = load_f(a + t4_off(ta, ig, c[1], c[2], c[3]), tya);
             u = load_f(a + t4_off(ta, iu, c[1], c[2], c[3]), tya);
         }
-        float r;
-        if (op == 0) {
-            r = silu_f(g) * u;
-        } else if (op == 1) {
-            r = gelu_f(g) * u;
-        } else {
-            g = fminf(g, limit);
-            u = fmaxf(fminf(u, limit), -limit);
-            r = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
-        }
-        *(float*)(dst + t4_off(td, c[0], c[1], c[2], c[3])) = r;
+        *(float*)(dst + t4_off(td, c[0], c[1], c[2], c[3])) = glu_f(op, g, u, alpha, limit);
     }
 }
 

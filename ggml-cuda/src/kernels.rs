@@ -17,23 +17,38 @@ use crate::driver::{Device, Function};
 /// file-name order (`build.rs` compiles the same files for the emulator).
 pub const KERNEL_PARTS: &[(&str, &str)] = &[
     ("kernels.cu", include_str!("kernels.cu")),
+    (
+        "kernels/async_copy_mma.cu",
+        include_str!("kernels/async_copy_mma.cu"),
+    ),
     ("kernels/dot_q8.cu", include_str!("kernels/dot_q8.cu")),
     (
         "kernels/flash_attn.cu",
         include_str!("kernels/flash_attn.cu"),
     ),
     ("kernels/mmq.cu", include_str!("kernels/mmq.cu")),
+    (
+        "kernels/mmv_pieces.cu",
+        include_str!("kernels/mmv_pieces.cu"),
+    ),
     ("kernels/mmvq.cu", include_str!("kernels/mmvq.cu")),
+    (
+        "kernels/mmvq_fused.cu",
+        include_str!("kernels/mmvq_fused.cu"),
+    ),
 ];
 
 /// The kernel source ([`KERNEL_PARTS`] joined), compiled at run time by
 /// NVRTC. It uses no `#include`, so no CUDA toolkit headers are needed.
 pub const KERNELS_SRC: &str = concat!(
     include_str!("kernels.cu"),
+    include_str!("kernels/async_copy_mma.cu"),
     include_str!("kernels/dot_q8.cu"),
     include_str!("kernels/flash_attn.cu"),
     include_str!("kernels/mmq.cu"),
+    include_str!("kernels/mmv_pieces.cu"),
     include_str!("kernels/mmvq.cu"),
+    include_str!("kernels/mmvq_fused.cu"),
 );
 
 /// The file name NVRTC is given for the source (it names it in its log).
@@ -102,15 +117,35 @@ pub enum Kernel {
     /// `k_mmq_id`: prompt `mul_mat_id`, one int8 tile of one expert per
     /// block.
     MmqId,
-    /// `k_flash_attn`: flash_attn_ext, one warp per query row.
-    FlashAttn,
+    /// `k_fa_vec_64`: flash_attn_ext's vector kernel (decode; rows of a KV
+    /// head packed, split over the cells), v rows up to 64.
+    FaVec64,
+    /// `k_fa_vec_128`: the same for v rows up to 128.
+    FaVec128,
+    /// `k_fa_vec_256`: the same for v rows up to 256.
+    FaVec256,
+    /// `k_fa_vec_512`: the same for v rows up to 512 (MLA).
+    FaVec512,
+    /// `k_fa_combine`: merges the vector kernel's segments.
+    FaCombine,
+    /// `k_fa_mma_64`: flash_attn_ext on tensor cores (prompts, F16/BF16
+    /// K/V, head dimension 64).
+    FaMma64,
+    /// `k_fa_mma_128`: the same for head dimension 128.
+    FaMma128,
     /// `k_mmf_id`: prompt `mul_mat_id` with float experts, grouped tiles.
     MmfId,
+    /// `k_mmvq_id_glu`: decode gate and up `mul_mat_id` (and their
+    /// `add_id` biases) fused with the GLU.
+    MmvqIdGlu,
+    /// `k_mmvq_id_down`: decode down `mul_mat_id` (and its bias) fused with
+    /// the router weights and the sum over the experts.
+    MmvqIdDown,
 }
 
 impl Kernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [Kernel; 25] = [
+    pub const ALL: [Kernel; 33] = [
         Kernel::Binary,
         Kernel::Unary,
         Kernel::Glu,
@@ -134,8 +169,16 @@ impl Kernel {
         Kernel::Mmq,
         Kernel::MoeGroup,
         Kernel::MmqId,
-        Kernel::FlashAttn,
+        Kernel::FaVec64,
+        Kernel::FaVec128,
+        Kernel::FaVec256,
+        Kernel::FaVec512,
+        Kernel::FaCombine,
+        Kernel::FaMma64,
+        Kernel::FaMma128,
         Kernel::MmfId,
+        Kernel::MmvqIdGlu,
+        Kernel::MmvqIdDown,
     ];
 
     /// The kernel's `extern "C"` name in `kernels.cu` (its PTX entry point).
@@ -164,8 +207,16 @@ impl Kernel {
             Kernel::Mmq => "k_mmq",
             Kernel::MoeGroup => "k_moe_group",
             Kernel::MmqId => "k_mmq_id",
-            Kernel::FlashAttn => "k_flash_attn",
+            Kernel::FaVec64 => "k_fa_vec_64",
+            Kernel::FaVec128 => "k_fa_vec_128",
+            Kernel::FaVec256 => "k_fa_vec_256",
+            Kernel::FaVec512 => "k_fa_vec_512",
+            Kernel::FaCombine => "k_fa_combine",
+            Kernel::FaMma64 => "k_fa_mma_64",
+            Kernel::FaMma128 => "k_fa_mma_128",
             Kernel::MmfId => "k_mmf_id",
+            Kernel::MmvqIdGlu => "k_mmvq_id_glu",
+            Kernel::MmvqIdDown => "k_mmvq_id_down",
         }
     }
 }
@@ -191,10 +242,17 @@ pub const Q8_1_BLOCK: i64 = 32;
 /// Weight rows and columns of one `k_mmq` / `k_mmq_id` tile (`MMQ_TM`,
 /// `MMQ_TN` in the source).
 pub const MMQ_TILE: u32 = 32;
-/// Query rows (warps) per `k_flash_attn` block (`FA_WARPS`).
-pub const FA_WARPS: u32 = 4;
-/// Largest head dimension `k_flash_attn` takes (`FA_DMAX`: MLA's 576).
+/// Largest head dimension flash attention takes (`FA_DMAX`: MLA's 576).
 pub const FA_DMAX: i64 = 576;
+/// Warps (cell segments) per block of the flash-attention vector kernels
+/// (`FAV_WARPS`).
+pub const FAV_WARPS: u32 = 4;
+/// Floats of packed q rows a vector block holds (`FAV_QMAX`): rows x head
+/// dimension.
+pub const FAV_QMAX: i64 = 2304;
+/// Warps per block of the flash-attention tensor-core kernels
+/// (`FAM_WARPS`), 16 rows each.
+pub const FAM_WARPS: u32 = 4;
 /// Tile edge of `k_mul_mat_tiled` (`GT` in the source).
 pub const GEMM_TILE: u32 = 16;
 

@@ -90,9 +90,12 @@
 //! the CPU does) or the tiled float GEMM (`k_mul_mat_tiled`; prompt
 //! mul_mat_id with float experts: `k_mul_mat_id_vec`).
 //!
-//! flash_attn_ext (`k_flash_attn`): F32/F16 mask, ALiBi, softcap, sinks,
-//! F32/F16/BF16 or Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL K, V of any weight type,
-//! head dimensions up to 576 (MLA).
+//! flash_attn_ext: the split-KV vector kernels (`k_fa_vec_*` + `k_fa_combine`;
+//! decode, and prompts the tensor-core kernel does not take) and the
+//! tensor-core kernels for prompts with F16/BF16 K/V of head dimension 64 or
+//! 128 (`k_fa_mma_*`): F32/F16 mask, ALiBi, softcap, sinks, F32/F16/BF16 or
+//! Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL K, V of any weight type, head dimensions
+//! up to 576 for K and 512 for V (MLA).
 //!
 //! Not supported (the scheduler keeps these on the CPU): quantized
 //! destinations of cpy, flash attention with a K-quant K cache, other quant
@@ -113,6 +116,7 @@ pub mod driver;
 pub mod emu_kernels;
 pub mod emulator;
 mod err_flag;
+pub mod fusion;
 mod graphs;
 pub mod kernel_load;
 pub mod kernels;

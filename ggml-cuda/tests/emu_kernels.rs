@@ -1139,3 +1139,204 @@ fn timing_of_representative_launches() {
     );
     assert_eq!(d[12345], 12345.0 * 2.0 + 1.0);
 }
+
+// ------------------------------------------------- warp-wide instructions
+
+/// A random int8 matrix of `n` elements.
+fn rand_i8(rng: &mut Rng, n: usize) -> Vec<i8> {
+    (0..n).map(|_| (rng.i(256) - 128) as i8).collect()
+}
+
+#[test]
+fn int8_mma_matches_a_scalar_product_by_the_ptx_fragment_tables() {
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(11);
+    // m16n8k32: A [16][32], B [8][32] (columns), C [16][8]
+    let a = rand_i8(&mut rng, 16 * 32);
+    let b = rand_i8(&mut rng, 8 * 32);
+    let c0: Vec<i32> = (0..128).map(|_| rng.i(200_001) - 100_000).collect();
+    let mut c = c0.clone();
+    run(
+        "t_mma_s8_k32",
+        [1, 1, 1],
+        [32, 1, 1],
+        0,
+        &[pc(&a), pc(&b), p(&mut c)],
+    )
+    .unwrap();
+    for m in 0..16 {
+        for n in 0..8 {
+            let dot: i32 = (0..32)
+                .map(|k| a[32 * m + k] as i32 * b[32 * n + k] as i32)
+                .sum();
+            assert_eq!(c[8 * m + n], c0[8 * m + n] + dot, "m16n8k32 C[{m}][{n}]");
+        }
+    }
+    // m8n8k16: A [8][16], B [8][16], C [8][8]
+    let a = rand_i8(&mut rng, 8 * 16);
+    let b = rand_i8(&mut rng, 8 * 16);
+    let c0: Vec<i32> = (0..64).map(|_| rng.i(2001) - 1000).collect();
+    let mut c = c0.clone();
+    run(
+        "t_mma_s8_m8n8k16",
+        [1, 1, 1],
+        [32, 1, 1],
+        0,
+        &[pc(&a), pc(&b), p(&mut c)],
+    )
+    .unwrap();
+    for m in 0..8 {
+        for n in 0..8 {
+            let dot: i32 = (0..16)
+                .map(|k| a[16 * m + k] as i32 * b[16 * n + k] as i32)
+                .sum();
+            assert_eq!(c[8 * m + n], c0[8 * m + n] + dot, "m8n8k16 C[{m}][{n}]");
+        }
+    }
+}
+
+#[test]
+fn float_mma_matches_a_scalar_product_by_the_ptx_fragment_tables() {
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(12);
+    // (bf16, k = 8): m16n8k16 f16, m16n8k16 bf16, m16n8k8 f16
+    for (bf, k8) in [(0, 0), (1, 0), (0, 1)] {
+        let bits = |x: f32| {
+            if bf == 1 {
+                half::bf16::from_f32(x).to_bits()
+            } else {
+                half::f16::from_f32(x).to_bits()
+            }
+        };
+        let val = |b: u16| {
+            if bf == 1 {
+                half::bf16::from_bits(b).to_f32()
+            } else {
+                half::f16::from_bits(b).to_f32()
+            }
+        };
+        let a: Vec<u16> = (0..16 * 16).map(|_| bits(rng.f() * 4.0)).collect();
+        let b: Vec<u16> = (0..8 * 16).map(|_| bits(rng.f() * 4.0)).collect();
+        let c0: Vec<f32> = (0..128).map(|_| rng.f() * 10.0).collect();
+        let mut c = c0.clone();
+        run(
+            "t_mma_f16",
+            [1, 1, 1],
+            [32, 1, 1],
+            0,
+            &[pc(&a), pc(&b), p(&mut c), A::I(bf), A::I(k8)],
+        )
+        .unwrap();
+        let kk = if k8 == 1 { 8 } else { 16 };
+        for m in 0..16 {
+            for n in 0..8 {
+                // products exact in f32, summed in k order onto C
+                let mut want = c0[8 * m + n];
+                for k in 0..kk {
+                    want += val(a[16 * m + k]) * val(b[16 * n + k]);
+                }
+                assert_eq!(
+                    c[8 * m + n].to_bits(),
+                    want.to_bits(),
+                    "bf16 {bf} k8 {k8} C[{m}][{n}]: {} vs {want}",
+                    c[8 * m + n]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn ldmatrix_gives_each_lane_its_fragment_plain_and_transposed() {
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(13);
+    let src: Vec<u16> = (0..32 * 8).map(|i| 1000 + i as u16).collect();
+    // a shuffled row order: tile rows need not be consecutive in memory
+    let mut perm: Vec<i32> = (0..32).collect();
+    for i in (1..32).rev() {
+        perm.swap(i, rng.i(i as u64 + 1) as usize);
+    }
+    for n in [1, 2, 4] {
+        for trans in [0, 1] {
+            let mut out = vec![0u32; 4 * 32];
+            run(
+                "t_ldmatrix",
+                [1, 1, 1],
+                [32, 1, 1],
+                0,
+                &[pc(&src), pc(&perm), p(&mut out), A::I(n), A::I(trans)],
+            )
+            .unwrap();
+            // tile i, row r, column c
+            let m = |i: usize, r: usize, c: usize| src[8 * perm[8 * i + r] as usize + c] as u32;
+            for l in 0..32 {
+                for i in 0..4 {
+                    let (g, t) = (l / 4, l % 4);
+                    let want = if i >= n as usize {
+                        0
+                    } else if trans == 1 {
+                        m(i, 2 * t, g) | (m(i, 2 * t + 1, g) << 16)
+                    } else {
+                        m(i, g, 2 * t) | (m(i, g, 2 * t + 1) << 16)
+                    };
+                    assert_eq!(out[4 * l + i], want, "x{n} trans {trans} lane {l} reg {i}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cp_async_lands_at_its_wait_and_is_poison_before() {
+    if skip() {
+        return;
+    }
+    let mut rng = Rng(14);
+    let src: Vec<u32> = (0..64 * 8).map(|_| rng.next() as u32).collect();
+    let mut out = vec![0u32; 64 * 12];
+    run(
+        "t_cp_async",
+        [1, 1, 1],
+        [64, 1, 1],
+        0,
+        &[pc(&src), p(&mut out)],
+    )
+    .unwrap();
+    let poison = 0xA5A5_A5A5u32;
+    for t in 0..64 {
+        // words 0 (group 0), 4 (group 1), 6 and 7 (group 2)
+        let words = [0usize, 4, 6, 7];
+        let group = [0usize, 1, 2, 2];
+        for step in 0..3 {
+            for j in 0..4 {
+                let got = out[12 * t + 4 * step + j];
+                // after wait_group (2 - step): groups 0..=step have landed
+                let want = if group[j] <= step {
+                    src[8 * t + words[j]]
+                } else {
+                    poison
+                };
+                assert_eq!(got, want, "thread {t} step {step} word {}", words[j]);
+            }
+        }
+    }
+    let bytes = [0u8; 64];
+    // 4 bytes past a 16-byte boundary inside `bytes`
+    let at = (bytes.as_ptr() as u64).div_ceil(16) * 16 + 4;
+    let err = run(
+        "t_cp_async_misaligned",
+        [1, 1, 1],
+        [1, 1, 1],
+        0,
+        &[A::P(at)],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("must be aligned"), "{err}");
+}

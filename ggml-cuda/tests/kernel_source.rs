@@ -42,6 +42,18 @@ fn every_launched_kernel_is_defined_and_listed() {
     // the Rust-side constants match the source
     assert!(KERNELS_SRC.contains("#define MV_WARPS 4"));
     assert!(KERNELS_SRC.contains("#define GT 16"));
+    use ggml_cuda::kernels::{FAM_WARPS, FAV_QMAX, FAV_WARPS, FA_DMAX};
+    for (name, v) in [
+        ("FA_DMAX", FA_DMAX),
+        ("FAV_WARPS", FAV_WARPS as i64),
+        ("FAV_QMAX", FAV_QMAX),
+        ("FAM_WARPS", FAM_WARPS as i64),
+    ] {
+        assert!(
+            KERNELS_SRC.contains(&format!("#define {name} {v}\n")),
+            "{name} differs between kernels.rs and the source"
+        );
+    }
 }
 
 /// `KERNELS_SRC` is `KERNEL_PARTS` joined, and the parts are `kernels.cu`
@@ -97,6 +109,7 @@ template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return 
 template <class T> static inline T __shfl_sync(unsigned, T v, int) { return v; }
 static inline void __syncthreads() {}
 static inline void __syncwarp(unsigned = 0xffffffffu) {}
+static inline int __any_sync(unsigned, int p) { return p; }
 static inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
     return c;

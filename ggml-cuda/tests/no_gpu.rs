@@ -130,7 +130,7 @@ fn supports_op_is_truthful_about_types() {
     );
     let q = g.new_tensor_3d(GgmlType::F32, 64, 4, 2);
     let fa = g.flash_attn_ext(q, q, q, None, 1.0, 0.0, 0.0);
-    assert!(supports_node(&g, fa), "k_flash_attn takes F32 q/k/v");
+    assert!(supports_node(&g, fa), "flash attention takes F32 q/k/v");
     // a K-quant K cache: q would need Q8_K rounding, not implemented
     let kq = g.new_tensor_3d(GgmlType::Q4K, 256, 4, 2);
     let q256 = g.new_tensor_3d(GgmlType::F32, 256, 4, 2);

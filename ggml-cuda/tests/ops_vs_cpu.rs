@@ -36,6 +36,22 @@ fn f16b(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_le_bytes()
 }
 
+/// A causal F16 mask [n_kv, n_q]: query j sees the cells up to
+/// n_kv - n_q + j.
+fn causal_mask(n_q: i64, n_kv: i64) -> Vec<u8> {
+    (0..n_q)
+        .flat_map(|j| {
+            (0..n_kv).flat_map(move |c| {
+                f16b(if c > n_kv - n_q + j {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                })
+            })
+        })
+        .collect()
+}
+
 /// Random bytes of a tensor of `ty` with `n` elements: values in [-1, 1)
 /// for plain types, random quants with sane scales for block types.
 fn rand_bytes(r: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
@@ -582,7 +598,7 @@ fn cases() -> Vec<Case> {
     // causal F16 mask, GQA (4 heads over 2), F32/F16/BF16 and quantized
     // K/V caches, sinks (gpt-oss), ALiBi and softcap, MLA's head shapes
     // (k 576, v 512, one k/v head: deepseek2)
-    let fa_cases: [(i64, i64, GgmlType, GgmlType); 12] = [
+    let fa_cases: [(i64, i64, GgmlType, GgmlType); 14] = [
         (1, 1, GgmlType::F16, GgmlType::F16),
         (1, 4096, GgmlType::F16, GgmlType::F16),
         (17, 4096, GgmlType::F16, GgmlType::F16),
@@ -595,6 +611,10 @@ fn cases() -> Vec<Case> {
         (17, 300, GgmlType::Q5_0, GgmlType::IQ4NL),
         (512, 600, GgmlType::Q8_0, GgmlType::F16),
         (1, 64, GgmlType::IQ4NL, GgmlType::Q8_0),
+        // a Q8_0 cache at decode over 4096 cells (segments, combine with
+        // sinks) and 17 queries over it
+        (1, 4096, GgmlType::Q8_0, GgmlType::Q8_0),
+        (17, 4096, GgmlType::Q8_0, GgmlType::Q8_0),
     ];
     for (i, (n_q, n_kv, kty, vty)) in fa_cases.into_iter().enumerate() {
         let mut b = next();
@@ -602,24 +622,11 @@ fn cases() -> Vec<Case> {
         let q = b.rand(GgmlType::F32, &[d, n_q, n_head]);
         let k = b.rand(kty, &[d, n_kv, n_head_kv]);
         let vc = b.rand(vty, &[d, n_kv, n_head_kv]);
-        // causal: query j sees cells up to n_kv - n_q + j
-        let mask: Vec<u8> = (0..n_q)
-            .flat_map(|j| {
-                (0..n_kv).flat_map(move |c| {
-                    let m = if c > n_kv - n_q + j {
-                        f32::NEG_INFINITY
-                    } else {
-                        0.0
-                    };
-                    f16b(m)
-                })
-            })
-            .collect();
-        let mask = b.data(GgmlType::F16, &[n_kv, n_q], mask);
+        let mask = b.data(GgmlType::F16, &[n_kv, n_q], causal_mask(n_q, n_kv));
         let (max_bias, softcap) = if i == 4 { (8.0, 30.0) } else { (0.0, 0.0) };
         let o =
             b.g.flash_attn_ext(q, k, vc, Some(mask), 0.125, max_bias, softcap);
-        let with_sinks = i == 3 || i == 7;
+        let with_sinks = i == 3 || i == 7 || i == 12;
         if with_sinks {
             let sinks = b.rand(GgmlType::F32, &[n_head]);
             b.g.flash_attn_ext_add_sinks(o, sinks);
@@ -639,6 +646,41 @@ fn cases() -> Vec<Case> {
             tol,
         ));
     }
+    // the kernels' other shapes: head dimension 128 with 8 query heads on
+    // one KV head (the vector kernel's packed rows and cell segments at
+    // decode, the tensor-core kernel's 128 instance for prompts), a head
+    // dimension neither tensor-core instance takes whose F16 rows are not
+    // 16-byte multiples (68: element loads of K), BF16 prompts, F32 K
+    // with Q8_0 V
+    let fa_more: [(i64, i64, i64, i64, GgmlType, GgmlType); 6] = [
+        (128, 1, 4096, 8, GgmlType::F16, GgmlType::F16),
+        (128, 2, 777, 8, GgmlType::Q8_0, GgmlType::Q8_0),
+        (128, 33, 1000, 8, GgmlType::F16, GgmlType::F16),
+        (128, 64, 256, 8, GgmlType::BF16, GgmlType::BF16),
+        (68, 20, 200, 2, GgmlType::F16, GgmlType::F16),
+        (64, 3, 2500, 4, GgmlType::F32, GgmlType::Q8_0),
+    ];
+    for (d, n_q, n_kv, group, kty, vty) in fa_more {
+        let mut b = next();
+        let (n_head_kv, n_head) = (8 / group.min(8), 8i64);
+        let q = b.rand(GgmlType::F32, &[d, n_q, n_head]);
+        let k = b.rand(kty, &[d, n_kv, n_head_kv]);
+        let vc = b.rand(vty, &[d, n_kv, n_head_kv]);
+        let mask = b.data(GgmlType::F16, &[n_kv, n_q], causal_mask(n_q, n_kv));
+        let o = b.g.flash_attn_ext(q, k, vc, Some(mask), 0.09, 0.0, 0.0);
+        let tol = if kty == GgmlType::F32 && vty == GgmlType::F32 {
+            F32_TOL
+        } else {
+            LOW_TOL
+        };
+        v.push(b.done(
+            format!(
+                "flash_attn d={d} q={n_q} cells={n_kv} heads {n_head}/{n_head_kv} k={kty} v={vty}"
+            ),
+            o,
+            tol,
+        ));
+    }
     for (n_q, n_kv) in [(1i64, 256i64), (17, 256)] {
         let mut b = next();
         let n_head = 4i64;
@@ -650,6 +692,24 @@ fn cases() -> Vec<Case> {
             format!("flash_attn MLA 576/512 q={n_q} cells={n_kv}"),
             o,
             LOW_TOL,
+        ));
+    }
+    // the decode MoE FFN as llama's moe_ffn builds it (the fused expert
+    // mat-vec: gate + up + GLU, down + router weights + the sum over the
+    // slots): every quantized type at 1 token (both fusions) and 3 (gate/up
+    // only), gpt-oss's clamped SwiGLU with per-expert biases, GeGLU
+    for (ty, n_tok, act, biases) in moe_ffn_cases() {
+        let mut b = next();
+        let o = moe_ffn_graph(&mut b, ty, n_tok, act, biases);
+        let act_name = match act {
+            GluOp::Swiglu => "swiglu",
+            GluOp::Geglu => "geglu",
+            GluOp::SwigluOai { .. } => "swiglu_oai",
+        };
+        v.push(b.done(
+            format!("moe_ffn {ty} tokens={n_tok} {act_name} biases={biases}"),
+            o,
+            tol_for(ty),
         ));
     }
     // mul_mat_id: every weight type, b shared (ne1 = 1) or per expert
@@ -718,6 +778,150 @@ fn cases() -> Vec<Case> {
     v
 }
 
+/// (weight type, tokens, GLU, per-expert biases) of the MoE FFN cases.
+fn moe_ffn_cases() -> Vec<(GgmlType, i64, GluOp, bool)> {
+    let mut v = Vec::new();
+    for ty in WEIGHT_TYPES.into_iter().filter(|t| t.is_quantized()) {
+        for n_tok in [1, 3] {
+            v.push((ty, n_tok, GluOp::Swiglu, false));
+        }
+    }
+    let oai = GluOp::SwigluOai {
+        alpha: 1.702.into(),
+        limit: 7.0.into(),
+    };
+    v.push((GgmlType::MXFP4, 1, oai, true));
+    v.push((GgmlType::Q4_0, 2, oai, true));
+    v.push((GgmlType::Q8_0, 1, GluOp::Geglu, false));
+    v
+}
+
+/// `moe_ffn`'s graph for `n_tok` tokens: 4 of 32 experts of 256 x 256
+/// (gate, up, down of type `ty`), the router weights, the GLU, optional
+/// per-expert biases through `add_id`; returns the sum over the slots.
+fn moe_ffn_graph(b: &mut B, ty: GgmlType, n_tok: i64, act: GluOp, biases: bool) -> TensorId {
+    let (n_embd, ff, n_expert, n_used) = (256i64, 256i64, 32i64, 4i64);
+    let x = b.rand(GgmlType::F32, &[n_embd, 1, n_tok]);
+    let mut ids = Vec::new();
+    for _ in 0..n_tok {
+        let mut chosen: Vec<i32> = Vec::new();
+        while chosen.len() < n_used as usize {
+            let e = b.r.below(n_expert as u64) as i32;
+            if !chosen.contains(&e) {
+                chosen.push(e);
+            }
+        }
+        ids.extend(chosen);
+    }
+    let ids = b.i32s(&[n_used, n_tok], &ids);
+    let weights = b.rand(GgmlType::F32, &[1, n_used, n_tok]);
+    let (wu, wg, wd) = (
+        b.rand(ty, &[n_embd, ff, n_expert]),
+        b.rand(ty, &[n_embd, ff, n_expert]),
+        b.rand(ty, &[ff, n_embd, n_expert]),
+    );
+    let mut up = b.g.mul_mat_id(wu, x, ids);
+    let mut gate = b.g.mul_mat_id(wg, x, ids);
+    if biases {
+        let (bu, bg) = (
+            b.rand(GgmlType::F32, &[ff, n_expert]),
+            b.rand(GgmlType::F32, &[ff, n_expert]),
+        );
+        up = b.g.add_id(up, bu, ids);
+        gate = b.g.add_id(gate, bg, ids);
+    }
+    let par = b.g.glu_split(gate, up, act);
+    let mut experts = b.g.mul_mat_id(wd, par, ids);
+    if biases {
+        let bd = b.rand(GgmlType::F32, &[n_embd, n_expert]);
+        experts = b.g.add_id(experts, bd, ids);
+    }
+    let experts = b.g.mul(experts, weights);
+    let (nb1, nb2) = (b.g.tensor(experts).nb[1], b.g.tensor(experts).nb[2]);
+    let mut out = b.g.view_2d(experts, n_embd, n_tok, nb2, 0);
+    for i in 1..n_used as usize {
+        let e = b.g.view_2d(experts, n_embd, n_tok, nb2, i * nb1);
+        out = b.g.add(out, e);
+    }
+    out
+}
+
+#[test]
+fn the_moe_ffn_fuses_on_cuda_as_planned() {
+    use ggml_cuda::fusion::{plan, Fused, Step};
+    for (ty, n_tok, act, biases) in moe_ffn_cases() {
+        let mut b = B::new(5);
+        let o = moe_ffn_graph(&mut b, ty, n_tok, act, biases);
+        let c = b.done("plan", o, 0.0);
+        let nodes = c.g.nodes().to_vec();
+        let steps = plan(&c.g, &nodes);
+        let glu = steps
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s,
+                    Step::Fused {
+                        fused: Fused::ExpertGlu { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
+        let down = steps
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s,
+                    Step::Fused {
+                        fused: Fused::ExpertDown { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
+        // Q4_1 / Q5_1 (Q8_1 activations) are not fused
+        let fusable = !matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
+        let want_down = usize::from(fusable && n_tok == 1);
+        assert_eq!(glu, usize::from(fusable), "{ty} tokens={n_tok}: {steps:?}");
+        assert_eq!(down, want_down, "{ty} tokens={n_tok}: {steps:?}");
+        // every node is run once: by itself or inside one fused step
+        let covered: usize = steps
+            .iter()
+            .map(|s| match s {
+                Step::Node(_) => 1,
+                Step::Fused { nodes, .. } => nodes.len(),
+            })
+            .sum();
+        assert_eq!(covered, nodes.len());
+        // an intermediate the caller reads (an output) is not fused away
+        let find = |g: &Graph, pick: &dyn Fn(&ggml_core::Op) -> bool| {
+            nodes.iter().copied().find(|&n| pick(&g.tensor(n).op))
+        };
+        let fused_kinds = |g: &Graph| -> (bool, bool) {
+            let steps = plan(g, &nodes);
+            let has = |f: &dyn Fn(&Fused) -> bool| {
+                steps
+                    .iter()
+                    .any(|s| matches!(s, Step::Fused { fused, .. } if f(fused)))
+            };
+            (
+                has(&|f| matches!(f, Fused::ExpertGlu { .. })),
+                has(&|f| matches!(f, Fused::ExpertDown { .. })),
+            )
+        };
+        if fusable {
+            let mut g = c.g.clone();
+            let mul = find(&g, &|op| *op == ggml_core::Op::Mul).expect("the weights' mul");
+            g.set_output(mul);
+            assert_eq!(fused_kinds(&g), (true, false), "{ty}: mul is an output");
+            let mut g = c.g.clone();
+            let mm = find(&g, &|op| *op == ggml_core::Op::MulMatId).expect("up");
+            g.set_output(mm);
+            assert!(!fused_kinds(&g).0, "{ty}: up is an output");
+        }
+    }
+}
+
 /// Without a usable GPU, `CUDA0` is the emulated device: the real backend
 /// and `kernels.cu` run on the CPU.
 fn use_emulator_without_gpu() {
@@ -734,7 +938,15 @@ fn ops_match_cpu() {
     let cpu = CpuBackend::new(2);
     let (mut passed, mut skipped) = (0, 0);
     let mut failures = Vec::new();
+    // OPS_FILTER=text runs only the cases whose name contains it
+    let filter = std::env::var("OPS_FILTER").ok();
     for c in cases() {
+        if filter
+            .as_ref()
+            .is_some_and(|f| !c.name.contains(f.as_str()))
+        {
+            continue;
+        }
         let nodes = c.g.nodes().to_vec();
         if let Some(&n) = nodes.iter().find(|&&n| !gpu.supports_op(&c.g, n)) {
             failures.push(format!(

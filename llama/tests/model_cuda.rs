@@ -60,12 +60,24 @@ fn fixture_context(flash_attn: bool) -> ContextParams {
 
 fn fixture_on_cuda0(name: &str) {
     use_emulator_without_gpu();
+    // the fixtures' logits are llama.cpp's runs with flash attention off;
+    // "-fa on" runs our flash-attention kernels against them (deepseek2's
+    // Q4_K file has its own flash-attention reference below)
+    let fa_on = name != MODELS[10];
     let cases = [
+        (
+            "all weights on CUDA0, -fa on",
+            Placement::default(),
+            32,
+            LoadMode::Mmap,
+            true,
+        ),
         (
             "all weights on CUDA0",
             Placement::default(),
             32,
             LoadMode::Mmap,
+            false,
         ),
         (
             "--cpu-moe",
@@ -75,6 +87,7 @@ fn fixture_on_cuda0(name: &str) {
             },
             32,
             LoadMode::Mmap,
+            false,
         ),
         (
             "--cpu-moe, every batch offloaded",
@@ -84,6 +97,7 @@ fn fixture_on_cuda0(name: &str) {
             },
             1,
             LoadMode::Mmap,
+            false,
         ),
         (
             "--cpu-moe, every batch offloaded, --load-mode pin",
@@ -93,13 +107,17 @@ fn fixture_on_cuda0(name: &str) {
             },
             1,
             LoadMode::Pin,
+            false,
         ),
     ];
     let mut failures = Vec::new();
     {
         let fx = or_skip!(Fixture::load(name));
         let n = fx.n_vocab();
-        for (label, placement, min_batch, load_mode) in cases.clone() {
+        for (label, placement, min_batch, load_mode, flash_attn) in cases.clone() {
+            if flash_attn && !fa_on {
+                continue;
+            }
             let t0 = std::time::Instant::now();
             let dev = open_device("CUDA0", 2, min_batch).expect("CUDA0");
             let params = ModelParams {
@@ -114,7 +132,7 @@ fn fixture_on_cuda0(name: &str) {
                 // a refused pin is a warning for users, a failure here
                 assert!(model.host_pinned, "{name}: {:?}", model.load_notes);
             }
-            let cp = fixture_context(false);
+            let cp = fixture_context(flash_attn);
             let mut ctx = Context::new(Arc::clone(&model), cp).expect("context");
             let (ours, forced) = fx.prompt_and_forced(&mut ctx, fx.gen.len());
             let p = nmse(&ours, &fx.logits);

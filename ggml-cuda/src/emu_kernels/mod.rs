@@ -186,6 +186,38 @@ pub fn context_switches() -> u64 {
     }
 }
 
+/// The compute capability (x10: 750, 800, 900) the emulated kernels take
+/// their architecture-dependent paths for: the tensor-core instructions
+/// of sm_80 (`mma.sync` m16n8k32 int8, m16n8k16 f16) or their sm_75
+/// composition (m8n8k16 int8, m16n8k8 f16). Process-wide, default 900.
+/// The two give the same bits (integer products; the same f32 summation
+/// order), so launches in flight on other threads are unaffected in their
+/// results; tests set it to run the sm_75 paths.
+pub fn set_emulated_arch(arch: u32) {
+    #[cfg(ggml_cuda_emu)]
+    {
+        // SAFETY: stores an int in the runtime's atomic; no pointers.
+        unsafe { ffi::emu_set_arch(arch as i32) }
+    }
+    #[cfg(not(ggml_cuda_emu))]
+    {
+        let _ = arch;
+    }
+}
+
+/// The compute capability set by [`set_emulated_arch`] (900 by default).
+pub fn emulated_arch() -> u32 {
+    #[cfg(ggml_cuda_emu)]
+    {
+        // SAFETY: reads the runtime's atomic; no arguments.
+        unsafe { ffi::emu_arch() as u32 }
+    }
+    #[cfg(not(ggml_cuda_emu))]
+    {
+        900
+    }
+}
+
 /// A CUDA launch run on the calling CPU thread, blocking until the grid is
 /// done. `params` follows CUDA's kernelParams convention: `params[i]` points
 /// to the value of the kernel's i-th parameter (a device pointer is a `u64`
@@ -266,6 +298,8 @@ mod ffi {
             err_len: usize,
         ) -> c_int;
         pub(super) fn emu_context_switches() -> u64;
+        pub(super) fn emu_set_arch(arch: c_int);
+        pub(super) fn emu_arch() -> c_int;
     }
 
     /// Run a checked launch; map the runtime's failure codes to errors.

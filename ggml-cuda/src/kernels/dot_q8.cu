@@ -160,18 +160,35 @@ __device__ void unpack_sub(int ty, const u8* b, int s, int* w, float* a, float* 
     }
 }
 
+// The scale and sums of 32 quantized activations (`k_quantize_q8_1`):
+// `d` (the value of one int8 step) and in `s` the sums of the first and
+// of the second 16 int8 values (low and high 16 bits, signed), so a
+// weight's offset term (its min or its -8, -16, -32 bias) costs one
+// multiply per half instead of a sum of the activations per row.
+struct Q8Ds {
+    float d;
+    int s;
+};
+
+__device__ __forceinline__ int q8ds_s0(int s) { return (int)(short)(s & 0xffff); }
+__device__ __forceinline__ int q8ds_s1(int s) { return s >> 16; }
+
 // Quantize every column of `b` (any float type and strides; columns in
 // ggml order over ne1, ne2, ne3) to 8-bit values `q` (column c at
-// q + c * ne0, dense) with one scale per 32 elements `ds` (column c at
+// q + c * ne0, dense) with one `Q8Ds` per 32 elements `ds` (column c at
 // ds + c * ne0 / 32), rounding as the CPU backend's activation types do:
 // - group 32 (Q8_0/Q8_1, for the 32-element block types): d = amax / 127
 //   rounded to f16, q = round(x / d) (ties away from zero);
 // - group 256 (Q8_K, for the K-quants and IQ4_XS): with `max` the first
 //   value of largest magnitude, q = clamp(rint(-127 / max * x), -128, 127)
 //   and d = 1 / (-127 / max), the same d for the group's 8 sub-blocks.
+// The sums of each 16 are computed here once, for every weight row; with
+// `q8_1` (the activations of Q4_1 and Q5_1, ggml's Q8_1) `s` holds instead
+// the f16 bits of d * (sum of the 32), d before its f16 rounding, as ggml
+// computes it.
 // ne0 is a multiple of `group`. One warp per 32 elements; block 256.
-extern "C" __global__ void k_quantize_q8_1(i8* q, float* ds, const u8* b, T4 tb, int tyb,
-                                           int group) {
+extern "C" __global__ void k_quantize_q8_1(i8* q, Q8Ds* ds, const u8* b, T4 tb, int tyb,
+                                           int group, int q8_1) {
     i64 nsub = tb.ne[0] / 32;
     i64 sub = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
@@ -188,6 +205,7 @@ extern "C" __global__ void k_quantize_q8_1(i8* q, float* ds, const u8* b, T4 tb,
     float x = load_f(pb + k * tb.nb[0], tyb);
     int v;
     float d;
+    float d_raw = 0.0f;
     if (group == 256) {
         // this lane's 8 elements of the group, in order, then the lanes in order
         i64 g0 = (k / 256) * 256 + lane * 8;
@@ -222,13 +240,19 @@ extern "C" __global__ void k_quantize_q8_1(i8* q, float* ds, const u8* b, T4 tb,
     } else {
         float amax = warp_max(fabsf(x));
         d = amax / 127.0f;
+        d_raw = d;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         v = (int)roundf(x * id);
         d = h2f(f2h(d));
     }
     q[col * tb.ne[0] + k] = (i8)v;
+    int s0, s1;
+    half_warp_sums(v, &s0, &s1);
     if (lane == 0) {
-        ds[sub] = d;
+        Q8Ds e;
+        e.d = d;
+        e.s = q8_1 ? (int)f2h((float)(s0 + s1) * d_raw) : ((s0 & 0xffff) | (s1 << 16));
+        ds[sub] = e;
     }
 }
 

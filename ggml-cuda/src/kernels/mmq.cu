@@ -41,7 +41,7 @@ struct MmqSmem {
 // `ncols` valid. dst element (row0 + r, column c) at dst + dsto[c] +
 // (row0 + r) * nb0d. Block 256 threads.
 __device__ void mmq_tile(const u8* a_base, i64 nbr, int ty, i64 nrows, i64 row0, i64 K,
-                         const i8* q8, const float* ds, const i64* qcol, const i64* dsto,
+                         const i8* q8, const Q8Ds* ds, const i64* qcol, const i64* dsto,
                          int ncols, u8* dst, i64 nb0d, MmqSmem sm) {
     int tid = threadIdx.x;
     int bs = blck_size(ty);
@@ -94,7 +94,7 @@ __device__ void mmq_tile(const u8* a_base, i64 nbr, int ty, i64 nrows, i64 row0,
                 x[5] = (int)x1.y;
                 x[6] = (int)x1.z;
                 x[7] = (int)x1.w;
-                d = ds[qcol[c] * nsub_row + kb];
+                d = ds[qcol[c] * nsub_row + kb].d;
             }
             int s0 = 0, s1 = 0;
             for (int i = 0; i < 4; i++) {
@@ -145,7 +145,7 @@ __device__ void mmq_tile(const u8* a_base, i64 nbr, int ty, i64 nrows, i64 row0,
 // `k_quantize_q8_1` (q8/ds; `tb` gives b's shape). Grid (ceil(ne0 /
 // MMQ_TM), ceil(ne1 / MMQ_TN), ne2 * ne3), block 256.
 extern "C" __global__ void k_mmq(u8* dst, T4 td, const u8* a, T4 ta, int tya, T4 tb,
-                                 const i8* q8, const float* ds, i64 r2, i64 r3) {
+                                 const i8* q8, const Q8Ds* ds, i64 r2, i64 r3) {
     __shared__ int sw[MMQ_TM * MMQ_ROW_INTS];
     __shared__ float swa[MMQ_TM * 16];
     __shared__ float swm[MMQ_TM * 16];
@@ -223,7 +223,7 @@ extern "C" __global__ void k_moe_group(const u8* ids, T4 ti, int n_expert, int* 
 // tile's pairs (slot, t) of expert e; the extra bucket writes zeros.
 // Grid (ceil(ne0 / MMQ_TM), max tiles), block 256.
 extern "C" __global__ void k_mmq_id(u8* dst, T4 td, const u8* as, T4 ta, int tya, T4 tb,
-                                    const i8* q8, const float* ds, const int* off,
+                                    const i8* q8, const Q8Ds* ds, const int* off,
                                     const int* sorted, const int* tiles, const int* n_tiles) {
     __shared__ int sw[MMQ_TM * MMQ_ROW_INTS];
     __shared__ float swa[MMQ_TM * 16];
