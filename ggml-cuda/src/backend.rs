@@ -1871,7 +1871,9 @@ impl BackendStream for CudaBackend {
                     t.nbytes() as u64,
                     || match step {
                         Step::Node(_) => format!("{} {}", t.op.name(), t.name),
-                        Step::Fused { fused, .. } => format!("{} {}", fused.name(), t.name),
+                        Step::Fused { fused, nodes } => {
+                            format!("{} {}", fused.name(), fusion::label(g, nodes))
+                        }
                     },
                     || self.compute_step(g, step, &mut s),
                 )?;

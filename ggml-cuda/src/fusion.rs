@@ -87,6 +87,18 @@ impl Fused {
     }
 }
 
+/// The names of a fused group's named nodes, joined by `+` (the timeline
+/// names a fused kernel's span `k_... ffn_moe_gate-0+ffn_moe_up-0`, so a
+/// reader finds each node it stands for and its layer).
+pub fn label(g: &Graph, nodes: &[TensorId]) -> String {
+    let names: Vec<&str> = nodes
+        .iter()
+        .map(|&n| g.tensor(n).name.as_str())
+        .filter(|n| !n.is_empty())
+        .collect();
+    names.join("+")
+}
+
 /// One step of a split: a node, or a fused group standing for several.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
