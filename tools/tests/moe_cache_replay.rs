@@ -76,6 +76,9 @@ fn replay_gives_the_live_counts_for_every_policy_and_size() {
             "hlfu",
             "nextuse",
             "nextuse-nopredict",
+            "tlfu-lru",
+            "tlfu-slru",
+            "tlfu-lrfu",
         ] {
             let (hits, misses, trace) = run_live(dir.path(), mib, policy);
             let t = trace.to_str().expect("path");

@@ -396,8 +396,15 @@ pub fn run(a: &Args) -> Result<()> {
 /// The table: one line per (size, policy), with the hit rate as a
 /// fraction of Belady's at the same size.
 pub fn table(rows: &[Row]) -> String {
+    // 8 wide, as always; wider only when a policy's name needs it
+    let w = rows
+        .iter()
+        .map(|r| r.policy.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     let mut t = format!(
-        "{:>8} {:>6} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>14}\n",
+        "{:>w$} {:>6} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>14}\n",
         "policy", "slots", "MiB", "hits", "misses", "hit%", "decode%", "of_belady", "bytes/token"
     );
     for r in rows {
@@ -407,7 +414,7 @@ pub fn table(rows: &[Row]) -> String {
             .map_or(0.0, |o| o.hit_rate);
         let frac = if opt > 0.0 { r.hit_rate / opt } else { 1.0 };
         t.push_str(&format!(
-            "{:>8} {:>6} {:>10.2} {:>10} {:>10} {:>7.2} {:>9.2} {:>9.3} {:>14.0}\n",
+            "{:>w$} {:>6} {:>10.2} {:>10} {:>10} {:>7.2} {:>9.2} {:>9.3} {:>14.0}\n",
             r.policy,
             r.slots,
             r.mib,
@@ -420,4 +427,47 @@ pub fn table(rows: &[Row]) -> String {
         ));
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(policy: &str, hits: u64) -> Row {
+        Row {
+            policy: policy.to_string(),
+            slots: 32,
+            mib: 1.5,
+            hits,
+            misses: 100 - hits,
+            hit_rate: hits as f64 / 100.0,
+            bytes_per_token: 10.0,
+            hit_rate_decode: hits as f64 / 100.0,
+        }
+    }
+
+    #[test]
+    fn the_policy_column_widens_only_for_a_long_name() {
+        let short = table(&[row("hlfu", 20), row("belady", 40)]);
+        assert_eq!(
+            short.lines().nth(1).unwrap(),
+            format!(
+                "{:>8} {:>6} {:>10.2} {:>10} {:>10} {:>7.2} {:>9.2} {:>9.3} {:>14.0}",
+                "hlfu", 32, 1.5, 20, 80, 20.0, 20.0, 0.5, 10.0
+            )
+        );
+        let long = table(&[
+            row("hlfu", 20),
+            row("nextuse-nopredict", 30),
+            row("belady", 40),
+        ]);
+        // every line as wide as the others, each column ending at the same place
+        let lines: Vec<&str> = long.lines().collect();
+        assert!(lines.iter().all(|l| l.len() == lines[0].len()), "{long}");
+        let hits_end = lines[0].find("hits").unwrap() + 4;
+        for l in &lines[1..] {
+            assert!(l[..hits_end].ends_with(char::is_numeric), "{long}");
+        }
+        assert!(lines[2].starts_with("nextuse-nopredict "), "{long}");
+    }
 }

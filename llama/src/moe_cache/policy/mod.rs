@@ -8,6 +8,7 @@
 //! trace replay tool drives this very code, and [`belady::Belady`] (which
 //! knows the future) implements the same trait.
 
+pub mod admission;
 pub mod belady;
 pub mod hlfu;
 pub mod lrfu;
@@ -92,17 +93,27 @@ pub enum PolicyKind {
     /// [`PolicyKind::NextUse`] without the transitions (recency and
     /// frequency only), to measure what the prediction adds.
     NextUseNoPredict,
+    /// [`PolicyKind::Lru`] behind the TinyLFU admission filter
+    /// ([`admission::Admission`]): resists the layer loop.
+    TlfuLru,
+    /// [`PolicyKind::Slru`] behind the TinyLFU admission filter.
+    TlfuSlru,
+    /// [`PolicyKind::Lrfu`] behind the TinyLFU admission filter.
+    TlfuLrfu,
 }
 
 impl PolicyKind {
     /// Every selectable policy.
-    pub const ALL: [PolicyKind; 6] = [
+    pub const ALL: [PolicyKind; 9] = [
         PolicyKind::Lru,
         PolicyKind::Slru,
         PolicyKind::Lrfu,
         PolicyKind::Hlfu,
         PolicyKind::NextUse,
         PolicyKind::NextUseNoPredict,
+        PolicyKind::TlfuLru,
+        PolicyKind::TlfuSlru,
+        PolicyKind::TlfuLrfu,
     ];
 
     /// The name users type.
@@ -114,6 +125,9 @@ impl PolicyKind {
             PolicyKind::Hlfu => "hlfu",
             PolicyKind::NextUse => "nextuse",
             PolicyKind::NextUseNoPredict => "nextuse-nopredict",
+            PolicyKind::TlfuLru => "tlfu-lru",
+            PolicyKind::TlfuSlru => "tlfu-slru",
+            PolicyKind::TlfuLrfu => "tlfu-lrfu",
         }
     }
 
@@ -134,7 +148,19 @@ impl PolicyKind {
             PolicyKind::Hlfu => Box::new(hlfu::Hlfu::new(hlfu::DEFAULT_HALF_LIFE)),
             PolicyKind::NextUse => Box::new(nextuse::NextUse::new()),
             PolicyKind::NextUseNoPredict => Box::new(nextuse::NextUse::without_prediction()),
+            PolicyKind::TlfuLru => self.admitted(PolicyKind::Lru, n_slots),
+            PolicyKind::TlfuSlru => self.admitted(PolicyKind::Slru, n_slots),
+            PolicyKind::TlfuLrfu => self.admitted(PolicyKind::Lrfu, n_slots),
         }
+    }
+
+    /// `inner` behind the admission filter, under this kind's name.
+    fn admitted(self, inner: PolicyKind, n_slots: usize) -> Box<dyn Policy> {
+        Box::new(admission::Admission::new(
+            self.name(),
+            inner.build(n_slots),
+            n_slots,
+        ))
     }
 }
 
