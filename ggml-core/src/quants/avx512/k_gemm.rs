@@ -82,3 +82,18 @@ pub(crate) unsafe fn sub_block_vnni(
         *a = _mm512_dpwssd_epi32(*a, scale, prod);
     }
 }
+
+/// `acc + madd(a, b)` (AVX-512 BW).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+pub(crate) unsafe fn madd_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
+}
+
+/// `vpdpwssd(acc, a, b)`: [`madd_add`] in one VNNI instruction, exactly
+/// (the i16 pair products are added into the same i32 lane).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    _mm512_dpwssd_epi32(acc, a, b)
+}

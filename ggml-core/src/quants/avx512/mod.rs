@@ -12,3 +12,4 @@
 pub(crate) mod k_gemm;
 pub(crate) mod q4_k;
 pub(crate) mod q6_k;
+pub(crate) mod q8_0;
