@@ -47,6 +47,11 @@ impl MemRead {
         }
     }
 
+    /// Bytes of the buffer.
+    pub fn bytes(&self) -> usize {
+        self.buf.len() * 8
+    }
+
     fn sum(s: &[u64]) -> u64 {
         // four independent chains so the loop is bound by loads, not adds
         let mut acc = [0u64; 4];
