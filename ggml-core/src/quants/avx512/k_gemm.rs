@@ -97,3 +97,66 @@ pub(crate) unsafe fn madd_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 pub(crate) unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     _mm512_dpwssd_epi32(acc, a, b)
 }
+
+/// The integer steps of a level: [`sub_block`] (GEMM) and [`madd_add`]
+/// (dot) at AVX-512 BW, their VNNI forms with VNNI.
+pub(crate) trait Step {
+    /// [`sub_block`] or [`sub_block_vnni`].
+    ///
+    /// # Safety
+    /// The level's features; `p` points at a whole panel block.
+    unsafe fn sub_block(
+        ia: &mut [__m512i; PAIRS],
+        p: *const u8,
+        s: usize,
+        codes: __m256i,
+        scale: __m256i,
+    );
+    /// [`madd_add`] or [`dpwssd`].
+    ///
+    /// # Safety
+    /// The level's features.
+    unsafe fn madd_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i;
+}
+
+/// AVX-512 BW's steps.
+pub(crate) struct Bw;
+impl Step for Bw {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+    unsafe fn sub_block(
+        ia: &mut [__m512i; PAIRS],
+        p: *const u8,
+        s: usize,
+        codes: __m256i,
+        scale: __m256i,
+    ) {
+        sub_block(ia, p, s, codes, scale)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+    unsafe fn madd_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        madd_add(acc, a, b)
+    }
+}
+
+/// VNNI's steps.
+pub(crate) struct Vnni;
+impl Step for Vnni {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    unsafe fn sub_block(
+        ia: &mut [__m512i; PAIRS],
+        p: *const u8,
+        s: usize,
+        codes: __m256i,
+        scale: __m256i,
+    ) {
+        sub_block_vnni(ia, p, s, codes, scale)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    unsafe fn madd_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        dpwssd(acc, a, b)
+    }
+}

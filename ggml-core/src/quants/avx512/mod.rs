@@ -10,6 +10,8 @@
 #![cfg(target_arch = "x86_64")]
 
 pub(crate) mod k_gemm;
+pub(crate) mod k_min;
 pub(crate) mod q4_k;
+pub(crate) mod q5_k;
 pub(crate) mod q6_k;
 pub(crate) mod q8_0;
