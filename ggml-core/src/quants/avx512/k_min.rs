@@ -61,7 +61,9 @@ pub(crate) unsafe fn gemm<B: MinBlock, S: Step>(x: &[B], panel: &[u8], out: &mut
     finish_min(&acc, &acc_m, out);
 }
 
-/// The decode dot: the AVX2 dot, bit for bit.
+/// The decode dot: the AVX2 dot, bit for bit. (Installed for Q4_K with
+/// VNNI only: at AVX-512 BW, and for Q5_K, it measured no faster than the
+/// AVX2 dot on Zen 4, whose 512-bit operations take two 256-bit passes.)
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
 pub(crate) unsafe fn dot<B: MinBlock, S: Step>(x: &[B], y: &[BlockQ8K]) -> f32 {
@@ -101,29 +103,42 @@ pub(crate) unsafe fn dot<B: MinBlock, S: Step>(x: &[B], y: &[BlockQ8K]) -> f32 {
     hsum_ps(acc) + _mm_cvtss_f32(m)
 }
 
-/// `fn $dot(x, y) -> f32` and `fn $gemm(x, panel, out)` of the
-/// [`MinBlock`] `$bx` at the features `$feat` with the integer steps `$s`.
+/// The kernels of the [`MinBlock`] `$bx`: `fn $gemm(x, panel, out)` at
+/// AVX-512 BW and `fn $gemm_vnni(x, panel, out)` with VNNI, and with
+/// `dot $dot_vnni`, `fn $dot_vnni(x, y) -> f32` with VNNI.
 macro_rules! min_kernels {
-    ($dot:ident, $gemm:ident, $bx:ty, $feat:literal, $s:ty) => {
-        /// The AVX2 decode dot of this type, bit for bit.
-        #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $dot(
-            x: &[$bx],
-            y: &[$crate::quants::blocks::k_quants::q8_k::BlockQ8K],
-        ) -> f32 {
-            super::k_min::dot::<$bx, $s>(x, y)
-        }
-
+    ($bx:ty, $gemm:ident, $gemm_vnni:ident $(, dot $dot_vnni:ident)?) => {
         /// One weight row against a Q8_K panel: `out[t]` = the AVX2 dot
         /// with column `t`, bit for bit.
-        #[target_feature(enable = $feat)]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
         pub(crate) unsafe fn $gemm(
             x: &[$bx],
             panel: &[u8],
             out: &mut [f32; $crate::quants::gemm::GEMM_COLS],
         ) {
-            super::k_min::gemm::<$bx, $s>(x, panel, out)
+            super::k_min::gemm::<$bx, super::k_gemm::Bw>(x, panel, out)
         }
+
+        /// [`$gemm`] with VNNI.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        pub(crate) unsafe fn $gemm_vnni(
+            x: &[$bx],
+            panel: &[u8],
+            out: &mut [f32; $crate::quants::gemm::GEMM_COLS],
+        ) {
+            super::k_min::gemm::<$bx, super::k_gemm::Vnni>(x, panel, out)
+        }
+
+        $(
+        /// The AVX2 decode dot of this type, bit for bit, with VNNI.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        pub(crate) unsafe fn $dot_vnni(
+            x: &[$bx],
+            y: &[$crate::quants::blocks::k_quants::q8_k::BlockQ8K],
+        ) -> f32 {
+            super::k_min::dot::<$bx, super::k_gemm::Vnni>(x, y)
+        }
+        )?
     };
 }
 pub(crate) use min_kernels;

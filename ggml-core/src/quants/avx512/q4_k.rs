@@ -3,7 +3,6 @@
 
 use std::arch::x86_64::*;
 
-use super::k_gemm::{Bw, Vnni};
 use super::k_min::{min_kernels, MinBlock};
 use crate::quants::avx2::load256;
 use crate::quants::blocks::k_quants::q4_k::BlockQ4K;
@@ -29,17 +28,4 @@ impl MinBlock for BlockQ4K {
     }
 }
 
-min_kernels!(
-    dot_q4_k_q8_k,
-    gemm_q4_k_q8_k,
-    BlockQ4K,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c",
-    Bw
-);
-min_kernels!(
-    dot_q4_k_q8_k_vnni,
-    gemm_q4_k_q8_k_vnni,
-    BlockQ4K,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
-    Vnni
-);
+min_kernels!(BlockQ4K, gemm_q4_k_q8_k, gemm_q4_k_q8_k_vnni, dot dot_q4_k_q8_k_vnni);

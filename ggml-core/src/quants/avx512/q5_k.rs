@@ -3,7 +3,6 @@
 
 use std::arch::x86_64::*;
 
-use super::k_gemm::{Bw, Vnni};
 use super::k_min::{min_kernels, MinBlock};
 use crate::quants::avx2::load256;
 use crate::quants::avx2::q5_k::high_bit;
@@ -34,17 +33,4 @@ impl MinBlock for BlockQ5K {
     }
 }
 
-min_kernels!(
-    dot_q5_k_q8_k,
-    gemm_q5_k_q8_k,
-    BlockQ5K,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c",
-    Bw
-);
-min_kernels!(
-    dot_q5_k_q8_k_vnni,
-    gemm_q5_k_q8_k_vnni,
-    BlockQ5K,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
-    Vnni
-);
+min_kernels!(BlockQ5K, gemm_q5_k_q8_k, gemm_q5_k_q8_k_vnni);

@@ -1,22 +1,22 @@
 //! The weights dotted with Q8_0 activations in 32-value blocks (Q8_0,
-//! Q4_0, IQ4_NL, MXFP4) at the AVX-512 levels: the decode dot and the GEMM
-//! with a Q8_0 panel of 8 columns, each bit for bit its AVX2 kernel.
+//! Q4_0, IQ4_NL, MXFP4) at the AVX-512 levels: the GEMM with a Q8_0 panel
+//! of 8 columns, and with VNNI the decode dot, each bit for bit its AVX2
+//! kernel.
 //!
 //! The AVX2 kernels sum `dx·dy·Σ qx·qy` per block into two alternating
 //! f32 accumulators (even blocks, odd blocks), 8 lanes each, lane `i`
-//! holding the i32 sum of bytes `4i..4i+4` of the block. Here one 512-bit
-//! register holds both: its low half is the even accumulator and its high
-//! half the odd one, so the dot takes two blocks a step and the GEMM two
-//! columns a register, with the same lanes, the same fused multiply-adds
-//! in the same order and the same final sum. The i32 lanes come from
-//! `maddubs` + `madd` (AVX-512 BW) or `vpdpbusd` (VNNI): the same sums of
-//! four exact products either way.
+//! holding the i32 sum of bytes `4i..4i+4` of the block. The GEMM holds
+//! two columns a 512-bit register, with the same lanes, the same fused
+//! multiply-adds in the same order and the same final sums; the VNNI dot
+//! keeps the AVX2 steps. The i32 lanes come from `maddubs` + `madd`
+//! (AVX-512 BW) or `vpdpbusd` (VNNI): the same sums of four exact products
+//! either way.
 
 use std::arch::x86_64::*;
 
-use crate::quants::avx2::legacy::mul_sum_i8;
+use super::signed_by;
 use crate::quants::avx2::lut4::{lookup, table};
-use crate::quants::avx2::{f16_to_f32, hsum_ps, load128, load256};
+use crate::quants::avx2::{f16_to_f32, hsum_ps, load128, load256, sum_alternating};
 use crate::quants::blocks::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
 use crate::quants::blocks::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
 use crate::quants::blocks::q4_0::BlockQ4_0;
@@ -54,62 +54,27 @@ impl Isum for Vnni {
     }
 }
 
-/// `y` with the sign of `x` where `x` < 0 (`x` = 0 gives `y`, against
-/// `|x|` = 0: the product is 0 as `vpsignb`'s).
+/// The dot `Σ_b dx_b·dy_b·Σ qx·qy` of the AVX2 kernel with VNNI
+/// (`sum_alternating`, `hsum_ps(a0 + a1)`), the same 256-bit steps but for
+/// the i32 lanes, one `vpdpbusd` for `mul_sum_i8`'s `maddubs` + `madd`:
+/// `unpack` gives a block's `dx` and 32 signed values. (Two blocks a
+/// 512-bit register measured slower than AVX2 on Zen 4, whose 512-bit
+/// operations take two 256-bit passes: the scales' shuffles cost more than
+/// the halved loop saves.)
 #[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn signed_by(y: __m512i, neg: __mmask64) -> __m512i {
-    _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y)
-}
-
-/// Two 256-bit halves as one register (`lo` the low half).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn pair(lo: __m256i, hi: __m256i) -> __m512i {
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-}
-
-/// The dot `Σ_b dx_b·dy_b·Σ qx·qy` of the AVX2 kernel (`sum_alternating`,
-/// `mul_sum_i8`, `hsum_ps(a0 + a1)`), two blocks a step: `unpack` gives a
-/// block's `dx` and 32 signed values.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn dot_with<B, I: Isum>(
-    x: &[B],
-    y: &[BlockQ8_0],
-    unpack: impl Fn(&B) -> (f32, __m256i),
-) -> f32 {
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_vnni_with<B>(x: &[B], y: &[BlockQ8_0], unpack: impl Fn(&B) -> (f32, __m256i)) -> f32 {
     assert_eq!(x.len(), y.len());
-    let n = x.len();
-    let mut acc = _mm512_setzero_ps();
-    let mut k = 0;
-    while k + 1 < n {
-        // SAFETY: k + 1 < n == y.len()
-        let (b0, b1) = (x.get_unchecked(k), x.get_unchecked(k + 1));
-        let (y0, y1) = (y.get_unchecked(k), y.get_unchecked(k + 1));
-        prefetch_block_ahead(b0);
-        prefetch_block_ahead(b1);
-        let (dx0, q0) = unpack(b0);
-        let (dx1, q1) = unpack(b1);
-        let d0 = dx0 * f16_to_f32(y0.d);
-        let d1 = dx1 * f16_to_f32(y1.d);
-        let d = _mm512_insertf32x8::<1>(_mm512_set1_ps(d0), _mm256_set1_ps(d1));
-        let xq = pair(q0, q1);
-        let yq = pair(load256(y0.qs.as_ptr()), load256(y1.qs.as_ptr()));
-        let sy = signed_by(yq, _mm512_movepi8_mask(xq));
-        let q = _mm512_cvtepi32_ps(I::isum(_mm512_abs_epi8(xq), sy));
-        acc = _mm512_fmadd_ps(d, q, acc);
-        k += 2;
-    }
-    let mut a0 = _mm512_castps512_ps256(acc);
-    let a1 = _mm512_extractf32x8_ps::<1>(acc);
-    if k < n {
-        // SAFETY: k < n == y.len()
+    let (a0, a1) = sum_alternating(x.len(), |k, acc| {
+        // SAFETY: k < x.len() == y.len() (`sum_alternating` passes k < n).
         let (bx, by) = (x.get_unchecked(k), y.get_unchecked(k));
+        prefetch_block_ahead(bx);
         let (dx, xq) = unpack(bx);
         let d = _mm256_set1_ps(dx * f16_to_f32(by.d));
-        a0 = _mm256_fmadd_ps(d, mul_sum_i8(xq, load256(by.qs.as_ptr())), a0);
-    }
+        let sy = _mm256_sign_epi8(load256(by.qs.as_ptr()), xq);
+        let q = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xq), sy);
+        _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), acc)
+    });
     hsum_ps(_mm256_add_ps(a0, a1))
 }
 
@@ -193,94 +158,63 @@ unsafe fn unpack_q4_0(bx: &BlockQ4_0) -> (f32, __m256i) {
     (f16_to_f32(bx.d), _mm256_sub_epi8(nib, _mm256_set1_epi8(8)))
 }
 
-/// `fn $dot(x, y) -> f32` and `fn $gemm(x, panel, out)` of weight type
-/// `$bx` at the features `$feat` with the integer sums `$isum`, `$unpack`
-/// (with `$t = $init` made once) unpacking a block.
+/// The kernels of weight type `$bx`: `fn $gemm(x, panel, out)` at AVX-512
+/// BW, and with VNNI `fn $gemm_vnni(x, panel, out)` and `fn $dot_vnni(x,
+/// y) -> f32`; `$unpack` unpacks a block (with `$t = $init` made once).
 macro_rules! q8_0_kernels {
-    ($dot:ident, $gemm:ident, $bx:ty, $feat:literal, $isum:ty, |$b:ident| $unpack:expr $(, let $t:ident = $init:expr)?) => {
-        /// The AVX2 dot of this weight type with Q8_0 activations, bit for
-        /// bit, two blocks a step.
-        #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $dot(x: &[$bx], y: &[BlockQ8_0]) -> f32 {
-            $(let $t = $init;)?
-            dot_with::<_, $isum>(x, y, |$b: &$bx| $unpack)
-        }
-
+    ($bx:ty, $gemm:ident, $gemm_vnni:ident, $dot_vnni:ident, |$b:ident| $unpack:expr $(, let $t:ident = $init:expr)?) => {
         /// One weight row against a Q8_0 panel: `out[t]` = the AVX2 dot
         /// with column `t`, bit for bit.
-        #[target_feature(enable = $feat)]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
         pub(crate) unsafe fn $gemm(x: &[$bx], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
             $(let $t = $init;)?
-            gemm_with::<_, $isum>(x, panel, out, |$b: &$bx| $unpack)
+            gemm_with::<_, Bw>(x, panel, out, |$b: &$bx| $unpack)
+        }
+
+        /// [`$gemm`] with VNNI.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        pub(crate) unsafe fn $gemm_vnni(x: &[$bx], panel: &[u8], out: &mut [f32; GEMM_COLS]) {
+            $(let $t = $init;)?
+            gemm_with::<_, Vnni>(x, panel, out, |$b: &$bx| $unpack)
+        }
+
+        /// The AVX2 dot of this weight type with Q8_0 activations, bit for
+        /// bit, with VNNI.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        pub(crate) unsafe fn $dot_vnni(x: &[$bx], y: &[BlockQ8_0]) -> f32 {
+            $(let $t = $init;)?
+            dot_vnni_with(x, y, |$b: &$bx| $unpack)
         }
     };
 }
 
 q8_0_kernels!(
-    dot_q8_0_q8_0,
+    BlockQ8_0,
     gemm_q8_0_q8_0,
-    BlockQ8_0,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c",
-    Bw,
-    |b| unpack_q8_0(b)
-);
-q8_0_kernels!(
-    dot_q8_0_q8_0_vnni,
     gemm_q8_0_q8_0_vnni,
-    BlockQ8_0,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
-    Vnni,
+    dot_q8_0_q8_0_vnni,
     |b| unpack_q8_0(b)
 );
 q8_0_kernels!(
-    dot_q4_0_q8_0,
+    BlockQ4_0,
     gemm_q4_0_q8_0,
-    BlockQ4_0,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c",
-    Bw,
-    |b| unpack_q4_0(b)
-);
-q8_0_kernels!(
-    dot_q4_0_q8_0_vnni,
     gemm_q4_0_q8_0_vnni,
-    BlockQ4_0,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
-    Vnni,
+    dot_q4_0_q8_0_vnni,
     |b| unpack_q4_0(b)
 );
 q8_0_kernels!(
-    dot_iq4_nl_q8_0,
+    BlockIq4Nl,
     gemm_iq4_nl_q8_0,
-    BlockIq4Nl,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c",
-    Bw,
-    |b| (f16_to_f32(b.d), lookup(t, b.qs.as_ptr())),
-    let t = table(&KVALUES_IQ4NL)
-);
-q8_0_kernels!(
-    dot_iq4_nl_q8_0_vnni,
     gemm_iq4_nl_q8_0_vnni,
-    BlockIq4Nl,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
-    Vnni,
+    dot_iq4_nl_q8_0_vnni,
     |b| (f16_to_f32(b.d), lookup(t, b.qs.as_ptr())),
     let t = table(&KVALUES_IQ4NL)
 );
 q8_0_kernels!(
-    dot_mxfp4_q8_0,
+    BlockMxfp4,
     gemm_mxfp4_q8_0,
-    BlockMxfp4,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c",
-    Bw,
-    |b| (e8m0_to_f32_half(b.e), lookup(t, b.qs.as_ptr())),
-    let t = table(&KVALUES_MXFP4)
-);
-q8_0_kernels!(
-    dot_mxfp4_q8_0_vnni,
     gemm_mxfp4_q8_0_vnni,
-    BlockMxfp4,
-    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
-    Vnni,
+    dot_mxfp4_q8_0_vnni,
     |b| (e8m0_to_f32_half(b.e), lookup(t, b.qs.as_ptr())),
     let t = table(&KVALUES_MXFP4)
 );
