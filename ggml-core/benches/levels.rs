@@ -9,7 +9,11 @@
 //!
 //! `cargo bench -p ggml-core --bench levels [-- TYPE...]`
 
+mod common;
+
 use std::hint::black_box;
+
+use common::values;
 
 use ggml_core::quants::{cpu_table, supported_levels, CpuLevel, GEMM_COLS};
 use ggml_core::GgmlType;
@@ -26,18 +30,6 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: `clock_gettime` writes the `timespec` it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 /// CPU ns of `f` per row, best of a few repetitions.
@@ -99,12 +91,12 @@ fn main() {
         let rb = ty.row_size(K as u64).unwrap();
         let mut w = vec![0u8; rb * ROWS];
         for (r, row) in w.chunks_exact_mut(rb).enumerate() {
-            (st.from_float)(&values(K, r as u64 + 1), row);
+            (st.from_float)(&values(r as u64 + 1, K), row);
         }
         let ys: Vec<Vec<u8>> = (0..GEMM_COLS)
             .map(|c| {
                 let mut y = vec![0u8; vt.row_size(K as u64).unwrap()];
-                (scalar.traits(vt).unwrap().from_float)(&values(K, 1000 + c as u64), &mut y);
+                (scalar.traits(vt).unwrap().from_float)(&values(1000 + c as u64, K), &mut y);
                 y
             })
             .collect();

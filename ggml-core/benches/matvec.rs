@@ -14,33 +14,14 @@
 
 mod common;
 
-use common::{alloc, filters, load, values, MemRead};
-use ggml_core::quants::{cpu_level_summary, cpu_traits};
+use common::{alloc, filters, load, values, weight_rows, MemRead};
+use ggml_core::quants::cpu_level_summary;
 use ggml_core::{BackendStream, CpuBackend, GgmlType, Graph};
 use std::time::Instant;
 
 const K: usize = 4096;
 const WEIGHT_BYTES: usize = 256 << 20;
 const ROUNDS: usize = 7;
-
-/// A weight matrix of `rows` rows of `ty`: 61 distinct quantized rows
-/// repeated (the values do not matter for speed).
-fn weights(ty: GgmlType, rows: usize) -> Vec<u8> {
-    let tr = cpu_traits(ty).unwrap();
-    let row = ty.row_size(K as u64).unwrap();
-    let distinct: Vec<Vec<u8>> = (0..61)
-        .map(|r| {
-            let mut b = vec![0u8; row];
-            (tr.from_float)(&values(r as u64 + 1, K), &mut b);
-            b
-        })
-        .collect();
-    let mut out = vec![0u8; row * rows];
-    for (r, dst) in out.chunks_exact_mut(row).enumerate() {
-        dst.copy_from_slice(&distinct[r % 61]);
-    }
-    out
-}
 
 fn main() {
     let f = filters();
@@ -78,7 +59,7 @@ fn main() {
         let out = g.mul_mat(a, b);
         g.build_forward_expand(out);
         alloc(&mut g, &setup);
-        g.write_bytes(a, &weights(ty, rows)).unwrap();
+        g.write_bytes(a, &weight_rows(ty, K, rows)).unwrap();
         g.write_f32(b, &values(3, K)).unwrap();
         let nodes = g.nodes().to_vec();
         let bytes = (rows * row) as f64;

@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use std::ptr::addr_of;
 
-use super::k_gemm::{dpwssd, join, madd_add, split, sub_block, sub_block_vnni};
+use super::k_gemm::{join, split, Bw, Step, Vnni};
 use crate::quants::avx2::k_gemm::{check_panel, col_bsums, finish, step};
 use crate::quants::avx2::{f16_to_f32, hsum_ps, load128, load256};
 use crate::quants::blocks::k_quants::panel::BLOCK_BYTES;
@@ -19,9 +19,9 @@ use crate::quants::gemm::GEMM_COLS;
 use crate::quants::prefetch::prefetch_block_ahead;
 
 /// `fn $name(x, panel, out)`: the Q6_K GEMM with the features `$feat`
-/// and the integer step `$sub`.
+/// and the integer steps `$s`.
 macro_rules! gemm_q6_k {
-    ($name:ident, $feat:literal, $sub:ident) => {
+    ($name:ident, $feat:literal, $s:ty) => {
         /// One Q6_K weight row against a Q8_K panel: `out[t]` =
         /// `dot_q6_k_q8_k(x, column t)` of AVX2, bit for bit.
         #[target_feature(enable = $feat)]
@@ -66,7 +66,7 @@ macro_rules! gemm_q6_k {
                         let lanes = 0x0101_0101_0101_0101u64;
                         let mask = _mm_set_epi64x(((is + 1) * lanes) as i64, (is * lanes) as i64);
                         let s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, mask));
-                        $sub(&mut ia, p, 4 * h + k, qk, s16);
+                        <$s as Step>::sub_block(&mut ia, p, 4 * h + k, qk, s16);
                     }
                 }
                 step(&mut acc, p, f16_to_f32(bx.d), &split(&ia));
@@ -79,18 +79,18 @@ macro_rules! gemm_q6_k {
 gemm_q6_k!(
     gemm_q6_k_q8_k,
     "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c",
-    sub_block
+    Bw
 );
 gemm_q6_k!(
     gemm_q6_k_q8_k_vnni,
     "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
-    sub_block_vnni
+    Vnni
 );
 
 /// `fn $name(x, y) -> f32`: the Q6_K decode dot with the features `$feat`,
-/// `$acc(sumi, products, scales)` adding a sub-block pair's lanes.
+/// with the integer steps `$s`.
 macro_rules! dot_q6_k {
-    ($name:ident, $feat:literal, $acc:ident) => {
+    ($name:ident, $feat:literal, $s:ty) => {
         /// `dot_q6_k_q8_k` of AVX2, bit for bit: the AVX2 kernel's codes,
         /// scales, `-32` offset and f32 steps, two 32-value sub-blocks a
         /// 512-bit register, whose i32 halves are added before the
@@ -140,7 +140,7 @@ macro_rules! dot_q6_k {
                             _mm_shuffle_epi8(sc, m_hi),
                             _mm_shuffle_epi8(sc, m_lo),
                         );
-                        sumi = $acc(sumi, p, _mm512_cvtepi8_epi16(s8));
+                        sumi = <$s as Step>::madd_add(sumi, p, _mm512_cvtepi8_epi16(s8));
                     }
                 }
                 let sumi = _mm256_add_epi32(
@@ -157,10 +157,10 @@ macro_rules! dot_q6_k {
 dot_q6_k!(
     dot_q6_k_q8_k,
     "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c",
-    madd_add
+    Bw
 );
 dot_q6_k!(
     dot_q6_k_q8_k_vnni,
     "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
-    dpwssd
+    Vnni
 );

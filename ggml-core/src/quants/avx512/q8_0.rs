@@ -21,7 +21,7 @@ use crate::quants::blocks::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
 use crate::quants::blocks::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
 use crate::quants::blocks::q4_0::BlockQ4_0;
 use crate::quants::blocks::q8_0::BlockQ8_0;
-use crate::quants::blocks::q8_0_panel::{BLOCK_BYTES, D_OFF};
+use crate::quants::blocks::q8_0_panel::{check_panel, BLOCK_BYTES, D_OFF};
 use crate::quants::gemm::GEMM_COLS;
 use crate::quants::prefetch::prefetch_block_ahead;
 
@@ -89,13 +89,7 @@ unsafe fn gemm_with<B, I: Isum>(
     out: &mut [f32; GEMM_COLS],
     unpack: impl Fn(&B) -> (f32, __m256i),
 ) {
-    assert_eq!(
-        panel.len(),
-        x.len() * BLOCK_BYTES,
-        "gemm: a panel of {} bytes for {} blocks",
-        panel.len(),
-        x.len()
-    );
+    check_panel(x.len(), panel);
     const PAIRS: usize = GEMM_COLS / 2;
     // lanes 0..8 from f32 lane 2u, 8..16 from 2u + 1
     let idx: [__m512i; PAIRS] = std::array::from_fn(|u| {
