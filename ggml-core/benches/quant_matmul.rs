@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::{alloc, best_of, filters, load, sorted_times, values, MemRead};
+use common::{alloc, best_of, filters, load, sorted_times, values, weight_rows, MemRead};
 use ggml_core::quants::cpu_traits;
 use ggml_core::{Backend, BackendStream, CpuBackend, GgmlType, Graph, TensorId};
 
@@ -32,25 +32,6 @@ const N_PROMPT: usize = 512;
 /// expert tensor, as a model's layers), so that no run finds its experts
 /// in a cache.
 const COLD_BYTES: usize = 1 << 30;
-
-/// Rows of `ty` bytes: 61 distinct quantized rows repeated (the values do
-/// not matter for speed, and the reference quantizers are slow).
-fn weight_bytes(ty: GgmlType, rows: usize) -> Vec<u8> {
-    let tr = cpu_traits(ty).unwrap();
-    let row = ty.row_size(K as u64).unwrap();
-    let distinct: Vec<Vec<u8>> = (0..61)
-        .map(|r| {
-            let mut b = vec![0u8; row];
-            (tr.from_float)(&values(r as u64 + 1, K), &mut b);
-            b
-        })
-        .collect();
-    let mut out = vec![0u8; row * rows];
-    for (r, dst) in out.chunks_exact_mut(row).enumerate() {
-        dst.copy_from_slice(&distinct[r % 61]);
-    }
-    out
-}
 
 struct Decode {
     /// The product and its ids tensor, in graphs of the same nodes with
@@ -65,7 +46,7 @@ struct Decode {
 }
 
 fn decode_graph(ty: GgmlType, setup: &dyn Backend) -> Decode {
-    let w = weight_bytes(ty, M * N_EXPERT);
+    let w = weight_rows(ty, K, M * N_EXPERT);
     let one = |w: &[u8]| {
         let mut g = Graph::new();
         let a = g.new_tensor_3d(ty, K as i64, M as i64, N_EXPERT as i64);
@@ -110,7 +91,7 @@ fn prompt_graph(ty: GgmlType, setup: &dyn Backend) -> Graph {
     let out = g.mul_mat(a, b);
     g.build_forward_expand(out);
     alloc(&mut g, setup);
-    g.write_bytes(a, &weight_bytes(ty, M)).unwrap();
+    g.write_bytes(a, &weight_rows(ty, K, M)).unwrap();
     g.write_f32(b, &values(4, K * N_PROMPT)).unwrap();
     g
 }

@@ -47,6 +47,11 @@ impl MemRead {
         }
     }
 
+    /// Bytes of the buffer.
+    pub fn bytes(&self) -> usize {
+        self.buf.len() * 8
+    }
+
     fn sum(s: &[u64]) -> u64 {
         // four independent chains so the loop is bound by loads, not adds
         let mut acc = [0u64; 4];
@@ -166,6 +171,26 @@ pub fn values(seed: u64, n: usize) -> Vec<f32> {
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
+}
+
+/// A weight matrix of `rows` rows of `k` elements of `ty`: 61 distinct
+/// rows quantized by the active level's `from_float`, repeated (the
+/// values do not matter for speed, and the reference quantizers are slow).
+pub fn weight_rows(ty: ggml_core::GgmlType, k: usize, rows: usize) -> Vec<u8> {
+    let tr = ggml_core::quants::cpu_traits(ty).unwrap();
+    let row = ty.row_size(k as u64).unwrap();
+    let distinct: Vec<Vec<u8>> = (0..61)
+        .map(|r| {
+            let mut b = vec![0u8; row];
+            (tr.from_float)(&values(r as u64 + 1, k), &mut b);
+            b
+        })
+        .collect();
+    let mut out = vec![0u8; row * rows];
+    for (r, dst) in out.chunks_exact_mut(row).enumerate() {
+        dst.copy_from_slice(&distinct[r % 61]);
+    }
+    out
 }
 
 /// Command-line filters (arguments not starting with `-`), lower-cased.

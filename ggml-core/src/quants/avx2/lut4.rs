@@ -70,7 +70,7 @@ pub(crate) unsafe fn dot_mxfp4_q8_0(x: &[BlockMxfp4], y: &[BlockQ8_0]) -> f32 {
 
 /// The 6-bit scale of IQ4_XS sub-block `ib` (0..8), before the `- 32`.
 #[inline]
-fn sub_scale(bx: &BlockIq4Xs, ib: usize) -> i16 {
+pub(crate) fn sub_scale(bx: &BlockIq4Xs, ib: usize) -> i16 {
     let sh = u16::from_le(bx.scales_h);
     ((bx.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) as i16 | ((((sh >> (2 * ib)) & 3) as i16) << 4)
 }

@@ -15,7 +15,7 @@ use crate::quants::prefetch::prefetch_block_ahead;
 /// 16 in each byte whose bit `bit` is set in `h`, else 0.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn high_bit(h: __m256i, bit: usize) -> __m256i {
+pub(crate) unsafe fn high_bit(h: __m256i, bit: usize) -> __m256i {
     let m = _mm256_set1_epi8((1u8 << bit) as i8);
     _mm256_and_si256(
         _mm256_cmpeq_epi8(_mm256_and_si256(h, m), m),

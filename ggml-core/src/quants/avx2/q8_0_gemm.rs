@@ -14,7 +14,7 @@ use crate::quants::blocks::iq4_nl::{BlockIq4Nl, KVALUES_IQ4NL};
 use crate::quants::blocks::mxfp4::{e8m0_to_f32_half, BlockMxfp4, KVALUES_MXFP4};
 use crate::quants::blocks::q4_0::BlockQ4_0;
 use crate::quants::blocks::q8_0::BlockQ8_0;
-use crate::quants::blocks::q8_0_panel::{BLOCK_BYTES, D_OFF};
+use crate::quants::blocks::q8_0_panel::{check_panel, BLOCK_BYTES, D_OFF};
 use crate::quants::gemm::GEMM_COLS;
 
 /// Columns per pass over the row.
@@ -30,13 +30,7 @@ unsafe fn gemm_with<B>(
     out: &mut [f32; GEMM_COLS],
     unpack: impl Fn(&B) -> (f32, __m256i),
 ) {
-    assert_eq!(
-        panel.len(),
-        x.len() * BLOCK_BYTES,
-        "gemm: a panel of {} bytes for {} blocks",
-        panel.len(),
-        x.len()
-    );
+    check_panel(x.len(), panel);
     let ones = _mm256_set1_epi16(1);
     // block `b` of the pass into `acc[t]` (even blocks into the first of
     // the single dot's two accumulators, odd into the second: two arrays

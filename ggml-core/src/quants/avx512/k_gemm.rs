@@ -37,48 +37,55 @@ pub(crate) unsafe fn join(ia: &[__m256i; GEMM_COLS]) -> [__m512i; PAIRS] {
     })
 }
 
-/// `ia[u] += madd(scale, maddubs(codes, q))` over the 4 column pairs of
-/// sub-block `s` of the panel block at `p` (AVX-512 BW).
-///
-/// # Safety
-/// AVX-512 F/BW/VL/DQ; `p` points at a whole panel block.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-pub(crate) unsafe fn sub_block(
-    ia: &mut [__m512i; PAIRS],
-    p: *const u8,
-    s: usize,
-    codes: __m256i,
-    scale: __m256i,
-) {
-    let q = p.add(s * GEMM_COLS * 32);
-    let (codes, scale) = (_mm512_broadcast_i64x4(codes), _mm512_broadcast_i64x4(scale));
-    for (u, a) in ia.iter_mut().enumerate() {
-        let prod = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(q.add(64 * u) as *const _));
-        *a = _mm512_add_epi32(*a, _mm512_madd_epi16(scale, prod));
+/// The integer steps of a level (AVX-512 BW: [`Bw`]; VNNI: [`Vnni`]).
+pub(crate) trait Step {
+    /// `acc + madd(a, b)`; with VNNI `vpdpwssd(acc, a, b)`: the same two
+    /// i16 products added into the same i32 lane (both wrap alike; the
+    /// magnitudes here stay far inside i32).
+    ///
+    /// # Safety
+    /// The level's features.
+    unsafe fn madd_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i;
+
+    /// `ia[u] = madd_add(ia[u], scale, maddubs(codes, q))` over the 4
+    /// column pairs of sub-block `s` of the panel block at `p`.
+    ///
+    /// # Safety
+    /// The level's features; `p` points at a whole panel block.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+    unsafe fn sub_block(
+        ia: &mut [__m512i; PAIRS],
+        p: *const u8,
+        s: usize,
+        codes: __m256i,
+        scale: __m256i,
+    ) {
+        let q = p.add(s * GEMM_COLS * 32);
+        let (codes, scale) = (_mm512_broadcast_i64x4(codes), _mm512_broadcast_i64x4(scale));
+        for (u, a) in ia.iter_mut().enumerate() {
+            let prod = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(q.add(64 * u) as *const _));
+            *a = Self::madd_add(*a, scale, prod);
+        }
     }
 }
 
-/// [`sub_block`] with VNNI: `ia[u] = vpdpwssd(ia[u], scale, maddubs(codes,
-/// q))`: the same two i16 products added into the same i32 lane as
-/// `madd` then `add` (both wrap alike; the K-quant magnitudes stay far
-/// inside i32).
-///
-/// # Safety
-/// AVX-512 F/BW/VL/DQ and VNNI; `p` points at a whole panel block.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn sub_block_vnni(
-    ia: &mut [__m512i; PAIRS],
-    p: *const u8,
-    s: usize,
-    codes: __m256i,
-    scale: __m256i,
-) {
-    let q = p.add(s * GEMM_COLS * 32);
-    let (codes, scale) = (_mm512_broadcast_i64x4(codes), _mm512_broadcast_i64x4(scale));
-    for (u, a) in ia.iter_mut().enumerate() {
-        let prod = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(q.add(64 * u) as *const _));
-        *a = _mm512_dpwssd_epi32(*a, scale, prod);
+/// AVX-512 BW's steps.
+pub(crate) struct Bw;
+impl Step for Bw {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+    unsafe fn madd_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
+    }
+}
+
+/// VNNI's steps.
+pub(crate) struct Vnni;
+impl Step for Vnni {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    unsafe fn madd_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        _mm512_dpwssd_epi32(acc, a, b)
     }
 }

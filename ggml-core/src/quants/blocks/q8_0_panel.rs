@@ -20,6 +20,17 @@ pub fn panel_bytes(n: usize) -> usize {
     n / 32 * BLOCK_BYTES
 }
 
+/// Panics unless `panel` is the panel of `n_blocks` blocks (the SIMD GEMM
+/// runs' bounds check).
+pub(crate) fn check_panel(n_blocks: usize, panel: &[u8]) {
+    assert_eq!(
+        panel.len(),
+        n_blocks * BLOCK_BYTES,
+        "gemm: a panel of {} bytes for {n_blocks} blocks",
+        panel.len(),
+    );
+}
+
 /// Pack up to [`GEMM_COLS`] Q8_0 rows of `n` elements into `panel`
 /// (exactly [`panel_bytes`]`(n)` bytes); missing columns are zeros.
 /// Panics on other lengths or more columns.

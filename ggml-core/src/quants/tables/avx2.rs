@@ -7,7 +7,7 @@
 
 use super::scalar;
 use super::table::CpuTable;
-use super::wrap::{gemm_run, vec_dot, vec_dot_cols, vec_dot_tile};
+use super::wrap::{gemm_run, qgemm, vec_dot, vec_dot_cols, vec_dot_tile};
 use crate::quants::avx2::{float as f, legacy, lut4, q2_k as k2, q3_k as k3};
 use crate::quants::avx2::{q4_k as k4, q5_k as k5, q6_k as k6, q8_0_gemm, q8_0_tiles, quantize};
 use crate::quants::block::row_exact_mut;
@@ -120,17 +120,6 @@ gemm_run!(q4k_gemm, BlockQ4K, k4::gemm_q4_k_q8_k);
 gemm_run!(q5k_gemm, BlockQ5K, k5::gemm_q5_k_q8_k);
 gemm_run!(q6k_gemm, BlockQ6K, k6::gemm_q6_k_q8_k);
 gemm_run!(iq4xs_gemm, BlockIq4Xs, lut4::gemm_iq4_xs_q8_k);
-
-/// The [`QGemm`] of the panel module `$panel` with the run `$run`.
-macro_rules! qgemm {
-    ($panel:ident, $run:path) => {
-        QGemm {
-            panel_bytes: $panel::panel_bytes,
-            pack: $panel::pack,
-            run: $run,
-        }
-    };
-}
 
 const GEMM_Q4_0: QGemm = qgemm!(q8_0_panel, q4_0_gemm);
 const GEMM_Q8_0: QGemm = qgemm!(q8_0_panel, q8_0_gemm);

@@ -122,3 +122,43 @@ macro_rules! gemm_run {
     };
 }
 pub(super) use gemm_run;
+
+/// The [`crate::quants::QGemm`] of the panel module `$panel` (its
+/// `panel_bytes` and `pack`) with the run `$run`.
+macro_rules! qgemm {
+    ($panel:path, $run:path) => {{
+        use $panel as p;
+        $crate::quants::gemm::QGemm {
+            panel_bytes: p::panel_bytes,
+            pack: p::pack,
+            run: $run,
+        }
+    }};
+}
+pub(super) use qgemm;
+
+/// A table entry's `vec_dot` and `gemm` from kernels: `$dot` (as
+/// [`vec_dot!`]'s `$k`, on blocks `$bx` and `$by`; `-` keeps `$base`'s)
+/// and `$gemm` (as [`gemm_run!`]'s, with the panel module `$panel`), over
+/// the entry `$base` of the level below.
+macro_rules! entry {
+    ($base:expr, $bx:ty, $by:ty, dot $dot:path, gemm $panel:path, $gemm:path) => {
+        $crate::quants::CpuTypeTraits {
+            vec_dot: {
+                $crate::quants::tables::wrap::vec_dot!(dot, $bx, $by, $dot);
+                dot
+            },
+            ..$crate::quants::tables::wrap::entry!($base, $bx, gemm $panel, $gemm)
+        }
+    };
+    ($base:expr, $bx:ty, gemm $panel:path, $gemm:path) => {
+        $crate::quants::CpuTypeTraits {
+            gemm: Some(&{
+                $crate::quants::tables::wrap::gemm_run!(run, $bx, $gemm);
+                $crate::quants::tables::wrap::qgemm!($panel, run)
+            }),
+            ..$base
+        }
+    };
+}
+pub(super) use entry;
