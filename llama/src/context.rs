@@ -945,6 +945,22 @@ impl Context {
         self.moe.reset();
     }
 
+    /// The host expert cache's counters since creation or the last reset;
+    /// `None` without one ([`crate::moe_cache::host`]).
+    pub fn host_cache_stats(&self) -> Option<crate::moe_cache::host::HostCacheStats> {
+        self.moe.host_cache_stats()
+    }
+
+    /// Why the host cache reads through the page cache, when it does.
+    pub fn host_cache_note(&self) -> Option<String> {
+        self.moe.host_cache_note()
+    }
+
+    /// Check the host cache's invariants (tests; nothing without one).
+    pub fn verify_host_cache(&self) -> Result<()> {
+        self.moe.verify_host_cache()
+    }
+
     /// The decode prediction's counters since creation or the last reset;
     /// `None` when `--moe-predict` is off or there is no cache.
     pub fn predict_stats(&self) -> Option<PredictStats> {

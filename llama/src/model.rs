@@ -239,6 +239,9 @@ pub struct Model {
     pub placement: Placement,
     /// The mapped file.
     pub file: Arc<GgufFile>,
+    /// The file's path, when loaded from one ([`Model::load`]): the host
+    /// expert cache reads experts from it.
+    pub path: Option<std::path::PathBuf>,
     /// What loading did other than asked (`--load-mode` fallbacks, `pin`
     /// without a device that pins), one line each, for the tools to print
     /// once.
@@ -659,6 +662,7 @@ impl Model {
         let (file, notes) = GgufFile::open_with(path.as_ref(), params.load_mode)?;
         let mut m = Model::from_gguf(file, params)?;
         m.load_notes.splice(0..0, notes);
+        m.path = Some(path.as_ref().to_path_buf());
         Ok(m)
     }
 
@@ -861,6 +865,7 @@ impl Model {
             devices,
             placement: params.placement,
             file: Arc::new(file),
+            path: None,
             load_notes,
             host_pinned: pin.is_some(),
             by_name,
