@@ -157,6 +157,21 @@ impl MoeRuntime {
         })
     }
 
+    /// The largest ubatch every MoE layer can serve from the host cache
+    /// (`None` without one, or when its slots hold every expert of a
+    /// layer): the context cuts its ubatches to this, so that the cache
+    /// serves prompts too.
+    pub fn max_ubatch(&self) -> Option<usize> {
+        let h = self.host_cache.as_ref()?.lock();
+        h.cache
+            .layout
+            .layers
+            .iter()
+            .flatten()
+            .map(|l| l.max_tokens)
+            .min()
+    }
+
     /// A new batch: the last one's expert ids are forgotten.
     pub fn begin_batch(&mut self) {
         self.last_expert_ids.clear();

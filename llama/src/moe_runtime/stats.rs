@@ -147,6 +147,7 @@ mod tests {
                 bytes: 5 * n,
                 ..Default::default()
             }),
+            host_cache: None,
         }
     }
 

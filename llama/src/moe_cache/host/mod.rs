@@ -64,15 +64,25 @@ pub fn non_expert_bytes(model: &Model) -> u64 {
     (model.file.bytes().len() as u64).saturating_sub(exps)
 }
 
+/// Whether a file of `file_bytes` does not fit in `available` bytes of
+/// memory with room for everything else (the margin of
+/// [`auto_budget`]): where the default turns the host cache on.
+pub fn does_not_fit(file_bytes: u64, available: u64) -> bool {
+    file_bytes.saturating_add(margin(available)) > available
+}
+
+fn margin(available: u64) -> u64 {
+    (available / 8).max(64 << 20)
+}
+
 /// The budget `auto` gives for `available` bytes of memory: what is left
 /// after the weights the mapping reads and a margin of an eighth (at
 /// least 64 MiB), capped at every expert.
 pub fn auto_budget(model: &Model, available: u64) -> u64 {
-    let margin = (available / 8).max(64 << 20);
     let all = bytes_for_all(&model_groups_on(model, None));
     available
         .saturating_sub(non_expert_bytes(model))
-        .saturating_sub(margin)
+        .saturating_sub(margin(available))
         .min(all)
 }
 
