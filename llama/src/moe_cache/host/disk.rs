@@ -238,7 +238,7 @@ impl DiskReader {
                     got += n;
                     // a short read is the end of the file under O_DIRECT
                     // unless it left the offsets aligned
-                    if got < want && got % DIO_ALIGN != 0 {
+                    if got < want && !got.is_multiple_of(DIO_ALIGN) {
                         return Err(DiskError::Truncated {
                             path: self.path.clone(),
                             off: r.off,
