@@ -11,6 +11,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use ggml_core::gguf::LoadMode;
 use ggml_core::{Backend, BackendDevice};
+use llama::moe_cache::host::{self as host_cache, HostCacheParams};
 use llama::moe_cache::{CacheSize, MoeCacheParams, PolicyKind};
 use llama::placement::{Placement, SplitMode, Target};
 use llama::{ContextParams, Model, ModelParams};
@@ -130,6 +131,11 @@ pub struct PlacementArgs {
     /// `--load-mode`: how the model file is read.
     #[arg(long)]
     pub load_mode: LoadMode,
+
+    /// Not a flag: map the file without reading it up front (the host
+    /// expert cache reads the experts; see [`MoeCacheArgs::host_cache_load_mode`]).
+    #[arg(skip)]
+    pub lazy_map: bool,
 
     /// `--no-host`: host weights not page-locked for the device.
     #[arg(long)]
@@ -381,6 +387,15 @@ pub struct MoeCacheArgs {
     /// `--moe-hybrid`: hybrid experts `on` or `off`.
     #[arg(long)]
     pub moe_hybrid: String,
+
+    /// `--moe-host-cache-mib`: the host expert cache (`N`, `auto`, `0`;
+    /// absent: on, as `auto`, only where the file does not fit in memory).
+    #[arg(long)]
+    pub moe_host_cache_mib: Option<String>,
+
+    /// `--moe-host-cache-policy`: the host cache's eviction policy.
+    #[arg(long)]
+    pub moe_host_cache_policy: String,
 }
 
 impl MoeCacheArgs {
@@ -393,6 +408,87 @@ impl MoeCacheArgs {
             anyhow::anyhow!("--moe-cache-cpu-share {}: {e}", self.moe_cache_cpu_share)
         })?;
         Ok(on.then_some(share))
+    }
+}
+
+impl MoeCacheArgs {
+    /// Set `placement`'s load mode for the host expert cache before the
+    /// model at `path` loads: with `--moe-host-cache-mib` given (not 0), or
+    /// without it where the default turns the cache on (a CPU-only run
+    /// whose file does not fit in the memory available), `auto` becomes a
+    /// mapping that reads no page up front (the experts stay in the file
+    /// and are read from it on a miss); other modes are kept.
+    pub fn host_cache_load_mode(&self, placement: &mut PlacementArgs, path: Option<&Path>) {
+        let on = match self.moe_host_cache_mib.as_deref() {
+            Some(v) => v.parse::<CacheSize>().is_ok_and(|s| s != CacheSize::Off),
+            None => {
+                placement.device.is_none()
+                    && placement.rpc.is_none()
+                    && path
+                        .and_then(|p| std::fs::metadata(p).ok())
+                        .zip(ggml_core::gguf::available_memory())
+                        .is_some_and(|(m, a)| host_cache::does_not_fit(m.len(), a))
+            }
+        };
+        if on && placement.load_mode == LoadMode::Auto {
+            placement.load_mode = LoadMode::Mmap;
+            placement.lazy_map = true;
+        }
+    }
+
+    /// The host expert cache for `model` (`--moe-host-cache-mib`,
+    /// `--moe-host-cache-policy`), and the one line to print when the
+    /// default turned it on. Without the flag it is on, as `auto`, only
+    /// where the run is CPU-only, the file does not fit in the memory
+    /// available ([`ggml_core::gguf::available_memory`]: `MemAvailable`, or
+    /// the memory cgroup's limit) and the file is mapped (the load mode
+    /// that `auto` picks then).
+    pub fn host_cache(&self, model: &Model) -> Result<(HostCacheParams, Option<String>)> {
+        let policy: PolicyKind = self.moe_host_cache_policy.parse().map_err(|e| {
+            anyhow::anyhow!(
+                "--moe-host-cache-policy {}: {e}",
+                self.moe_host_cache_policy
+            )
+        })?;
+        if let Some(v) = &self.moe_host_cache_mib {
+            let size: CacheSize = v
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--moe-host-cache-mib {v}: {e}"))?;
+            return Ok((HostCacheParams { size, policy }, None));
+        }
+        let off = HostCacheParams {
+            size: CacheSize::Off,
+            policy,
+        };
+        let file = model.file.bytes().len() as u64;
+        let Some(avail) = ggml_core::gguf::available_memory() else {
+            return Ok((off, None));
+        };
+        if !model.devices.is_empty()
+            || !host_cache::does_not_fit(file, avail)
+            || !model.file.bytes().is_mmap()
+        {
+            return Ok((off, None));
+        }
+        let budget = host_cache::auto_budget(model, avail);
+        let line = format!(
+            "the model file ({}) does not fit in the {} of memory available{}: mapped (-lm mmap) with a host expert cache of {} read from disk (--moe-host-cache-mib auto; 0 turns it off)",
+            fmt_bytes(file as f64),
+            fmt_bytes(avail as f64),
+            if ggml_core::gguf::cgroup_memory_left().is_some_and(|c| c <= avail) {
+                " (the memory cgroup's limit)"
+            } else {
+                ""
+            },
+            fmt_bytes(budget as f64)
+        );
+        Ok((
+            HostCacheParams {
+                size: CacheSize::Auto,
+                policy,
+            },
+            Some(line),
+        ))
     }
 }
 
@@ -593,6 +689,7 @@ pub fn load_model(
         progress: Some(Box::new(move |f| p2.borrow_mut().set(f))),
         load_mode: placement.load_mode,
         no_host: placement.no_host,
+        lazy_map: placement.lazy_map,
         ..Default::default()
     };
     let t0 = Instant::now();

@@ -299,6 +299,8 @@ mod tests {
             moe_cache_max_batch: 32,
             moe_cache_cpu_share: "auto".into(),
             moe_hybrid: "on".into(),
+            moe_host_cache_mib: None,
+            moe_host_cache_policy: "hlfu".into(),
         };
         let mut p = PlacementArgs::default();
         let e = apply("t", &fit, None, &ctx, &mut p, &mut mc).unwrap_err();

@@ -40,6 +40,14 @@ pub trait Buffer: Send + Sync + fmt::Debug {
     fn is_writable(&self) -> bool {
         true
     }
+    /// Whether the CPU's kernels reach this host memory only through a
+    /// copy: the scheduler then treats a CPU split that reads it as reading
+    /// a host weight it cannot use, and offers it to the copy hook (a host
+    /// expert cache's slot maps, whose hook fills the cache from disk
+    /// before the lookup). `false` for ordinary memory.
+    fn copied_for_cpu(&self) -> bool {
+        false
+    }
     /// For downcasting by the owning backend.
     fn as_any(&self) -> &dyn Any;
 }

@@ -241,13 +241,18 @@ impl<'a> Planner<'a> {
     fn mem_backend(&self, id: TensorId) -> Result<usize, SchedError> {
         let h = self.holder(id);
         match self.foreign(h) {
-            Some(buf) => self.first_user(buf.as_ref()).ok_or_else(|| {
-                SchedError::Graph(format!(
-                    "no backend can use buffer {} holding '{}'",
-                    buf.name(),
-                    node_name(self.g, id)
-                ))
-            }),
+            // host memory the CPU reads only through a copy
+            // (`copied_for_cpu`) is the CPU's
+            Some(buf) => self
+                .first_user(buf.as_ref())
+                .or_else(|| buf.copied_for_cpu().then_some(self.cpu))
+                .ok_or_else(|| {
+                    SchedError::Graph(format!(
+                        "no backend can use buffer {} holding '{}'",
+                        buf.name(),
+                        node_name(self.g, id)
+                    ))
+                }),
             None => Ok(self.own_home(h)),
         }
     }

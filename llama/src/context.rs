@@ -228,6 +228,11 @@ impl Context {
         let mut sched = Scheduler::new(backends).map_err(|e| LlamaError::Sched(e.to_string()))?;
         sched.set_observer(Box::new(diagnostics::CopyLabels));
         let moe = MoeRuntime::new(&model, &params.moe, params.n_ubatch, &cpu, &kv, &mut sched)?;
+        // a host cache serves every ubatch: none needs more experts at
+        // once than a layer's slots hold
+        if let Some(m) = moe.max_ubatch() {
+            params.n_ubatch = params.n_ubatch.min(m.max(1));
+        }
         Ok(Context {
             model,
             params,
@@ -943,6 +948,22 @@ impl Context {
         self.stats = TransferStats::default();
         self.host_base = self.host;
         self.moe.reset();
+    }
+
+    /// The host expert cache's counters since creation or the last reset;
+    /// `None` without one ([`crate::moe_cache::host`]).
+    pub fn host_cache_stats(&self) -> Option<crate::moe_cache::host::HostCacheStats> {
+        self.moe.host_cache_stats()
+    }
+
+    /// Why the host cache reads through the page cache, when it does.
+    pub fn host_cache_note(&self) -> Option<String> {
+        self.moe.host_cache_note()
+    }
+
+    /// Check the host cache's invariants (tests; nothing without one).
+    pub fn verify_host_cache(&self) -> Result<()> {
+        self.moe.verify_host_cache()
     }
 
     /// The decode prediction's counters since creation or the last reset;

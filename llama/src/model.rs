@@ -206,6 +206,9 @@ pub struct ModelParams {
     /// explicitly), where the span takes at most half of the memory
     /// available.
     pub no_host: bool,
+    /// Map the file without reading it up front (pages are read as first
+    /// touched): the host expert cache reads the experts itself.
+    pub lazy_map: bool,
 }
 
 /// A loaded model.
@@ -239,6 +242,9 @@ pub struct Model {
     pub placement: Placement,
     /// The mapped file.
     pub file: Arc<GgufFile>,
+    /// The file's path, when loaded from one ([`Model::load`]): the host
+    /// expert cache reads experts from it.
+    pub path: Option<std::path::PathBuf>,
     /// What loading did other than asked (`--load-mode` fallbacks, `pin`
     /// without a device that pins), one line each, for the tools to print
     /// once.
@@ -656,9 +662,11 @@ fn weight_type_ok(ty: GgmlType) -> bool {
 impl Model {
     /// Load a model from a GGUF file.
     pub fn load(path: impl AsRef<Path>, params: ModelParams) -> Result<Model> {
-        let (file, notes) = GgufFile::open_with(path.as_ref(), params.load_mode)?;
+        let (file, notes) =
+            GgufFile::open_with_lazy(path.as_ref(), params.load_mode, params.lazy_map)?;
         let mut m = Model::from_gguf(file, params)?;
         m.load_notes.splice(0..0, notes);
+        m.path = Some(path.as_ref().to_path_buf());
         Ok(m)
     }
 
@@ -861,6 +869,7 @@ impl Model {
             devices,
             placement: params.placement,
             file: Arc::new(file),
+            path: None,
             load_notes,
             host_pinned: pin.is_some(),
             by_name,

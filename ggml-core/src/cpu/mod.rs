@@ -89,7 +89,7 @@ impl BackendDevice for CpuBackend {
     }
 
     fn can_use_buffer(&self, buf: &dyn Buffer) -> bool {
-        buf.is_host()
+        buf.is_host() && !buf.copied_for_cpu()
     }
 
     fn supports_op(&self, g: &Graph, node: TensorId) -> bool {

@@ -84,7 +84,7 @@ impl LoadMode {
     /// `MemAvailable` (`/proc/meminfo`); `mmap` where either is unknown.
     pub fn auto_for(path: &Path) -> LoadMode {
         match std::fs::metadata(path) {
-            Ok(m) => LoadMode::auto(m.len(), mem_available()),
+            Ok(m) => LoadMode::auto(m.len(), available_memory()),
             Err(_) => LoadMode::Mmap,
         }
     }
@@ -94,6 +94,74 @@ impl LoadMode {
 pub fn mem_available() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     parse_mem_available(&info)
+}
+
+/// Memory this process may still use: `MemAvailable`, or less where the
+/// process's memory cgroup leaves less ([`cgroup_memory_left`]).
+pub fn available_memory() -> Option<u64> {
+    match (mem_available(), cgroup_memory_left()) {
+        (Some(a), Some(c)) => Some(a.min(c)),
+        (a, c) => a.or(c),
+    }
+}
+
+/// What the process's memory cgroup leaves: its limit (cgroup v2
+/// `memory.max`, v1 `memory.limit_in_bytes`) less what its members use
+/// beyond the page cache they could drop (`inactive_file`); `None` without
+/// a limit.
+pub fn cgroup_memory_left() -> Option<u64> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let read = |p: String| std::fs::read_to_string(p).ok();
+    for line in cg.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+        let (dir, limit, usage, inactive) = if ctrl.is_empty() {
+            (
+                format!("/sys/fs/cgroup{path}"),
+                "memory.max",
+                "memory.current",
+                "inactive_file",
+            )
+        } else if ctrl.split(',').any(|c| c == "memory") {
+            (
+                format!("/sys/fs/cgroup/memory{path}"),
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+                "total_inactive_file",
+            )
+        } else {
+            continue;
+        };
+        let Some(l) = read(format!("{dir}/{limit}")) else {
+            continue;
+        };
+        let Some(limit) = parse_limit(&l) else {
+            continue;
+        };
+        let used = read(format!("{dir}/{usage}"))
+            .and_then(|u| u.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        let cache = read(format!("{dir}/memory.stat"))
+            .and_then(|s| stat_value(&s, inactive))
+            .unwrap_or(0);
+        return Some(limit.saturating_sub(used.saturating_sub(cache)));
+    }
+    None
+}
+
+/// A cgroup limit file's value: bytes, or `None` for no limit (`max`, or
+/// v1's huge "unlimited" value).
+fn parse_limit(s: &str) -> Option<u64> {
+    let v: u64 = s.trim().parse().ok()?;
+    (v < 1 << 60).then_some(v)
+}
+
+/// The value of `key` in a `memory.stat` text.
+fn stat_value(stat: &str, key: &str) -> Option<u64> {
+    stat.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        (f.next()? == key).then(|| f.next()?.parse().ok())?
+    })
 }
 
 /// The `MemAvailable:` line of a `/proc/meminfo` text, in bytes.
@@ -268,6 +336,13 @@ mod tests {
         assert_eq!(parse_mem_available("MemAvailable: 12\n"), None);
         assert_eq!(parse_mem_available("MemAvailable: x kB\n"), None);
         assert_eq!(parse_mem_available("MemTotal: 1 kB\n"), None);
+        assert_eq!(parse_limit("max\n"), None);
+        assert_eq!(parse_limit("9223372036854771712\n"), None);
+        assert_eq!(parse_limit("759169024\n"), Some(759169024));
+        let stat = "cache 10\ntotal_inactive_file 4096\ninactive_file 12\n";
+        assert_eq!(stat_value(stat, "total_inactive_file"), Some(4096));
+        assert_eq!(stat_value(stat, "inactive_file"), Some(12));
+        assert_eq!(stat_value(stat, "active_file"), None);
         assert_eq!(
             LoadMode::auto_for(Path::new("/no/such/file")),
             LoadMode::Mmap

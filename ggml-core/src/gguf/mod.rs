@@ -17,7 +17,9 @@ mod value;
 mod writer;
 
 pub use error::GgufError;
-pub use load_mode::{mem_available, read_direct, LoadMode, DIO_ALIGN};
+pub use load_mode::{
+    available_memory, cgroup_memory_left, mem_available, read_direct, LoadMode, DIO_ALIGN,
+};
 pub use reader::{
     GgufBytes, GgufFile, GgufTensorInfo, GGUF_DEFAULT_ALIGNMENT, GGUF_KEY_ALIGNMENT, GGUF_MAGIC,
     GGUF_MAX_ARRAY_DEPTH, GGUF_MAX_DIMS,

@@ -205,6 +205,17 @@ impl GgufFile {
         path: impl AsRef<Path>,
         mode: LoadMode,
     ) -> Result<(GgufFile, Vec<String>), GgufError> {
+        GgufFile::open_with_lazy(path, mode, false)
+    }
+
+    /// [`GgufFile::open_with`]; `lazy`: a mapping (`mmap`, `pin`) reads
+    /// pages as they are first touched instead of up front, for a caller
+    /// that reads most of the file itself (the host expert cache).
+    pub fn open_with_lazy(
+        path: impl AsRef<Path>,
+        mode: LoadMode,
+        lazy: bool,
+    ) -> Result<(GgufFile, Vec<String>), GgufError> {
         let path = path.as_ref();
         let mut notes = Vec::new();
         let mode = match mode {
@@ -213,7 +224,7 @@ impl GgufFile {
         };
         let file = match mode {
             // a model's weights are all read soon: map them up front
-            LoadMode::Mmap | LoadMode::Pin | LoadMode::Auto => GgufFile::map(path, true)?,
+            LoadMode::Mmap | LoadMode::Pin | LoadMode::Auto => GgufFile::map(path, !lazy)?,
             LoadMode::None => GgufFile::read(path)?,
             LoadMode::Mlock => {
                 let f = GgufFile::map(path, false)?;

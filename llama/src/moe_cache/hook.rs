@@ -65,6 +65,60 @@ fn upload_on_stream(
     Ok(())
 }
 
+/// The experts the router picked for `layer` (validated, `< n_expert`):
+/// the ids its slot map's one `get_rows` lookup reads, from an earlier
+/// split, read back and passed through the test's id filter.
+pub(crate) fn layer_experts(
+    cx: &HookCtx<'_>,
+    layer: usize,
+    n_expert: u32,
+    copy_shared: &Mutex<PolicyShared>,
+) -> Result<Vec<u32>, HookError> {
+    let g = cx.graph();
+    let consumers = cx.consumers();
+    let ids = match consumers.as_slice() {
+        [c] if g.tensor(*c).op == Op::GetRows && g.tensor(*c).src[0] == cx.dst() => {
+            g.tensor(*c).src[1]
+        }
+        _ => {
+            return Err(HookError::msg(format!(
+                "the slot map of layer {layer} must be read by exactly one get_rows"
+            )))
+        }
+    };
+    // the lookup heads its split (it reads a host weight), so the ids
+    // come from an earlier split; refuse clearly if a graph breaks that
+    let mut producer = ids;
+    while let Some(v) = g.tensor(producer).view_src {
+        producer = v;
+    }
+    if cx.nodes().contains(&producer) {
+        return Err(HookError::msg(format!(
+            "the expert ids of layer {layer} are computed in the same split as their slot lookup"
+        )));
+    }
+    let t = g.tensor(ids);
+    if t.ty != GgmlType::I32 {
+        return Err(HookError::msg(format!(
+            "expert ids '{}' are {}, not i32",
+            t.name, t.ty
+        )));
+    }
+    let raw = cx.read_ids(ids)?;
+    diagnostics::count_id_read(cx.backend());
+    let mut vals = ids::decode_i32(&raw);
+    if let Some(f) = copy_shared.lock().id_filter.as_mut() {
+        f(&mut vals);
+    }
+    let mut experts = Vec::with_capacity(vals.len());
+    for (i, &id) in vals.iter().enumerate() {
+        let e = ids::expert_index(id, i, n_expert as usize, &g.tensor(producer).name)
+            .map_err(HookError::msg)?;
+        experts.push(e as u32);
+    }
+    Ok(experts)
+}
+
 /// The scheduler's copy hook: the expert cache and the selective copy.
 pub struct MoeCacheHook {
     copy: ExpertCopyPolicy,
@@ -105,7 +159,7 @@ impl MoeCacheHook {
     }
 
     /// The cached layer whose slot map `cx` offers.
-    fn map_layer(cache: &CacheShared, cx: &HookCtx<'_>) -> Option<usize> {
+    pub(crate) fn map_layer(cache: &CacheShared, cx: &HookCtx<'_>) -> Option<usize> {
         let d = cx.graph().data_of(cx.src())?;
         let mb = &cache.layout.map_buffer;
         if !std::ptr::addr_eq(Arc::as_ptr(&d.buffer), Arc::as_ptr(mb)) {
@@ -126,52 +180,10 @@ impl MoeCacheHook {
         layer: usize,
         cx: &mut HookCtx<'_>,
     ) -> Result<bool, HookError> {
-        let g = cx.graph();
         let Some(lc) = cache.layout.layers[layer].clone() else {
             return Err(HookError::msg(format!("layer {layer} is not cached")));
         };
-        let consumers = cx.consumers();
-        let ids = match consumers.as_slice() {
-            [c] if g.tensor(*c).op == Op::GetRows && g.tensor(*c).src[0] == cx.dst() => {
-                g.tensor(*c).src[1]
-            }
-            _ => {
-                return Err(HookError::msg(format!(
-                    "the slot map of layer {layer} must be read by exactly one get_rows"
-                )))
-            }
-        };
-        // the lookup heads its split (it reads a host weight), so the ids
-        // come from an earlier split; refuse clearly if a graph breaks that
-        let mut producer = ids;
-        while let Some(v) = g.tensor(producer).view_src {
-            producer = v;
-        }
-        if cx.nodes().contains(&producer) {
-            return Err(HookError::msg(format!(
-                "the expert ids of layer {layer} are computed in the same split as their slot lookup"
-            )));
-        }
-        let t = g.tensor(ids);
-        if t.ty != GgmlType::I32 {
-            return Err(HookError::msg(format!(
-                "expert ids '{}' are {}, not i32",
-                t.name, t.ty
-            )));
-        }
-        let raw = cx.read_ids(ids)?;
-        diagnostics::count_id_read(cx.backend());
-        let mut vals = ids::decode_i32(&raw);
-        if let Some(f) = self.copy_shared.lock().id_filter.as_mut() {
-            f(&mut vals);
-        }
-        let n_expert = lc.n_expert;
-        let mut experts = Vec::with_capacity(vals.len());
-        for (i, &id) in vals.iter().enumerate() {
-            let e = ids::expert_index(id, i, n_expert as usize, &g.tensor(producer).name)
-                .map_err(HookError::msg)?;
-            experts.push(e as u32);
-        }
+        let experts = layer_experts(cx, layer, lc.n_expert, &self.copy_shared)?;
         let Some(bank) = cache.banks.get_mut(lc.group).and_then(|b| b.as_mut()) else {
             return Err(HookError::msg(format!("layer {layer}'s group has no bank")));
         };

@@ -36,6 +36,10 @@
 //!   (through its router, or from the routing seen so far,
 //!   [`predict::history`]) and uploaded early; [`predict::replay`] runs it
 //!   on a trace.
+//! - [`host`]: the host expert cache, one tier below: the same layout,
+//!   banks, policies and graph with the CPU as the cache's home, its
+//!   misses read from the model file with `O_DIRECT` (models larger than
+//!   RAM, CPU only for now).
 //! - [`hybrid`]: a miss computed on the CPU from host memory instead of
 //!   uploaded; the hook decides per layer per ubatch, from a cost model
 //!   ([`cost`], which the prefetch's auto reads too) or a fixed share.
@@ -51,6 +55,7 @@
 pub mod cache;
 pub mod cost;
 pub mod hook;
+pub mod host;
 pub mod hybrid;
 pub mod policy;
 pub mod predict;

@@ -43,6 +43,7 @@ use crate::expert_copy::{ExpertCopyStats, IdFilter, PolicyShared};
 use crate::graph::moe::MoeGraphInputs;
 use crate::kv_cache::KvCache;
 use crate::model::Model;
+use crate::moe_cache::host::{self, hook::HostCacheHook, HostCache, HostCacheStats};
 use crate::moe_cache::predict::{MoePredict, PredictShared, PredictStats};
 use crate::moe_cache::prefetch::{PrefetchStats, Staging, LOOKAHEAD_SPLITS};
 use crate::moe_cache::trace::forced::ForcedRouting;
@@ -59,6 +60,8 @@ pub struct MoeRuntime {
     copy: Arc<Mutex<PolicyShared>>,
     /// The expert cache, when there is one (with hybrid experts inside).
     cache: Option<Arc<Mutex<CacheShared>>>,
+    /// The host expert cache, when there is one (CPU-only runs).
+    host_cache: Option<Arc<Mutex<HostCache>>>,
     /// The prefill prefetch's staging, when asked for and possible.
     prefetch: Option<Arc<Mutex<Staging>>>,
     /// The decode predictor, when asked for and there is a cache.
@@ -96,6 +99,7 @@ impl MoeRuntime {
         }));
         let prefetch = build::staging(model, params, n_ubatch, kv, sched)?;
         let cache = build::cache(model, params, n_ubatch, cpu, kv, sched)?;
+        let host_cache = host::build(model, &params.host_cache, n_ubatch, cpu)?;
         let mut hook = MoeCacheHook::new(Arc::clone(&copy), cache.clone());
         if let Some(p) = prefetch.as_ref().filter(|p| p.lock().n_slots() > 0) {
             hook = hook.with_prefetch(Arc::clone(p));
@@ -113,9 +117,16 @@ impl MoeRuntime {
             hook = hook.with_predict(Arc::clone(p));
             sched.set_lookahead(LOOKAHEAD_SPLITS);
         }
-        sched.set_copy_hook(Box::new(hook));
+        match &host_cache {
+            Some(h) => sched.set_copy_hook(Box::new(HostCacheHook::new(
+                Arc::clone(h),
+                Arc::clone(&copy),
+            ))),
+            None => sched.set_copy_hook(Box::new(hook)),
+        }
         Ok(MoeRuntime {
             copy,
+            host_cache,
             predict_router: predict.is_some() && params.predict == MoePredict::Router,
             cache,
             prefetch,
@@ -132,6 +143,9 @@ impl MoeRuntime {
     /// layout and the hybrid maps the graph reads (addresses; fixed for a
     /// context's life; zeros without them).
     pub fn graph_key(&self) -> (usize, usize) {
+        if let Some(h) = &self.host_cache {
+            return (Arc::as_ptr(&h.lock().cache.layout) as usize, 0);
+        }
         self.cache.as_ref().map_or((0, 0), |c| {
             let c = c.lock();
             (
@@ -141,6 +155,21 @@ impl MoeRuntime {
                     .map_or(0, |h| Arc::as_ptr(&h.maps) as *const u8 as usize),
             )
         })
+    }
+
+    /// The largest ubatch every MoE layer can serve from the host cache
+    /// (`None` without one, or when its slots hold every expert of a
+    /// layer): the context cuts its ubatches to this, so that the cache
+    /// serves prompts too.
+    pub fn max_ubatch(&self) -> Option<usize> {
+        let h = self.host_cache.as_ref()?.lock();
+        h.cache
+            .layout
+            .layers
+            .iter()
+            .flatten()
+            .map(|l| l.max_tokens)
+            .min()
     }
 
     /// A new batch: the last one's expert ids are forgotten.
@@ -154,6 +183,9 @@ impl MoeRuntime {
         if let Some(c) = &self.cache {
             c.lock().begin_ubatch(n_tokens);
         }
+        if let Some(h) = &self.host_cache {
+            h.lock().cache.begin_ubatch(n_tokens);
+        }
     }
 
     /// What the MoE layers of a graph for a ubatch of `n_tokens` tokens
@@ -164,6 +196,9 @@ impl MoeRuntime {
             let c = c.lock();
             m.cache = Some(Arc::clone(&c.layout));
             m.hybrid = c.hybrid.as_ref().map(|h| Arc::clone(&h.maps));
+        }
+        if let Some(h) = &self.host_cache {
+            m.cache = Some(Arc::clone(&h.lock().cache.layout));
         }
         m.predict_router = self.predict_router;
         m.prefetch_predict = self
@@ -183,6 +218,9 @@ impl MoeRuntime {
         }
         if let Some(c) = &self.cache {
             c.lock().note_bypassed(&moe.bypassed);
+        }
+        if let Some(h) = &self.host_cache {
+            h.lock().cache.note_bypassed(&moe.bypassed);
         }
     }
 
@@ -225,6 +263,7 @@ impl MoeRuntime {
             cache: self.cache.as_ref().map(|c| c.lock().counters()),
             prefetch: self.prefetch.as_ref().map(|p| p.lock().counters()),
             predict: self.predict.as_ref().map(|p| p.lock().counters()),
+            host_cache: self.host_cache.as_ref().map(|h| h.lock().counters()),
         }
     }
 
@@ -248,6 +287,34 @@ impl MoeRuntime {
     pub fn cache_stats(&self) -> Option<CacheStats> {
         let c = self.cache.as_ref()?;
         stats::cache_since(Some(&c.lock().counters()), self.base.cache.as_ref())
+    }
+
+    /// The host expert cache's counters since creation or the last reset;
+    /// `None` without one.
+    pub fn host_cache_stats(&self) -> Option<HostCacheStats> {
+        let h = self.host_cache.as_ref()?;
+        let now = h.lock().counters();
+        Some(match &self.base.host_cache {
+            Some(b) => now.since(b),
+            None => now,
+        })
+    }
+
+    /// Why the host cache reads through the page cache, when it does
+    /// (`O_DIRECT` refused: one line for the tools to print).
+    pub fn host_cache_note(&self) -> Option<String> {
+        let h = self.host_cache.as_ref()?;
+        let n = h.lock().disk.note().map(str::to_string);
+        n
+    }
+
+    /// Check the host cache's invariants (the slot maps, owners and
+    /// policy agree; tests).
+    pub fn verify_host_cache(&self) -> Result<()> {
+        match &self.host_cache {
+            Some(h) => h.lock().cache.check().map_err(LlamaError::Invalid),
+            None => Ok(()),
+        }
     }
 
     /// The prefill prefetch's counters since creation or the last reset;

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::moe_cache::host::HostCacheParams;
 use crate::moe_cache::hybrid::CpuShare;
 use crate::moe_cache::predict::MoePredict;
 use crate::moe_cache::prefetch::PrefetchSlots;
@@ -48,6 +49,10 @@ pub struct MoeParams {
     /// ([`crate::Context::last_expert_ids`]); off by default, since on a
     /// device it costs a read per layer per token.
     pub record_expert_ids: bool,
+    /// The host expert cache (`--moe-host-cache-mib`,
+    /// `--moe-host-cache-policy`; CPU-only runs; off by default,
+    /// [`crate::moe_cache::host`]).
+    pub host_cache: HostCacheParams,
 }
 
 impl Default for MoeParams {
@@ -61,6 +66,7 @@ impl Default for MoeParams {
             predict: MoePredict::Off,
             forced_routing: None,
             record_expert_ids: false,
+            host_cache: HostCacheParams::default(),
         }
     }
 }

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::expert_copy::ExpertCopyStats;
+use crate::moe_cache::host::HostCacheStats;
 use crate::moe_cache::predict::PredictStats;
 use crate::moe_cache::prefetch::PrefetchStats;
 use crate::moe_cache::CacheStats;
@@ -30,6 +31,8 @@ pub struct MoeStats {
     /// The decode prediction's counters; `None` when `--moe-predict` is
     /// off or there is no cache.
     pub predict: Option<PredictStats>,
+    /// The host expert cache's counters; `None` without one.
+    pub host_cache: Option<HostCacheStats>,
 }
 
 impl MoeStats {
@@ -56,6 +59,10 @@ impl MoeStats {
                 .predict
                 .as_ref()
                 .map(|p| p.since(base.predict.as_ref().unwrap_or(&PredictStats::default()))),
+            host_cache: self.host_cache.as_ref().map(|h| match &base.host_cache {
+                Some(b) => h.since(b),
+                None => h.clone(),
+            }),
         }
     }
 
@@ -140,6 +147,7 @@ mod tests {
                 bytes: 5 * n,
                 ..Default::default()
             }),
+            host_cache: None,
         }
     }
 

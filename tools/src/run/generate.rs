@@ -79,6 +79,8 @@ pub(crate) fn run(a: &Args) -> Result<()> {
             eprintln!("{}", announce(TOOL, d));
         }
     }
+    a.moe_cache
+        .host_cache_load_mode(&mut placement, a.model.as_deref());
     let loaded = cli::load_model(TOOL, a.model.as_deref(), &placement, n_threads)?;
     let model = &loaded.model;
     let hp = &model.hparams;
@@ -104,6 +106,11 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     let moe = &mut ctx_params.moe;
     (moe.cache, moe.cache_sizes) = moe_cache.device_params(&placement)?;
     moe.hybrid = a.moe_cache.hybrid()?;
+    let (host_cache, host_line) = a.moe_cache.host_cache(model)?;
+    if let Some(l) = host_line {
+        eprintln!("{TOOL}: {l}");
+    }
+    moe.host_cache = host_cache;
     moe.prefetch = a.prefetch.setting()?;
     moe.predict = a.prefetch.predict();
     moe.forced_routing = match &a.expert_trace_in {
@@ -129,6 +136,9 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     // -tb N: the threads of prompt ubatches (-1 or absent: as -t)
     ctx_params.n_threads_batch = a.extra.threads_batch.filter(|&n| n > 0).map(|n| n as usize);
     let mut ctx = Context::new(model.clone(), ctx_params).context("cannot create the context")?;
+    if let Some(n) = ctx.host_cache_note() {
+        eprintln!("{TOOL}: warning: {n}");
+    }
     if a.prefetch.predict().is_on() && ctx.predict_stats().is_none() {
         eprintln!(
             "{TOOL}: warning: --moe-predict {} needs the expert cache (a device, experts in host memory, --moe-cache-mib not 0): no prediction",

@@ -182,6 +182,22 @@ pub static FLAGS: &[Flag] = &[
     .takes("NAME", Parse::Str)
     .default("hlfu"),
     Flag::new(
+        "moe_host_cache_mib",
+        &["--moe-host-cache-mib"],
+        RUN_SERVER,
+        "host expert cache for models larger than RAM (CPU only): N MiB of host memory holding experts' slices of the _exps tensors, read from the file with O_DIRECT on a miss, auto (what the available memory, or the memory cgroup's limit, leaves after the other weights and a margin) or 0 (off); by default on, sized as auto, only when the file does not fit in the memory available (with a one-line note)",
+    )
+    .takes("N|auto", Parse::Str)
+    .env("LLAMA_ARG_MOE_HOST_CACHE_MIB"),
+    Flag::new(
+        "moe_host_cache_policy",
+        &["--moe-host-cache-policy"],
+        RUN_SERVER,
+        "eviction policy of the host expert cache, from the expert cache's set: lru, slru, lrfu, hlfu (the default), nextuse, nextuse-nopredict",
+    )
+    .takes("NAME", Parse::Str)
+    .default("hlfu"),
+    Flag::new(
         "moe_cache_max_batch",
         &["--moe-cache-max-batch"],
         RUN_SERVER,

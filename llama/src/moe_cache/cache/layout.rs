@@ -81,7 +81,7 @@ impl GroupShape {
 
 /// The gate, up and down expert tensors of a MoE layer (`None` for a dense
 /// layer).
-fn roles_of(model: &Model, il: usize) -> Option<[WeightId; 3]> {
+pub(crate) fn roles_of(model: &Model, il: usize) -> Option<[WeightId; 3]> {
     let m = model.layers[il].moe()?;
     Some([m.gate_exps, m.up_exps, m.down_exps])
 }
@@ -240,8 +240,8 @@ pub struct CacheLayout {
     pub group_device: Vec<usize>,
     /// Each device's budget in bytes (index as [`Model::devices`]).
     pub device_budget: Vec<u64>,
-    _banks: Vec<Arc<dyn Buffer>>,
-    _slots: Vec<Arc<dyn Buffer>>,
+    pub(crate) _banks: Vec<Arc<dyn Buffer>>,
+    pub(crate) _slots: Vec<Arc<dyn Buffer>>,
 }
 
 fn oom(what: &str, budget: u64, e: ggml_core::BackendError) -> LlamaError {
