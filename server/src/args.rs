@@ -291,6 +291,11 @@ impl ServerArgs {
         }
         self.moe_cache.params(&self.placement)?;
         self.moe_cache.hybrid()?;
+        if self.moe_cache.moe_host_cache_mib.is_some() {
+            // the host expert cache is built by llama-run only so far:
+            // refused by name rather than parsed and ignored
+            bail!("--moe-host-cache-mib: the host expert cache is not supported by llama-server yet (use llama-run)");
+        }
         self.prefetch.slots()?;
         self.fit.check()?;
         Ok(())
@@ -383,6 +388,10 @@ mod tests {
             parse("llama-server --device SIM0 --cpu-moe --moe-cache-mib 64 --moe-cache-policy lru")
                 .unwrap();
         assert_eq!(a.moe_cache.moe_cache_mib, vec!["64".to_string()]);
+        assert!(parse("llama-server --moe-host-cache-mib 64")
+            .unwrap_err()
+            .to_string()
+            .contains("--moe-host-cache-mib"));
         assert!(parse("llama-server --moe-cache-mib 1,2")
             .unwrap_err()
             .to_string()
