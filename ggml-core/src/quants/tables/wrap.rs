@@ -1,6 +1,6 @@
 //! The safe table entries of the SIMD levels: each wraps a level's
 //! `unsafe` block-slice kernel (compiled with the level's target features)
-//! into the raw-row signature of [`crate::quants::CpuTypeTraits`], checking
+//! into the raw-row signature of [`crate::quants::traits::CpuTypeTraits`], checking
 //! the lengths as the scalar references do.
 //!
 //! # Safety
@@ -143,7 +143,7 @@ pub(super) use qgemm;
 /// the entry `$base` of the level below.
 macro_rules! entry {
     ($base:expr, $bx:ty, $by:ty, dot $dot:path, gemm $panel:path, $gemm:path) => {
-        $crate::quants::CpuTypeTraits {
+        $crate::quants::traits::CpuTypeTraits {
             vec_dot: {
                 $crate::quants::tables::wrap::vec_dot!(dot, $bx, $by, $dot);
                 dot
@@ -152,7 +152,7 @@ macro_rules! entry {
         }
     };
     ($base:expr, $bx:ty, gemm $panel:path, $gemm:path) => {
-        $crate::quants::CpuTypeTraits {
+        $crate::quants::traits::CpuTypeTraits {
             gemm: Some(&{
                 $crate::quants::tables::wrap::gemm_run!(run, $bx, $gemm);
                 $crate::quants::tables::wrap::qgemm!($panel, run)
