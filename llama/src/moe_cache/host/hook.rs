@@ -1,7 +1,7 @@
 //! The host cache's copy hook. A cached layer's slot map lives in memory
 //! the CPU reads only through a copy, so its lookup heads a CPU split and
 //! the scheduler offers the map here, after the router's split computed:
-//! the hook reads the layer's ids ([`crate::moe_cache::hook::layer_experts`]),
+//! the hook reads the layer's ids (`moe_cache::hook::layer_experts`),
 //! asks the group's slot bank for hits and misses (the policy of
 //! `--moe-host-cache-policy`), reads the misses from the model file
 //! (adjacent experts of one tensor merged into one read, several reads in
