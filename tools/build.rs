@@ -43,6 +43,17 @@ fn main() {
     if let Some(p) = git(&["rev-parse", "--git-path", "packed-refs"]) {
         watch.push(p);
     }
+    if watch.is_empty() {
+        // git failed (or is absent): still watch the nearest `.git` (a
+        // directory's HEAD, or a worktree's `.git` file), so that a later
+        // build where git works reruns this script instead of keeping
+        // `unknown` for good
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        if let Some(g) = dir.ancestors().map(|a| a.join(".git")).find(|g| g.exists()) {
+            let head = g.join("HEAD");
+            watch.push(if head.exists() { head } else { g }.display().to_string());
+        }
+    }
     for w in watch {
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(&w);
         if p.exists() {
