@@ -277,8 +277,11 @@ fn read_direct_with(
     Ok((out, None))
 }
 
+/// Opens `path` for reading with `O_DIRECT` (reads bypass the page cache;
+/// buffers, offsets and lengths must be multiples of [`DIO_ALIGN`]). Errs
+/// where the filesystem refuses the flag (tmpfs), and off Linux.
 #[cfg(target_os = "linux")]
-fn open_direct(path: &Path) -> std::io::Result<File> {
+pub fn open_direct(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .read(true)
@@ -286,8 +289,9 @@ fn open_direct(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Off Linux there is no `O_DIRECT`: always an `Unsupported` error.
 #[cfg(not(target_os = "linux"))]
-fn open_direct(_path: &Path) -> std::io::Result<File> {
+pub fn open_direct(_path: &Path) -> std::io::Result<File> {
     Err(std::io::Error::new(
         ErrorKind::Unsupported,
         "O_DIRECT is a Linux open flag",

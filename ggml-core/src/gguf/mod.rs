@@ -18,7 +18,8 @@ mod writer;
 
 pub use error::GgufError;
 pub use load_mode::{
-    available_memory, cgroup_memory_left, mem_available, read_direct, LoadMode, DIO_ALIGN,
+    available_memory, cgroup_memory_left, mem_available, open_direct, read_direct, LoadMode,
+    DIO_ALIGN,
 };
 pub use reader::{
     GgufBytes, GgufFile, GgufTensorInfo, GGUF_DEFAULT_ALIGNMENT, GGUF_KEY_ALIGNMENT, GGUF_MAGIC,

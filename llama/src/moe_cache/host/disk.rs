@@ -19,7 +19,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use ggml_core::gguf::DIO_ALIGN;
+use ggml_core::gguf::{open_direct, DIO_ALIGN};
 
 /// Threads issuing reads at once (a pool of `pread`s).
 pub const READ_THREADS: usize = 4;
@@ -283,23 +283,6 @@ impl AlignedBuf {
     fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.v[self.pad..self.pad + self.len]
     }
-}
-
-#[cfg(target_os = "linux")]
-fn open_direct(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn open_direct(_path: &Path) -> std::io::Result<File> {
-    Err(std::io::Error::new(
-        ErrorKind::Unsupported,
-        "O_DIRECT is a Linux open flag",
-    ))
 }
 
 #[cfg(test)]
