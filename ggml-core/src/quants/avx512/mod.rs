@@ -9,6 +9,7 @@
 //! a CPU). Memory accesses go through block slices.
 #![cfg(target_arch = "x86_64")]
 
+pub(crate) mod float;
 pub(crate) mod iq4_xs;
 pub(crate) mod k_gemm;
 pub(crate) mod k_min;

@@ -7,7 +7,7 @@
 
 use super::scalar;
 use super::table::CpuTable;
-use super::wrap::{gemm_run, qgemm, vec_dot, vec_dot_cols, vec_dot_tile};
+use super::wrap::{float_dot, gemm_run, qgemm, vec_dot, vec_dot_cols, vec_dot_tile};
 use crate::quants::avx2::{float as f, legacy, lut4, q2_k as k2, q3_k as k3};
 use crate::quants::avx2::{q4_k as k4, q5_k as k5, q6_k as k6, q8_0_gemm, q8_0_tiles, quantize};
 use crate::quants::block::row_exact_mut;
@@ -35,18 +35,6 @@ use crate::quants::traits::CpuTypeTraits;
 
 // ---- the float types ----
 
-/// The float dots: `$k(n, x, y)` on the first `n` elements' bytes.
-macro_rules! float_dot {
-    ($name:ident, $what:literal, $esize:expr, $k:path) => {
-        fn $name(n: usize, x: &[u8], y: &[u8]) -> f32 {
-            check_len($what, n, x.len(), $esize, false);
-            check_len($what, n, y.len(), $esize, false);
-            // SAFETY: as `vec_dot!`'s (see `tables::wrap`); the kernel reads
-            // exactly the `n` elements of the checked slices.
-            unsafe { $k(n, &x[..$esize * n], &y[..$esize * n]) }
-        }
-    };
-}
 float_dot!(f32_dot, "f32", 4, f::dot_f32);
 float_dot!(f16_dot, "f16", 2, f::dot_f16);
 float_dot!(bf16_dot, "bf16", 2, f::dot_bf16);

@@ -29,6 +29,22 @@ macro_rules! vec_dot {
 }
 pub(super) use vec_dot;
 
+/// `fn $name(n, x, y) -> f32`: the float dot `$k(n, x, y)` on the first
+/// `n` elements' bytes of each row (`$esize` bytes an element; panics as
+/// the scalar dot when a row is short).
+macro_rules! float_dot {
+    ($name:ident, $what:literal, $esize:expr, $k:path) => {
+        fn $name(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            $crate::quants::blocks::float::check_len($what, n, x.len(), $esize, false);
+            $crate::quants::blocks::float::check_len($what, n, y.len(), $esize, false);
+            // SAFETY: as `vec_dot!`'s (see `tables::wrap`); the kernel reads
+            // exactly the `n` elements of the checked slices.
+            unsafe { $k(n, &x[..$esize * n], &y[..$esize * n]) }
+        }
+    };
+}
+pub(super) use float_dot;
+
 /// `fn $name(n, x, ys, out)` (a [`crate::quants::VecDotCols`]): the kernel
 /// `$k::<C>(&[$bx], [&[$by]; C], out)` for the `C = ys.len()` columns.
 macro_rules! vec_dot_cols {
