@@ -19,12 +19,11 @@
 
 use half::f16;
 
-/// Whether the AVX2/FMA/F16C versions can run (std caches the detection).
+/// Whether the AVX2/FMA/F16C versions run: the chosen CPU level
+/// (`GGML_CPU_LEVEL` or the best the CPU has) is AVX2 or above.
 #[cfg(target_arch = "x86_64")]
 fn has_avx2() -> bool {
-    std::is_x86_feature_detected!("avx2")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
+    crate::quants::simd_available()
 }
 
 /// Run `$avx2` when the CPU has AVX2/FMA/F16C, else `$scalar`.

@@ -43,11 +43,11 @@ impl GemmType {
     }
 }
 
+/// Whether the chosen CPU level (`GGML_CPU_LEVEL` or the best the CPU
+/// has) runs AVX2/FMA/F16C kernels.
 #[cfg(target_arch = "x86_64")]
 fn available() -> bool {
-    std::is_x86_feature_detected!("avx2")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
+    crate::quants::simd_available()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
