@@ -438,7 +438,12 @@ UNROLL
 // dynamic shared memory for `mmq_smem`. With nsplit > 1 split s writes its
 // partial sums to part[((s * ne3 + i3) * ne2 + i2) * ne1 + i1) * ne0 + i0]
 // and `k_mmq_reduce` adds them into dst.
-extern "C" __global__ void __launch_bounds__(256)
+// Launch bounds (256 threads, at least 1 block per SM): without the block
+// minimum, ptxas for sm_100 and sm_120 holds the kernel to 128 registers
+// and spills (12-28 bytes with CUDA 12.9 and 13.0); with it every
+// architecture gets the 230-254 registers the 128 x 64 tile's
+// accumulators and fragments need, without spills.
+extern "C" __global__ void __launch_bounds__(256, 1)
     k_mmq(u8* dst, T4 td, const u8* a, T4 ta, int tya, T4 tb, const i8* q8, const Q8Ds* ds,
           i64 r2, i64 r3, int tm, int tn, int nsplit, float* part) {
     extern __shared__ u8 mmq_dyn[];
