@@ -86,11 +86,16 @@ fn stats_out_and_the_summary_have_the_host_cache_keys_only_with_it() {
 #[test]
 fn replay_gives_the_live_host_tiers_counts_and_belady_is_never_beaten() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // 0.3 MiB: 4 slots for 2 layers of 8 experts. Larger sizes (0.6 MiB)
-    // do not match yet: the live host tier counts a few more accesses
-    // than the replay (an open bug, issue 48)
-    for mib in ["0.3"] {
-        for policy in ["lru", "slru", "lrfu", "hlfu"] {
+    // the fixture's 2 layers of 8 experts (2 picked per token) in one
+    // group: 0.25 MiB is 4 slots (one layer's top-k for a ubatch of 2
+    // tokens: prompts are cut to 2-token ubatches), 0.6 MiB 11 (every
+    // expert of a layer: the whole prompt in one ubatch), 0.9 MiB every
+    // expert of both layers. Replayed as the host tier (`--tier host`):
+    // the device tier would skip the layers of a prompt ubatch of more
+    // tokens than 11 slots hold at 2 experts each, which the host cache,
+    // holding all 8 experts of a layer, serves
+    for mib in ["0.25", "0.6", "0.9"] {
+        for policy in ["lru", "slru", "lrfu", "hlfu", "nextuse", "nextuse-nopredict"] {
             let tag = format!("{mib}-{policy}");
             let trace = dir.path().join(format!("t-{tag}.bin"));
             let t = trace.to_str().expect("path");
@@ -116,6 +121,8 @@ fn replay_gives_the_live_host_tiers_counts_and_belady_is_never_beaten() {
                     policy,
                     "--max-batch",
                     "100000",
+                    "--tier",
+                    "host",
                 ])
                 .arg("--json")
                 .output()
@@ -152,7 +159,7 @@ fn bad_host_cache_settings_are_clear_errors() {
         RUN,
         &["-m", &m, "-n", "2", "--moe-host-cache-mib", "0.001"],
         &[
-            "--moe-host-cache-mib 0.000999",
+            "--moe-host-cache-mib 0.001:",
             "one layer's top-k needs at least",
         ],
     );
