@@ -413,83 +413,102 @@ impl MoeCacheArgs {
 
 impl MoeCacheArgs {
     /// Set `placement`'s load mode for the host expert cache before the
-    /// model at `path` loads: with `--moe-host-cache-mib` given (not 0), or
-    /// without it where the default turns the cache on (a CPU-only run
-    /// whose file does not fit in the memory available), `auto` becomes a
-    /// mapping that reads no page up front (the experts stay in the file
-    /// and are read from it on a miss); other modes are kept.
+    /// model at `path` loads ([`host_cache_load_mode`] of
+    /// `--moe-host-cache-mib`).
     pub fn host_cache_load_mode(&self, placement: &mut PlacementArgs, path: Option<&Path>) {
-        let on = match self.moe_host_cache_mib.as_deref() {
-            Some(v) => v.parse::<CacheSize>().is_ok_and(|s| s != CacheSize::Off),
-            None => {
-                placement.device.is_none()
-                    && placement.rpc.is_none()
-                    && path
-                        .and_then(|p| std::fs::metadata(p).ok())
-                        .zip(ggml_core::gguf::available_memory())
-                        .is_some_and(|(m, a)| host_cache::does_not_fit(m.len(), a))
-            }
-        };
-        if on && placement.load_mode == LoadMode::Auto {
-            placement.load_mode = LoadMode::Mmap;
-            placement.lazy_map = true;
-        }
+        host_cache_load_mode(self.moe_host_cache_mib.as_deref(), placement, path)
     }
 
-    /// The host expert cache for `model` (`--moe-host-cache-mib`,
-    /// `--moe-host-cache-policy`), and the one line to print when the
-    /// default turned it on. Without the flag it is on, as `auto`, only
-    /// where the run is CPU-only, the file does not fit in the memory
-    /// available ([`ggml_core::gguf::available_memory`]: `MemAvailable`, or
-    /// the memory cgroup's limit) and the file is mapped (the load mode
-    /// that `auto` picks then).
+    /// The host expert cache for `model` and the one line to print when
+    /// the default turned it on ([`host_cache_for`] of
+    /// `--moe-host-cache-mib`, `--moe-host-cache-policy`).
     pub fn host_cache(&self, model: &Model) -> Result<(HostCacheParams, Option<String>)> {
-        let policy: PolicyKind = self.moe_host_cache_policy.parse().map_err(|e| {
-            anyhow::anyhow!(
-                "--moe-host-cache-policy {}: {e}",
-                self.moe_host_cache_policy
-            )
-        })?;
-        if let Some(v) = &self.moe_host_cache_mib {
-            let size: CacheSize = v
-                .parse()
-                .map_err(|e| anyhow::anyhow!("--moe-host-cache-mib {v}: {e}"))?;
-            return Ok((HostCacheParams { size, policy }, None));
-        }
-        let off = HostCacheParams {
-            size: CacheSize::Off,
-            policy,
-        };
-        let file = model.file.bytes().len() as u64;
-        let Some(avail) = ggml_core::gguf::available_memory() else {
-            return Ok((off, None));
-        };
-        if !model.devices.is_empty()
-            || !host_cache::does_not_fit(file, avail)
-            || !model.file.bytes().is_mmap()
-        {
-            return Ok((off, None));
-        }
-        let budget = host_cache::auto_budget(model, avail);
-        let line = format!(
-            "the model file ({}) does not fit in the {} of memory available{}: mapped (-lm mmap) with a host expert cache of {} read from disk (--moe-host-cache-mib auto; 0 turns it off)",
-            fmt_bytes(file as f64),
-            fmt_bytes(avail as f64),
-            if ggml_core::gguf::cgroup_memory_left().is_some_and(|c| c <= avail) {
-                " (the memory cgroup's limit)"
-            } else {
-                ""
-            },
-            fmt_bytes(budget as f64)
-        );
-        Ok((
-            HostCacheParams {
-                size: CacheSize::Auto,
-                policy,
-            },
-            Some(line),
-        ))
+        host_cache_for(
+            self.moe_host_cache_mib.as_deref(),
+            &self.moe_host_cache_policy,
+            model,
+        )
     }
+}
+
+/// Set `placement`'s load mode for the host expert cache before the model
+/// at `path` loads: with `--moe-host-cache-mib` (`mib`) given (not 0), or
+/// without it where the default turns the cache on (a CPU-only run whose
+/// file does not fit in the memory available), `auto` becomes a mapping
+/// that reads no page up front (the experts stay in the file and are read
+/// from it on a miss); other modes are kept.
+pub fn host_cache_load_mode(mib: Option<&str>, placement: &mut PlacementArgs, path: Option<&Path>) {
+    let on = match mib {
+        Some(v) => v.parse::<CacheSize>().is_ok_and(|s| s != CacheSize::Off),
+        None => {
+            placement.device.is_none()
+                && placement.rpc.is_none()
+                && path
+                    .and_then(|p| std::fs::metadata(p).ok())
+                    .zip(ggml_core::gguf::available_memory())
+                    .is_some_and(|(m, a)| host_cache::does_not_fit(m.len(), a))
+        }
+    };
+    if on && placement.load_mode == LoadMode::Auto {
+        placement.load_mode = LoadMode::Mmap;
+        placement.lazy_map = true;
+    }
+}
+
+/// The host expert cache for `model` (`--moe-host-cache-mib` `mib`,
+/// `--moe-host-cache-policy` `policy`), and the one line to print when the
+/// default turned it on. Without the flag it is on, as `auto`, only where
+/// the run is CPU-only, the file does not fit in the memory available
+/// ([`ggml_core::gguf::available_memory`]: `MemAvailable`, or the memory
+/// cgroup's limit) and the file is mapped (the load mode that `auto` picks
+/// then).
+pub fn host_cache_for(
+    mib: Option<&str>,
+    policy: &str,
+    model: &Model,
+) -> Result<(HostCacheParams, Option<String>)> {
+    let policy: PolicyKind = policy
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--moe-host-cache-policy {policy}: {e}"))?;
+    if let Some(v) = mib {
+        let size: CacheSize = v
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--moe-host-cache-mib {v}: {e}"))?;
+        return Ok((HostCacheParams { size, policy }, None));
+    }
+    let off = HostCacheParams {
+        size: CacheSize::Off,
+        policy,
+    };
+    let file = model.file.bytes().len() as u64;
+    let Some(avail) = ggml_core::gguf::available_memory() else {
+        return Ok((off, None));
+    };
+    if !model.devices.is_empty()
+        || !host_cache::does_not_fit(file, avail)
+        || !model.file.bytes().is_mmap()
+    {
+        return Ok((off, None));
+    }
+    let budget = host_cache::auto_budget(model, avail);
+    let line = format!(
+        "the model file ({}) does not fit in the {} of memory available{}: mapped (-lm mmap) with a host expert cache of {} read from disk (--moe-host-cache-mib auto; 0 turns it off)",
+        fmt_bytes(file as f64),
+        fmt_bytes(avail as f64),
+        if ggml_core::gguf::cgroup_memory_left().is_some_and(|c| c <= avail) {
+            " (the memory cgroup's limit)"
+        } else {
+            ""
+        },
+        fmt_bytes(budget as f64)
+    );
+    Ok((
+        HostCacheParams {
+            size: CacheSize::Auto,
+            policy,
+        },
+        Some(line),
+    ))
 }
 
 impl MoeCacheArgs {

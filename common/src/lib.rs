@@ -30,6 +30,7 @@ pub mod devices;
 pub mod fit;
 pub mod flags;
 pub mod forced;
+pub mod host_cache_summary;
 pub mod hybrid_summary;
 pub mod outfile;
 pub mod pipeline_summary;

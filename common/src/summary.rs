@@ -102,6 +102,10 @@ pub struct RunSummary {
     /// The cache's full counters (text summary only).
     #[serde(skip)]
     pub moe_cache: Option<CacheStats>,
+    /// The host expert cache's figures (`moe_host_cache_*` keys), when the
+    /// run had one.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub host_cache: Option<crate::host_cache_summary::HostCacheSummary>,
     /// The prefetch's counters (`prefetch_*`, `critical_path_h2d_bytes`,
     /// `moe_predict_recall` keys).
     #[serde(flatten)]
@@ -223,6 +227,9 @@ impl RunSummary {
         if let Some(c) = &self.moe_cache {
             t.push_str(&cache_text(c, &self.device));
             t.push_str(&self.hybrid.to_text(&self.device));
+        }
+        if let Some(h) = &self.host_cache {
+            t.push_str(&h.to_text());
         }
         match self.host_weights_upload.as_str() {
             "pinned" => t.push_str(&format!(

@@ -956,6 +956,16 @@ impl Context {
         self.moe.host_cache_stats()
     }
 
+    /// Make the host expert cache read the model file through `src` from
+    /// now on: fault injection for tests (a source failing with `EIO`, or
+    /// ending early); false without a host cache.
+    pub fn set_host_cache_source(
+        &self,
+        src: Box<dyn crate::moe_cache::host::disk::ReadAt>,
+    ) -> bool {
+        self.moe.set_host_cache_source(src)
+    }
+
     /// Why the host cache reads through the page cache, when it does.
     pub fn host_cache_note(&self) -> Option<String> {
         self.moe.host_cache_note()

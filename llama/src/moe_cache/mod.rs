@@ -107,12 +107,16 @@ impl fmt::Display for CacheSize {
             CacheSize::Off => f.write_str("0"),
             CacheSize::Auto => f.write_str("auto"),
             CacheSize::Bytes(b) => {
+                // the shortest decimal that parses back to these bytes (what
+                // the user typed, as `0.3`, not `0.29999923706054688`)
                 let mib = *b as f64 / (1024.0 * 1024.0);
-                if mib.fract() == 0.0 {
-                    write!(f, "{mib:.0}")
-                } else {
-                    write!(f, "{mib}")
+                for digits in 0..=9 {
+                    let s = format!("{mib:.digits$}");
+                    if s.parse::<f64>().map(CacheSize::mib) == Ok(*self) {
+                        return f.write_str(&s);
+                    }
                 }
+                write!(f, "{mib}")
             }
         }
     }
@@ -175,5 +179,10 @@ mod tests {
         let e = "abc".parse::<CacheSize>().unwrap_err();
         assert!(e.contains("'abc'") && e.contains("not a number"), "{e}");
         assert_eq!(CacheSize::Bytes(8 << 20).to_string(), "8");
+        // as typed, though the bytes are not a whole fraction of a MiB
+        for typed in ["0.3", "0.001", "0.6", "1.25", "3000.7"] {
+            let size: CacheSize = typed.parse().expect("size");
+            assert_eq!(size.to_string(), typed);
+        }
     }
 }

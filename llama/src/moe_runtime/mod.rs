@@ -308,6 +308,22 @@ impl MoeRuntime {
         n
     }
 
+    /// Make the host cache read the model file through `src` from now on
+    /// (fault injection: tests hand a source that fails with `EIO` or ends
+    /// early); false without a host cache.
+    pub fn set_host_cache_source(
+        &self,
+        src: Box<dyn crate::moe_cache::host::disk::ReadAt>,
+    ) -> bool {
+        match &self.host_cache {
+            Some(h) => {
+                h.lock().disk.set_source(src);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Check the host cache's invariants (the slot maps, owners and
     /// policy agree; tests).
     pub fn verify_host_cache(&self) -> Result<()> {

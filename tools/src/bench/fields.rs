@@ -109,6 +109,19 @@ pub const CACHE_FIELDS: &[(&str, FieldType)] = &[
     ("moe_cache_bytes_uploaded_per_token", Float),
 ];
 
+/// Our host-expert-cache fields, written where `--moe-host-cache-mib` was
+/// given (zeros for a test without the cache): its hit rate, the bytes it
+/// read from disk per token, the rate of those reads (bytes per second
+/// over the wall time of the batches of reads) and their latency's median
+/// and 99th percentile (microseconds); means over the repetitions.
+pub const HOST_CACHE_FIELDS: &[(&str, FieldType)] = &[
+    ("moe_host_cache_hit_rate", Float),
+    ("moe_host_cache_disk_bytes_per_token", Float),
+    ("moe_host_cache_disk_read_rate", Float),
+    ("moe_host_cache_read_p50_us", Float),
+    ("moe_host_cache_read_p99_us", Float),
+];
+
 /// Our hybrid-expert fields, written where a device is in use: experts
 /// computed on the CPU, on the device from the cache, on the device after
 /// an upload (means per repetition), in all, in prompt ubatches and in
@@ -159,6 +172,22 @@ pub struct CacheFields {
     pub experts_device_cached: PerKind,
     /// Misses computed on the device after an upload.
     pub experts_device_uploaded: PerKind,
+}
+
+/// The host expert cache's figures of a test (means over the
+/// repetitions; [`HOST_CACHE_FIELDS`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostCacheFields {
+    /// Hit rate over every ubatch.
+    pub hit_rate: f64,
+    /// Bytes read from disk per token.
+    pub disk_bytes_per_token: f64,
+    /// Bytes per second over the wall time of the batches of reads.
+    pub disk_read_rate: f64,
+    /// Median read latency, microseconds.
+    pub read_p50_us: f64,
+    /// 99th percentile of the read latency, microseconds.
+    pub read_p99_us: f64,
 }
 
 /// Simulated-clock figures of a test (every number simulated).
@@ -223,6 +252,8 @@ pub struct TestResult {
     pub sim: Option<SimStats>,
     /// Expert-cache figures, where a device is in use.
     pub cache: Option<CacheFields>,
+    /// Host-expert-cache figures, where `--moe-host-cache-mib` was given.
+    pub host_cache: Option<HostCacheFields>,
     /// `--no-expert-copy` was given.
     pub no_expert_copy: bool,
     /// Which of our own parameters were given (aligned with `PARAMS`).
@@ -308,7 +339,7 @@ impl TestResult {
         let dev = self.inst.device().is_some();
         let mut out = Vec::new();
         for (i, spec) in PARAMS.iter().enumerate() {
-            if spec.ours && (dev || self.given[i]) {
+            if spec.written(dev, self.given[i]) {
                 let v = &self.inst.values[i];
                 let ty = match v {
                     crate::bench::params::Value::Str(_) => Str,
@@ -355,6 +386,18 @@ impl TestResult {
                 .chain(k.map(|x| x.decode));
             for (&(name, ty), v) in HYBRID_FIELDS.iter().zip(vals) {
                 out.push((name, ty, format!("{v:.3}")));
+            }
+        }
+        if let Some(h) = &self.host_cache {
+            let vals = [
+                h.hit_rate,
+                h.disk_bytes_per_token,
+                h.disk_read_rate,
+                h.read_p50_us,
+                h.read_p99_us,
+            ];
+            for (&(name, ty), v) in HOST_CACHE_FIELDS.iter().zip(vals) {
+                out.push((name, ty, format!("{v:.6}")));
             }
         }
         if self.forced_routing {
@@ -420,13 +463,22 @@ pub fn mean_sd(v: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
+/// Whether `--moe-host-cache-mib` was given (the host cache's fields are
+/// written).
+pub fn host_cache_given(p: &Params) -> bool {
+    PARAMS
+        .iter()
+        .position(|s| s.field == "moe_host_cache_mib")
+        .is_some_and(|i| p.given[i])
+}
+
 /// The own-field columns any of `results`' tests will have (for the
 /// formats with one header: csv, sql), in order.
 pub fn own_columns(p: &Params, insts: &[Instance]) -> Vec<(&'static str, FieldType)> {
     let any_dev = insts.iter().any(|i| i.device().is_some());
     let mut out = Vec::new();
     for (i, spec) in PARAMS.iter().enumerate() {
-        if spec.ours && (any_dev || p.given[i]) {
+        if spec.written(any_dev, p.given[i]) {
             let ty = match (spec.default)().first() {
                 Some(crate::bench::params::Value::Str(_)) => Str,
                 Some(crate::bench::params::Value::Bool(_)) => Bool,
@@ -440,6 +492,9 @@ pub fn own_columns(p: &Params, insts: &[Instance]) -> Vec<(&'static str, FieldTy
         out.extend_from_slice(TRAFFIC_FIELDS);
         out.extend_from_slice(CACHE_FIELDS);
         out.extend_from_slice(HYBRID_FIELDS);
+    }
+    if host_cache_given(p) {
+        out.extend_from_slice(HOST_CACHE_FIELDS);
     }
     if p.expert_trace_in.is_some() {
         out.push(("forced_routing", Bool));
@@ -501,6 +556,7 @@ mod tests {
             traffic: None,
             sim: None,
             cache: None,
+            host_cache: None,
             no_expert_copy: false,
             given: vec![false; PARAMS.len()],
             forced_routing: false,

@@ -240,6 +240,40 @@ fn moe_cache_mib(s: &str) -> Result<String, String> {
         .map(|_| s.trim().to_string())
 }
 
+/// `--moe-host-cache-mib`'s value when the flag is not given: on, as
+/// `auto`, only where a CPU-only test's file does not fit in the memory
+/// available (as llama-run's default).
+pub const HOST_CACHE_DEFAULT: &str = "default";
+
+fn moe_host_cache_mib(s: &str) -> Result<String, String> {
+    if s == HOST_CACHE_DEFAULT {
+        return Ok(s.into());
+    }
+    moe_cache_mib(s)
+}
+
+/// The `--moe-host-cache-mib` of a (checked) value: `None` for the
+/// default.
+pub fn host_cache_mib_of(v: &str) -> Option<&str> {
+    (v != HOST_CACHE_DEFAULT).then_some(v)
+}
+
+/// Fields of our parameters written only where their flag was given (not
+/// for every test on a device): the host cache's, which serve CPU-only
+/// tests.
+pub const WRITTEN_WHEN_GIVEN: &[&str] = &["moe_host_cache_mib", "moe_host_cache_policy"];
+
+impl ParamSpec {
+    /// Whether this parameter's field is written for a test (`dev`: on a
+    /// device; `given`: its flag was given).
+    pub fn written(&self, dev: bool, given: bool) -> bool {
+        if !self.ours {
+            return false;
+        }
+        given || (dev && !WRITTEN_WHEN_GIVEN.contains(&self.field))
+    }
+}
+
 fn moe_cache_policy(s: &str) -> Result<String, String> {
     s.trim()
         .parse::<llama::moe_cache::PolicyKind>()
@@ -426,6 +460,24 @@ pub static PARAMS: &[ParamSpec] = &[
         md: md("lm", 10),
         scope: Scope::Model,
         ours: false,
+    },
+    ParamSpec {
+        field: "moe_host_cache_mib",
+        syntax: Syntax::Text(moe_host_cache_mib),
+        default: default!(s(HOST_CACHE_DEFAULT)),
+        accept: any,
+        md: md("host_cache", 10),
+        scope: Scope::Model,
+        ours: true,
+    },
+    ParamSpec {
+        field: "moe_host_cache_policy",
+        syntax: Syntax::Text(moe_cache_policy),
+        default: default!(s("hlfu")),
+        accept: any,
+        md: md("host_policy", 11),
+        scope: Scope::Context,
+        ours: true,
     },
     ParamSpec {
         field: "main_gpu",

@@ -13,11 +13,14 @@ use ggml_core::GgmlType;
 use llama::{Context, ContextParams, Model};
 
 use crate::bench::args::Params;
-use crate::bench::fields::{CacheFields, ModelInfo, SimStats, TestResult, Traffic};
+use crate::bench::fields::{
+    host_cache_given, CacheFields, HostCacheFields, ModelInfo, SimStats, TestResult, Traffic,
+};
 use crate::bench::matrix::{instances, Instance};
 use crate::bench::model_desc::model_desc;
 use crate::bench::output::{printer, Plan, Printer};
 use crate::bench::overrides;
+use crate::bench::params::host_cache_mib_of;
 use crate::bench::sysinfo;
 use common::cli::{self, Loaded, PlacementArgs};
 use llama::moe_cache::prefetch::{AutoPrefetch, PrefetchSlots};
@@ -206,11 +209,17 @@ pub fn run(p: &Params) -> Result<()> {
 }
 
 fn load(p: &Params, inst: &Instance) -> Result<(Loaded, ModelInfo)> {
-    let pa = placement_args(inst, p.no_expert_copy, p.rpc.as_deref());
+    let mut pa = placement_args(inst, p.no_expert_copy, p.rpc.as_deref());
     let path = match inst.str("model_filename") {
         "" => None,
         m => Some(std::path::PathBuf::from(m)),
     };
+    // the host expert cache reads the experts from the file: map it lazily
+    cli::host_cache_load_mode(
+        host_cache_mib_of(inst.str("moe_host_cache_mib")),
+        &mut pa,
+        path.as_deref(),
+    );
     let threads = inst.int("n_threads").max(1) as usize;
     let l = cli::load_model(TOOL, path.as_deref(), &pa, threads)?;
     if p.verbose {
@@ -299,6 +308,14 @@ fn run_test(
         inst.int("n_depth") as usize,
     );
     let n_batch = inst.int("n_batch") as usize;
+    let (host_cache, host_line) = cli::host_cache_for(
+        host_cache_mib_of(inst.str("moe_host_cache_mib")),
+        inst.str("moe_host_cache_policy"),
+        model,
+    )?;
+    if let Some(l) = host_line {
+        eprintln!("{TOOL}: {l}");
+    }
     let params = ContextParams {
         n_ctx: (np + ng + nd).max(1),
         n_batch,
@@ -355,6 +372,7 @@ fn run_test(
                 Some(path) => Some(Arc::new(common::forced::load(path, model)?)),
                 None => None,
             },
+            host_cache,
             ..Default::default()
         },
         ..ContextParams::default()
@@ -365,6 +383,9 @@ fn run_test(
             inst.str("moe_cache_mib")
         )
     })?;
+    if let Some(n) = ctx.host_cache_note() {
+        eprintln!("{TOOL}: warning: {n}");
+    }
     let test_time = sysinfo::iso_now();
     if p.delay > 0 {
         std::thread::sleep(Duration::from_secs(p.delay));
@@ -383,6 +404,7 @@ fn run_test(
     let mut samples_ns = Vec::with_capacity(p.reps);
     let mut traffic = Traffic::default();
     let mut cache: Option<CacheFields> = None;
+    let mut host = HostCacheFields::default();
     let clock = ctx.sim_clock();
     let mut sim = clock.as_ref().map(|c| SimStats {
         profile: c.profile().name.clone(),
@@ -430,6 +452,14 @@ fn run_test(
         traffic.full_copy += st.h2d_bytes_full_copy as f64 / n_tok;
         traffic.other += st.h2d_bytes_other as f64 / n_tok;
         traffic.experts_copied += st.experts_copied as f64 / n_tok;
+        if let Some(h) = ctx.host_cache_stats() {
+            let r = p.reps as f64;
+            host.hit_rate += h.hit_rate() / r;
+            host.disk_bytes_per_token += h.disk.bytes as f64 / ((np + ng) as f64 * r);
+            host.disk_read_rate += h.disk.read_rate() / r;
+            host.read_p50_us += h.disk.latency_quantile(0.5) * 1e6 / r;
+            host.read_p99_us += h.disk.latency_quantile(0.99) * 1e6 / r;
+        }
         if let Some(c) = ctx.moe_cache_stats() {
             let t = c.total();
             let r = p.reps as f64;
@@ -487,6 +517,7 @@ fn run_test(
     Ok(TestResult {
         sim,
         cache: inst.device().map(|_| cache.unwrap_or_default()),
+        host_cache: host_cache_given(p).then_some(host),
         inst: inst.clone(),
         model: info.clone(),
         test_time,

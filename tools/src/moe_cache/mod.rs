@@ -85,6 +85,9 @@ pub struct Args {
     /// `--max-batch`.
     #[arg(long)]
     pub max_batch: usize,
+    /// `--tier`.
+    #[arg(long)]
+    pub tier: String,
     /// `--json`.
     #[arg(long)]
     pub json: bool,
@@ -290,6 +293,10 @@ pub fn run(a: &Args) -> Result<()> {
     if a.max_batch == 0 {
         bail!("--max-batch 0: give 1 or more tokens");
     }
+    let tier: sweep::Tier = a
+        .tier
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--tier {}: {e}", a.tier))?;
     let groups = trace.header.groups();
     if groups.is_empty() {
         bail!("{name}: no layer of the trace can be cached");
@@ -314,7 +321,7 @@ pub fn run(a: &Args) -> Result<()> {
     let mut rows: Vec<Row> = Vec::new();
     for s in &sizes {
         for &p in &policies {
-            rows.push(sweep::run(&trace, &groups, s, p, a.max_batch)?);
+            rows.push(sweep::run(&trace, &groups, s, p, a.max_batch, tier)?);
             if let Some(b) = &bar {
                 b.inc(1);
             }

@@ -73,7 +73,7 @@ pub fn run(
     let (mut critical_dec, mut critical_all) = (0u64, 0u64);
     let (n_all, n_dec) = trace.token_counts();
     for (g, &n_slots) in groups.iter().zip(&size.slots) {
-        let view = sweep::group_view(trace, g, n_slots, max_batch);
+        let view = sweep::group_view(trace, g, n_slots, max_batch, sweep::Tier::Device);
         let r = replay_predicted(
             &g.layers,
             trace.header.n_expert,
@@ -95,7 +95,14 @@ pub fn run(
             all as f64 / n_all.max(1) as f64
         }
     };
-    let without = sweep::run(trace, groups, size, SweepPolicy::Live(policy), max_batch)?;
+    let without = sweep::run(
+        trace,
+        groups,
+        size,
+        SweepPolicy::Live(policy),
+        max_batch,
+        sweep::Tier::Device,
+    )?;
     Ok(PredictRow {
         predictor: "history",
         policy: policy.name().to_string(),

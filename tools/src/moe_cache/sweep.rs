@@ -142,8 +142,15 @@ pub fn group_view(
     g: &GroupShape,
     n_slots: u32,
     max_batch: usize,
+    tier: Tier,
 ) -> Vec<TraceUbatch> {
-    let max_tokens = max_batch.min((n_slots / g.n_used.max(1)) as usize);
+    // the device cache serves a ubatch whose tokens' experts fit its slots;
+    // the host cache, holding every expert, serves every ubatch
+    let max_tokens = if tier == Tier::Host && n_slots >= g.n_expert {
+        max_batch
+    } else {
+        max_batch.min((n_slots / g.n_used.max(1)) as usize)
+    };
     trace
         .ubatches
         .iter()
@@ -163,20 +170,44 @@ pub fn group_view(
         .collect()
 }
 
+/// Which cache a replay models (`--tier`): the device's expert cache
+/// (`--moe-cache-mib`) or the host expert cache (`--moe-host-cache-mib`,
+/// which serves every ubatch, cut to what its slots hold).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tier {
+    /// The device cache.
+    #[default]
+    Device,
+    /// The host cache.
+    Host,
+}
+
+impl std::str::FromStr for Tier {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Tier, String> {
+        match s {
+            "device" => Ok(Tier::Device),
+            "host" => Ok(Tier::Host),
+            _ => Err(format!("unknown tier '{s}' (device, host)")),
+        }
+    }
+}
+
 /// Replay `trace` through `policy` at `size` with ubatches of at most
-/// `max_batch` tokens cached.
+/// `max_batch` tokens cached, as the cache of `tier` serves them.
 pub fn run(
     trace: &Trace,
     groups: &[GroupShape],
     size: &Size,
     policy: SweepPolicy,
     max_batch: usize,
+    tier: Tier,
 ) -> Result<Row> {
     let mut total = LayerCacheStats::default();
     let mut bytes_decode = 0u64;
     let mut bytes_all = 0u64;
     for (g, &n_slots) in groups.iter().zip(&size.slots) {
-        let view = group_view(trace, g, n_slots, max_batch);
+        let view = group_view(trace, g, n_slots, max_batch, tier);
         let p: Box<dyn Policy> = match policy {
             SweepPolicy::Live(k) => k.build(n_slots as usize),
             SweepPolicy::Belady => Box::new(Belady::new(&belady_steps(&g.layers, &view))),

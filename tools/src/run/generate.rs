@@ -282,6 +282,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         None => None,
     };
     let stats_prompt = ctx.stats();
+    let host_prompt = ctx.host_cache_stats();
     let pipeline_prompt = ctx.pipeline_counts();
     let link_prompt = ctx.link_counts();
 
@@ -450,6 +451,9 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     });
     s.set_traffic(&stats_total, &stats_delta(&stats_prompt, &stats_total));
     s.set_moe(&ctx.moe_stats());
+    s.host_cache = ctx.host_cache_stats().map(|h| {
+        common::host_cache_summary::HostCacheSummary::of(&h, host_prompt.as_ref(), gen_decodes)
+    });
     s.devices = ctx.device_stats();
     s.pipeline = common::pipeline_summary::PipelineSummary::of(
         &ctx.pipeline_counts().since(&pipeline_prompt),

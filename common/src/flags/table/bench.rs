@@ -309,6 +309,20 @@ pub static FLAGS: &[Flag] = &[
     )
     .takes("<NAME>", Parse::Str),
     Flag::new(
+        "moe_host_cache_mib",
+        &["--moe-host-cache-mib"],
+        BENCH,
+        "host expert cache for models larger than RAM (CPU only), MiB: N, auto (what the available memory leaves) or 0 (off); default: on, as auto, only where the file does not fit in memory",
+    )
+    .takes("<N|auto>", Parse::Str),
+    Flag::new(
+        "moe_host_cache_policy",
+        &["--moe-host-cache-policy"],
+        BENCH,
+        "eviction policy of the host expert cache (lru, slru, lrfu, hlfu)",
+    )
+    .takes("<NAME>", Parse::Str),
+    Flag::new(
         "moe_cache_max_batch",
         &["--moe-cache-max-batch"],
         BENCH,

@@ -207,6 +207,14 @@ pub static FLAGS: &[Flag] = &[
     .takes("N", Parse::Usize)
     .default("32"),
     Flag::new(
+        "tier",
+        &["--tier"],
+        MOE_CACHE,
+        "the cache replayed: device (--moe-cache-mib) or host (--moe-host-cache-mib, which serves every ubatch, cut to what it holds)",
+    )
+    .takes("device|host", Parse::Str)
+    .default("device"),
+    Flag::new(
         "json",
         &["--json"],
         MOE_CACHE,

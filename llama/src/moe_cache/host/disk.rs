@@ -143,6 +143,12 @@ impl DiskReader {
         }
     }
 
+    /// Read from `src` from now on (the path and the direct flag stay):
+    /// tests inject faults into a running cache with it.
+    pub fn set_source(&mut self, src: Box<dyn ReadAt>) {
+        self.src = src;
+    }
+
     /// Whether reads bypass the page cache (`O_DIRECT`).
     pub fn is_direct(&self) -> bool {
         self.direct

@@ -101,6 +101,7 @@ impl CopyHook for HostCacheHook {
                 }
             }
         };
+        let t0 = std::time::Instant::now();
         let done = host
             .disk
             .read_batch(&reqs, &sink)
@@ -117,7 +118,7 @@ impl CopyHook for HostCacheHook {
                 return Err(e);
             }
         };
-        host.disk_stats.add(&done);
+        host.disk_stats.add(&done, t0.elapsed().as_secs_f64());
         let Some(bank) = host.cache.banks.get(lc.group).and_then(|b| b.as_ref()) else {
             return Err(HookError::msg(format!("layer {layer}'s group has no bank")));
         };

@@ -20,14 +20,18 @@ pub struct DiskStats {
     pub bytes: u64,
     /// Seconds the reads took, summed (several are in flight at once).
     pub read_secs: f64,
+    /// Wall seconds of the batches of reads (a layer's misses, read
+    /// several at once): `bytes / batch_secs` is the rate the disk gave.
+    pub batch_secs: f64,
     /// Each read's latency in seconds, in order (the first
     /// `MAX_LATENCIES`).
     pub latencies: Vec<f64>,
 }
 
 impl DiskStats {
-    /// Count the reads of one batch.
-    pub fn add(&mut self, done: &[ReadDone]) {
+    /// Count the reads of one batch, which took `wall_secs`.
+    pub fn add(&mut self, done: &[ReadDone], wall_secs: f64) {
+        self.batch_secs += wall_secs;
         for d in done {
             self.reads += 1;
             self.bytes += d.disk_bytes;
@@ -44,6 +48,7 @@ impl DiskStats {
             reads: self.reads.saturating_sub(base.reads),
             bytes: self.bytes.saturating_sub(base.bytes),
             read_secs: (self.read_secs - base.read_secs).max(0.0),
+            batch_secs: (self.batch_secs - base.batch_secs).max(0.0),
             latencies: self
                 .latencies
                 .get(base.latencies.len()..)
@@ -62,6 +67,15 @@ impl DiskStats {
         v.sort_by(f64::total_cmp);
         let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
         v[rank - 1]
+    }
+
+    /// Bytes per second over the batches' wall time (0 without reads).
+    pub fn read_rate(&self) -> f64 {
+        if self.batch_secs > 0.0 {
+            self.bytes as f64 / self.batch_secs
+        } else {
+            0.0
+        }
     }
 }
 
