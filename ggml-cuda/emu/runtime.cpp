@@ -318,6 +318,10 @@ struct Sched {
     void* const* params = nullptr;
     unsigned char* dyn = nullptr;
     size_t dyn_cap = 0;
+    // the emulated compute capability, read once when the launch starts
+    // (so every lane of a launch takes the same path when another thread
+    // changes it meanwhile)
+    int arch = 900;
     Failure failure = OK;
     char msg[1024];
     unsigned long long switches = 0;
@@ -816,7 +820,10 @@ namespace {
 std::atomic<int> g_arch{900};
 }
 
-extern "C" int emu_arch(void) { return g_arch.load(std::memory_order_relaxed); }
+// Inside a kernel: the arch its launch started with; outside: the setting.
+extern "C" int emu_arch(void) {
+    return cur_sched ? cur_sched->arch : g_arch.load(std::memory_order_relaxed);
+}
 
 extern "C" void emu_set_arch(int arch) { g_arch.store(arch, std::memory_order_relaxed); }
 
@@ -907,6 +914,7 @@ extern "C" int emu_launch(void (*tramp)(void* const*), const unsigned* grid,
         return MISUSE;
     }
     cur_sched = s;
+    s->arch = g_arch.load(std::memory_order_relaxed);
     s->tramp = tramp;
     s->params = params;
     s->nthreads = (unsigned)nthreads;

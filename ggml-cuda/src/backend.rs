@@ -19,8 +19,8 @@ use crate::err_flag::{self, ErrFlag};
 use crate::fusion::{self, Fused, Step};
 use crate::graphs::{Decision, GraphCache, Planned};
 use crate::kernels::{
-    Kernel, Kernels, FAM_WARPS, FAV_QMAX, FAV_WARPS, FA_DMAX, GEMM_TILE, MMQ_TILE, MV_WARPS,
-    Q8_1_BLOCK,
+    mmq_raw_bytes, mmq_shared_bytes, Kernel, Kernels, FAM_WARPS, FAV_QMAX, FAV_WARPS, FA_DMAX,
+    GEMM_TILE, MMQ_TILE, MMQ_TK, MV_WARPS, Q8_1_BLOCK,
 };
 
 /// Largest `b.ne1` handled by the matrix-vector kernel; larger batches of
@@ -423,6 +423,18 @@ impl CudaBackend {
         block: (u32, u32, u32),
         args: &[&[A]],
     ) -> Result<(), BackendError> {
+        self.launch_shared(kernel, grid, block, 0, args)
+    }
+
+    /// [`Self::launch`] with `shared_bytes` of dynamic shared memory.
+    fn launch_shared(
+        &self,
+        kernel: Kernel,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_bytes: u32,
+        args: &[&[A]],
+    ) -> Result<(), BackendError> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
@@ -435,7 +447,7 @@ impl CudaBackend {
         let dims = LaunchDims {
             grid: [grid.0, grid.1, grid.2],
             block: [block.0, block.1, block.2],
-            shared_bytes: 0,
+            shared_bytes,
         };
         let access = self
             .node_access
@@ -1324,8 +1336,10 @@ impl CudaBackend {
     }
 
     /// Prompt `mul_mat` (more than [`MMV_MAX_COLS`] columns): quantized
-    /// weights take int8 tiles on quantized activations (`k_mmq`), float
-    /// weights the tiled float GEMM.
+    /// weights take int8 tiles on quantized activations (`k_mmq`, the tile
+    /// shape by `mmq_tile_shape`, K split by `mmq_split` when the tiles do
+    /// not fill the device, then `k_mmq_reduce`), float weights the tiled
+    /// float GEMM.
     fn mul_mat(&self, g: &Graph, node: TensorId, s: &mut Scratch) -> Result<(), BackendError> {
         let t = g.tensor(node);
         let (a, b) = (t.src[0], t.src[1]);
@@ -1338,22 +1352,52 @@ impl CudaBackend {
         }
         let grid_z = (td.ne[2] * td.ne[3]) as u32;
         if at.ty.is_quantized() {
-            let base = self.scratch(s, q8_scratch(bt.nelements()))?;
+            let (m, n) = (td.ne[0], td.ne[1]);
+            let (tm, tn) = mmq_tile_shape(m, n);
+            let tiles =
+                (m as u64).div_ceil(tm as u64) * (n as u64).div_ceil(tn as u64) * grid_z as u64;
+            let steps = (at.ne[0] as u64).div_ceil(MMQ_TK as u64);
+            let nsplit = mmq_split(tiles, steps, self.dev.drv.multiprocessor_count()?);
+            let q8_bytes = q8_scratch(bt.nelements());
+            let part_bytes = if nsplit > 1 {
+                pad256(nsplit as usize * t.nelements() as usize * 4)
+            } else {
+                0
+            };
+            let base = self.scratch(s, q8_bytes + part_bytes)?;
+            let part = base + q8_bytes as u64;
             let (q8, ds) = self.quantize_acts(g, b, at.ty, base)?;
-            return self.launch(
+            let rawb = mmq_raw_bytes(at.ty.blck_size() as u32, at.ty.type_size() as u32);
+            let out = self.tensor_args_untyped(g, node)?;
+            self.launch_shared(
                 Kernel::Mmq,
                 (
-                    (td.ne[0] as u32).div_ceil(MMQ_TILE),
-                    (td.ne[1] as u32).div_ceil(MMQ_TILE),
-                    grid_z,
+                    (m as u32).div_ceil(tm),
+                    (n as u32).div_ceil(tn),
+                    grid_z * nsplit,
                 ),
                 (256, 1, 1),
+                mmq_shared_bytes(tm, tn, rawb),
                 &[
-                    &self.tensor_args_untyped(g, node)?,
+                    &out,
                     &self.tensor_args(g, a)?,
                     &[A::T(T4::of(g, b)), A::P(q8), A::P(ds), A::L(r2), A::L(r3)],
+                    &[
+                        A::I(tm as i32),
+                        A::I(tn as i32),
+                        A::I(nsplit as i32),
+                        A::P(part),
+                    ],
                 ],
-            );
+            )?;
+            if nsplit > 1 {
+                self.launch_n(
+                    Kernel::MmqReduce,
+                    t.nelements(),
+                    &[&out, &[A::P(part), A::I(nsplit as i32)]],
+                )?;
+            }
+            return Ok(());
         }
         let base = self.scratch(s, pad256(bt.nelements() as usize * 4))?;
         let (bp, tb, _) = self.f32_rows(g, b, base)?;
@@ -1460,9 +1504,9 @@ impl CudaBackend {
                 ],
             ],
         )?;
-        let grid = ((td.ne[0] as u32).div_ceil(MMQ_TILE), max_tiles as u32, 1);
         let groups = [A::P(off), A::P(sorted), A::P(tiles), A::P(n_tiles)];
         if float {
+            let grid = ((td.ne[0] as u32).div_ceil(MMQ_TILE), max_tiles as u32, 1);
             self.launch(
                 Kernel::MmfId,
                 grid,
@@ -1475,19 +1519,44 @@ impl CudaBackend {
                 ],
             )
         } else {
-            self.launch(
+            let (tm, _) = mmq_tile_shape(td.ne[0], MMQ_TILE as i64);
+            let rawb = mmq_raw_bytes(at.ty.blck_size() as u32, at.ty.type_size() as u32);
+            self.launch_shared(
                 Kernel::MmqId,
-                grid,
+                ((td.ne[0] as u32).div_ceil(tm), max_tiles as u32, 1),
                 (256, 1, 1),
+                mmq_shared_bytes(tm, MMQ_TILE, rawb),
                 &[
                     &self.tensor_args_untyped(g, node)?,
                     &self.tensor_args(g, a)?,
                     &[A::T(tb), A::P(acts[0]), A::P(acts[1])],
                     &groups,
+                    &[A::I(tm as i32)],
                 ],
             )
         }
     }
+}
+
+/// `k_mmq`'s tile for an output of `m` rows x `n` columns: 128 rows
+/// where there are that many (64 otherwise), and 64, 32 or 16 columns,
+/// the fewest that cover `n` up to 64 (larger `n` in tiles of 64).
+fn mmq_tile_shape(m: i64, n: i64) -> (u32, u32) {
+    let tm = if m >= 128 { 128 } else { 64 };
+    let tn = match n {
+        ..=16 => 16,
+        17..=32 => 32,
+        _ => 64,
+    };
+    (tm, tn)
+}
+
+/// K splits of a `k_mmq` launch of `tiles` tiles over `steps` K steps on
+/// `sms` multiprocessors: as many as fill the device (up to 8), keeping
+/// at least 2 steps per split; 1 when the tiles fill it already.
+fn mmq_split(tiles: u64, steps: u64, sms: u32) -> u32 {
+    let fill = u64::from(sms) / tiles.max(1);
+    fill.min(steps / 2).clamp(1, 8) as u32
 }
 
 /// Upper bound of `k_moe_group`'s tiles for `pairs` (slot, token) pairs
@@ -2232,4 +2301,45 @@ impl Backend for CudaBackend {
     fn diagnostics(&self) -> Option<&dyn BackendDiagnostics> {
         Some(self)
     }
+}
+
+#[cfg(test)]
+mod mmq_shape_tests {
+    use super::{mmq_split, mmq_tile_shape};
+    use crate::kernels::{mmq_raw_bytes, mmq_shared_bytes, MMQ_MAX_SHARED};
+
+    #[test]
+    fn tiles_follow_the_shape() {
+        assert_eq!(mmq_tile_shape(40, 17), (64, 32));
+        assert_eq!(mmq_tile_shape(136, 128), (128, 64));
+        assert_eq!(mmq_tile_shape(4096, 9), (128, 16));
+        assert_eq!(mmq_tile_shape(127, 33), (64, 64));
+    }
+
+    #[test]
+    fn k_splits_only_when_the_tiles_do_not_fill_the_device() {
+        // 4 tiles of 4 K steps on 132 SMs: 2 splits (2 steps each)
+        assert_eq!(mmq_split(4, 4, 132), 2);
+        // one step: nothing to split
+        assert_eq!(mmq_split(1, 1, 132), 1);
+        // few tiles over a long K: at most 8 splits
+        assert_eq!(mmq_split(2, 64, 132), 8);
+        // the tiles fill the device
+        assert_eq!(mmq_split(132, 64, 132), 1);
+        assert_eq!(mmq_split(1000, 64, 132), 1);
+    }
+
+    #[test]
+    fn the_largest_tile_fits_the_opt_in_shared_memory() {
+        // Q8_0: 8 blocks of 34 B per 256 elements; Q4_K 144 B; MXFP4 17 B
+        // blocks (136, rounded to 144)
+        assert_eq!(mmq_raw_bytes(32, 34), 272);
+        assert_eq!(mmq_raw_bytes(256, 144), 144);
+        assert_eq!(mmq_raw_bytes(32, 17), 144);
+        assert_eq!(mmq_shared_bytes(128, 64, 144), 128 * 1024);
+        assert_eq!(MMQ_MAX_SHARED, mmq_shared_bytes(128, 64, 272));
+    }
+
+    // with the kernels' static shared memory, under 227 KiB
+    const _: () = assert!(MMQ_MAX_SHARED + 1024 <= 227 * 1024);
 }

@@ -204,6 +204,11 @@ pub fn load_candidates(
     skipped: Vec<String>,
 ) -> Result<Kernels, BackendError> {
     let (funcs, image, tries) = first_loading(dev, label, cands, skipped, KERNEL_NAMES)?;
+    for (k, f) in Kernel::ALL.into_iter().zip(&funcs) {
+        if let Some(bytes) = k.max_dynamic_shared() {
+            dev.set_max_dynamic_shared(f, bytes)?;
+        }
+    }
     let funcs = Kernel::ALL.into_iter().zip(funcs).collect();
     Ok(Kernels::new(funcs, image, tries))
 }

@@ -110,8 +110,11 @@ pub enum Kernel {
     Mmvq,
     /// `k_mmvq_id`: decode `mul_mat_id`, columns grouped by expert.
     MmvqId,
-    /// `k_mmq`: prompt mul_mat with quantized weights, int8 tiles.
+    /// `k_mmq`: prompt mul_mat with quantized weights, int8 tensor-core
+    /// tiles of 64 or 128 rows (cp.async, ldmatrix, m16n8k32), split-k.
     Mmq,
+    /// `k_mmq_reduce`: the sum of `k_mmq`'s split-k partial tiles.
+    MmqReduce,
     /// `k_moe_group`: a ubatch's (slot, token) pairs sorted by expert id.
     MoeGroup,
     /// `k_mmq_id`: prompt `mul_mat_id`, one int8 tile of one expert per
@@ -145,7 +148,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [Kernel; 33] = [
+    pub const ALL: [Kernel; 34] = [
         Kernel::Binary,
         Kernel::Unary,
         Kernel::Glu,
@@ -167,6 +170,7 @@ impl Kernel {
         Kernel::Mmvq,
         Kernel::MmvqId,
         Kernel::Mmq,
+        Kernel::MmqReduce,
         Kernel::MoeGroup,
         Kernel::MmqId,
         Kernel::FaVec64,
@@ -205,6 +209,7 @@ impl Kernel {
             Kernel::Mmvq => "k_mmvq",
             Kernel::MmvqId => "k_mmvq_id",
             Kernel::Mmq => "k_mmq",
+            Kernel::MmqReduce => "k_mmq_reduce",
             Kernel::MoeGroup => "k_moe_group",
             Kernel::MmqId => "k_mmq_id",
             Kernel::FaVec64 => "k_fa_vec_64",
@@ -217,6 +222,16 @@ impl Kernel {
             Kernel::MmfId => "k_mmf_id",
             Kernel::MmvqIdGlu => "k_mmvq_id_glu",
             Kernel::MmvqIdDown => "k_mmvq_id_down",
+        }
+    }
+
+    /// The dynamic shared memory the kernel's launches may use beyond the
+    /// default 48 KiB (set with [`crate::driver::Device::set_max_dynamic_shared`]
+    /// when the kernels are loaded).
+    pub const fn max_dynamic_shared(self) -> Option<u32> {
+        match self {
+            Kernel::Mmq | Kernel::MmqId => Some(MMQ_MAX_SHARED),
+            _ => None,
         }
     }
 }
@@ -239,9 +254,31 @@ pub const MV_WARPS: u32 = 4;
 pub const MMVQ_MAX_COLS: u32 = 8;
 /// Activation elements per scale of `k_quantize_q8_1`.
 pub const Q8_1_BLOCK: i64 = 32;
-/// Weight rows and columns of one `k_mmq` / `k_mmq_id` tile (`MMQ_TM`,
-/// `MMQ_TN` in the source).
+/// (Slot, token) pairs of one `k_moe_group` tile, the columns of a
+/// `k_mmq_id` tile, and the tile edge of `k_mmf_id` (`MMQ_TN`, `MMQ_TM` in
+/// the source).
 pub const MMQ_TILE: u32 = 32;
+/// K elements per pipeline step of `k_mmq` / `k_mmq_id` (`MMQ_TK`).
+pub const MMQ_TK: i64 = 256;
+/// Bytes per staged int8 row of `k_mmq` (`MMQ_PITCH`).
+const MMQ_PITCH: u32 = 272;
+/// The most dynamic shared memory a `k_mmq` / `k_mmq_id` launch takes
+/// ([`mmq_shared_bytes`] of 128 x 64 tiles of the widest raw type, Q8_0).
+pub const MMQ_MAX_SHARED: u32 = mmq_shared_bytes(128, 64, 272);
+
+/// Raw bytes of [`MMQ_TK`] elements of a weight type with blocks of
+/// `block` elements of `size` bytes, rounded up to 16 (`mmq_rawb`).
+pub const fn mmq_raw_bytes(block: u32, size: u32) -> u32 {
+    ((MMQ_TK as u32 / block) * size).div_ceil(16) * 16
+}
+
+/// Dynamic shared memory of a `k_mmq` tile of `tm` rows x `tn` columns
+/// with `rawb` raw bytes per row and step (`mmq_smem`'s layout: two raw
+/// weight buffers, the int8 rows, scales and mins of each 16, two buffers
+/// of int8 activations and their scales).
+pub const fn mmq_shared_bytes(tm: u32, tn: u32, rawb: u32) -> u32 {
+    2 * tm * rawb + tm * MMQ_PITCH + 2 * tm * 64 + 2 * tn * MMQ_PITCH + 2 * tn * 64
+}
 /// Largest head dimension flash attention takes (`FA_DMAX`: MLA's 576).
 pub const FA_DMAX: i64 = 576;
 /// Warps (cell segments) per block of the flash-attention vector kernels

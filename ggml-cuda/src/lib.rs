@@ -83,9 +83,14 @@
 //! IQ4_XS, MXFP4. Quantized weights multiply activations quantized once per
 //! op on the device to 8 bits (`k_quantize_q8_1`, rounded as the CPU
 //! backend's Q8_0 / Q8_K): up to 8 columns (decode) with MMVQ (`k_mmvq`,
-//! `k_mmvq_id`: warp per row, 16-byte staged loads, `__dp4a`, columns of one
-//! expert grouped), more with MMQ int8 tensor-core tiles (`k_mmq`; prompt
-//! mul_mat_id grouped by expert on the device: `k_moe_group` + `k_mmq_id`).
+//! `k_mmvq_id`: weight rows loaded straight into registers, 1, 2 or 4 rows
+//! per warp by type and row length, `__dp4a`, columns of one expert grouped;
+//! `k_mmvq_id_glu` fuses gate and up with the GLU), more with MMQ int8 tensor-core tiles (`k_mmq`: 64 or
+//! 128 rows x 16-64 columns per shape, raw blocks staged by `cp.async`
+//! double-buffered, `ldmatrix` fragments, `mma.sync` m16n8k32, split-k
+//! with `k_mmq_reduce` when the tiles do not fill the SMs; prompt
+//! mul_mat_id grouped by expert on the device: `k_moe_group` + `k_mmq_id`
+//! on the same core).
 //! Float weights take a float mat-vec (activations rounded to F16/BF16 as
 //! the CPU does) or the tiled float GEMM (`k_mul_mat_tiled`; prompt
 //! mul_mat_id with float experts: `k_mul_mat_id_vec`).

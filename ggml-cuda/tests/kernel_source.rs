@@ -15,17 +15,37 @@ use std::process::Command;
 
 use ggml_cuda::kernels::{KERNELS_SRC, KERNEL_NAMES};
 
+/// The names of the kernels `src` defines: every `extern "C" __global__
+/// void NAME(`, with an optional `__launch_bounds__(...)` before the name.
+fn defined_kernels(src: &str) -> Vec<&str> {
+    src.split("extern \"C\" __global__ void ")
+        .skip(1)
+        .map(|s| {
+            let s = s.trim_start();
+            let s = match s.strip_prefix("__launch_bounds__(") {
+                Some(rest) => rest.split_once(')').map_or("", |(_, r)| r.trim_start()),
+                None => s,
+            };
+            s.split('(').next().unwrap_or("").trim_end()
+        })
+        .collect()
+}
+
+#[test]
+fn defined_kernels_reads_launch_bounds() {
+    let src = "extern \"C\" __global__ void k_a(int x) {}\n\
+               extern \"C\" __global__ void __launch_bounds__(256) k_b(int y) {}\n\
+               extern \"C\" __global__ void __launch_bounds__(MMQ_THREADS, 2) k_c() {}";
+    assert_eq!(defined_kernels(src), ["k_a", "k_b", "k_c"]);
+}
+
 #[test]
 fn every_launched_kernel_is_defined_and_listed() {
+    let defined = defined_kernels(KERNELS_SRC);
     for name in KERNEL_NAMES {
-        let decl = format!("extern \"C\" __global__ void {name}(");
-        assert!(KERNELS_SRC.contains(&decl), "kernel {name} not defined");
+        let n = defined.iter().filter(|d| *d == name).count();
+        assert_eq!(n, 1, "kernel {name} defined {n} times (want once)");
     }
-    let defined: Vec<&str> = KERNELS_SRC
-        .split("extern \"C\" __global__ void ")
-        .skip(1)
-        .map(|s| s.split('(').next().unwrap_or(""))
-        .collect();
     assert_eq!(defined.len(), KERNEL_NAMES.len());
     for d in defined {
         assert!(
@@ -99,12 +119,22 @@ const PRELUDE: &str = r#"
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 struct dim3 { unsigned x, y, z; };
 static dim3 threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
 static inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned o = *p; *p |= v; return o; }
 static inline int atomicAdd(int* p, int v) { int o = *p; *p += v; return o; }
 #define __constant__ static
 struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+struct __attribute__((aligned(16))) int4 { int x, y, z, w; };
+struct __attribute__((aligned(8))) float2 { float x, y; };
+static inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+static inline float2 make_float2(float x, float y) { return {x, y}; }
+// The launch's dynamic shared memory: `extern __shared__ T x[];` lines are
+// rewritten into pointers to it (as build.rs does for the emulator).
+static unsigned char emu_dyn_shared_area[1 << 16] __attribute__((aligned(16)));
+static inline void* emu_dynamic_shared() { return emu_dyn_shared_area; }
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
 template <class T> static inline T __shfl_sync(unsigned, T v, int) { return v; }
 static inline void __syncthreads() {}
@@ -201,6 +231,48 @@ int main(int argc, char** argv) {
 }
 "#;
 
+/// `src` with each `extern __shared__ T name[];` line made a pointer to the
+/// prelude's dynamic shared area (`__shared__` is `static` here, and
+/// `extern static` is no C++).
+fn rewrite_dynamic_shared(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    for line in src.lines() {
+        let t = line.trim_start();
+        let decl = t
+            .strip_prefix("extern __shared__ ")
+            .and_then(|r| r.trim_end().strip_suffix("[];"))
+            .map(|d| match d.split_once("__align__(") {
+                // `__align__(N) T name`: the prelude's area is 16-aligned
+                Some((a, b)) => format!("{a}{}", b.split_once(')').map_or(b, |(_, r)| r)),
+                None => d.to_string(),
+            })
+            .map(|d| d.trim().to_string());
+        match decl.as_deref().and_then(|d| d.rsplit_once(' ')) {
+            Some((ty, name)) => {
+                let indent = &line[..line.len() - t.len()];
+                out.push_str(&format!(
+                    "{indent}{ty}* const {name} = ({ty}*)emu_dynamic_shared();\n"
+                ));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn dynamic_shared_lines_become_pointers() {
+    let src = "a\n    extern __shared__ u8 buf[];\nextern __shared__ __align__(16) float f[];\nb";
+    assert_eq!(
+        rewrite_dynamic_shared(src),
+        "a\n    u8* const buf = (u8*)emu_dynamic_shared();\n\
+         float* const f = (float*)emu_dynamic_shared();\nb\n"
+    );
+}
+
 struct Emu {
     dir: PathBuf,
     exe: PathBuf,
@@ -216,7 +288,8 @@ impl Emu {
         let dir = std::env::temp_dir().join(format!("ggml-cuda-emu-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let src = dir.join("emu.cpp");
-        std::fs::write(&src, format!("{PRELUDE}\n{KERNELS_SRC}\n{HARNESS}"))
+        let kernels = rewrite_dynamic_shared(KERNELS_SRC);
+        std::fs::write(&src, format!("{PRELUDE}\n{kernels}\n{HARNESS}"))
             .map_err(|e| e.to_string())?;
         let exe = dir.join("emu");
         let out = Command::new(&gxx)

@@ -514,14 +514,26 @@ fn cases() -> Vec<Case> {
             ));
         }
     }
-    // prompts (MMQ, grouped mul_mat_id): 17 and 512 columns; mul_mat_id
-    // with 8 of 128 experts, -1 rows, and slot-remapped ids (a bank of 16
-    // slots, ids through an I32 map on the device)
+    // prompts (MMQ, grouped mul_mat_id): 17, 128 and 512 columns, edge
+    // tiles of rows and columns (40 rows in a 64-row tile; 136 rows: 128
+    // and 8; 17 columns in a 32-column tile), 128 columns over K = 1024 in
+    // two K splits (few tiles); mul_mat_id with 8 of 128 experts, -1 rows,
+    // and slot-remapped ids (a bank of 16 slots, ids through an I32 map on
+    // the device)
+    // (the 128-column cases draw from a seed stream of their own, so that
+    // every other case keeps the inputs it had before they were added)
+    let mut split_seed = 0u64;
     for ty in WEIGHT_TYPES {
-        for n in [17i64, 512] {
-            let mut b = next();
-            let a = b.rand(ty, &[512, 40]);
-            let x = b.rand(GgmlType::F32, &[512, n]);
+        for n in [17i64, 128, 512] {
+            let mut b = if n == 128 {
+                split_seed += 1;
+                B::new(split_seed * 0xD1B5_4A32_D192_ED03)
+            } else {
+                next()
+            };
+            let (k, m) = if n == 128 { (1024, 136) } else { (512, 40) };
+            let a = b.rand(ty, &[k, m]);
+            let x = b.rand(GgmlType::F32, &[k, n]);
             let o = b.g.mul_mat(a, x);
             v.push(b.done(format!("mmq {ty} cols={n}"), o, tol_for(ty)));
         }
@@ -1019,4 +1031,45 @@ fn bad_expert_id_is_an_error_not_a_read() {
     let o = b.g.add(a, y);
     let c = b.done("after", o, 0.0);
     run_on(&gpu, &c).expect("backend usable after an id error");
+}
+
+/// The prompt kernels' sm_75 instruction paths (int8 m16n8k32 as four
+/// m8n8k16, f16 m16n8k16 as two m16n8k8), taken by the emulator when it
+/// emulates a Turing GPU: MMQ for Q4_K (a scale per 32), Q6_K (a scale per
+/// 16: m16n8k16 there), Q8_0, and grouped `mul_mat_id`.
+#[test]
+fn mmq_on_the_sm_75_paths_matches_cpu() {
+    use_emulator_without_gpu();
+    let gpu = CudaBackend::new(0).expect("CUDA device 0");
+    if !gpu.is_emulated() {
+        println!("skipped: a real GPU takes its own architecture's path");
+        return;
+    }
+    let cpu = CpuBackend::new(2);
+    let wanted = [
+        "mmq q4_K cols=17",
+        "mmq q6_K cols=17",
+        "mmq q8_0 cols=128",
+        "mmq_id q4_K 8 of 128 tokens=17 with -1 rows",
+    ];
+    ggml_cuda::emu_kernels::set_emulated_arch(750);
+    let mut ran = 0;
+    for c in cases()
+        .into_iter()
+        .filter(|c| wanted.contains(&c.name.as_str()))
+    {
+        let got = run_on(&gpu, &c);
+        let want = run_on(&cpu, &c).expect("the CPU runs it");
+        let got = got.unwrap_or_else(|e| panic!("{}: CUDA error: {e}", c.name));
+        let e = nmse(&got, &want);
+        assert!(
+            e <= c.tol,
+            "{} at sm_75: NMSE {e:.3e} > {:.0e}",
+            c.name,
+            c.tol
+        );
+        ran += 1;
+    }
+    ggml_cuda::emu_kernels::set_emulated_arch(900);
+    assert_eq!(ran, wanted.len());
 }

@@ -200,6 +200,31 @@ impl Device for CudaDevice {
         Ok((major.max(0) as u32, minor.max(0) as u32))
     }
 
+    fn multiprocessor_count(&self) -> Result<u32, BackendError> {
+        let n = self
+            .ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|e| dev_err("multiprocessor count", e))?;
+        Ok(n.max(1) as u32)
+    }
+
+    fn set_max_dynamic_shared(&self, f: &Function, bytes: u32) -> Result<(), BackendError> {
+        let Some(cf) = f.handle.downcast_ref::<CudaFunction>() else {
+            return Err(BackendError::Device(format!(
+                "kernel {} was not loaded by the CUDA driver",
+                f.name
+            )));
+        };
+        self.bind()?;
+        cf.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+        .map_err(|e| dev_err(&format!("{}: dynamic shared memory opt-in", f.name), e))
+    }
+
     fn driver_version(&self) -> Result<i32, BackendError> {
         crate::driver_version()
             .ok_or_else(|| BackendError::Device("cuDriverGetVersion failed".into()))

@@ -264,6 +264,15 @@ pub trait Device: Send + Sync {
     /// The driver's CUDA version as `cuDriverGetVersion` writes it (12040
     /// for CUDA 12.4; the emulator's pretended one).
     fn driver_version(&self) -> Result<i32, BackendError>;
+    /// Streaming multiprocessors (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`;
+    /// the emulator pretends an H100 SXM's 132): how many tiles fill the
+    /// device, for the split-k choice of the prompt kernels.
+    fn multiprocessor_count(&self) -> Result<u32, BackendError>;
+    /// Let launches of `f` use up to `bytes` of dynamic shared memory
+    /// (`cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)`:
+    /// above 48 KiB a kernel needs the opt-in; the emulator checks the same
+    /// limits).
+    fn set_max_dynamic_shared(&self, f: &Function, bytes: u32) -> Result<(), BackendError>;
     /// Load a module image (`cuModuleLoadData`: a cubin, or PTX the driver
     /// JIT-compiles) and look up the kernels `names` in it. A driver
     /// refuses a cubin of another architecture, PTX of a newer ISA than its

@@ -189,10 +189,12 @@ pub fn context_switches() -> u64 {
 /// The compute capability (x10: 750, 800, 900) the emulated kernels take
 /// their architecture-dependent paths for: the tensor-core instructions
 /// of sm_80 (`mma.sync` m16n8k32 int8, m16n8k16 f16) or their sm_75
-/// composition (m8n8k16 int8, m16n8k8 f16). Process-wide, default 900.
-/// The two give the same bits (integer products; the same f32 summation
-/// order), so launches in flight on other threads are unaffected in their
-/// results; tests set it to run the sm_75 paths.
+/// composition (m8n8k16 int8, m16n8k8 f16). Process-wide, default 900,
+/// read once when a launch starts: every lane of a launch takes the same
+/// path (lanes of one warp reading different values would meet at
+/// different warp collectives). The two give the same bits (integer
+/// products; the same f32 summation order), so launches on other threads
+/// are unaffected in their results; tests set it to run the sm_75 paths.
 pub fn set_emulated_arch(arch: u32) {
     #[cfg(ggml_cuda_emu)]
     {

@@ -558,6 +558,9 @@ pub(crate) struct EmuDevice {
     pub(crate) st: Arc<DeviceState>,
 }
 
+/// The multiprocessors the emulated device reports: an H100 SXM's.
+pub const EMULATED_SMS: u32 = 132;
+
 fn oom(what: String) -> BackendError {
     BackendError::OutOfMemory(what)
 }
@@ -717,6 +720,15 @@ impl Device for EmuDevice {
 
     fn driver_version(&self) -> Result<i32, BackendError> {
         Ok(config().driver_version)
+    }
+
+    fn multiprocessor_count(&self) -> Result<u32, BackendError> {
+        Ok(EMULATED_SMS)
+    }
+
+    fn set_max_dynamic_shared(&self, f: &Function, bytes: u32) -> Result<(), BackendError> {
+        crate::emu_kernels::set_max_dynamic_shared_bytes(f.name, bytes)
+            .map_err(|e| BackendError::Device(format!("emulator: {e}")))
     }
 
     fn load_module(

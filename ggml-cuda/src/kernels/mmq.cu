@@ -3,172 +3,513 @@
 // Matrix products for prompt batches (more than MMVQ_MAX_COLS columns) with
 // quantized weights, after llama.cpp's MMQ design: the activations are
 // quantized once per op (`k_quantize_q8_1`, the same rounding as the CPU
-// backend's activation types), and each block computes a tile of
-// MMQ_TM weight rows x MMQ_TN columns on int8 tensor cores: per K step of
-// MMQ_TK elements the block unpacks its rows' sub-blocks to int8 in shared
-// memory (with the affine map of each 16-element half) and stages the
-// columns' int8 values and scales beside them; each of the 8 warps then
-// takes one 16 x 8 sub-tile through `mma_s8_16x8x16` (m16n8k16 int8 MMA on
-// sm_80+, its shuffle + `__dp4a` form elsewhere), one product per 16
-// elements, scaled per half into f32 accumulators.
+// backend's activation types, with the sums of each 16 computed there), and
+// each block of 8 warps computes a tile of `tm` (64 or 128) weight rows x
+// `tn` (16, 32 or 64) columns on int8 tensor cores, chosen per shape by the
+// launch. K goes in steps of MMQ_TK (256) elements, software-pipelined:
+// - `mmq_stage` copies the step's raw weight blocks of the tile's rows and
+//   the columns' int8 activations and scales into shared memory with
+//   `cp.async` (16-byte copies where the rows allow, 8 or 4 otherwise; Q3_K
+//   and Q6_K rows are only 2-byte aligned and take plain copies), into the
+//   other of two buffers while the block computes on the first;
+// - `mmq_unpack` turns the raw blocks of the step into int8 rows in shared
+//   memory (MMQ_PITCH bytes apart, so the 8 rows of an `ldmatrix` tile fall
+//   in distinct banks) and the affine map of each 16 elements (scale, min);
+//   Q4_K and Q8_0 with 32- and 16-bit shared loads, the other types through
+//   `unpack_sub`;
+// - each warp takes its (tm / 4) x (tn / 2) sub-tile: per 32 elements of K
+//   its A fragments (16 rows) and B fragments (8 columns) come from
+//   `ldmatrix_x4` / `ldmatrix_x2`, one `mma_s8_16x8x32` (m16n8k32 on sm_80+,
+//   four m8n8k16 on sm_75) gives the int32 dot products of each (row,
+//   column) pair, and only then are the block scales, mins and activation
+//   scales applied, once per 32 (types with a scale per 16 elements, Q2_K,
+//   Q3_K and Q6_K, take two m16n8k16 instead).
+// With fewer tiles than the device has SMs the launch splits K (`nsplit`
+// ranges of steps, blockIdx.z = batch * nsplit + split): each split writes
+// its partial tile to `part`, `k_mmq_reduce` sums them in split order.
 //
-// `mul_mat_id` for prompts is grouped by expert: `k_moe_group` counts the
-// ubatch's (slot, token) pairs per expert id on the device, sorts them by
-// expert and lists tiles of at most MMQ_TN pairs of one expert;
-// `k_mmq_id` runs one tile per block over that expert's rows and scatters
-// the results back to (slot, token). Id -1 and bad ids go to an extra
-// bucket whose tiles write zeros (bad ids also set the error flag).
+// `mul_mat_id` for prompts runs the same core over expert-grouped tiles:
+// `k_moe_group` counts the ubatch's (slot, token) pairs per expert id on
+// the device, sorts them by expert and lists tiles of at most MMQ_TN pairs
+// of one expert; `k_mmq_id` runs one tile per block over that expert's
+// rows and scatters the results back to (slot, token). Id -1 and bad ids go
+// to an extra bucket whose tiles write zeros (bad ids also set the error
+// flag).
 
+// columns per `k_moe_group` tile (and the float kernel's tile edge)
 #define MMQ_TM 32
 #define MMQ_TN 32
+// K elements per pipeline step, bytes per staged int8 row
 #define MMQ_TK 256
-// ints per staged row of MMQ_TK int8 values, padded against bank conflicts
-#define MMQ_ROW_INTS 65
+#define MMQ_PITCH 272
 
-// The block's shared tiles (one set per block).
+// The shared-memory layout of one tile (byte offsets into the launch's
+// dynamic shared memory; `mmq_shared_bytes` on the Rust side computes the
+// same total): two raw weight buffers of tm rows x rawb bytes, the int8
+// rows, scales and mins of each 16, two activation buffers of tn rows of
+// int8 and their `Q8Ds` per 32.
 struct MmqSmem {
-    int* w;     // [MMQ_TM][MMQ_ROW_INTS] weight int8
-    float* wa;  // [MMQ_TM][16] scale of each 16-element half
-    float* wm;  // [MMQ_TM][16] offset of each half
-    int* x;     // [MMQ_TN][MMQ_ROW_INTS] activation int8
-    float* xd;  // [MMQ_TN][8] activation scale of each 32
-    float* xs;  // [MMQ_TN][16] sum of the int8 of each half
+    u8* araw[2]; // [tm][rawb] raw blocks
+    u8* ai8;     // [tm][MMQ_PITCH] int8
+    float* asc;  // [tm][16] scale of each 16
+    float* amn;  // [tm][16] min of each 16
+    u8* bq[2];   // [tn][MMQ_PITCH] int8
+    Q8Ds* bds[2]; // [tn][8]
 };
 
-// One tile: rows row0.. of the weight (`rows` at `a_base`, stride `nbr`
-// bytes, type `ty`, `nrows` valid rows), columns given by `qcol` (index in
-// the quantized activations) and `dsto` (byte offset of the column in dst),
-// `ncols` valid. dst element (row0 + r, column c) at dst + dsto[c] +
-// (row0 + r) * nb0d. Block 256 threads.
-__device__ void mmq_tile(const u8* a_base, i64 nbr, int ty, i64 nrows, i64 row0, i64 K,
-                         const i8* q8, const Q8Ds* ds, const i64* qcol, const i64* dsto,
-                         int ncols, u8* dst, i64 nb0d, MmqSmem sm) {
+__device__ __forceinline__ MmqSmem mmq_smem(u8* base, int tm, int tn, int rawb) {
+    MmqSmem m;
+    u8* p = base;
+    m.araw[0] = p;
+    p += tm * rawb;
+    m.araw[1] = p;
+    p += tm * rawb;
+    m.ai8 = p;
+    p += tm * MMQ_PITCH;
+    m.asc = (float*)p;
+    p += tm * 64;
+    m.amn = (float*)p;
+    p += tm * 64;
+    m.bq[0] = p;
+    p += tn * MMQ_PITCH;
+    m.bq[1] = p;
+    p += tn * MMQ_PITCH;
+    m.bds[0] = (Q8Ds*)p;
+    p += tn * 64;
+    m.bds[1] = (Q8Ds*)p;
+    return m;
+}
+
+// Raw bytes of 256 elements of `ty`, rounded up to 16.
+__device__ __forceinline__ int mmq_rawb(int ty) {
+    return ((MMQ_TK / blck_size(ty)) * type_size(ty) + 15) & ~15;
+}
+
+// The widest copy (16, 8, 4, else 2) that every row's step start meets.
+__device__ __forceinline__ int mmq_chunk(const u8* a_base, i64 nbr, int ty, i64 K) {
+    i64 step = (i64)(MMQ_TK / blck_size(ty)) * type_size(ty);
+    i64 last = (K % MMQ_TK) / blck_size(ty) * type_size(ty);
+    u64 bits = (u64)a_base | (u64)nbr | (u64)step | (u64)last;
+    return (bits & 15) == 0 ? 16 : ((bits & 7) == 0 ? 8 : ((bits & 3) == 0 ? 4 : 2));
+}
+
+// What one tile works on: the weight rows (`rows` at `a_base`, stride
+// `nbr` bytes, type `ty`, `nrows` valid, from `row0`), the activation
+// columns (index `qcol[c]` in the quantized activations, `ncols` valid;
+// every qcol entry names a real column) and where results go.
+struct MmqTile {
+    const u8* a_base;
+    i64 nbr;
+    int ty;
+    i64 nrows;
+    i64 row0;
+    i64 K;
+    const i8* q8;
+    const Q8Ds* ds;
+    const i64* qcol;
+    int ncols;
+    int tm;
+    int tn;
+    int rawb;
+    int chunk;
+};
+
+// Queue the copies of step `k0` into buffer `buf` (one commit group).
+__device__ void mmq_stage(const MmqTile& t, const MmqSmem& sm, int buf, i64 k0) {
     int tid = threadIdx.x;
+    int bs = blck_size(t.ty);
+    int ts = type_size(t.ty);
+    i64 kl = t.K - k0;
+    int ke = kl < MMQ_TK ? (int)kl : MMQ_TK;
+    int nbytes = ke / bs * ts;
+    i64 boff = k0 / bs * ts;
+    int per_row = nbytes / t.chunk;
+    u8* araw = sm.araw[buf];
+    for (int i = tid; i < t.tm * per_row; i += blockDim.x) {
+        int r = i / per_row;
+        int c = i - r * per_row;
+        i64 row = t.row0 + r < t.nrows ? t.row0 + r : t.nrows - 1;
+        const u8* src = t.a_base + row * t.nbr + boff + c * t.chunk;
+        u8* dst = araw + r * t.rawb + c * t.chunk;
+        if (t.chunk == 16) {
+            cp_async16(dst, src);
+        } else if (t.chunk == 8) {
+            cp_async8(dst, src);
+        } else if (t.chunk == 4) {
+            cp_async4(dst, src);
+        } else {
+            *(u16*)dst = *(const u16*)src;
+        }
+    }
+    // activations: a partial last step (K % 256) is padded with zero
+    // values and zero scales, so the MMA loop always takes 8 sub-blocks
+    int pc = ke >> 4;
+    u8* bq = sm.bq[buf];
+    for (int i = tid; i < t.tn * 16; i += blockDim.x) {
+        int c = i >> 4;
+        int j = i & 15;
+        u8* dst = bq + c * MMQ_PITCH + 16 * j;
+        if (j < pc) {
+            cp_async16(dst, t.q8 + t.qcol[c] * t.K + k0 + 16 * j);
+        } else {
+            *(int4*)dst = make_int4(0, 0, 0, 0);
+        }
+    }
+    int ns = ke >> 5;
+    i64 nsub_row = t.K >> 5;
+    Q8Ds* bds = sm.bds[buf];
+    for (int i = tid; i < t.tn * 8; i += blockDim.x) {
+        int c = i >> 3;
+        int j = i & 7;
+        if (j < ns) {
+            cp_async8(bds + i, t.ds + t.qcol[c] * nsub_row + (k0 >> 5) + j);
+        } else {
+            Q8Ds z;
+            z.d = 0.0f;
+            z.s = 0;
+            bds[i] = z;
+        }
+    }
+    cp_async_commit();
+}
+
+// A 16-bit aligned int from shared memory (two 16-bit loads).
+__device__ __forceinline__ int lds32_h(const u8* p) {
+    return (int)((u32) * (const u16*)p | ((u32) * (const u16*)(p + 2) << 16));
+}
+
+// Sub-block `s` (0..7, 32 elements) of a step's raw row `raw` (16-byte
+// aligned in shared memory) as unpack_sub gives it; TY: the type's own
+// code (Q4_K, Q8_0), or -1: any type `ty` through unpack_sub.
+template <int TY>
+__device__ __forceinline__ void mmq_unpack_sub(int ty, const u8* raw, int s, int* w, float* a,
+                                               float* m) {
+    if (TY == T_Q4_K) {
+        u32 hdr = *(const u32*)raw;
+        const u32* q = (const u32*)(raw + 16 + (s >> 1) * 32);
+        int sh = 4 * (s & 1);
+        for (int i = 0; i < 8; i++) {
+            w[i] = (int)((q[i] >> sh) & 0x0F0F0F0Fu);
+        }
+        float scf, mnf;
+        scale_min_k4(s, raw + 4, &scf, &mnf);
+        a[0] = a[1] = h2f((u16)(hdr & 0xffff)) * scf;
+        m[0] = m[1] = -h2f((u16)(hdr >> 16)) * mnf;
+        return;
+    }
+    if (TY == T_Q8_0) {
+        const u8* b = raw + 34 * s;
+        if (s & 1) {
+            // an odd block starts 2 bytes past a 4-byte boundary, its quants on one
+            for (int i = 0; i < 8; i++) {
+                w[i] = *(const int*)(b + 2 + 4 * i);
+            }
+        } else {
+            for (int i = 0; i < 8; i++) {
+                w[i] = lds32_h(b + 2 + 4 * i);
+            }
+        }
+        a[0] = a[1] = h2f(*(const u16*)b);
+        m[0] = m[1] = 0.0f;
+        return;
+    }
     int bs = blck_size(ty);
-    int ts = type_size(ty);
-    i64 nsub_row = K >> 5;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int lane = tid & 31;
-    int wid = tid >> 5;
+    int e = s * 32;
+    unpack_sub(ty, raw + (e / bs) * type_size(ty), (e % bs) >> 5, w, a, m);
+}
+
+// Unpack buffer `buf`'s raw rows (`nsub` sub-blocks of 32 this step).
+template <int TY>
+__device__ __forceinline__ void mmq_unpack(const MmqTile& t, const MmqSmem& sm, int buf, int nsub) {
+    const u8* araw = sm.araw[buf];
+    for (int i = threadIdx.x; i < t.tm * 8; i += blockDim.x) {
+        int r = i >> 3;
+        int s = i & 7;
+        int w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        float a[2] = {0.0f, 0.0f};
+        float m[2] = {0.0f, 0.0f};
+        if (s < nsub) {
+            mmq_unpack_sub<TY>(t.ty, araw + r * t.rawb, s, w, a, m);
+        }
+        int4* d = (int4*)(sm.ai8 + r * MMQ_PITCH + s * 32);
+        d[0] = make_int4(w[0], w[1], w[2], w[3]);
+        d[1] = make_int4(w[4], w[5], w[6], w[7]);
+        *(float2*)(sm.asc + r * 16 + 2 * s) = make_float2(a[0], a[1]);
+        *(float2*)(sm.amn + r * 16 + 2 * s) = make_float2(m[0], m[1]);
+    }
+}
+
+// The tile's accumulators: per warp up to 2 x 16 rows x 4 x 8 columns.
+struct MmqAcc {
+    float v[2][4][4];
+};
+
+// Steps [s0, s1) of the tile into `acc` (block of 256 threads); TY as
+// `mmq_unpack_sub`; PER16: the weight type has a scale per 16 elements
+// (two m16n8k16 per 32).
+template <int TY, bool PER16>
+__device__ __forceinline__ void mmq_tile_t(const MmqTile& t, const MmqSmem& sm, i64 s0, i64 s1,
+                                           MmqAcc& acc) {
+    int lane = threadIdx.x & 31;
+    int wid = threadIdx.x >> 5;
     int g = lane >> 2;
-    int t = lane & 3;
-    int wr = 16 * (wid & 1); // this warp's 16 x 8 sub-tile
-    int wc = 8 * (wid >> 1);
-    for (i64 k0 = 0; k0 < K; k0 += MMQ_TK) {
-        // stage: thread -> (row or column tid / 8, sub-block tid % 8)
-        {
-            int rr = tid >> 3;
-            int s = tid & 7;
-            i64 kb = (k0 >> 5) + s;
-            int w[8];
-            float wa[2], wm[2];
-            if (row0 + rr < nrows && kb < nsub_row) {
-                const u8* row = a_base + (row0 + rr) * nbr;
-                i64 e = kb * 32;
-                unpack_sub(ty, row + (e / bs) * ts, (int)((e % bs) >> 5), w, wa, wm);
-            } else {
-                for (int i = 0; i < 8; i++) {
-                    w[i] = 0;
-                }
-                wa[0] = wa[1] = wm[0] = wm[1] = 0.0f;
-            }
-            for (int i = 0; i < 8; i++) {
-                sm.w[rr * MMQ_ROW_INTS + s * 8 + i] = w[i];
-            }
-            for (int h = 0; h < 2; h++) {
-                sm.wa[rr * 16 + 2 * s + h] = wa[h];
-                sm.wm[rr * 16 + 2 * s + h] = wm[h];
-            }
-            int c = rr;
-            int x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            float d = 0.0f;
-            if (c < ncols && kb < nsub_row) {
-                const uint4* xq = (const uint4*)(q8 + qcol[c] * K + kb * 32);
-                uint4 x0 = xq[0];
-                uint4 x1 = xq[1];
-                x[0] = (int)x0.x;
-                x[1] = (int)x0.y;
-                x[2] = (int)x0.z;
-                x[3] = (int)x0.w;
-                x[4] = (int)x1.x;
-                x[5] = (int)x1.y;
-                x[6] = (int)x1.z;
-                x[7] = (int)x1.w;
-                d = ds[qcol[c] * nsub_row + kb].d;
-            }
-            int s0 = 0, s1 = 0;
+    int q = lane & 3;
+    int mi_n = t.tm >> 6;
+    int nj_n = t.tn >> 4;
+    int wr = (wid & 3) * (t.tm >> 2);
+    int wc = (wid >> 2) * (t.tn >> 1);
+    int q8_1 = t.ty == T_Q4_1 || t.ty == T_Q5_1;
+    for (int mi = 0; mi < 2; mi++) {
+        for (int nj = 0; nj < 4; nj++) {
             for (int i = 0; i < 4; i++) {
-                s0 = __dp4a(0x01010101, x[i], s0);
-                s1 = __dp4a(0x01010101, x[4 + i], s1);
+                acc.v[mi][nj][i] = 0.0f;
             }
-            for (int i = 0; i < 8; i++) {
-                sm.x[c * MMQ_ROW_INTS + s * 8 + i] = x[i];
-            }
-            sm.xd[c * 8 + s] = d;
-            sm.xs[c * 16 + 2 * s] = (float)s0;
-            sm.xs[c * 16 + 2 * s + 1] = (float)s1;
+        }
+    }
+    if (s0 >= s1) {
+        return;
+    }
+    mmq_stage(t, sm, 0, s0 * MMQ_TK);
+    for (i64 st = s0; st < s1; st++) {
+        int buf = (int)((st - s0) & 1);
+        i64 k0 = st * MMQ_TK;
+        if (st + 1 < s1) {
+            mmq_stage(t, sm, buf ^ 1, k0 + MMQ_TK);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
-        // warp wid: rows 16 * (wid & 1).., columns 8 * (wid >> 1)..; one
-        // tensor-core product per 16-element half (each half has its own
-        // weight scale)
-        for (int s = 0; s < 8; s++) {
-            for (int h = 0; h < 2; h++) {
-                int k4 = s * 8 + h * 4 + t;
-                int a[2] = {sm.w[(wr + g) * MMQ_ROW_INTS + k4],
-                            sm.w[(wr + g + 8) * MMQ_ROW_INTS + k4]};
-                int bq = sm.x[(wc + g) * MMQ_ROW_INTS + k4];
-                int ci[4] = {0, 0, 0, 0};
-                mma_s8_16x8x16(ci, a, bq);
-                for (int i = 0; i < 4; i++) {
-                    int rr = wr + g + 8 * (i >> 1);
-                    int cc = wc + 2 * t + (i & 1);
-                    acc[i] += sm.xd[cc * 8 + s] *
-                              (sm.wa[rr * 16 + 2 * s + h] * (float)ci[i] +
-                               sm.wm[rr * 16 + 2 * s + h] * sm.xs[cc * 16 + 2 * s + h]);
+        i64 kl = t.K - k0;
+        int nk = (kl < MMQ_TK ? (int)kl : MMQ_TK) >> 5;
+        mmq_unpack<TY>(t, sm, buf, nk);
+        __syncthreads();
+        const u8* bq = sm.bq[buf];
+        const Q8Ds* bds = sm.bds[buf];
+        UNROLL
+        for (int kc = 0; kc < 8; kc++) {
+            u32 af[2][4];
+UNROLL
+            for (int mi = 0; mi < 2; mi++) {
+                if (mi >= mi_n) {
+                    break;
+                }
+                int r = wr + 16 * mi + (lane & 7) + 8 * ((lane >> 3) & 1);
+                ldmatrix_x4(af[mi], sm.ai8 + r * MMQ_PITCH + kc * 32 + 16 * (lane >> 4));
+            }
+            u32 bf[4][2];
+            if (nj_n == 1) {
+                int c = wc + (lane & 7);
+                ldmatrix_x2(bf[0], bq + c * MMQ_PITCH + kc * 32 + 16 * ((lane >> 3) & 1));
+            } else {
+UNROLL
+                for (int p = 0; p < 2; p++) {
+                    if (p >= (nj_n >> 1)) {
+                        break;
+                    }
+                    u32 r4[4];
+                    int c = wc + 16 * p + (lane & 7) + 8 * (lane >> 4);
+                    ldmatrix_x4(r4, bq + c * MMQ_PITCH + kc * 32 + 16 * ((lane >> 3) & 1));
+                    bf[2 * p][0] = r4[0];
+                    bf[2 * p][1] = r4[1];
+                    bf[2 * p + 1][0] = r4[2];
+                    bf[2 * p + 1][1] = r4[3];
+                }
+            }
+            // the activation scales of this lane's two columns of each n8
+            float cd[4][2], cs0[4][2], cs1[4][2];
+UNROLL
+            for (int nj = 0; nj < 4; nj++) {
+                if (nj >= nj_n) {
+                    break;
+                }
+UNROLL
+                for (int j = 0; j < 2; j++) {
+                    Q8Ds e = bds[(wc + 8 * nj + 2 * q + j) * 8 + kc];
+                    cd[nj][j] = e.d;
+                    if (q8_1) {
+                        cs0[nj][j] = h2f((u16)(e.s & 0xffff));
+                        cs1[nj][j] = 0.0f;
+                    } else {
+                        cs0[nj][j] = e.d * (float)q8ds_s0(e.s);
+                        cs1[nj][j] = e.d * (float)q8ds_s1(e.s);
+                    }
+                }
+            }
+UNROLL
+            for (int mi = 0; mi < 2; mi++) {
+                if (mi >= mi_n) {
+                    break;
+                }
+                // the weight maps of this lane's two rows
+                float2 wa[2], wm[2];
+UNROLL
+                for (int j = 0; j < 2; j++) {
+                    int r = wr + 16 * mi + g + 8 * j;
+                    wa[j] = *(const float2*)(sm.asc + r * 16 + 2 * kc);
+                    wm[j] = *(const float2*)(sm.amn + r * 16 + 2 * kc);
+                }
+UNROLL
+                for (int nj = 0; nj < 4; nj++) {
+                    if (nj >= nj_n) {
+                        break;
+                    }
+                    int c[4] = {0, 0, 0, 0};
+                    if (!PER16) {
+                        mma_s8_16x8x32(c, (const int*)af[mi], (const int*)bf[nj]);
+UNROLL
+                        for (int i = 0; i < 4; i++) {
+                            int j = i >> 1;
+                            int k = i & 1;
+                            acc.v[mi][nj][i] += wa[j].x * (cd[nj][k] * (float)c[i]) +
+                                                wm[j].x * (cs0[nj][k] + cs1[nj][k]);
+                        }
+                    } else {
+                        int c2[4] = {0, 0, 0, 0};
+                        int lo[2] = {(int)af[mi][0], (int)af[mi][1]};
+                        int hi[2] = {(int)af[mi][2], (int)af[mi][3]};
+                        mma_s8_16x8x16(c, lo, (int)bf[nj][0]);
+                        mma_s8_16x8x16(c2, hi, (int)bf[nj][1]);
+UNROLL
+                        for (int i = 0; i < 4; i++) {
+                            int j = i >> 1;
+                            int k = i & 1;
+                            acc.v[mi][nj][i] +=
+                                cd[nj][k] * (wa[j].x * (float)c[i] + wa[j].y * (float)c2[i]) +
+                                wm[j].x * cs0[nj][k] + wm[j].y * cs1[nj][k];
+                        }
+                    }
                 }
             }
         }
         __syncthreads();
     }
-    for (int i = 0; i < 4; i++) {
-        int rr = wr + g + 8 * (i >> 1);
-        int cc = wc + 2 * t + (i & 1);
-        if (cc < ncols && row0 + rr < nrows) {
-            *(float*)(dst + dsto[cc] + (row0 + rr) * nb0d) = acc[i];
+}
+
+__device__ void mmq_tile(const MmqTile& t, const MmqSmem& sm, i64 s0, i64 s1, MmqAcc& acc) {
+    switch (t.ty) {
+    case T_Q4_K:
+        mmq_tile_t<T_Q4_K, false>(t, sm, s0, s1, acc);
+        break;
+    case T_Q8_0:
+        mmq_tile_t<T_Q8_0, false>(t, sm, s0, s1, acc);
+        break;
+    case T_Q2_K:
+    case T_Q3_K:
+    case T_Q6_K:
+        mmq_tile_t<-1, true>(t, sm, s0, s1, acc);
+        break;
+    default:
+        mmq_tile_t<-1, false>(t, sm, s0, s1, acc);
+        break;
+    }
+}
+
+// Call f(row, column, value) for each of this thread's valid results.
+template <typename F>
+__device__ __forceinline__ void mmq_each(const MmqTile& t, const MmqAcc& acc, F f) {
+    int lane = threadIdx.x & 31;
+    int wid = threadIdx.x >> 5;
+    int wr = (wid & 3) * (t.tm >> 2);
+    int wc = (wid >> 2) * (t.tn >> 1);
+UNROLL
+    for (int mi = 0; mi < 2; mi++) {
+UNROLL
+        for (int nj = 0; nj < 4; nj++) {
+            if (mi >= (t.tm >> 6) || nj >= (t.tn >> 4)) {
+                continue;
+            }
+UNROLL
+            for (int i = 0; i < 4; i++) {
+                int r = wr + 16 * mi + (lane >> 2) + 8 * (i >> 1);
+                int c = wc + 8 * nj + 2 * (lane & 3) + (i & 1);
+                if (c < t.ncols && t.row0 + r < t.nrows) {
+                    f(t.row0 + r, c, acc.v[mi][nj][i]);
+                }
+            }
         }
     }
 }
 
 // mul_mat with quantized `a` for prompts: dst[i0, i1, i2, i3] = dot(a[:,
 // i0, i2 / r2, i3 / r3], b[:, i1, i2, i3]) with b quantized by
-// `k_quantize_q8_1` (q8/ds; `tb` gives b's shape). Grid (ceil(ne0 /
-// MMQ_TM), ceil(ne1 / MMQ_TN), ne2 * ne3), block 256.
-extern "C" __global__ void k_mmq(u8* dst, T4 td, const u8* a, T4 ta, int tya, T4 tb,
-                                 const i8* q8, const Q8Ds* ds, i64 r2, i64 r3) {
-    __shared__ int sw[MMQ_TM * MMQ_ROW_INTS];
-    __shared__ float swa[MMQ_TM * 16];
-    __shared__ float swm[MMQ_TM * 16];
-    __shared__ int sx[MMQ_TN * MMQ_ROW_INTS];
-    __shared__ float sxd[MMQ_TN * 8];
-    __shared__ float sxs[MMQ_TN * 16];
-    __shared__ i64 sqc[MMQ_TN];
-    __shared__ i64 sdo[MMQ_TN];
-    i64 i2 = blockIdx.z % td.ne[2];
-    i64 i3 = blockIdx.z / td.ne[2];
-    i64 col0 = (i64)blockIdx.y * MMQ_TN;
+// `k_quantize_q8_1` (q8/ds; `tb` gives b's shape). Tiles of `tm` x `tn`;
+// grid (ceil(ne0 / tm), ceil(ne1 / tn), ne2 * ne3 * nsplit), block 256,
+// dynamic shared memory for `mmq_smem`. With nsplit > 1 split s writes its
+// partial sums to part[((s * ne3 + i3) * ne2 + i2) * ne1 + i1) * ne0 + i0]
+// and `k_mmq_reduce` adds them into dst.
+// Launch bounds (256 threads, at least 1 block per SM): without the block
+// minimum, ptxas for sm_100 and sm_120 holds the kernel to 128 registers
+// and spills (12-28 bytes with CUDA 12.9 and 13.0); with it every
+// architecture gets the 230-254 registers the 128 x 64 tile's
+// accumulators and fragments need, without spills.
+extern "C" __global__ void __launch_bounds__(256, 1)
+    k_mmq(u8* dst, T4 td, const u8* a, T4 ta, int tya, T4 tb, const i8* q8, const Q8Ds* ds,
+          i64 r2, i64 r3, int tm, int tn, int nsplit, float* part) {
+    extern __shared__ u8 mmq_dyn[];
+    __shared__ i64 sqc[64];
+    int nb = (int)(td.ne[2] * td.ne[3]);
+    int z = (int)blockIdx.z % nb;
+    int split = (int)blockIdx.z / nb;
+    i64 i2 = z % td.ne[2];
+    i64 i3 = z / td.ne[2];
+    i64 col0 = (i64)blockIdx.y * tn;
     i64 left = td.ne[1] - col0;
-    int ncols = left < MMQ_TN ? (int)left : MMQ_TN;
-    if (threadIdx.x < MMQ_TN) {
+    int ncols = left < tn ? (int)left : tn;
+    if (threadIdx.x < (u32)tn) {
         i64 i1 = col0 + (threadIdx.x < (u32)ncols ? threadIdx.x : 0);
         sqc[threadIdx.x] = i1 + tb.ne[1] * (i2 + tb.ne[2] * i3);
-        sdo[threadIdx.x] = t4_off(td, 0, i1, i2, i3);
     }
     __syncthreads();
-    MmqSmem sm = {sw, swa, swm, sx, sxd, sxs};
-    const u8* a_base = a + t4_off(ta, 0, 0, i2 / r2, i3 / r3);
-    mmq_tile(a_base, ta.nb[1], tya, ta.ne[1], (i64)blockIdx.x * MMQ_TM, ta.ne[0], q8, ds, sqc,
-             sdo, ncols, dst, td.nb[0], sm);
+    MmqTile t;
+    t.a_base = a + t4_off(ta, 0, 0, i2 / r2, i3 / r3);
+    t.nbr = ta.nb[1];
+    t.ty = tya;
+    t.nrows = ta.ne[1];
+    t.row0 = (i64)blockIdx.x * tm;
+    t.K = ta.ne[0];
+    t.q8 = q8;
+    t.ds = ds;
+    t.qcol = sqc;
+    t.ncols = ncols;
+    t.tm = tm;
+    t.tn = tn;
+    t.rawb = mmq_rawb(tya);
+    t.chunk = mmq_chunk(a, ta.nb[1] | ta.nb[2] | ta.nb[3], tya, t.K);
+    MmqSmem sm = mmq_smem(mmq_dyn, tm, tn, t.rawb);
+    i64 steps = (t.K + MMQ_TK - 1) / MMQ_TK;
+    i64 s0 = steps * split / nsplit;
+    i64 s1 = steps * (split + 1) / nsplit;
+    MmqAcc acc;
+    mmq_tile(t, sm, s0, s1, acc);
+    if (nsplit == 1) {
+        i64 base = t4_off(td, 0, col0, i2, i3);
+        mmq_each(t, acc, [&](i64 r, int c, float v) {
+            *(float*)(dst + base + c * td.nb[1] + r * td.nb[0]) = v;
+        });
+    } else {
+        i64 ne0 = td.ne[0];
+        float* p = part + (((i64)split * nb + z) * td.ne[1] + col0) * ne0;
+        mmq_each(t, acc, [&](i64 r, int c, float v) { p[c * ne0 + r] = v; });
+    }
+}
+
+// dst = the sum of `k_mmq`'s nsplit partial results, in split order. A
+// thread per element of dst (dense index over ne0..ne3), grid-strided.
+extern "C" __global__ void k_mmq_reduce(u8* dst, T4 td, const float* part, int nsplit) {
+    i64 n = td.ne[0] * td.ne[1] * td.ne[2] * td.ne[3];
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (i64)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < nsplit; k++) {
+            s += part[k * n + i];
+        }
+        i64 i0 = i % td.ne[0];
+        i64 r = i / td.ne[0];
+        i64 i1 = r % td.ne[1];
+        r /= td.ne[1];
+        *(float*)(dst + t4_off(td, i0, i1, r % td.ne[2], r / td.ne[2])) = s;
+    }
 }
 
 // Group the (slot, token) pairs of `ids` [n_used, n_tokens] by expert: one
@@ -221,16 +562,12 @@ extern "C" __global__ void k_moe_group(const u8* ids, T4 ti, int n_expert, int* 
 // mul_mat_id for prompts, one tile of `k_moe_group` per block:
 // dst[i0, slot, t] = dot(as[:, i0, e], b[:, slot % b.ne1, t]) for the
 // tile's pairs (slot, t) of expert e; the extra bucket writes zeros.
-// Grid (ceil(ne0 / MMQ_TM), max tiles), block 256.
-extern "C" __global__ void k_mmq_id(u8* dst, T4 td, const u8* as, T4 ta, int tya, T4 tb,
-                                    const i8* q8, const Q8Ds* ds, const int* off,
-                                    const int* sorted, const int* tiles, const int* n_tiles) {
-    __shared__ int sw[MMQ_TM * MMQ_ROW_INTS];
-    __shared__ float swa[MMQ_TM * 16];
-    __shared__ float swm[MMQ_TM * 16];
-    __shared__ int sx[MMQ_TN * MMQ_ROW_INTS];
-    __shared__ float sxd[MMQ_TN * 8];
-    __shared__ float sxs[MMQ_TN * 16];
+// Tiles of `tm` rows x MMQ_TN pairs; grid (ceil(ne0 / tm), max tiles),
+// block 256, dynamic shared memory for `mmq_smem`.
+extern "C" __global__ void __launch_bounds__(256)
+    k_mmq_id(u8* dst, T4 td, const u8* as, T4 ta, int tya, T4 tb, const i8* q8, const Q8Ds* ds,
+             const int* off, const int* sorted, const int* tiles, const int* n_tiles, int tm) {
+    extern __shared__ u8 mmq_dyn[];
     __shared__ i64 sqc[MMQ_TN];
     __shared__ i64 sdo[MMQ_TN];
     if ((int)blockIdx.y >= *n_tiles) {
@@ -251,20 +588,37 @@ extern "C" __global__ void k_mmq_id(u8* dst, T4 td, const u8* as, T4 ta, int tya
         sdo[threadIdx.x] = t4_off(td, 0, slot, t, 0);
     }
     __syncthreads();
-    i64 row0 = (i64)blockIdx.x * MMQ_TM;
+    i64 row0 = (i64)blockIdx.x * tm;
     if (e == n_expert) {
-        for (int i = threadIdx.x; i < MMQ_TM * MMQ_TN; i += blockDim.x) {
-            int r = i & 31;
-            int c = i >> 5;
+        for (int i = threadIdx.x; i < tm * MMQ_TN; i += blockDim.x) {
+            int r = i % tm;
+            int c = i / tm;
             if (c < ncols && row0 + r < td.ne[0]) {
                 *(float*)(dst + sdo[c] + (row0 + r) * td.nb[0]) = 0.0f;
             }
         }
         return;
     }
-    MmqSmem sm = {sw, swa, swm, sx, sxd, sxs};
-    mmq_tile(as + t4_off(ta, 0, 0, e, 0), ta.nb[1], tya, ta.ne[1], row0, ta.ne[0], q8, ds, sqc,
-             sdo, ncols, dst, td.nb[0], sm);
+    MmqTile t;
+    t.a_base = as + t4_off(ta, 0, 0, e, 0);
+    t.nbr = ta.nb[1];
+    t.ty = tya;
+    t.nrows = ta.ne[1];
+    t.row0 = row0;
+    t.K = ta.ne[0];
+    t.q8 = q8;
+    t.ds = ds;
+    t.qcol = sqc;
+    t.ncols = ncols;
+    t.tm = tm;
+    t.tn = MMQ_TN;
+    t.rawb = mmq_rawb(tya);
+    t.chunk = mmq_chunk(as, ta.nb[2] | ta.nb[1], tya, t.K);
+    MmqSmem sm = mmq_smem(mmq_dyn, tm, MMQ_TN, t.rawb);
+    MmqAcc acc;
+    mmq_tile(t, sm, 0, (t.K + MMQ_TK - 1) / MMQ_TK, acc);
+    i64 nb0 = td.nb[0];
+    mmq_each(t, acc, [&](i64 r, int c, float v) { *(float*)(dst + sdo[c] + r * nb0) = v; });
 }
 
 // The float-expert form of `k_mmq_id` (F32/F16/BF16 experts): the same
