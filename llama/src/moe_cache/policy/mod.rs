@@ -8,6 +8,7 @@
 //! trace replay tool drives this very code, and [`belady::Belady`] (which
 //! knows the future) implements the same trait.
 
+pub mod adaptive;
 pub mod admission;
 pub mod belady;
 pub mod hlfu;
@@ -100,11 +101,15 @@ pub enum PolicyKind {
     TlfuSlru,
     /// [`PolicyKind::Lrfu`] behind the TinyLFU admission filter.
     TlfuLrfu,
+    /// Adaptive selection ([`adaptive::Adaptive`]): `hlfu`,
+    /// `nextuse-nopredict` and `nextuse` each drive a shadow cache, and
+    /// the one with the most recent shadow hits decides the evictions.
+    Adapt,
 }
 
 impl PolicyKind {
     /// Every selectable policy.
-    pub const ALL: [PolicyKind; 9] = [
+    pub const ALL: [PolicyKind; 10] = [
         PolicyKind::Lru,
         PolicyKind::Slru,
         PolicyKind::Lrfu,
@@ -114,6 +119,7 @@ impl PolicyKind {
         PolicyKind::TlfuLru,
         PolicyKind::TlfuSlru,
         PolicyKind::TlfuLrfu,
+        PolicyKind::Adapt,
     ];
 
     /// The name users type.
@@ -128,6 +134,7 @@ impl PolicyKind {
             PolicyKind::TlfuLru => "tlfu-lru",
             PolicyKind::TlfuSlru => "tlfu-slru",
             PolicyKind::TlfuLrfu => "tlfu-lrfu",
+            PolicyKind::Adapt => "adapt",
         }
     }
 
@@ -151,6 +158,7 @@ impl PolicyKind {
             PolicyKind::TlfuLru => self.admitted(PolicyKind::Lru, n_slots),
             PolicyKind::TlfuSlru => self.admitted(PolicyKind::Slru, n_slots),
             PolicyKind::TlfuLrfu => self.admitted(PolicyKind::Lrfu, n_slots),
+            PolicyKind::Adapt => Box::new(adaptive::Adaptive::new(n_slots)),
         }
     }
 
