@@ -128,7 +128,14 @@ impl StockWorker {
                     break; // the port was taken meanwhile: try another
                 }
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    // that probe connection counts as a client: it closed
+                    // that probe connection counts as a client: it closed.
+                    // The listener may be another test's worker that took
+                    // the port between our probe bind and the spawn: ours
+                    // then fails to bind and exits, so make sure it lives
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    if let Ok(Some(_)) = child.try_wait() {
+                        break;
+                    }
                     return Ok(StockWorker {
                         child,
                         port,
