@@ -95,7 +95,14 @@ fn replay_gives_the_live_host_tiers_counts_and_belady_is_never_beaten() {
     // tokens than 11 slots hold at 2 experts each, which the host cache,
     // holding all 8 experts of a layer, serves
     for mib in ["0.25", "0.6", "0.9"] {
-        for policy in ["lru", "slru", "lrfu", "hlfu", "nextuse", "nextuse-nopredict"] {
+        for policy in [
+            "lru",
+            "slru",
+            "lrfu",
+            "hlfu",
+            "nextuse",
+            "nextuse-nopredict",
+        ] {
             let tag = format!("{mib}-{policy}");
             let trace = dir.path().join(format!("t-{tag}.bin"));
             let t = trace.to_str().expect("path");
