@@ -70,8 +70,14 @@ fn policy_secs_per_token(
     trace: &[TraceUbatch],
 ) -> f64 {
     let t = Instant::now();
-    let st = replay(layers, n_expert, n_slots, kind.build(n_slots as usize), trace)
-        .expect("replay");
+    let st = replay(
+        layers,
+        n_expert,
+        n_slots,
+        kind.build(n_slots as usize),
+        trace,
+    )
+    .expect("replay");
     let secs = t.elapsed().as_secs_f64();
     std::hint::black_box(st);
     secs / trace.len() as f64
@@ -105,7 +111,9 @@ fn main() {
         "model {} ({n_moe} MoE layers of {n_expert} experts, {n_used} used); \
          topic routing, {TOKENS} decode tokens; sizes {sizes:?} slots; load {}",
         path.display(),
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     let mut decode = f64::INFINITY;
     let mut best = vec![[f64::INFINITY; 3]; PolicyKind::ALL.len()];
@@ -117,7 +125,10 @@ fn main() {
             }
         }
     }
-    println!("CPU decode: {:.3} ms per token (best of {ROUNDS} rounds of {DECODE})", decode * 1e3);
+    println!(
+        "CPU decode: {:.3} ms per token (best of {ROUNDS} rounds of {DECODE})",
+        decode * 1e3
+    );
     println!(
         "{:>18} {:>24} {:>24} {:>24}",
         "policy", "1/8: us/token (share)", "1/4: us/token (share)", "1/2: us/token (share)"
@@ -127,6 +138,12 @@ fn main() {
             .iter()
             .map(|s| format!("{:.1} ({:.3}%)", s * 1e6, 100.0 * s / decode))
             .collect();
-        println!("{:>18} {:>24} {:>24} {:>24}", k.name(), cells[0], cells[1], cells[2]);
+        println!(
+            "{:>18} {:>24} {:>24} {:>24}",
+            k.name(),
+            cells[0],
+            cells[1],
+            cells[2]
+        );
     }
 }
