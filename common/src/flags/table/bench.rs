@@ -305,7 +305,7 @@ pub static FLAGS: &[Flag] = &[
         "moe_cache_policy",
         &["--moe-cache-policy"],
         BENCH,
-        "eviction policy of the expert cache (lru, slru, lrfu, hlfu)",
+        "eviction policy of the expert cache: lru, slru, lrfu, hlfu (the default), nextuse, nextuse-nopredict, tlfu-lru, tlfu-slru, tlfu-lrfu, adapt",
     )
     .takes("<NAME>", Parse::Str),
     Flag::new(
@@ -319,7 +319,7 @@ pub static FLAGS: &[Flag] = &[
         "moe_host_cache_policy",
         &["--moe-host-cache-policy"],
         BENCH,
-        "eviction policy of the host expert cache (lru, slru, lrfu, hlfu)",
+        "eviction policy of the host expert cache: lru, slru, lrfu, hlfu (the default), nextuse, nextuse-nopredict, tlfu-lru, tlfu-slru, tlfu-lrfu, adapt",
     )
     .takes("<NAME>", Parse::Str),
     Flag::new(

@@ -193,7 +193,7 @@ pub static FLAGS: &[Flag] = &[
         "moe_host_cache_policy",
         &["--moe-host-cache-policy"],
         RUN_SERVER,
-        "eviction policy of the host expert cache, from the expert cache's set: lru, slru, lrfu, hlfu (the default), nextuse, nextuse-nopredict",
+        "eviction policy of the host expert cache, from the expert cache's set: lru, slru, lrfu, hlfu (the default), nextuse, nextuse-nopredict, tlfu-lru, tlfu-slru, tlfu-lrfu, adapt",
     )
     .takes("NAME", Parse::Str)
     .default("hlfu"),
