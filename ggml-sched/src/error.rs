@@ -31,6 +31,16 @@ pub enum SchedError {
         /// The backend's error.
         source: BackendError,
     },
+    /// A compute lender's loan does not hold what was asked for on the
+    /// backend (too small, misaligned, past its buffer's end, or memory the
+    /// backend cannot use).
+    #[error("the compute lender's loan on {backend} is unusable: {detail}")]
+    BadLoan {
+        /// The backend.
+        backend: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// Copying a split input failed.
     #[error("copying '{tensor}' from {src} to {dst} (split {split}): {source}")]
     Copy {

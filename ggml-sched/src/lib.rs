@@ -24,7 +24,9 @@
 //! 4. **Memory.** Everything the scheduler allocates (node results, leafs
 //!    without data, copies) is laid out by liveness in one compute buffer per
 //!    backend, kept across computes while large enough. Graph inputs and
-//!    outputs keep their memory; views take none.
+//!    outputs keep their memory; views take none. With a
+//!    [`ComputeLender`] installed, a device's compute memory of a graph is
+//!    asked of it first and laid out in the range it lends ([`lender`]).
 //! 5. **Run.** For each split: copy the inputs that are not host weights
 //!    (from another device device to device where the pair can,
 //!    [`ggml_core::BackendStream::copy_from_peer`], else through host memory),
@@ -66,6 +68,7 @@ mod alloc;
 mod error;
 mod exec;
 mod hook;
+pub mod lender;
 mod observe;
 mod plan;
 pub mod prefetch;
@@ -80,6 +83,7 @@ use ggml_core::{Graph, Op, TensorData, TensorId};
 
 pub use error::{HookError, SchedError};
 pub use hook::{CopyHook, HookCtx, SplitInput};
+pub use lender::{ComputeLender, Loan};
 pub use observe::ExecObserver;
 pub use prefetch::PrefetchCtx;
 pub use stats::{ComputeStats, PairStats, SplitStats};
@@ -130,6 +134,12 @@ pub struct Scheduler {
     /// `(uid, tensors, nodes)` of the graph the last compute ran, while
     /// nothing was planned or allocated since ([`Scheduler::compute_again`]).
     kept: Option<(u64, usize, usize)>,
+    /// The source of compute memory asked first, when installed.
+    lender: Option<Box<dyn ComputeLender>>,
+    /// Per backend: the loan the last allocated graph's memory is in.
+    loans: Vec<Option<Loan>>,
+    /// The uid of the graph allocated in the loans held.
+    loan_uid: Option<u64>,
 }
 
 impl Scheduler {
@@ -179,6 +189,9 @@ impl Scheduler {
             state: exec::State::default(),
             undo: Vec::new(),
             kept: None,
+            lender: None,
+            loans: vec![None; n],
+            loan_uid: None,
         })
     }
 
@@ -186,6 +199,146 @@ impl Scheduler {
     /// host weights are copied in full.
     pub fn set_copy_hook(&mut self, hook: Box<dyn CopyHook>) {
         self.hook = Some(hook);
+    }
+
+    /// Install a source of compute memory (replacing any earlier one, whose
+    /// loans are given back first): from the next
+    /// [`Scheduler::alloc_graph`] on, each device's compute memory of a
+    /// graph is asked of it before the scheduler uses its own (see
+    /// [`lender`]).
+    pub fn set_lender(&mut self, lender: Box<dyn ComputeLender>) {
+        self.give_back_loans(None);
+        self.lender = Some(lender);
+    }
+
+    /// Remove the source of compute memory (its loans given back) and
+    /// return it.
+    pub fn take_lender(&mut self) -> Option<Box<dyn ComputeLender>> {
+        self.give_back_loans(None);
+        self.lender.take()
+    }
+
+    /// Bytes of lent compute memory the last allocated graph uses, per
+    /// backend, as `(name, bytes)` (0 where it uses the scheduler's own).
+    pub fn lent_sizes(&self) -> Vec<(String, usize)> {
+        self.backends
+            .iter()
+            .zip(&self.loans)
+            .map(|(b, l)| (b.name().to_string(), l.as_ref().map_or(0, |l| l.size)))
+            .collect()
+    }
+
+    /// Release the compute buffers the scheduler allocated (a later graph
+    /// allocates what it needs again) and give back the loans it holds;
+    /// the plan is forgotten. Memory a graph's tensors still point at is
+    /// freed when that graph is dropped.
+    pub fn release_compute_memory(&mut self) {
+        self.give_back_loans(None);
+        for b in &mut self.bufs {
+            *b = None;
+        }
+        self.plan = None;
+        self.applied = None;
+        self.kept = None;
+    }
+
+    /// The compute memory per backend a graph needs, planned (as
+    /// [`Scheduler::alloc_graph`] would) without allocating or keeping
+    /// anything: the graph is not changed.
+    pub fn plan_memory(&mut self, g: &Graph) -> Result<Vec<usize>, SchedError> {
+        let ours = self.our_addrs();
+        let key = graph_key(g, &ours);
+        let env = Env {
+            backends: &self.backends,
+            own_use: &self.own_use,
+            ours: &ours,
+        };
+        Ok(make_plan(g, &env, key)?.buf_sizes)
+    }
+
+    /// Give the loans held back to the lender; when `g` is the graph laid
+    /// out in them, its tensors there forget their memory first (so that
+    /// they are planned as the scheduler's again, not as caller memory).
+    fn give_back_loans(&mut self, g: Option<&mut Graph>) {
+        if self.loans.iter().all(|l| l.is_none()) {
+            return;
+        }
+        if let (Some(g), Some(plan), Some(applied)) = (g, self.plan.as_ref(), self.applied.as_ref())
+        {
+            if self.loan_uid == Some(g.uid()) {
+                for &(e, b, _) in &plan.allocs {
+                    if self.loans[b].is_none() {
+                        continue;
+                    }
+                    let id = match e {
+                        Ent::T(id) => id,
+                        Ent::C(slot) => match applied.copy_ids.get(slot) {
+                            Some(&id) => id,
+                            None => continue,
+                        },
+                    };
+                    if id.index() < g.len() {
+                        g.tensor_mut(id).data = None;
+                    }
+                }
+            }
+        }
+        for (b, l) in self.loans.iter_mut().enumerate() {
+            if l.take().is_some() {
+                if let Some(lender) = self.lender.as_mut() {
+                    lender.give_back(b);
+                }
+            }
+        }
+        self.loan_uid = None;
+    }
+
+    /// Ask the lender for `need` bytes on backend `b` (devices only), and
+    /// check what it lends.
+    fn borrow(&mut self, b: usize, need: usize) -> Result<Option<Loan>, SchedError> {
+        let be = &self.backends[b];
+        let Some(lender) = self.lender.as_mut().filter(|_| !be.is_host()) else {
+            return Ok(None);
+        };
+        let Some(loan) = lender.lend(b, need) else {
+            return Ok(None);
+        };
+        let bad = |detail: String| SchedError::BadLoan {
+            backend: be.name().to_string(),
+            detail,
+        };
+        let detail = if loan.size < need {
+            Some(format!("{} bytes lent, {need} needed", loan.size))
+        } else if loan.offset % ALIGN != 0 {
+            Some(format!(
+                "offset {} is not a multiple of {ALIGN}",
+                loan.offset
+            ))
+        } else if loan
+            .offset
+            .checked_add(loan.size)
+            .is_none_or(|e| e > loan.buffer.size())
+        {
+            Some(format!(
+                "{} bytes at offset {} pass the end of a buffer of {} bytes",
+                loan.size,
+                loan.offset,
+                loan.buffer.size()
+            ))
+        } else if !be.can_use_buffer(loan.buffer.as_ref()) {
+            Some(format!(
+                "{} cannot use a buffer of {}",
+                be.name(),
+                loan.buffer.name()
+            ))
+        } else {
+            None
+        };
+        if let Some(d) = detail {
+            lender.give_back(b);
+            return Err(bad(d));
+        }
+        Ok(Some(loan))
     }
 
     /// Install the run's observer (replacing any earlier one): it hears
@@ -274,6 +427,7 @@ impl Scheduler {
     /// Adds the split input copies to the graph.
     pub fn alloc_graph(&mut self, g: &mut Graph) -> Result<(), SchedError> {
         self.kept = None;
+        self.give_back_loans(Some(g));
         let ours = self.our_addrs();
         let key = graph_key(g, &ours);
         let reuse = self.plan.as_ref().is_some_and(|p| p.key == key);
@@ -289,13 +443,25 @@ impl Scheduler {
             self.n_plans += 1;
             self.planned_since_compute = true;
         }
-        let Some(plan) = self.plan.as_ref() else {
+        let Some(sizes) = self.plan.as_ref().map(|p| p.buf_sizes.clone()) else {
             return Err(SchedError::Graph("no plan".into()));
         };
 
-        // compute buffers, grown when too small
-        for (b, &need) in plan.buf_sizes.iter().enumerate() {
-            if need == 0 || self.bufs[b].as_ref().is_some_and(|m| m.size() >= need) {
+        // compute memory: lent, else the scheduler's own buffer, grown
+        // when too small
+        let mut mem: Vec<Option<(Arc<dyn Buffer>, usize)>> = vec![None; sizes.len()];
+        for (b, &need) in sizes.iter().enumerate() {
+            if need == 0 {
+                continue;
+            }
+            if let Some(loan) = self.borrow(b, need)? {
+                mem[b] = Some((Arc::clone(&loan.buffer), loan.offset));
+                self.loans[b] = Some(loan);
+                self.loan_uid = Some(g.uid());
+                continue;
+            }
+            if let Some(m) = self.bufs[b].as_ref().filter(|m| m.size() >= need) {
+                mem[b] = Some((Arc::clone(m), 0));
                 continue;
             }
             let be = &self.backends[b];
@@ -310,8 +476,12 @@ impl Scheduler {
                     source,
                 })?;
             self.owned.push(Arc::downgrade(&m));
+            mem[b] = Some((Arc::clone(&m), 0));
             self.bufs[b] = Some(m);
         }
+        let Some(plan) = self.plan.as_ref() else {
+            return Err(SchedError::Graph("no plan".into()));
+        };
 
         // copy tensors: those added by an earlier run on this very graph,
         // else new ones at the end of the arena
@@ -349,7 +519,7 @@ impl Scheduler {
                 Ent::T(id) => id,
                 Ent::C(slot) => copy_ids[slot],
             };
-            let Some(buffer) = self.bufs[b].clone() else {
+            let Some((buffer, base)) = mem[b].clone() else {
                 return Err(SchedError::Graph(format!(
                     "no compute buffer on {}",
                     self.backends[b].name()
@@ -357,7 +527,7 @@ impl Scheduler {
             };
             g.tensor_mut(id).data = Some(TensorData {
                 buffer,
-                offset: off,
+                offset: base + off,
             });
         }
 
