@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use ggml_core::backend::check_range;
 use ggml_sched::{CopyHook, HookCtx, HookError};
 
-use super::disk::ReadReq;
+use super::disk::{DiskReader, ReadDone, ReadReq};
 use super::state::HostCache;
 use crate::expert_copy::PolicyShared;
 use crate::moe_cache::cache::bank::LayerAccess;
@@ -35,17 +36,17 @@ impl HostCacheHook {
     }
 }
 
-/// One merged read: experts `expert..expert + n` of role `role`, each into
+/// One merged read: experts of role `role` adjacent in the file, each into
 /// its slot.
 struct Run {
     role: usize,
+    off: u64,
     slots: Vec<u32>,
 }
 
 /// The reads of a layer's misses: per role, runs of adjacent experts (their
-/// slots need not be adjacent: the bytes are copied slot by slot).
-fn plan_reads(lc: &LayerCache, acc: &LayerAccess) -> (Vec<ReadReq>, Vec<Run>) {
-    let mut reqs = Vec::new();
+/// slots need not be adjacent: each expert's bytes go to its own slot).
+fn plan_reads(lc: &LayerCache, acc: &LayerAccess) -> Vec<Run> {
     let mut runs = Vec::new();
     for r in 0..3 {
         let eb = lc.expert_bytes[r];
@@ -57,18 +58,63 @@ fn plan_reads(lc: &LayerCache, acc: &LayerAccess) -> (Vec<ReadReq>, Vec<Run>) {
             while j < acc.misses.len() && acc.misses[j].0 == e0 + (j - i) as u32 {
                 j += 1;
             }
-            reqs.push(ReadReq {
-                off: base + e0 as u64 * eb as u64,
-                len: (j - i) * eb,
-            });
             runs.push(Run {
                 role: r,
+                off: base + e0 as u64 * eb as u64,
                 slots: acc.misses[i..j].iter().map(|&(_, s)| s).collect(),
             });
             i = j;
         }
     }
-    (reqs, runs)
+    runs
+}
+
+/// Read `runs` of layer `lc` from the disk straight into their slots.
+fn read_runs(disk: &DiskReader, lc: &LayerCache, runs: &[Run]) -> Result<Vec<ReadDone>, HookError> {
+    // every slot's address, checked inside its bank and disjoint from every
+    // other before any of them is written
+    let mut slots: Vec<(*mut u8, usize)> = Vec::new();
+    for run in runs {
+        let eb = lc.expert_bytes[run.role];
+        let bank = &lc.banks[run.role].0;
+        let Some(base) = bank.buffer.base_ptr() else {
+            return Err(HookError::msg(format!(
+                "the host expert cache's bank '{}' has no host address",
+                bank.buffer.name()
+            )));
+        };
+        for &slot in &run.slots {
+            let start = bank.offset + slot as usize * eb;
+            check_range(bank.buffer.name(), bank.buffer.size(), start, eb)?;
+            // SAFETY: `start + eb` is inside the buffer (checked above).
+            slots.push((unsafe { base.add(start) }, eb));
+        }
+    }
+    let mut sorted: Vec<(usize, usize)> = slots.iter().map(|&(p, l)| (p as usize, l)).collect();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+        return Err(HookError::msg(format!(
+            "host expert cache, layer {}: two misses were given overlapping slots",
+            lc.layer
+        )));
+    }
+    let mut slots = slots.into_iter();
+    let mut reqs = Vec::with_capacity(runs.len());
+    for run in runs {
+        let dst = slots
+            .by_ref()
+            .take(run.slots.len())
+            // SAFETY: each range lies inside its bank's buffer and overlaps
+            // no other destination of this batch (both checked above); the
+            // slots being filled are misses, which no node reads until this
+            // hook returns (the split that reads the banks runs after it, on
+            // this thread), and the layout keeps the buffers alive.
+            .map(|(p, l)| unsafe { std::slice::from_raw_parts_mut(p, l) })
+            .collect();
+        reqs.push(ReadReq { off: run.off, dst });
+    }
+    disk.read_batch(reqs)
+        .map_err(|e| HookError::msg(format!("host expert cache, layer {}: {e}", lc.layer)))
 }
 
 impl CopyHook for HostCacheHook {
@@ -88,28 +134,9 @@ impl CopyHook for HostCacheHook {
         let acc = bank
             .access(layer as u32, &experts)
             .map_err(HookError::msg)?;
-        let (reqs, runs) = plan_reads(&lc, &acc);
-        let write_err = Mutex::new(None);
-        let sink = |i: usize, bytes: &[u8]| {
-            let run = &runs[i];
-            let eb = lc.expert_bytes[run.role];
-            let bank = &lc.banks[run.role].0;
-            for (k, &slot) in run.slots.iter().enumerate() {
-                let dst = bank.offset + slot as usize * eb;
-                if let Err(e) = bank.buffer.write(dst, &bytes[k * eb..(k + 1) * eb]) {
-                    *write_err.lock() = Some(e);
-                }
-            }
-        };
+        let runs = plan_reads(&lc, &acc);
         let t0 = std::time::Instant::now();
-        let done = host
-            .disk
-            .read_batch(&reqs, &sink)
-            .map_err(|e| HookError::msg(format!("host expert cache, layer {layer}: {e}")))
-            .and_then(|d| match write_err.into_inner() {
-                Some(e) => Err(HookError::from(e)),
-                None => Ok(d),
-            });
+        let done = read_runs(&host.disk, &lc, &runs);
         let done = match done {
             Ok(d) => d,
             Err(e) => {
@@ -144,7 +171,7 @@ impl CopyHook for HostCacheHook {
         st.bytes_from_bank += h * slot_bytes;
         st.evictions += acc.evicted.len() as u64;
         st.id_reads += 1;
-        st.writes += reqs.len() as u64;
+        st.writes += runs.len() as u64;
         Ok(true)
     }
 }

@@ -1,7 +1,9 @@
 //! The host cache's memory: the device cache's [`CacheLayout`] with the CPU
 //! as its home. Each group of layers (equal expert shapes) gets banks
 //! `[ne0, ne1, n_slots]` per role in CPU memory for its share of the
-//! budget, each cached layer an I32 slot map and the lookup's result; the
+//! budget (each role's bank placed as most of its layers' tensors lie in
+//! the file modulo the `O_DIRECT` alignment, so that reads go straight
+//! into the slots), each cached layer an I32 slot map and the lookup's result; the
 //! graph is the device cache's (`get_rows(slot_map, ids)`, then
 //! `mul_mat_id(bank, x, slots)`). The maps live in memory the CPU's
 //! kernels reach only through a copy ([`ggml_core::Buffer::copied_for_cpu`]),
@@ -12,6 +14,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use ggml_core::gguf::DIO_ALIGN;
 use ggml_core::{Backend, BackendError, Buffer, BufferUsage, TensorData};
 
 use super::super::cache::layout::{model_groups_on, roles_of, split_budget, ALIGN};
@@ -77,6 +80,37 @@ pub fn min_bytes(model: &Model) -> u64 {
         .unwrap_or(0)
 }
 
+/// Per role, where in a [`DIO_ALIGN`] block the bank of `layers` starts:
+/// where most of those layers' tensors of that role start in the file. A
+/// slot then lies as its expert does in the file (when the experts' size is
+/// a multiple of the alignment), and the disk reader reads it straight in
+/// rather than through a bounce buffer ([`super::disk`]).
+fn bank_residues(model: &Model, layers: &[u32]) -> [usize; 3] {
+    let mut out = [0usize; 3];
+    for (r, slot) in out.iter_mut().enumerate() {
+        let mut seen: Vec<(usize, usize)> = Vec::new(); // (residue, count)
+        for &l in layers {
+            let Some(roles) = roles_of(model, l as usize) else {
+                continue;
+            };
+            let res = model.weight(roles[r]).data.offset % DIO_ALIGN;
+            match seen.iter_mut().find(|(x, _)| *x == res) {
+                Some((_, n)) => *n += 1,
+                None => seen.push((res, 1)),
+            }
+        }
+        // the most common residue; the first seen among equals
+        let mut best = (0usize, 0usize);
+        for &(res, n) in &seen {
+            if n > best.1 {
+                best = (res, n);
+            }
+        }
+        *slot = best.0;
+    }
+    out
+}
+
 /// Lay out a host cache of `budget` bytes for `model`'s expert layers on
 /// the CPU `cpu`, serving ubatches of up to `n_ubatch` tokens (a layer
 /// whose slots cannot hold every expert serves at most `n_slots / n_used`
@@ -135,12 +169,20 @@ pub fn host_layout(
             bank_bytes,
             fallback: false,
         });
+        // room to place each role's bank where direct reads can fill its
+        // slots without a bounce buffer ([`bank_residues`])
         let buf = cpu
-            .alloc_buffer(bank_bytes as usize, BufferUsage::Weights)
+            .alloc_buffer(
+                bank_bytes as usize + (g.roles.len() + 1) * DIO_ALIGN,
+                BufferUsage::Weights,
+            )
             .map_err(|e| oom(&format!("banks of {n_slots} slots"), e))?;
+        let base = buf.base_ptr().map_or(0, |p| p as usize);
+        let residues = bank_residues(model, &g.layers);
         let mut off = 0usize;
         let mut bank = Vec::new();
-        for r in &g.roles {
+        for (ri, r) in g.roles.iter().enumerate() {
+            off += (residues[ri] + DIO_ALIGN - (base + off) % DIO_ALIGN) % DIO_ALIGN;
             bank.push((
                 TensorData {
                     buffer: Arc::clone(&buf),

@@ -14,7 +14,8 @@ const MAX_LATENCIES: usize = 1 << 20;
 /// The disk's side of the host cache: reads, bytes, latencies.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DiskStats {
-    /// Reads issued (one per merged run of experts of one tensor).
+    /// Reads issued: pieces of at most `disk::PIECE_BYTES` of the merged
+    /// runs of adjacent experts of one tensor.
     pub reads: u64,
     /// Bytes the disk transferred (aligned covers of the wanted ranges).
     pub bytes: u64,
