@@ -81,6 +81,11 @@ pub(crate) fn timings_json(t: &Timings) -> Value {
             "hit_rate": if h + m == 0 { 0.0 } else { h as f64 / (h + m) as f64 },
         });
     }
+    // speculative decoding (llama.cpp's names; only when the server speculates)
+    if let Some((n, accepted)) = t.draft {
+        v["draft_n"] = json!(n);
+        v["draft_n_accepted"] = json!(accepted);
+    }
     v
 }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Parser;
 use common::args::prefetch::PrefetchArgs;
+use common::args::speculative::SpecArgs;
 use common::cli::{BatchArgs, MoeCacheArgs, PlacementArgs};
 use common::flags::{self, Lookup, ParseError, Tool};
 use ggml_core::GgmlType;
@@ -77,6 +78,9 @@ pub struct ServerArgs {
 
     #[command(flatten)]
     pub prefetch: PrefetchArgs,
+
+    #[command(flatten)]
+    pub spec: SpecArgs,
 
     /// `--api-key`.
     #[arg(long)]
@@ -298,6 +302,10 @@ impl ServerArgs {
         }
         self.prefetch.slots()?;
         self.fit.check()?;
+        // speculative decoding: the type, sizes and the draft's placement
+        if self.spec.source()?.is_some() {
+            self.spec.draft_placement(&self.placement)?;
+        }
         Ok(())
     }
 

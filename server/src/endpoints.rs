@@ -69,7 +69,7 @@ fn slot_json(st: &AppState, id: usize) -> Result<Value, ApiError> {
         "id": id,
         "id_task": v.n_tasks as i64 - 1,
         "n_ctx": st.n_slot_ctx,
-        "speculative": false,
+        "speculative": st.speculative,
         "is_processing": v.is_processing,
         "params": params_json(&p, n_predict),
         "prompt": "",
@@ -149,6 +149,9 @@ fn new_defaults(st: &AppState, body: Result<JsonBody, Rejected>) -> Result<Json<
         repeat_penalty: p.repeat_penalty,
         repeat_last_n: p.repeat_last_n,
         n_keep: p.n_keep,
+        spec_n_max: p.spec_n_max,
+        spec_n_min: p.spec_n_min,
+        spec_p_min: p.spec_p_min,
     };
     Ok(Json(json!({"success": true})))
 }

@@ -17,12 +17,19 @@
 //! emptied cells (recomputed, so the kept tokens' keys are exact, where
 //! llama.cpp re-rotates them in place). Slot actions (`/slots/{id}`:
 //! save, restore, erase) run on this thread between decodes ([`Task`]).
+//!
+//! With speculative decoding each slot has a draft source: a generating
+//! slot's pending token enters the batch with the tokens its source
+//! guesses follow it (each with its logits row); the request's sampler
+//! takes the rows in order, a guess it agrees with needs no decode of its
+//! own, and the cells of the guesses it does not reach are removed.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use llama::speculative::DraftSource;
 use llama::{Batch, Context, Sampler, SamplerParams, SeqId};
 use tokio::sync::{mpsc, oneshot};
 
@@ -130,6 +137,10 @@ pub struct Timings {
     /// cache is shared: other requests' decodes in that time are counted
     /// too); `None` without an expert cache, and in the per-token timings.
     pub expert_cache: Option<(u64, u64)>,
+    /// Speculative decoding's tokens drafted for the request and, of
+    /// those, accepted (llama.cpp's `draft_n`, `draft_n_accepted`); `None`
+    /// when the server does not speculate.
+    pub draft: Option<(usize, usize)>,
 }
 
 /// Token counts of a finished request.
@@ -289,6 +300,13 @@ struct Active {
     /// A further choice waiting for this slot's prompt to be decoded (it
     /// then shares its cells and samples from its last row).
     follow: Option<usize>,
+    /// The draft tokens in the batch being decoded after `pending`, each
+    /// with its batch index (its logits row), not yet checked.
+    guesses: Vec<(i32, usize)>,
+    /// Draft tokens sent to the target for this request, and of those
+    /// the tokens sampled agreed with.
+    draft_n: usize,
+    draft_n_accepted: usize,
 }
 
 struct Slot {
@@ -298,6 +316,9 @@ struct Slot {
     active: Option<Active>,
     /// Requests taken.
     n_tasks: u64,
+    /// What drafts this slot's next tokens (speculative decoding), if the
+    /// server speculates.
+    draft: Option<Box<dyn DraftSource + Send>>,
 }
 
 fn ms(d: std::time::Duration) -> f64 {
@@ -457,21 +478,34 @@ fn common_prefix(a: &[i32], b: &[i32]) -> usize {
 }
 
 /// Run the decode loop until the job channel closes.
+///
+/// `drafts`: speculative decoding's draft source of each slot, in slot
+/// order (empty: no speculation). A generating slot's pending token then
+/// goes into the batch with the tokens its source guesses follow it; each
+/// guess the sampled token agrees with is taken from its own logits row,
+/// and the cells of the guesses not taken are removed.
 pub fn run(
     mut ctx: Context,
     mut rx: mpsc::Receiver<Task>,
     metrics: Arc<Metrics>,
     cfg: EngineConfig,
+    drafts: Vec<Box<dyn DraftSource + Send>>,
 ) {
     let model = Arc::clone(ctx.model());
+    let mut drafts = drafts.into_iter();
     let mut slots: Vec<Slot> = (0..cfg.n_slots)
         .map(|i| Slot {
             seq: i as SeqId,
             cache: Vec::new(),
             active: None,
             n_tasks: 0,
+            draft: drafts.next(),
         })
         .collect();
+    let n_vocab = model.hparams.n_vocab;
+    metrics
+        .spec_on
+        .store(slots.iter().any(|s| s.draft.is_some()), Relaxed);
     let n_ubatch = ctx.params().n_ubatch;
     metrics.n_slots.store(cfg.n_slots as u64, Relaxed);
     metrics.kv_size.store(ctx.n_ctx() as u64, Relaxed);
@@ -559,9 +593,11 @@ pub fn run(
         // one batch: generating slots first, then prompt tokens up to a ubatch
         batch.clear();
         let mut rows: Vec<(usize, usize)> = Vec::new(); // (slot, batch index)
+        let mut generating = Vec::new();
         for (si, s) in slots.iter_mut().enumerate() {
             if let Some(t) = s.active.as_mut().and_then(|a| a.pending.take()) {
                 rows.push((si, batch.len()));
+                generating.push(si);
                 batch.add(t, s.cache.len() as i32, s.seq, true);
                 s.cache.push(t);
             }
@@ -588,12 +624,35 @@ pub fn run(
             }
             n_prompt += k;
         }
+        // speculation: the guesses that follow each generating slot's token
+        let (mut n_drafted, mut n_verify_tokens) = (0, 0);
+        let n_batch = ctx.params().n_batch;
+        for &si in &generating {
+            let room = n_batch.saturating_sub(batch.len());
+            let n = draft_into(&mut slots[si], &mut batch, room, cfg.n_slot_ctx, n_vocab);
+            if n > 0 {
+                n_drafted += n;
+                n_verify_tokens += n + 1;
+            }
+        }
         if batch.is_empty() {
             continue;
         }
+        let bytes0 = ctx.stats().h2d_bytes_experts;
         let t0 = Instant::now();
         let r = ctx.decode_batch(&batch);
         let us = t0.elapsed().as_micros() as u64;
+        if n_drafted > 0 {
+            metrics.draft_tokens.fetch_add(n_drafted as u64, Relaxed);
+            metrics.verify_decodes.fetch_add(1, Relaxed);
+            metrics
+                .verify_tokens
+                .fetch_add(n_verify_tokens as u64, Relaxed);
+            metrics.verify_expert_bytes.fetch_add(
+                ctx.stats().h2d_bytes_experts.saturating_sub(bytes0),
+                Relaxed,
+            );
+        }
         metrics.decodes.fetch_add(1, Relaxed);
         metrics.busy_slots_sum.fetch_add(busy as u64, Relaxed);
         if n_prompt > 0 {
@@ -641,176 +700,54 @@ pub fn run(
         }
         // sample each output row
         for &(si, j) in &rows {
-            let Some(logits) = ctx.batch_logits(j) else {
-                continue;
-            };
             let s = &mut slots[si];
-            let Some(a) = s.active.as_mut() else { continue };
-            // a constrained request samples among the tokens its grammar allows
-            let masked;
-            let logits = match a
-                .job
-                .params
-                .constraint
+            let guesses = s
+                .active
                 .as_mut()
-                .map(|c| c.mask_logits(logits))
-            {
-                None => logits,
-                Some(Ok(m)) => {
-                    masked = m;
-                    &masked[..]
-                }
-                Some(Err(e)) => {
-                    fail_slot(s, &metrics, e);
-                    continue;
-                }
-            };
-            let (tok, logprobs) = match a.job.params.logprobs {
-                None => (a.sampler.sample(logits), None),
-                Some(n) if a.job.params.post_sampling_probs => {
-                    let (t, dist) = a.sampler.sample_with_probs(logits);
-                    let mut l = post_sampling_logprobs(&dist, t, n);
-                    // as llama.cpp: n alternatives even when the chain
-                    // kept fewer (greedy), the dropped ones at probability 0
-                    // (log 0 written as the most negative f32: JSON has no -inf)
-                    if l.top.len() < n {
-                        for (alt, _) in token_logprobs(logits, t, n).top {
-                            if l.top.len() < n && !l.top.iter().any(|x| x.0 == alt) {
-                                l.top.push((alt, f32::MIN));
-                            }
-                        }
-                    }
-                    (t, Some(l))
-                }
-                Some(n) => {
-                    let t = a.sampler.sample(logits);
-                    (t, Some(token_logprobs(logits, t, n)))
-                }
-            };
-            a.sampler.accept(tok);
-            let mut grammar_done = false;
-            if let Some(c) = a.job.params.constraint.as_mut() {
-                if !model.tokenizer.is_eog(tok) {
-                    if let Err(e) = c.commit(tok) {
-                        fail_slot(s, &metrics, e);
-                        continue;
-                    }
-                    grammar_done = c.is_finished();
-                }
+                .map(|a| std::mem::take(&mut a.guesses))
+                .unwrap_or_default();
+            // the guesses' cells stay until checked; the slot's tokens are
+            // those taken
+            s.cache.truncate(s.cache.len() - guesses.len());
+            let mut guessed = guesses.iter();
+            let mut next = guessed.next();
+            let mut tok = take_row(
+                &mut ctx,
+                s,
+                si,
+                j,
+                next.map(|g| g.0),
+                &model,
+                &metrics,
+                cfg.n_slot_ctx,
+            );
+            // each guess the sampled token agrees with is the slot's next
+            // token, already decoded: its row gives the token after it
+            while let Some(&(g, jg)) = next {
+                let Some(a) = s
+                    .active
+                    .as_mut()
+                    .filter(|a| tok == Some(g) && a.pending == Some(g))
+                else {
+                    break;
+                };
+                a.pending = None;
+                s.cache.push(g);
+                next = guessed.next();
+                tok = take_row(
+                    &mut ctx,
+                    s,
+                    si,
+                    jg,
+                    next.map(|g| g.0),
+                    &model,
+                    &metrics,
+                    cfg.n_slot_ctx,
+                );
             }
-            let now = Instant::now();
-            let t_first = *a.t_first.get_or_insert(now);
-            // (finish_reason, stop_type, stopping word, stopped at the context's end)
-            let mut finish: Option<(&'static str, &'static str, String, bool)> = None;
-            if a.job.max_tokens == 0 {
-                finish = Some(("length", "limit", String::new(), false));
-            } else if model.tokenizer.is_eog(tok) && !a.job.params.ignore_eos {
-                finish = Some(("stop", "eos", String::new(), false));
-            } else {
-                a.n_gen += 1;
-                metrics.predicted_tokens.fetch_add(1, Relaxed);
-                a.bytes
-                    .extend_from_slice(&model.tokenizer.token_to_piece(tok, false));
-                let valid = match std::str::from_utf8(&a.bytes) {
-                    Ok(t) => t,
-                    Err(e) => std::str::from_utf8(&a.bytes[..e.valid_up_to()]).unwrap_or(""),
-                };
-                let stops = &a.job.params.stop;
-                let (end, stopped) = match find_stop(valid, stops) {
-                    Some(i) => (i, true),
-                    None => (safe_len(valid, stops), false),
-                };
-                let text = valid.get(a.sent..end.max(a.sent)).unwrap_or("").to_string();
-                let word = if stopped {
-                    stops
-                        .iter()
-                        .filter(|w| !w.is_empty())
-                        .find(|w| valid[end..].starts_with(w.as_str()))
-                        .cloned()
-                        .unwrap_or_default()
-                } else {
-                    String::new()
-                };
-                a.sent = end.max(a.sent);
-                let timings = Timings {
-                    prompt_n: a.prompt_n,
-                    prompt_ms: ms(t_first - a.t_start),
-                    predicted_n: a.n_gen,
-                    predicted_ms: ms(now - t_first),
-                    expert_cache: None,
-                };
-                let _ = a.job.events.send(Event::Token {
-                    id: tok,
-                    text,
-                    logprobs,
-                    timings,
-                });
-                if stopped {
-                    finish = Some(("stop", "word", word, false));
-                } else if grammar_done {
-                    // the grammar allows nothing but the end of generation
-                    finish = Some(("stop", "eos", String::new(), false));
-                } else if a.n_gen >= a.job.max_tokens {
-                    finish = Some(("length", "limit", String::new(), false));
-                } else if s.cache.len() + 1 >= cfg.n_slot_ctx {
-                    if a.job.ctx_shift {
-                        // keep n_keep tokens, drop half of the rest, and
-                        // decode what is kept (and the new token) again
-                        let n = s.cache.len();
-                        let n_keep = match a.job.params.n_keep {
-                            k if k < 0 => a.job.prompt.len(),
-                            k => k as usize,
-                        }
-                        .min(n.saturating_sub(2));
-                        let n_discard = (n - n_keep) / 2;
-                        let mut feed = s.cache[..n_keep].to_vec();
-                        feed.extend_from_slice(&s.cache[n_keep + n_discard..]);
-                        feed.push(tok);
-                        ctx.seq_rm(s.seq, 0, -1);
-                        s.cache.clear();
-                        a.feed = feed;
-                        a.prompt_pos = 0;
-                        a.shifted = true;
-                    } else {
-                        finish = Some(("length", "limit", String::new(), true));
-                    }
-                } else {
-                    a.pending = Some(tok);
-                }
-            }
-            if let Some((reason, stop_type, word, at_end)) = finish {
-                if let Some(a) = s.active.take() {
-                    // release what was held back (a stop string's possible
-                    // start that never completed, a cut UTF-8 sequence)
-                    let valid = String::from_utf8_lossy(&a.bytes);
-                    let end = find_stop(&valid, &a.job.params.stop).unwrap_or(valid.len());
-                    if end > a.sent {
-                        let rest = valid.get(a.sent..end).unwrap_or("").to_string();
-                        let _ = a.job.events.send(Event::Text(rest));
-                    }
-                    let _ = a.job.events.send(Event::Done(Usage {
-                        finish_reason: reason,
-                        stop_type,
-                        stopping_word: word,
-                        truncated: a.job.prompt_truncated || a.shifted || at_end,
-                        id_slot: si,
-                        timings: Timings {
-                            prompt_n: a.prompt_n,
-                            prompt_ms: ms(t_first - a.t_start),
-                            predicted_n: a.n_gen,
-                            predicted_ms: ms(now - t_first),
-                            expert_cache: match (a.cache0, cache_counts(&ctx)) {
-                                (Some((h0, m0)), Some((h, m))) => {
-                                    Some((h.saturating_sub(h0), m.saturating_sub(m0)))
-                                }
-                                _ => None,
-                            },
-                        },
-                        prompt_tokens: a.job.prompt.len(),
-                        cached_tokens: a.cached,
-                        completion_tokens: a.n_gen,
-                    }));
-                }
+            if !guesses.is_empty() {
+                // the guesses not taken leave the cache
+                ctx.seq_rm(s.seq, s.cache.len() as i32, -1);
             }
         }
         metrics
@@ -818,6 +755,256 @@ pub fn run(
             .store(ctx.kv_cache().used_cells() as u64, Relaxed);
         metrics.update_from_context(&ctx);
     }
+}
+
+/// Add to `batch` the tokens slot `s`'s draft source guesses follow its
+/// pending token (the last of its cache, just added): at most the
+/// request's `speculative.n_max`, the tokens it still wants after the
+/// next one, the cells left in its context and `room` in the batch; none
+/// when fewer than `speculative.n_min` can be drafted or are guessed.
+/// Returns how many were added.
+fn draft_into(
+    s: &mut Slot,
+    batch: &mut Batch,
+    room: usize,
+    n_slot_ctx: usize,
+    n_vocab: usize,
+) -> usize {
+    let (Some(src), Some(a)) = (s.draft.as_mut(), s.active.as_mut()) else {
+        return 0;
+    };
+    let Some((&last, history)) = s.cache.split_last() else {
+        return 0;
+    };
+    let p = &a.job.params;
+    let n_max = p
+        .spec_n_max
+        .min(a.job.max_tokens.saturating_sub(a.n_gen + 1))
+        .min(n_slot_ctx.saturating_sub(s.cache.len() + 1))
+        .min(room);
+    if n_max == 0 || n_max < p.spec_n_min {
+        return 0;
+    }
+    let mut d = match src.propose(history, last, n_max) {
+        Ok(d) => d,
+        Err(e) => {
+            // the draft failed: this token goes without guesses
+            eprintln!("llama-server: speculative: the draft failed: {e}");
+            return 0;
+        }
+    };
+    d.truncate(n_max);
+    // a draft vocabulary may be larger than the target's (by up to 128)
+    if let Some(k) = d.iter().position(|&t| t < 0 || t as usize >= n_vocab) {
+        d.truncate(k);
+    }
+    if d.len() < p.spec_n_min.max(1) {
+        return 0;
+    }
+    for &g in &d {
+        a.guesses.push((g, batch.len()));
+        batch.add(g, s.cache.len() as i32, s.seq, true);
+        s.cache.push(g);
+    }
+    a.draft_n += d.len();
+    d.len()
+}
+
+/// Sample row `j` of the last batch for slot `si` (`s`) and take the
+/// token: send it, or end the request (end of generation, stop string,
+/// limit), or shift the context; a slot that goes on generating has the
+/// token as its `pending` one. `guess` is the draft token the row's
+/// token was guessed to be (the row then follows that guess in the
+/// batch), counted accepted when the token is it. Returns the token
+/// sampled (`None`: the row or the request was gone, or its constraint
+/// failed).
+#[allow(clippy::too_many_arguments)]
+fn take_row(
+    ctx: &mut Context,
+    s: &mut Slot,
+    si: usize,
+    j: usize,
+    guess: Option<i32>,
+    model: &llama::Model,
+    metrics: &Metrics,
+    n_slot_ctx: usize,
+) -> Option<i32> {
+    let speculating = s.draft.is_some();
+    let logits = ctx.batch_logits(j)?;
+    let a = s.active.as_mut()?;
+    // a constrained request samples among the tokens its grammar allows
+    let masked;
+    let logits = match a
+        .job
+        .params
+        .constraint
+        .as_mut()
+        .map(|c| c.mask_logits(logits))
+    {
+        None => logits,
+        Some(Ok(m)) => {
+            masked = m;
+            &masked[..]
+        }
+        Some(Err(e)) => {
+            fail_slot(s, metrics, e);
+            return None;
+        }
+    };
+    let (tok, logprobs) = match a.job.params.logprobs {
+        None => (a.sampler.sample(logits), None),
+        Some(n) if a.job.params.post_sampling_probs => {
+            let (t, dist) = a.sampler.sample_with_probs(logits);
+            let mut l = post_sampling_logprobs(&dist, t, n);
+            // as llama.cpp: n alternatives even when the chain
+            // kept fewer (greedy), the dropped ones at probability 0
+            // (log 0 written as the most negative f32: JSON has no -inf)
+            if l.top.len() < n {
+                for (alt, _) in token_logprobs(logits, t, n).top {
+                    if l.top.len() < n && !l.top.iter().any(|x| x.0 == alt) {
+                        l.top.push((alt, f32::MIN));
+                    }
+                }
+            }
+            (t, Some(l))
+        }
+        Some(n) => {
+            let t = a.sampler.sample(logits);
+            (t, Some(token_logprobs(logits, t, n)))
+        }
+    };
+    a.sampler.accept(tok);
+    if guess == Some(tok) {
+        a.draft_n_accepted += 1;
+        metrics.draft_accepted.fetch_add(1, Relaxed);
+    }
+    let mut grammar_done = false;
+    if let Some(c) = a.job.params.constraint.as_mut() {
+        if !model.tokenizer.is_eog(tok) {
+            if let Err(e) = c.commit(tok) {
+                fail_slot(s, metrics, e);
+                return None;
+            }
+            grammar_done = c.is_finished();
+        }
+    }
+    let now = Instant::now();
+    let t_first = *a.t_first.get_or_insert(now);
+    // (finish_reason, stop_type, stopping word, stopped at the context's end)
+    let mut finish: Option<(&'static str, &'static str, String, bool)> = None;
+    if a.job.max_tokens == 0 {
+        finish = Some(("length", "limit", String::new(), false));
+    } else if model.tokenizer.is_eog(tok) && !a.job.params.ignore_eos {
+        finish = Some(("stop", "eos", String::new(), false));
+    } else {
+        a.n_gen += 1;
+        metrics.predicted_tokens.fetch_add(1, Relaxed);
+        a.bytes
+            .extend_from_slice(&model.tokenizer.token_to_piece(tok, false));
+        let valid = match std::str::from_utf8(&a.bytes) {
+            Ok(t) => t,
+            Err(e) => std::str::from_utf8(&a.bytes[..e.valid_up_to()]).unwrap_or(""),
+        };
+        let stops = &a.job.params.stop;
+        let (end, stopped) = match find_stop(valid, stops) {
+            Some(i) => (i, true),
+            None => (safe_len(valid, stops), false),
+        };
+        let text = valid.get(a.sent..end.max(a.sent)).unwrap_or("").to_string();
+        let word = if stopped {
+            stops
+                .iter()
+                .filter(|w| !w.is_empty())
+                .find(|w| valid[end..].starts_with(w.as_str()))
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        a.sent = end.max(a.sent);
+        let timings = Timings {
+            prompt_n: a.prompt_n,
+            prompt_ms: ms(t_first - a.t_start),
+            predicted_n: a.n_gen,
+            predicted_ms: ms(now - t_first),
+            expert_cache: None,
+            draft: speculating.then_some((a.draft_n, a.draft_n_accepted)),
+        };
+        let _ = a.job.events.send(Event::Token {
+            id: tok,
+            text,
+            logprobs,
+            timings,
+        });
+        if stopped {
+            finish = Some(("stop", "word", word, false));
+        } else if grammar_done {
+            // the grammar allows nothing but the end of generation
+            finish = Some(("stop", "eos", String::new(), false));
+        } else if a.n_gen >= a.job.max_tokens {
+            finish = Some(("length", "limit", String::new(), false));
+        } else if s.cache.len() + 1 >= n_slot_ctx {
+            if a.job.ctx_shift {
+                // keep n_keep tokens, drop half of the rest, and
+                // decode what is kept (and the new token) again
+                let n = s.cache.len();
+                let n_keep = match a.job.params.n_keep {
+                    k if k < 0 => a.job.prompt.len(),
+                    k => k as usize,
+                }
+                .min(n.saturating_sub(2));
+                let n_discard = (n - n_keep) / 2;
+                let mut feed = s.cache[..n_keep].to_vec();
+                feed.extend_from_slice(&s.cache[n_keep + n_discard..]);
+                feed.push(tok);
+                ctx.seq_rm(s.seq, 0, -1);
+                s.cache.clear();
+                a.feed = feed;
+                a.prompt_pos = 0;
+                a.shifted = true;
+            } else {
+                finish = Some(("length", "limit", String::new(), true));
+            }
+        } else {
+            a.pending = Some(tok);
+        }
+    }
+    if let Some((reason, stop_type, word, at_end)) = finish {
+        if let Some(a) = s.active.take() {
+            // release what was held back (a stop string's possible
+            // start that never completed, a cut UTF-8 sequence)
+            let valid = String::from_utf8_lossy(&a.bytes);
+            let end = find_stop(&valid, &a.job.params.stop).unwrap_or(valid.len());
+            if end > a.sent {
+                let rest = valid.get(a.sent..end).unwrap_or("").to_string();
+                let _ = a.job.events.send(Event::Text(rest));
+            }
+            let _ = a.job.events.send(Event::Done(Usage {
+                finish_reason: reason,
+                stop_type,
+                stopping_word: word,
+                truncated: a.job.prompt_truncated || a.shifted || at_end,
+                id_slot: si,
+                timings: Timings {
+                    prompt_n: a.prompt_n,
+                    prompt_ms: ms(t_first - a.t_start),
+                    predicted_n: a.n_gen,
+                    predicted_ms: ms(now - t_first),
+                    expert_cache: match (a.cache0, cache_counts(ctx)) {
+                        (Some((h0, m0)), Some((h, m))) => {
+                            Some((h.saturating_sub(h0), m.saturating_sub(m0)))
+                        }
+                        _ => None,
+                    },
+                    draft: speculating.then_some((a.draft_n, a.draft_n_accepted)),
+                },
+                prompt_tokens: a.job.prompt.len(),
+                cached_tokens: a.cached,
+                completion_tokens: a.n_gen,
+            }));
+        }
+    }
+    Some(tok)
 }
 
 /// Give a job the idle slot with the longest cached common prefix (and
@@ -946,6 +1133,9 @@ fn assign(
             bytes: Vec::new(),
             sent: 0,
             follow: Some(best),
+            guesses: Vec::new(),
+            draft_n: 0,
+            draft_n_accepted: 0,
         });
     }
     slots[best].active = Some(Active {
@@ -964,6 +1154,9 @@ fn assign(
         bytes: Vec::new(),
         sent: 0,
         follow: None,
+        guesses: Vec::new(),
+        draft_n: 0,
+        draft_n_accepted: 0,
     });
     None
 }

@@ -14,7 +14,9 @@
 //! messages are [`chat_fallback`]'s; [`tools`] reads tool calls back out of
 //! the generated text. [`metrics`] keeps the counters `/metrics` prints;
 //! [`args`] holds the flags; [`error`] the OpenAI-style JSON errors;
-//! [`serve`] the accept loop. [`constraint`] is constrained decoding
+//! [`serve`] the accept loop. [`speculative`] loads each slot's draft
+//! source (a draft model, or the n-gram lookup) for speculative decoding,
+//! which the decode thread verifies in its batches. [`constraint`] is constrained decoding
 //! (`grammar`, `json_schema`, `response_format`) with llguidance over the
 //! vocabulary of [`token_env`], GBNF read by [`gbnf`]. [`webui`] is the chat
 //! page at `/`.
@@ -38,6 +40,7 @@ pub mod prompt;
 pub mod request;
 pub mod routes;
 pub mod serve;
+pub mod speculative;
 pub mod state;
 pub mod stop;
 pub mod token_env;

@@ -1,7 +1,10 @@
 //! The server's counters and their Prometheus text form (llama.cpp's
-//! `llamacpp:` metric names, plus expert-copy, expert-cache and
-//! prompt-cache metrics), and how they are read from the context after
-//! each decode ([`Metrics::update_from_context`]).
+//! `llamacpp:` metric names, plus expert-copy, expert-cache,
+//! prompt-cache and speculative decoding metrics), and how they are read
+//! from the context after each decode ([`Metrics::update_from_context`]).
+//! The speculative ones are named after llama.cpp's slot counters
+//! (`n_draft_total`, `n_draft_accepted`), which its `/metrics` does not
+//! print.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -67,6 +70,20 @@ pub struct Metrics {
     /// Whether prefetch counters are wired ([`prefetch_counters`] returned
     /// some): only then are the prefetch metrics printed.
     pub prefetch_on: AtomicBool,
+    /// Whether the server speculates: only then are the draft metrics
+    /// printed.
+    pub spec_on: AtomicBool,
+    /// Draft tokens sent to the target in verify batches.
+    pub draft_tokens: AtomicU64,
+    /// Of those, tokens the target's sampled token agreed with.
+    pub draft_accepted: AtomicU64,
+    /// Decodes that carried draft tokens (verify batches).
+    pub verify_decodes: AtomicU64,
+    /// Draft tokens and the tokens they follow in those decodes.
+    pub verify_tokens: AtomicU64,
+    /// Expert bytes copied to the device by those decodes (the whole
+    /// batch's, other slots' prompt tokens in it included).
+    pub verify_expert_bytes: AtomicU64,
 }
 
 /// The prefetcher's byte counters of a context: uploaded ahead of need, and
@@ -310,6 +327,58 @@ impl Metrics {
             1.0 - ratio(g(&self.expert_bytes), full).min(1.0)
         };
         let _ = writeln!(s, "llamacpp:expert_copy_saved_ratio {saved}");
+        if self.spec_on.load(Relaxed) {
+            let (dn, da) = (g(&self.draft_tokens), g(&self.draft_accepted));
+            let vb = g(&self.verify_expert_bytes);
+            for (name, ty, help, v) in [
+                (
+                    "n_draft_total",
+                    "counter",
+                    "Speculative draft tokens sent to the target.",
+                    dn as f64,
+                ),
+                (
+                    "n_draft_accepted_total",
+                    "counter",
+                    "Speculative draft tokens the target accepted.",
+                    da as f64,
+                ),
+                (
+                    "draft_acceptance_ratio",
+                    "gauge",
+                    "Accepted over drafted tokens.",
+                    ratio(da, dn),
+                ),
+                (
+                    "spec_verify_decodes_total",
+                    "counter",
+                    "Decodes that carried draft tokens (verify batches).",
+                    g(&self.verify_decodes) as f64,
+                ),
+                (
+                    "spec_verify_tokens_total",
+                    "counter",
+                    "Draft tokens and the tokens they follow, in verify batches.",
+                    g(&self.verify_tokens) as f64,
+                ),
+                (
+                    "spec_verify_expert_bytes_total",
+                    "counter",
+                    "Expert bytes copied host to device by verify batches (part of expert_bytes_uploaded_total).",
+                    vb as f64,
+                ),
+                (
+                    "spec_verify_expert_bytes_per_accepted",
+                    "gauge",
+                    "Verify batches' expert bytes per accepted draft token.",
+                    ratio(vb, da),
+                ),
+            ] {
+                let _ = writeln!(s, "# HELP llamacpp:{name} {help}");
+                let _ = writeln!(s, "# TYPE llamacpp:{name} {ty}");
+                let _ = writeln!(s, "llamacpp:{name} {v}");
+            }
+        }
         if self.prefetch_on.load(Relaxed) {
             let (pb, pu) = (g(&self.prefetch_bytes), g(&self.prefetch_bytes_used));
             for (name, ty, help, v) in [
@@ -413,5 +482,27 @@ mod tests {
         assert!(t.contains("llamacpp:prefetch_hit_ratio 0.25\n"), "{t}");
         m.set_prefetch(None);
         assert!(!m.render().contains("prefetch"));
+    }
+
+    #[test]
+    fn speculative_lines_only_when_speculating() {
+        let m = Metrics::default();
+        m.draft_tokens.store(40, Relaxed);
+        m.draft_accepted.store(30, Relaxed);
+        m.verify_expert_bytes.store(3000, Relaxed);
+        assert!(!m.render().contains("draft"));
+        m.spec_on.store(true, Relaxed);
+        let t = m.render();
+        assert!(t.contains("llamacpp:n_draft_total 40\n"), "{t}");
+        assert!(t.contains("llamacpp:n_draft_accepted_total 30\n"), "{t}");
+        assert!(t.contains("llamacpp:draft_acceptance_ratio 0.75\n"), "{t}");
+        assert!(
+            t.contains("llamacpp:spec_verify_expert_bytes_per_accepted 100\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# TYPE llamacpp:n_draft_accepted_total counter\n"),
+            "{t}"
+        );
     }
 }

@@ -34,6 +34,9 @@ pub fn params_json(p: &GenParams, n_predict: i64) -> Value {
         "ignore_eos": p.ignore_eos,
         "timings_per_token": p.timings_per_token,
         "cache_prompt": p.cache_prompt,
+        "speculative.n_max": p.spec_n_max,
+        "speculative.n_min": p.spec_n_min,
+        "speculative.p_min": p.spec_p_min,
     })
 }
 

@@ -65,6 +65,15 @@ pub struct GenParams {
     /// `grammar` / `json_schema` / `response_format`, compiled (set by the
     /// handler with [`crate::constraint::from_request`]; `None`: free text).
     pub constraint: Option<Constraint>,
+    /// llama.cpp's `speculative.n_max`: most draft tokens per verify batch
+    /// (the server's `--draft-max`; 0: no speculation for the request).
+    pub spec_n_max: usize,
+    /// `speculative.n_min`: a draft shorter than this is not verified
+    /// (`--draft-min`; at most `speculative.n_max`).
+    pub spec_n_min: usize,
+    /// `speculative.p_min`: the draft model's least probability (greedy;
+    /// `--draft-p-min`).
+    pub spec_p_min: f32,
 }
 
 /// The server's generation defaults (its sampling flags), for fields a
@@ -87,6 +96,12 @@ pub struct Defaults {
     pub repeat_last_n: usize,
     /// `--keep`.
     pub n_keep: i64,
+    /// `--draft-max`.
+    pub spec_n_max: usize,
+    /// `--draft-min`.
+    pub spec_n_min: usize,
+    /// `--draft-p-min`.
+    pub spec_p_min: f32,
 }
 
 impl Default for Defaults {
@@ -101,6 +116,9 @@ impl Default for Defaults {
             repeat_penalty: 1.0,
             repeat_last_n: 64,
             n_keep: 0,
+            spec_n_max: 3,
+            spec_n_min: 0,
+            spec_p_min: 0.0,
         }
     }
 }
@@ -201,6 +219,18 @@ pub fn parse_params_with(m: &Map<String, Value>, d: &Defaults) -> Result<GenPara
             .collect::<Result<_, _>>()?,
         Some(v) => return Err(wrong("stop", "a string or an array of strings", v)),
     };
+    // speculative decoding, as llama.cpp's server reads it: n_min at most n_max
+    let spec_n_max = opt_int(m, "speculative.n_max", 0)?.map_or(d.spec_n_max, |n| n as usize);
+    let spec_n_min = opt_int(m, "speculative.n_min", 0)?
+        .map_or(d.spec_n_min, |n| n as usize)
+        .min(spec_n_max);
+    let spec_p_min = opt_f32(m, "speculative.p_min", 0.0, 1.0)?.unwrap_or(d.spec_p_min);
+    if spec_p_min != d.spec_p_min {
+        return Err(ApiError::bad_request(format!(
+            "'speculative.p_min' is {spec_p_min}: a draft probability per request is not implemented; the server drafts with --draft-p-min {}",
+            d.spec_p_min
+        )));
+    }
     Ok(GenParams {
         model,
         max_tokens,
@@ -245,6 +275,9 @@ pub fn parse_params_with(m: &Map<String, Value>, d: &Defaults) -> Result<GenPara
         timings_per_token: opt_bool(m, "timings_per_token")?.unwrap_or(false),
         ignore_eos: opt_bool(m, "ignore_eos")?.unwrap_or(false),
         constraint: None,
+        spec_n_max,
+        spec_n_min,
+        spec_p_min,
     })
 }
 

@@ -75,6 +75,8 @@ pub struct AppState {
     pub view: SlotsView,
     /// Compiles `grammar` / `json_schema` / `response_format` for the vocabulary.
     pub grammars: Arc<Grammars>,
+    /// The server speculates (`-md`, `--spec-type ngram-simple`).
+    pub speculative: bool,
 }
 
 impl AppState {

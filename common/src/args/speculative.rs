@@ -24,7 +24,7 @@ pub enum SpecSource {
     Ngram(NgramSimple),
 }
 
-/// Speculative decoding (`llama-run`); the entries of
+/// Speculative decoding (`llama-run`, `llama-server`); the entries of
 /// [`crate::flags::table::speculative`] declare each field.
 #[derive(Args, Debug, Clone)]
 pub struct SpecArgs {
@@ -251,7 +251,7 @@ mod tests {
     }
 
     #[test]
-    fn llama_cpp_variables_set_them_and_the_server_refuses_md() {
+    fn llama_cpp_variables_set_them_and_the_server_takes_them() {
         let env = |v: &str| match v {
             "LLAMA_ARG_SPEC_DRAFT_MODEL" => Some("d.gguf".into()),
             "LLAMA_ARG_SPEC_DRAFT_N_MAX" => Some("6".into()),
@@ -263,13 +263,17 @@ mod tests {
         assert_eq!(s.model_draft.as_deref(), Some("d.gguf".as_ref()));
         assert_eq!(s.draft_n_max, 7, "the command line wins");
         assert_eq!(s.ngl_draft.as_deref(), Some("all"));
-        let args = ["t", "-md", "d.gguf"].map(std::ffi::OsString::from);
-        let e = parse_from::<T>(Tool::Server, args, &|_| None)
-            .err()
-            .map(|e| e.to_string());
+        // llama-server takes the same flags
+        let args = ["t", "-md", "d.gguf", "--draft-max", "8", "-devd", "none"]
+            .map(std::ffi::OsString::from);
+        let s = parse_from::<T>(Tool::Server, args, &|_| None).unwrap().s;
+        assert_eq!(s.model_draft.as_deref(), Some("d.gguf".as_ref()));
         assert_eq!(
-            e.as_deref(),
-            Some("-md: not supported: speculative decoding is not implemented in this tool (llama-run has it)")
+            (s.draft_n_max, s.device_draft.as_deref()),
+            (8, Some("none"))
         );
+        let args = ["t", "--spec-type", "ngram-simple"].map(std::ffi::OsString::from);
+        let s = parse_from::<T>(Tool::Server, args, &|_| None).unwrap().s;
+        assert!(matches!(s.source(), Ok(Some(SpecSource::Ngram(_)))));
     }
 }

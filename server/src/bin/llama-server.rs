@@ -59,9 +59,15 @@ fn serve(a: &ServerArgs) -> Result<()> {
     params.moe.hybrid = a.moe_cache.hybrid()?;
     params.moe.prefetch = a.prefetch.setting()?;
     params.moe.predict = a.prefetch.predict();
-    // one decode holds every slot's pending token plus up to a ubatch of prompt
-    params.n_batch = params.n_batch.max(params.n_ubatch + a.parallel);
+    // one decode holds every slot's pending token and its draft tokens,
+    // plus up to a ubatch of prompt
+    let spec = a.spec.params()?;
+    params.n_batch = params
+        .n_batch
+        .max(params.n_ubatch + a.parallel * (1 + spec.n_max));
     let ctx = Context::new(Arc::clone(&model), params).context("cannot create the context")?;
+    let drafts = server::speculative::draft_sources(a, &model, &placement, n_slot_ctx, threads)?;
+    let speculative = !drafts.is_empty();
     let model_id = a.alias.clone().unwrap_or_else(|| {
         loaded
             .path
@@ -111,11 +117,14 @@ fn serve(a: &ServerArgs) -> Result<()> {
         repeat_penalty: s.repeat_penalty,
         repeat_last_n: s.repeat_last_n,
         n_keep: a.keep,
+        spec_n_max: spec.n_max,
+        spec_n_min: spec.n_min.min(spec.n_max),
+        spec_p_min: spec.p_min,
     };
     let m2 = Arc::clone(&metrics);
     let decoder = std::thread::Builder::new()
         .name("decode".into())
-        .spawn(move || engine::run(ctx, rx, m2, cfg))
+        .spawn(move || engine::run(ctx, rx, m2, cfg, drafts))
         .context("cannot start the decode thread")?;
     let state = Arc::new(AppState {
         jobs,
@@ -152,6 +161,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
         pooling: a.pooling()?,
         reranking: a.reranking,
         view,
+        speculative,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -17,7 +17,7 @@ pub mod speculative;
 pub mod tools;
 
 use super::spec::{Flag, Refused, Tool};
-use sets::{RUN, SERVER};
+use sets::RUN;
 
 /// The groups of the table.
 pub static GROUPS: &[&[Flag]] = &[
@@ -102,11 +102,6 @@ pub static REFUSED: &[Refused] = &[
         &["-mm", "--mmproj", "-mmu", "--mmproj-url"],
         RUN,
         "multimodal projectors are not implemented",
-    ),
-    refuse(
-        &["-md", "--model-draft", "--spec-draft-model"],
-        SERVER,
-        "speculative decoding is not implemented in this tool (llama-run has it)",
     ),
     refuse(
         &["--grammar", "--grammar-file", "-j", "--json-schema"],
