@@ -388,6 +388,10 @@ pub struct MoeCacheArgs {
     #[arg(long)]
     pub moe_hybrid: String,
 
+    /// `--moe-cache-alias`: the compute alias `on` or `off`.
+    #[arg(long)]
+    pub moe_cache_alias: String,
+
     /// `--moe-host-cache-mib`: the host expert cache (`N`, `auto`, `0`;
     /// absent: on, as `auto`, only where the file does not fit in memory).
     #[arg(long)]
@@ -399,6 +403,12 @@ pub struct MoeCacheArgs {
 }
 
 impl MoeCacheArgs {
+    /// Whether the compute alias is on (`--moe-cache-alias`).
+    pub fn alias(&self) -> Result<bool> {
+        llama::moe_cache::alias::parse_alias(&self.moe_cache_alias)
+            .map_err(|e| anyhow::anyhow!("--moe-cache-alias {}: {e}", self.moe_cache_alias))
+    }
+
     /// Hybrid experts as `--moe-cache-cpu-share` and `--moe-hybrid` say
     /// (`None`: off).
     pub fn hybrid(&self) -> Result<Option<llama::moe_cache::hybrid::CpuShare>> {

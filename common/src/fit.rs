@@ -299,6 +299,7 @@ mod tests {
             moe_cache_max_batch: 32,
             moe_cache_cpu_share: "auto".into(),
             moe_hybrid: "on".into(),
+            moe_cache_alias: "on".into(),
             moe_host_cache_mib: None,
             moe_host_cache_policy: "hlfu".into(),
         };

@@ -140,6 +140,18 @@ pub struct RunSummary {
     /// The summary's line about the forced routing (text summary only).
     #[serde(skip)]
     pub forced_routing_text: Option<String>,
+    /// The ubatch the prompt was cut into (`-ub`, or fewer tokens when the
+    /// compute alias shrank it to fit in the cache's memory).
+    pub n_ubatch: usize,
+    /// Whether prompt ubatches computed in the expert cache's memory
+    /// (`--moe-cache-alias`; false without a cache).
+    pub moe_cache_alias: bool,
+    /// Why the compute alias is on or off, and the ubatch (empty without
+    /// a cache).
+    pub moe_cache_alias_reason: String,
+    /// The compute alias's line (text summary only).
+    #[serde(skip)]
+    pub moe_cache_alias_text: Option<String>,
     /// What the devices upload the weights in host memory from: `pinned`
     /// (page-locked for the device: asynchronous DMA; the default on CUDA),
     /// `pageable` (`--no-host`, or a device that does not page-lock), or
@@ -223,6 +235,9 @@ impl RunSummary {
                 fmt_bytes(d2d as f64),
                 fmt_bytes(via as f64)
             ));
+        }
+        if let Some(a) = &self.moe_cache_alias_text {
+            t.push_str(&format!("{a}\n"));
         }
         if let Some(c) = &self.moe_cache {
             t.push_str(&cache_text(c, &self.device));

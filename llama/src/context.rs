@@ -228,6 +228,11 @@ impl Context {
         let mut sched = Scheduler::new(backends).map_err(|e| LlamaError::Sched(e.to_string()))?;
         sched.set_observer(Box::new(diagnostics::CopyLabels));
         let moe = MoeRuntime::new(&model, &params.moe, params.n_ubatch, &cpu, &kv, &mut sched)?;
+        // the compute alias may have shrunk the prompt's ubatch to what the
+        // cache can lend
+        if let Some(a) = moe.alias().filter(|a| a.on) {
+            params.n_ubatch = params.n_ubatch.min(a.ubatch.max(1));
+        }
         // a host cache serves every ubatch: none needs more experts at
         // once than a layer's slots hold
         if let Some(m) = moe.max_ubatch() {

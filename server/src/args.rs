@@ -295,6 +295,7 @@ impl ServerArgs {
         }
         self.moe_cache.params(&self.placement)?;
         self.moe_cache.hybrid()?;
+        self.moe_cache.alias()?;
         if self.moe_cache.moe_host_cache_mib.is_some() {
             // the host expert cache is built by llama-run only so far:
             // refused by name rather than parsed and ignored

@@ -183,6 +183,11 @@ impl MoeCacheHook {
         let Some(lc) = cache.layout.layers[layer].clone() else {
             return Err(HookError::msg(format!("layer {layer} is not cached")));
         };
+        if cache.is_lent(lc.group) {
+            return Err(HookError::msg(format!(
+                "layer {layer}'s cache banks are lent to the compute graph (--moe-cache-alias): a graph that uses the cache must not run in them"
+            )));
+        }
         let experts = layer_experts(cx, layer, lc.n_expert, &self.copy_shared)?;
         let Some(bank) = cache.banks.get_mut(lc.group).and_then(|b| b.as_mut()) else {
             return Err(HookError::msg(format!("layer {layer}'s group has no bank")));
@@ -306,6 +311,10 @@ impl MoeCacheHook {
         let Some(lc) = cache.layout.layers[layer].clone() else {
             return Ok(None);
         };
+        // banks lent to this very graph hold its activations, no expert
+        if cache.is_lent(lc.group) {
+            return Ok(None);
+        }
         let Some(bank) = cache.banks.get(lc.group).and_then(|b| b.as_ref()) else {
             return Ok(None);
         };

@@ -43,6 +43,9 @@
 //! - [`hybrid`]: a miss computed on the CPU from host memory instead of
 //!   uploaded; the hook decides per layer per ubatch, from a cost model
 //!   ([`cost`], which the prefetch's auto reads too) or a fixed share.
+//! - [`alias`]: the compute alias (`--moe-cache-alias`): the cache lends
+//!   its banks to the compute memory of the prompt ubatches that bypass it,
+//!   so that it gets the memory a compute reserve would have held.
 //! - [`trace`]: recorded routing in a small binary file, synthetic routing
 //!   (random, Zipf, or topic-shaped like a trained model's,
 //!   [`trace::synthetic`]), and forced routing by a trace
@@ -52,6 +55,7 @@
 //! expert matmuls take the selective copy, or the CPU); a group with fewer
 //! slots than the router picks per token falls back to the selective copy.
 
+pub mod alias;
 pub mod cache;
 pub mod cost;
 pub mod hook;

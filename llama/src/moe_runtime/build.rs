@@ -1,7 +1,9 @@
 //! Building a context's MoE states from its [`MoeParams`] and its devices'
 //! memory: the prefill prefetch's staging slots, then the expert cache
 //! (with hybrid experts), each after the largest graph's compute memory,
-//! so that what is left is known.
+//! so that what is left is known. With the compute alias the cache comes
+//! after the memory of the graphs it serves only, and the prompt graphs
+//! borrow its banks ([`crate::moe_cache::alias`]).
 
 use std::sync::Arc;
 
@@ -16,6 +18,9 @@ use crate::error::{LlamaError, Result};
 use crate::graph::GraphBuilder;
 use crate::kv_cache::{KvCache, KV_PAD};
 use crate::model::Model;
+use crate::moe_cache::alias::{
+    choose_ubatch, AliasCounters, AliasReport, CacheLender, UbatchChoice,
+};
 use crate::moe_cache::cache::layout::{bytes_for_all, model_groups, model_groups_on};
 use crate::moe_cache::hybrid::HybridShared;
 use crate::moe_cache::prefetch::{PrefetchSlots, Staging};
@@ -37,14 +42,33 @@ fn alloc_largest_graph(
     what: &str,
     before: &str,
 ) -> Result<()> {
+    let n = n_ubatch.min(kv.size).max(1);
+    let n_kv = n.next_multiple_of(KV_PAD).min(kv.size);
+    alloc_graph_of(model, n, n_kv, kv, sched, what, before)
+}
+
+/// The graph of a ubatch of `n` tokens over `n_kv` cells, with every
+/// token's logits (the most memory such a ubatch takes).
+fn worst_graph(model: &Arc<Model>, n: usize, n_kv: usize, kv: &KvCache) -> ggml_core::Graph {
+    let mut b = GraphBuilder::new(model);
+    b.build_decoder(kv, n, n_kv, n);
+    b.g
+}
+
+/// [`alloc_largest_graph`] of `n` tokens over `n_kv` cells.
+fn alloc_graph_of(
+    model: &Arc<Model>,
+    n: usize,
+    n_kv: usize,
+    kv: &KvCache,
+    sched: &mut Scheduler,
+    what: &str,
+    before: &str,
+) -> Result<()> {
     let Some(dev) = model.devices.iter().find(|d| d.memory().is_some()) else {
         return Ok(());
     };
-    let n = n_ubatch.min(kv.size).max(1);
-    let n_kv = n.next_multiple_of(KV_PAD).min(kv.size);
-    let mut b = GraphBuilder::new(model);
-    b.build_decoder(kv, n, n_kv, n);
-    let mut g = b.g;
+    let mut g = worst_graph(model, n, n_kv, kv);
     sched.alloc_graph(&mut g).map_err(|e| {
         LlamaError::Invalid(format!(
             "{what}: the graph of a {n}-token ubatch does not fit on {}{before}: {e}",
@@ -92,7 +116,20 @@ pub(super) fn staging(
     Ok(Some(Arc::new(Mutex::new(st))))
 }
 
-/// The expert cache the parameters ask for, when the model keeps experts
+/// The expert cache, and what was decided about the compute alias.
+#[derive(Default)]
+pub(super) struct BuiltCache {
+    /// The cache, when there is one.
+    pub cache: Option<Arc<Mutex<CacheShared>>>,
+    /// The alias's decision, with a cache.
+    pub alias: Option<AliasReport>,
+    /// The lender's counters, when the alias is on.
+    pub alias_counters: Option<Arc<Mutex<AliasCounters>>>,
+}
+
+/// The expert cache the parameters ask for (with the compute alias, when
+/// it is on: the cache then lends its banks to the prompt graphs, and the
+/// scheduler gets the cache as its lender), when the model keeps experts
 /// in host memory and has a device to compute with them.
 pub(super) fn cache(
     model: &Arc<Model>,
@@ -101,7 +138,7 @@ pub(super) fn cache(
     cpu: &Arc<dyn Backend>,
     kv: &KvCache,
     sched: &mut Scheduler,
-) -> Result<Option<Arc<Mutex<CacheShared>>>> {
+) -> Result<BuiltCache> {
     let mc = params.cache;
     if mc.max_batch == 0 {
         return Err(LlamaError::Invalid(
@@ -109,7 +146,7 @@ pub(super) fn cache(
         ));
     }
     let Some(dev) = &model.device else {
-        return Ok(None);
+        return Ok(BuiltCache::default());
     };
     let n_dev = model.devices.len();
     // one size per device (`--moe-cache-mib A,B`), or one for all
@@ -136,19 +173,117 @@ pub(super) fn cache(
     };
     let groups = model_groups(model);
     if sizes.iter().all(|s| *s == CacheSize::Off) || groups.is_empty() {
-        return Ok(None);
+        return Ok(BuiltCache::default());
+    }
+    let flag = format!("--moe-cache-mib {}", mc.size);
+    let mut report = AliasReport {
+        requested_ubatch: n_ubatch,
+        ubatch: n_ubatch,
+        ..AliasReport::default()
+    };
+    if !params.cache_alias {
+        report.reason = "--moe-cache-alias off: compute memory reserved apart".into();
+    } else if n_ubatch <= mc.max_batch {
+        report.reason = format!(
+            "every ubatch (-ub {n_ubatch}) uses the cache (--moe-cache-max-batch {})",
+            mc.max_batch
+        );
+    } else {
+        // the scheduler's own memory holds only the graphs of the ubatches
+        // the cache serves (over the whole context); the cache gets the rest
+        sched.release_compute_memory();
+        let n_small = mc.max_batch.min(n_ubatch).min(kv.size).max(1);
+        alloc_graph_of(
+            model,
+            n_small,
+            kv.size,
+            kv,
+            sched,
+            &flag,
+            " before the cache",
+        )?;
+        let shared = new_cache(model, params, &sizes, n_ubatch, cpu, dev)?;
+        let lendable = lendable_bytes(model, &shared);
+        let n_dev = model.devices.len();
+        let choice = choose_ubatch(n_ubatch, mc.max_batch, &lendable, |u| {
+            let g = worst_graph(model, u.min(kv.size).max(1), kv.size, kv);
+            sched
+                .plan_memory(&g)
+                .map(|v| {
+                    v.iter()
+                        .take(n_dev)
+                        .map(|&b| b as u64)
+                        .collect::<Vec<u64>>()
+                })
+                .map_err(|e| LlamaError::Sched(e.to_string()))
+        })?;
+        report.lendable_bytes = lendable.iter().sum();
+        match choice {
+            UbatchChoice::Fits {
+                ubatch,
+                graph_bytes,
+                too_big,
+            } => {
+                report.on = true;
+                report.ubatch = ubatch;
+                report.graph_bytes = graph_bytes;
+                report.reason = match too_big.last() {
+                    None => "prompt ubatches compute in the expert cache's memory".into(),
+                    Some(&(u, b)) => format!(
+                        "shrunk: the worst-case graph of {u} tokens needs {:.2} MiB, more than the cache lends",
+                        mib(b)
+                    ),
+                };
+                let shared = Arc::new(Mutex::new(shared));
+                let group_of = lender_groups(model, &shared.lock());
+                let counters = Arc::new(Mutex::new(AliasCounters::default()));
+                sched.set_lender(Box::new(CacheLender::new(
+                    Arc::clone(&shared),
+                    group_of,
+                    Arc::clone(&counters),
+                )));
+                return Ok(BuiltCache {
+                    cache: Some(shared),
+                    alias: Some(report),
+                    alias_counters: Some(counters),
+                });
+            }
+            UbatchChoice::DropsOut(tried) => {
+                let (u, b) = tried.last().copied().unwrap_or((n_ubatch, 0));
+                report.graph_bytes = b;
+                report.reason = format!(
+                    "the worst-case graph of {u} tokens needs {:.2} MiB, more than the {:.2} MiB the cache can lend: compute memory reserved apart",
+                    mib(b),
+                    mib(report.lendable_bytes)
+                );
+                drop(shared);
+                sched.release_compute_memory();
+            }
+        }
     }
     // the largest graph's memory first, so the caches take what is left
-    alloc_largest_graph(
-        model,
-        n_ubatch,
-        kv,
-        sched,
-        &format!("--moe-cache-mib {}", mc.size),
-        " before the cache",
-    )?;
-    let mut budgets = Vec::with_capacity(n_dev);
-    for (di, (d, size)) in model.devices.iter().zip(&sizes).enumerate() {
+    alloc_largest_graph(model, n_ubatch, kv, sched, &flag, " before the cache")?;
+    let shared = new_cache(model, params, &sizes, n_ubatch, cpu, dev)?;
+    Ok(BuiltCache {
+        cache: Some(Arc::new(Mutex::new(shared))),
+        alias: Some(report),
+        alias_counters: None,
+    })
+}
+
+/// The cache of `sizes` (one per device) in the memory the devices have
+/// free now.
+fn new_cache(
+    model: &Arc<Model>,
+    params: &MoeParams,
+    sizes: &[CacheSize],
+    n_ubatch: usize,
+    cpu: &Arc<dyn Backend>,
+    dev: &Arc<dyn Backend>,
+) -> Result<CacheShared> {
+    let mc = params.cache;
+    let mut budgets = Vec::with_capacity(sizes.len());
+    for (di, (d, size)) in model.devices.iter().zip(sizes).enumerate() {
         budgets.push(match (*size, d.memory()) {
             (CacheSize::Bytes(b), Some((free, total))) if b > free as u64 => {
                 return Err(LlamaError::Invalid(format!(
@@ -178,5 +313,32 @@ pub(super) fn cache(
             model.hparams.n_expert,
         )?);
     }
-    Ok(Some(Arc::new(Mutex::new(shared))))
+    Ok(shared)
+}
+
+/// Per device: the group whose bank buffer is the largest (what a graph
+/// on that device may borrow).
+fn lender_groups(model: &Model, shared: &CacheShared) -> Vec<Option<usize>> {
+    let l = &shared.layout;
+    (0..model.devices.len())
+        .map(|d| {
+            (0..l.groups.len())
+                .filter(|&g| l.group_device.get(g) == Some(&d))
+                .filter_map(|g| l.group_buffer(g).map(|b| (b.size(), g)))
+                .max()
+                .map(|(_, g)| g)
+        })
+        .collect()
+}
+
+/// Per device: the bytes of the bank buffer [`lender_groups`] picks (0
+/// without one).
+fn lendable_bytes(model: &Model, shared: &CacheShared) -> Vec<u64> {
+    lender_groups(model, shared)
+        .iter()
+        .map(|g| {
+            g.and_then(|g| shared.layout.group_buffer(g))
+                .map_or(0, |b| b.size() as u64)
+        })
+        .collect()
 }

@@ -43,6 +43,7 @@ use crate::expert_copy::{ExpertCopyStats, IdFilter, PolicyShared};
 use crate::graph::moe::MoeGraphInputs;
 use crate::kv_cache::KvCache;
 use crate::model::Model;
+use crate::moe_cache::alias::{AliasCounters, AliasReport};
 use crate::moe_cache::host::{self, hook::HostCacheHook, HostCache, HostCacheStats};
 use crate::moe_cache::predict::{MoePredict, PredictShared, PredictStats};
 use crate::moe_cache::prefetch::{PrefetchStats, Staging, LOOKAHEAD_SPLITS};
@@ -78,6 +79,10 @@ pub struct MoeRuntime {
     last_expert_ids: Vec<Vec<i32>>,
     /// The trace being recorded.
     expert_trace: Option<Trace>,
+    /// The compute alias's decision, with a device cache.
+    alias: Option<AliasReport>,
+    /// The alias's lender counters, when it is on.
+    alias_counters: Option<Arc<Mutex<AliasCounters>>>,
 }
 
 impl MoeRuntime {
@@ -98,7 +103,8 @@ impl MoeRuntime {
             ..Default::default()
         }));
         let prefetch = build::staging(model, params, n_ubatch, kv, sched)?;
-        let cache = build::cache(model, params, n_ubatch, cpu, kv, sched)?;
+        let built = build::cache(model, params, n_ubatch, cpu, kv, sched)?;
+        let cache = built.cache;
         let host_cache = host::build(model, &params.host_cache, n_ubatch, cpu)?;
         let mut hook = MoeCacheHook::new(Arc::clone(&copy), cache.clone());
         if let Some(p) = prefetch.as_ref().filter(|p| p.lock().n_slots() > 0) {
@@ -136,7 +142,21 @@ impl MoeRuntime {
             base: MoeStats::default(),
             last_expert_ids: Vec::new(),
             expert_trace: None,
+            alias: built.alias,
+            alias_counters: built.alias_counters,
         })
+    }
+
+    /// What was decided about the compute alias (`None` without a device
+    /// cache): on or off, the ubatch and why.
+    pub fn alias(&self) -> Option<&AliasReport> {
+        self.alias.as_ref()
+    }
+
+    /// The compute alias's lender counters since creation (`None` when the
+    /// alias is off).
+    pub fn alias_counters(&self) -> Option<AliasCounters> {
+        self.alias_counters.as_ref().map(|c| *c.lock())
     }
 
     /// What a graph's structure depends on besides its shape: the cache's
@@ -201,6 +221,8 @@ impl MoeRuntime {
             m.cache = Some(Arc::clone(&h.lock().cache.layout));
         }
         m.predict_router = self.predict_router;
+        m.cache_lent = self.alias.as_ref().is_some_and(|a| a.on)
+            && m.cache.as_ref().is_some_and(|l| n_tokens > l.max_batch);
         m.prefetch_predict = self
             .prefetch
             .as_ref()

@@ -49,6 +49,12 @@ pub struct MoeParams {
     /// ([`crate::Context::last_expert_ids`]); off by default, since on a
     /// device it costs a read per layer per token.
     pub record_expert_ids: bool,
+    /// The compute alias (`--moe-cache-alias on|off`): with a device
+    /// cache, prompt ubatches that bypass it compute in its banks' memory,
+    /// and no compute memory is reserved apart for them
+    /// ([`crate::moe_cache::alias`]). Off in the library's default (the
+    /// tools turn it on, with the cache).
+    pub cache_alias: bool,
     /// The host expert cache (`--moe-host-cache-mib`,
     /// `--moe-host-cache-policy`; CPU-only runs; off by default,
     /// [`crate::moe_cache::host`]).
@@ -66,6 +72,7 @@ impl Default for MoeParams {
             predict: MoePredict::Off,
             forced_routing: None,
             record_expert_ids: false,
+            cache_alias: false,
             host_cache: HostCacheParams::default(),
         }
     }

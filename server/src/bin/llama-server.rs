@@ -57,6 +57,7 @@ fn serve(a: &ServerArgs) -> Result<()> {
     params.kv_type_v = Some(tv);
     (params.moe.cache, params.moe.cache_sizes) = moe_cache.device_params(&placement)?;
     params.moe.hybrid = a.moe_cache.hybrid()?;
+    params.moe.cache_alias = a.moe_cache.alias()?;
     params.moe.prefetch = a.prefetch.setting()?;
     params.moe.predict = a.prefetch.predict();
     // one decode holds every slot's pending token and its draft tokens,

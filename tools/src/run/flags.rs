@@ -191,6 +191,7 @@ pub(crate) fn check_args(a: &Args) -> Result<()> {
     }
     a.moe_cache.params(&a.placement)?;
     a.moe_cache.hybrid()?;
+    a.moe_cache.alias()?;
     a.placement.sim_mem_bytes()?;
     a.spec.source()?;
     Ok(())

@@ -106,6 +106,7 @@ pub(crate) fn run(a: &Args) -> Result<()> {
     let moe = &mut ctx_params.moe;
     (moe.cache, moe.cache_sizes) = moe_cache.device_params(&placement)?;
     moe.hybrid = a.moe_cache.hybrid()?;
+    moe.cache_alias = a.moe_cache.alias()?;
     let (host_cache, host_line) = a.moe_cache.host_cache(model)?;
     if let Some(l) = host_line {
         eprintln!("{TOOL}: {l}");
@@ -144,6 +145,9 @@ pub(crate) fn run(a: &Args) -> Result<()> {
             "{TOOL}: warning: --moe-predict {} needs the expert cache (a device, experts in host memory, --moe-cache-mib not 0): no prediction",
             a.prefetch.moe_predict
         );
+    }
+    if let Some(r) = ctx.moe().alias() {
+        eprintln!("{TOOL}: {}", r.line());
     }
     if let Some((n, bytes, note)) = ctx.prefetch_slots() {
         if let Some(note) = note {
@@ -438,6 +442,14 @@ pub(crate) fn run(a: &Args) -> Result<()> {
         forced_routing: forced_text.is_some(),
         forced_routing_text: forced_text,
         host_weights_upload: common::summary::host_weights_upload(&loaded.model),
+        n_ubatch: ctx.params().n_ubatch,
+        moe_cache_alias: ctx.moe().alias().is_some_and(|r| r.on),
+        moe_cache_alias_reason: ctx
+            .moe()
+            .alias()
+            .map(|r| r.reason.clone())
+            .unwrap_or_default(),
+        moe_cache_alias_text: ctx.moe().alias().map(|r| r.line()),
         ..Default::default()
     };
     if let (Some(d), Some(p)) = (&event_timeline, &a.timeline_out) {

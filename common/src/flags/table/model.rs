@@ -223,6 +223,14 @@ pub static FLAGS: &[Flag] = &[
     .takes("on|off", Parse::Str)
     .default("on"),
     Flag::new(
+        "moe_cache_alias",
+        &["--moe-cache-alias"],
+        RUN_SERVER,
+        "compute alias: with the expert cache on a device, prompt ubatches larger than --moe-cache-max-batch compute in the cache's memory instead of a compute reserve of their own, so the cache gets that memory (-ub halves, down to 512, until its worst-case graph fits in what the cache lends; off when not even that fits; the summary says which ubatch ran and why): on (default) or off",
+    )
+    .takes("on|off", Parse::Str)
+    .default("on"),
+    Flag::new(
         "fit",
         &["-fit", "--fit"],
         RUN_SERVER,

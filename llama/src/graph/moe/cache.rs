@@ -25,7 +25,11 @@ impl GraphBuilder<'_> {
         let [n_used, nt, ..] = self.g.tensor(selected).ne;
         let layout = self.moe.cache.as_ref()?;
         let cached = layout.layers.get(il)?.is_some();
-        let Some(lc) = layout.layer_for(il, nt.max(0) as usize).cloned() else {
+        let lc = match self.moe.cache_lent {
+            true => None,
+            false => layout.layer_for(il, nt.max(0) as usize).cloned(),
+        };
+        let Some(lc) = lc else {
             if cached {
                 self.moe.bypassed.push(il as u32);
             }

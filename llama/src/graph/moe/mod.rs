@@ -46,6 +46,11 @@ pub struct MoeGraphInputs {
     /// Route by a trace (`--expert-trace-in`): MoE selections are inputs
     /// filled from it ([`crate::moe_cache::trace::forced`]).
     pub forced: Option<Arc<ForcedRouting>>,
+    /// The compute alias lends the cache's banks to this graph (a prompt
+    /// ubatch larger than the cache's insert limit): no layer reads the
+    /// cache, not even the last one, whose rows are only the outputs
+    /// ([`crate::moe_cache::alias`]).
+    pub cache_lent: bool,
     /// Recorded: cached layers whose ubatch was too large for their cache
     /// (they read the host expert tensors instead).
     pub bypassed: Vec<u32>,

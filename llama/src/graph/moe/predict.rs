@@ -18,6 +18,7 @@ impl GraphBuilder<'_> {
     pub fn moe_predict_next(&mut self, il: usize, cur: TensorId) {
         let nt = self.g.tensor(cur).ne[1].max(0) as usize;
         let for_cache = self.moe.predict_router
+            && !self.moe.cache_lent
             && self
                 .moe
                 .cache

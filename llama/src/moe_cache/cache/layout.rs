@@ -407,6 +407,16 @@ impl CacheLayout {
             .filter(|l| n_tokens <= l.max_tokens)
     }
 
+    /// The buffer of group `g`'s banks (`None` for a group that falls
+    /// back): gate, up and down banks one after another from offset 0.
+    pub fn group_buffer(&self, g: usize) -> Option<&Arc<dyn Buffer>> {
+        self.layers
+            .iter()
+            .flatten()
+            .find(|l| l.group == g)
+            .map(|l| &l.banks[0].0.buffer)
+    }
+
     /// Whether any layer is cached.
     pub fn any_cached(&self) -> bool {
         self.layers.iter().any(|l| l.is_some())

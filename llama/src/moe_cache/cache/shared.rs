@@ -24,6 +24,9 @@ pub struct CacheShared {
     pub hybrid: Option<HybridShared>,
     policy: PolicyKind,
     n_tokens: u32,
+    /// Per group: its banks' memory is lent to a compute graph
+    /// ([`crate::moe_cache::alias`]).
+    lent: Vec<bool>,
 }
 
 impl CacheShared {
@@ -52,7 +55,9 @@ impl CacheShared {
         for l in layout.layers.iter().flatten() {
             stats.layers.insert(l.layer, LayerCacheStats::default());
         }
+        let lent = vec![false; layout.groups.len()];
         CacheShared {
+            lent,
             layout,
             banks,
             stats,
@@ -110,6 +115,34 @@ impl CacheShared {
                 ));
             }
         }
+    }
+
+    /// Lend group `g`'s banks' memory to a compute graph: what they hold
+    /// is forgotten (the graph overwrites it), and the group serves no
+    /// layer until [`CacheShared::return_group`]. False for a group without
+    /// banks.
+    pub fn lend_group(&mut self, g: usize) -> bool {
+        let held = match self.banks.get(g) {
+            Some(Some(b)) => b.resident() > 0,
+            _ => return false,
+        };
+        if held {
+            self.reset_group(g);
+        }
+        self.lent[g] = true;
+        true
+    }
+
+    /// Group `g`'s banks are back from a compute graph (empty).
+    pub fn return_group(&mut self, g: usize) {
+        if let Some(l) = self.lent.get_mut(g) {
+            *l = false;
+        }
+    }
+
+    /// Whether group `g`'s banks are lent to a compute graph.
+    pub fn is_lent(&self, g: usize) -> bool {
+        self.lent.get(g).copied().unwrap_or(false)
     }
 
     /// Check every bank's invariants (tests).
