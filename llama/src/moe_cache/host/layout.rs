@@ -80,6 +80,16 @@ pub fn min_bytes(model: &Model) -> u64 {
         .unwrap_or(0)
 }
 
+/// Touch every page of `buf` (a zero byte written into each), so that
+/// the first read into a slot does not pay its page faults (and, under a
+/// memory cgroup at its limit, the reclaim they set off) inside the read.
+fn prefault(buf: &dyn Buffer) -> Result<()> {
+    for off in (0..buf.size()).step_by(4096) {
+        buf.write(off, &[0])?;
+    }
+    Ok(())
+}
+
 /// Per role, where in a [`DIO_ALIGN`] block the bank of `layers` starts:
 /// where most of those layers' tensors of that role start in the file. A
 /// slot then lies as its expert does in the file (when the experts' size is
@@ -177,6 +187,7 @@ pub fn host_layout(
                 BufferUsage::Weights,
             )
             .map_err(|e| oom(&format!("banks of {n_slots} slots"), e))?;
+        prefault(buf.as_ref())?;
         let base = buf.base_ptr().map_or(0, |p| p as usize);
         let residues = bank_residues(model, &g.layers);
         let mut off = 0usize;
