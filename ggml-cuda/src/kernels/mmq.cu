@@ -47,37 +47,58 @@
 // dynamic shared memory; `mmq_shared_bytes` on the Rust side computes the
 // same total): two raw weight buffers of tm rows x rawb bytes, the int8
 // rows, scales and mins of each 16, two activation buffers of tn rows of
-// int8 and their `Q8Ds` per 32.
+// int8 and their `Q8Ds` per 32. The double-buffered parts are held as the
+// first buffer and the distance to the second (`mmq_buf` picks one by
+// arithmetic): an array of the two pointers indexed by the run-time buffer
+// number put the struct in local memory (a 72-byte stack frame and 33
+// LDL/STL in the K step of the sm_90 image).
 struct MmqSmem {
-    u8* araw[2]; // [tm][rawb] raw blocks
+    u8* araw;    // [2][tm][rawb] raw blocks
+    int araw_n;  // bytes of one raw buffer
     u8* ai8;     // [tm][MMQ_PITCH] int8
     float* asc;  // [tm][16] scale of each 16
     float* amn;  // [tm][16] min of each 16
-    u8* bq[2];   // [tn][MMQ_PITCH] int8
-    Q8Ds* bds[2]; // [tn][8]
+    u8* bq;      // [2][tn][MMQ_PITCH] int8
+    int bq_n;    // bytes of one int8 activation buffer
+    Q8Ds* bds;   // [2][tn][8]
+    int bds_n;   // Q8Ds of one scale buffer
 };
 
 __device__ __forceinline__ MmqSmem mmq_smem(u8* base, int tm, int tn, int rawb) {
     MmqSmem m;
     u8* p = base;
-    m.araw[0] = p;
-    p += tm * rawb;
-    m.araw[1] = p;
-    p += tm * rawb;
+    m.araw = p;
+    m.araw_n = tm * rawb;
+    p += 2 * tm * rawb;
     m.ai8 = p;
     p += tm * MMQ_PITCH;
     m.asc = (float*)p;
     p += tm * 64;
     m.amn = (float*)p;
     p += tm * 64;
-    m.bq[0] = p;
-    p += tn * MMQ_PITCH;
-    m.bq[1] = p;
-    p += tn * MMQ_PITCH;
-    m.bds[0] = (Q8Ds*)p;
-    p += tn * 64;
-    m.bds[1] = (Q8Ds*)p;
+    m.bq = p;
+    m.bq_n = tn * MMQ_PITCH;
+    p += 2 * tn * MMQ_PITCH;
+    m.bds = (Q8Ds*)p;
+    m.bds_n = tn * 8;
     return m;
+}
+
+// One of the two pipeline buffers: a step's raw weight rows, int8
+// activations and their scales.
+struct MmqBuf {
+    u8* araw;
+    u8* bq;
+    Q8Ds* bds;
+};
+
+// Buffer `buf` (0 or 1) of `sm`.
+__device__ __forceinline__ MmqBuf mmq_buf(const MmqSmem& sm, int buf) {
+    MmqBuf b;
+    b.araw = sm.araw + buf * sm.araw_n;
+    b.bq = sm.bq + buf * sm.bq_n;
+    b.bds = sm.bds + buf * sm.bds_n;
+    return b;
 }
 
 // Raw bytes of 256 elements of `ty`, rounded up to 16.
@@ -114,8 +135,8 @@ struct MmqTile {
     int chunk;
 };
 
-// Queue the copies of step `k0` into buffer `buf` (one commit group).
-__device__ void mmq_stage(const MmqTile& t, const MmqSmem& sm, int buf, i64 k0) {
+// Queue the copies of step `k0` into buffer `b` (one commit group).
+__device__ __forceinline__ void mmq_stage(const MmqTile& t, const MmqBuf& b, i64 k0) {
     int tid = threadIdx.x;
     int bs = blck_size(t.ty);
     int ts = type_size(t.ty);
@@ -124,7 +145,7 @@ __device__ void mmq_stage(const MmqTile& t, const MmqSmem& sm, int buf, i64 k0) 
     int nbytes = ke / bs * ts;
     i64 boff = k0 / bs * ts;
     int per_row = nbytes / t.chunk;
-    u8* araw = sm.araw[buf];
+    u8* araw = b.araw;
     for (int i = tid; i < t.tm * per_row; i += blockDim.x) {
         int r = i / per_row;
         int c = i - r * per_row;
@@ -144,7 +165,7 @@ __device__ void mmq_stage(const MmqTile& t, const MmqSmem& sm, int buf, i64 k0) 
     // activations: a partial last step (K % 256) is padded with zero
     // values and zero scales, so the MMA loop always takes 8 sub-blocks
     int pc = ke >> 4;
-    u8* bq = sm.bq[buf];
+    u8* bq = b.bq;
     for (int i = tid; i < t.tn * 16; i += blockDim.x) {
         int c = i >> 4;
         int j = i & 15;
@@ -157,7 +178,7 @@ __device__ void mmq_stage(const MmqTile& t, const MmqSmem& sm, int buf, i64 k0) 
     }
     int ns = ke >> 5;
     i64 nsub_row = t.K >> 5;
-    Q8Ds* bds = sm.bds[buf];
+    Q8Ds* bds = b.bds;
     for (int i = tid; i < t.tn * 8; i += blockDim.x) {
         int c = i >> 3;
         int j = i & 7;
@@ -218,10 +239,11 @@ __device__ __forceinline__ void mmq_unpack_sub(int ty, const u8* raw, int s, int
     unpack_sub(ty, raw + (e / bs) * type_size(ty), (e % bs) >> 5, w, a, m);
 }
 
-// Unpack buffer `buf`'s raw rows (`nsub` sub-blocks of 32 this step).
+// Unpack the raw rows `araw` of a buffer (`nsub` sub-blocks of 32 this
+// step) into `sm`'s int8 rows, scales and mins.
 template <int TY>
-__device__ __forceinline__ void mmq_unpack(const MmqTile& t, const MmqSmem& sm, int buf, int nsub) {
-    const u8* araw = sm.araw[buf];
+__device__ __forceinline__ void mmq_unpack(const MmqTile& t, const MmqSmem& sm, const u8* araw,
+                                           int nsub) {
     for (int i = threadIdx.x; i < t.tm * 8; i += blockDim.x) {
         int r = i >> 3;
         int s = i & 7;
@@ -269,12 +291,12 @@ __device__ __forceinline__ void mmq_tile_t(const MmqTile& t, const MmqSmem& sm, 
     if (s0 >= s1) {
         return;
     }
-    mmq_stage(t, sm, 0, s0 * MMQ_TK);
+    mmq_stage(t, mmq_buf(sm, 0), s0 * MMQ_TK);
     for (i64 st = s0; st < s1; st++) {
         int buf = (int)((st - s0) & 1);
         i64 k0 = st * MMQ_TK;
         if (st + 1 < s1) {
-            mmq_stage(t, sm, buf ^ 1, k0 + MMQ_TK);
+            mmq_stage(t, mmq_buf(sm, buf ^ 1), k0 + MMQ_TK);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -282,10 +304,11 @@ __device__ __forceinline__ void mmq_tile_t(const MmqTile& t, const MmqSmem& sm, 
         __syncthreads();
         i64 kl = t.K - k0;
         int nk = (kl < MMQ_TK ? (int)kl : MMQ_TK) >> 5;
-        mmq_unpack<TY>(t, sm, buf, nk);
+        MmqBuf cur = mmq_buf(sm, buf);
+        mmq_unpack<TY>(t, sm, cur.araw, nk);
         __syncthreads();
-        const u8* bq = sm.bq[buf];
-        const Q8Ds* bds = sm.bds[buf];
+        const u8* bq = cur.bq;
+        const Q8Ds* bds = cur.bds;
         UNROLL
         for (int kc = 0; kc < 8; kc++) {
             u32 af[2][4];
@@ -564,7 +587,11 @@ extern "C" __global__ void k_moe_group(const u8* ids, T4 ti, int n_expert, int* 
 // tile's pairs (slot, t) of expert e; the extra bucket writes zeros.
 // Tiles of `tm` rows x MMQ_TN pairs; grid (ceil(ne0 / tm), max tiles),
 // block 256, dynamic shared memory for `mmq_smem`.
-extern "C" __global__ void __launch_bounds__(256)
+// Launch bounds (256 threads, at least 2 blocks per SM): the 128 x 32
+// tile's accumulators fit in 128 registers, so two blocks share an SM
+// (Q4_K's 109 KiB of shared memory each); the block minimum makes that
+// the limit on every architecture instead of each ptxas's own choice.
+extern "C" __global__ void __launch_bounds__(256, 2)
     k_mmq_id(u8* dst, T4 td, const u8* as, T4 ta, int tya, T4 tb, const i8* q8, const Q8Ds* ds,
              const int* off, const int* sorted, const int* tiles, const int* n_tiles, int tm) {
     extern __shared__ u8 mmq_dyn[];
