@@ -158,6 +158,7 @@ pub fn apply(
         prefetch_slots: ctx.prefetch_slots,
         cache: cache_wanted && !placement.no_expert_copy,
         cache_max_batch: moe_cache.moe_cache_max_batch,
+        cache_alias: moe_cache.alias()?,
         offload_min_batch: placement.offload_min_batch,
     };
     let mut pl = plan(&fm, &devices, &params)?;
@@ -238,6 +239,8 @@ pub fn plan_json(pl: &FitPlan, n_ctx: usize, n_ubatch: usize) -> serde_json::Val
                 "staging_bytes": d.staging,
                 "cache_bytes": d.cache,
                 "cache_overhead_bytes": d.cache_overhead,
+                "compute_alias_ubatch": d.alias.map(|a| a.0),
+                "compute_alias_graph_bytes": d.alias.map(|a| a.1),
                 "total_bytes": d.total(),
                 "host_expert_layers": d.host_expert_layers,
             })

@@ -211,6 +211,11 @@ pub struct FitParams {
     /// Smallest batch for which the device runs an op whose weights are in
     /// host memory (`-nomb`).
     pub offload_min_batch: usize,
+    /// The compute alias (`--moe-cache-alias on`): where a device caches
+    /// host experts, the prompt graphs borrow the cache's banks, so the
+    /// compute memory reserved apart is only the cached ubatches' and the
+    /// cache gets the rest ([`crate::moe_cache::alias`]).
+    pub cache_alias: bool,
 }
 
 impl Default for FitParams {
@@ -228,6 +233,7 @@ impl Default for FitParams {
             cache: true,
             cache_max_batch: crate::moe_cache::DEFAULT_MAX_BATCH,
             offload_min_batch: 32,
+            cache_alias: false,
         }
     }
 }
@@ -263,6 +269,10 @@ pub struct DevicePlan {
     pub cache_overhead: u64,
     /// Layers of the device whose experts stay in host memory.
     pub host_expert_layers: Vec<usize>,
+    /// With the compute alias: the prompt ubatch whose worst-case graph
+    /// fits in the cache (`-ub`, or halved down to 512) and that graph's
+    /// compute bytes, which the cache lends (not counted in `compute`).
+    pub alias: Option<(usize, u64)>,
 }
 
 impl DevicePlan {
@@ -387,6 +397,18 @@ impl FitPlan {
                 mib(d.cache + d.cache_overhead),
                 mib(d.margin)
             );
+        }
+        for d in &self.devices {
+            if let Some((u, g)) = d.alias {
+                let _ = writeln!(
+                    s,
+                    "fit: {}: compute alias: prompt ubatches of {u} tokens compute in the cache's {:.2} MiB (their graph: {:.2} MiB); compute memory apart {:.2} MiB (the cached ubatches')",
+                    d.name,
+                    mib(d.cache),
+                    mib(g),
+                    mib(d.compute)
+                );
+            }
         }
         let _ = writeln!(
             s,
@@ -626,6 +648,7 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
                 cache: 0,
                 cache_overhead: 0,
                 host_expert_layers: Vec::new(),
+                alias: None,
             });
         }
         if plans.iter().all(|d| d.total() + d.margin <= d.free) {
@@ -727,6 +750,7 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
             cache: 0,
             cache_overhead: 0,
             host_expert_layers: Vec::new(),
+            alias: None,
         };
         if !pinned_host && dense_d + kv_d + all_experts + lean <= avail {
             dp.experts = all_experts;
@@ -758,6 +782,42 @@ pub fn plan(model: &FitModel, devices: &[FitDevice], p: &FitParams) -> Result<Fi
         if p.cache && !dp.host_expert_layers.is_empty() {
             // rounded down to 1/64 MiB, so that its MiB value is exact
             dp.cache = spare & !(CACHE_QUANTUM - 1);
+            if p.cache_alias && n_tok > p.cache_max_batch {
+                // the compute alias: only the cached ubatches' graph is
+                // reserved apart, the cache gets the rest of the reserve
+                // and lends it to the prompt graphs; the ubatch halves
+                // (down to 512) until its graph fits in the cache
+                let small = compute_bytes(
+                    &model.shape,
+                    p.cache_max_batch.min(n_tok).max(1),
+                    n_kv,
+                    last,
+                    0,
+                );
+                let grown = (spare + dp.compute.saturating_sub(small)) & !(CACHE_QUANTUM - 1);
+                let low = crate::moe_cache::alias::MIN_UBATCH
+                    .max(p.cache_max_batch + 1)
+                    .min(n_tok);
+                let mut u = n_tok;
+                loop {
+                    let copies_u = if has_experts && u >= p.offload_min_batch {
+                        max_layer_experts
+                    } else {
+                        0
+                    };
+                    let g = compute_bytes(&model.shape, u, n_kv, last, copies_u);
+                    if g <= grown {
+                        dp.alias = Some((u, g));
+                        dp.compute = small;
+                        dp.cache = grown;
+                        break;
+                    }
+                    if u <= low {
+                        break;
+                    }
+                    u = (u / 2).max(low);
+                }
+            }
         } else {
             dp.cache_overhead = 0;
         }
@@ -1040,6 +1100,75 @@ mod tests {
         let pl = plan(&m, &[dev("SIM0", 300), dev("SIM1", 600)], &p).unwrap();
         assert_eq!(pl.tensor_split(), vec![0.0, 9.0]);
         assert!(pl.devices[1].output);
+    }
+
+    #[test]
+    fn with_the_alias_the_cache_gets_the_compute_reserve() {
+        let m = model(4, 10, 30, 5);
+        let p = FitParams {
+            cpu_moe: true,
+            n_ctx: 2048,
+            n_ubatch: 1024,
+            ..params()
+        };
+        let off = plan(&m, &[dev("SIM0", 600)], &p).unwrap();
+        let on = plan(
+            &m,
+            &[dev("SIM0", 600)],
+            &FitParams {
+                cache_alias: true,
+                ..p.clone()
+            },
+        )
+        .unwrap();
+        let (a, b) = (&off.devices[0], &on.devices[0]);
+        assert!(a.alias.is_none() && !off.table().contains("compute alias"));
+        let (u, g) = b.alias.expect("the alias is planned");
+        assert_eq!(u, 1024);
+        // the cache holds the worst-case graph it lends, and what the
+        // reserve had went to it
+        assert!(g <= b.cache, "{}", on.table());
+        assert!(b.compute < a.compute);
+        assert!(b.cache >= a.cache + (a.compute - b.compute) - CACHE_QUANTUM);
+        assert_eq!(
+            b.total(),
+            a.total() - a.cache - a.compute + b.cache + b.compute
+        );
+        assert!(b.total() + b.margin <= b.free, "{}", on.table());
+        let t = on.table();
+        assert!(
+            t.contains("fit: SIM0: compute alias: prompt ubatches of 1024 tokens"),
+            "{t}"
+        );
+        // a device with room for the -ub graph and next to no cache: the
+        // cache (what is left and the reserve less the cached ubatches'
+        // graph) is smaller than the 1024-token graph, the ubatch halves
+        let small = plan(
+            &m,
+            &[dev("SIM0", 242)],
+            &FitParams {
+                cache_alias: true,
+                ..p.clone()
+            },
+        )
+        .unwrap();
+        let d = &small.devices[0];
+        let (u, g) = d.alias.unwrap_or_else(|| panic!("{}", small.table()));
+        assert_eq!(u, 512, "{}", small.table());
+        assert!(g <= d.cache, "{}", small.table());
+        assert!(d.total() + d.margin <= d.free, "{}", small.table());
+        // ubatches the cache serves need no alias
+        let served = plan(
+            &m,
+            &[dev("SIM0", 600)],
+            &FitParams {
+                cache_alias: true,
+                n_ubatch: 32,
+                ..p
+            },
+        )
+        .unwrap();
+        assert!(served.devices[0].alias.is_none());
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! back while a prompt graph runs. The scheduler asks the cache for each
 //! device's compute memory through its lender interface
 //! ([`ggml_sched::ComputeLender`]); [`CacheLender`] answers from the
-//! cache's state: while the ubatch being computed bypasses the cache, a
+//! cache's state: while the ubatch being computed is larger than every
+//! cached layer serves ([`crate::moe_cache::CacheLayout::served_tokens`]:
+//! such a graph reads no layer through the cache, not even its last, whose
+//! rows are only the outputs), a
 //! group's bank buffer is lent (what it held is forgotten: the graph
 //! writes over it), else nothing is, and the scheduler uses its own small
 //! buffer (planned for the ubatches the cache serves).
@@ -191,7 +194,7 @@ impl ComputeLender for CacheLender {
     fn lend(&mut self, backend: usize, bytes: usize) -> Option<Loan> {
         let g = (*self.group_of.get(backend)?)?;
         let mut c = self.cache.lock();
-        if c.n_tokens() as usize <= c.layout.max_batch {
+        if c.n_tokens() as usize <= c.layout.served_tokens() {
             self.counters.lock().refused += 1;
             return None;
         }

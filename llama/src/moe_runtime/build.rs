@@ -55,6 +55,48 @@ fn worst_graph(model: &Arc<Model>, n: usize, n_kv: usize, kv: &KvCache) -> ggml_
     b.g
 }
 
+/// Allocate the compute memory of the graph of a ubatch of `n` tokens
+/// that the cache serves, over the whole context (the scheduler's own
+/// memory under the compute alias): built through a minimal cache of the
+/// same groups (a graph's compute memory does not depend on the slot
+/// count), which is freed again before the real one is laid out.
+fn alloc_cached_graph(
+    model: &Arc<Model>,
+    n: usize,
+    kv: &KvCache,
+    cpu: &Arc<dyn Backend>,
+    sched: &mut Scheduler,
+    what: &str,
+) -> Result<()> {
+    let Some(dev) = model.devices.iter().find(|d| d.memory().is_some()) else {
+        return Ok(());
+    };
+    let budgets: Vec<u64> = (0..model.devices.len())
+        .map(|d| {
+            let groups = model_groups_on(model, Some(d));
+            let one: u64 = groups.iter().map(|g| g.bank_bytes(g.n_used)).sum();
+            one * groups.len().max(1) as u64
+        })
+        .collect();
+    let mut probe = CacheLayout::new(model, &budgets, cpu, n)?;
+    // planned, never computed: every cached layer serves `n` tokens
+    for l in probe.layers.iter_mut().flatten() {
+        l.max_tokens = n;
+    }
+    let probe = Arc::new(probe);
+    let mut b = GraphBuilder::new(model);
+    b.moe.cache = Some(Arc::clone(&probe));
+    b.build_decoder(kv, n, kv.size, n);
+    let mut g = b.g;
+    sched.alloc_graph(&mut g).map_err(|e| {
+        LlamaError::Invalid(format!(
+            "{what}: the graph of a {n}-token ubatch does not fit on {} before the cache: {e}",
+            dev.name()
+        ))
+    })?;
+    Ok(())
+}
+
 /// [`alloc_largest_graph`] of `n` tokens over `n_kv` cells.
 fn alloc_graph_of(
     model: &Arc<Model>,
@@ -193,15 +235,7 @@ pub(super) fn cache(
         // the cache serves (over the whole context); the cache gets the rest
         sched.release_compute_memory();
         let n_small = mc.max_batch.min(n_ubatch).min(kv.size).max(1);
-        alloc_graph_of(
-            model,
-            n_small,
-            kv.size,
-            kv,
-            sched,
-            &flag,
-            " before the cache",
-        )?;
+        alloc_cached_graph(model, n_small, kv, cpu, sched, &flag)?;
         let shared = new_cache(model, params, &sizes, n_ubatch, cpu, dev)?;
         let lendable = lendable_bytes(model, &shared);
         let n_dev = model.devices.len();

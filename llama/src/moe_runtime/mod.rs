@@ -222,7 +222,9 @@ impl MoeRuntime {
         }
         m.predict_router = self.predict_router;
         m.cache_lent = self.alias.as_ref().is_some_and(|a| a.on)
-            && m.cache.as_ref().is_some_and(|l| n_tokens > l.max_batch);
+            && m.cache
+                .as_ref()
+                .is_some_and(|l| n_tokens > l.served_tokens());
         m.prefetch_predict = self
             .prefetch
             .as_ref()

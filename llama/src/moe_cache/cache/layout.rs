@@ -417,6 +417,18 @@ impl CacheLayout {
             .map(|l| &l.banks[0].0.buffer)
     }
 
+    /// The largest ubatch every cached layer serves: `max_batch`, or fewer
+    /// where a group's slots hold fewer ubatches' experts (0 when no layer
+    /// is cached). Larger ubatches bypass the cache in some layer.
+    pub fn served_tokens(&self) -> usize {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|l| l.max_tokens)
+            .min()
+            .map_or(0, |m| m.min(self.max_batch))
+    }
+
     /// Whether any layer is cached.
     pub fn any_cached(&self) -> bool {
         self.layers.iter().any(|l| l.is_some())
