@@ -5,7 +5,8 @@
 //! host memory and the expert cache; the request fields
 //! (`speculative.n_max` ...), the answers' `draft_n` / `draft_n_accepted`
 //! and the `/metrics` counters; llama.cpp's error for a draft of another
-//! vocabulary and the flags' bad values, named.
+//! vocabulary, the `--fit on` shortfall of a draft that does not fit
+//! beside the target, and the flags' bad values, named.
 
 mod common;
 use common::{request, start, Server};
@@ -284,5 +285,56 @@ fn a_draft_of_another_vocabulary_gets_llama_cpp_error() {
             "the target and draft vocabs are not compatible",
             "draft model vocab type must match target model to use speculation",
         ],
+    );
+}
+
+#[test]
+fn a_draft_that_does_not_fit_beside_the_target_gets_the_fit_shortfall() {
+    let target = fixtures::lean_path("models/tiny-qwen3moe-f32.gguf");
+    let target = target.to_str().unwrap();
+    let Some(draft) = path("tiny-mixtral-f16.gguf") else {
+        println!("skipped: fixture tiny-mixtral-f16 absent");
+        return;
+    };
+    let args = |mem: &'static str| -> Vec<String> {
+        [
+            "-m",
+            target,
+            "-c",
+            "256",
+            "-np",
+            "1",
+            "--device",
+            "SIM0",
+            "--sim-mem-mib",
+            mem,
+            "--fit",
+            "on",
+            "-md",
+            &draft,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    // the target alone fits in 16 MiB, the draft beside it does not
+    let a16 = args("16");
+    let a16: Vec<&str> = a16.iter().map(String::as_str).collect();
+    fails_naming(
+        &a16,
+        &[
+            "the draft model (-md) does not fit beside the target (--fit on)",
+            "--fit: the model does not fit",
+            "missing",
+        ],
+    );
+    // with room for both, the server speculates
+    let a28 = args("28");
+    let a28: Vec<&str> = a28.iter().map(String::as_str).collect();
+    let s = start(&a28);
+    let r = request(&s, "GET", "/props", None);
+    assert_eq!(
+        r.json()["default_generation_settings"]["speculative"],
+        json!(true)
     );
 }
