@@ -2,7 +2,8 @@
 //! is token for token the output without it, on every fixture, with a
 //! draft model (the model itself, and another model of its vocabulary)
 //! and with the n-gram lookup, on the CPU and on SIM0 with the experts in
-//! host memory and the expert cache; the request fields
+//! host memory and the expert cache, and with two requests at once
+//! sharing the decodes (their guesses in one batch); the request fields
 //! (`speculative.n_max` ...), the answers' `draft_n` / `draft_n_accepted`
 //! and the `/metrics` counters; llama.cpp's error for a draft of another
 //! vocabulary, the `--fit on` shortfall of a draft that does not fit
@@ -337,4 +338,57 @@ fn a_draft_that_does_not_fit_beside_the_target_gets_the_fit_shortfall() {
         r.json()["default_generation_settings"]["speculative"],
         json!(true)
     );
+}
+
+#[test]
+fn concurrent_requests_speculate_in_one_batch_without_changing_tokens() {
+    let m = fixtures::lean_path("models/tiny-qwen3moe-f32.gguf");
+    let m = m.to_str().unwrap();
+    let prompts = ["the quick brown fox", "one two three four five six seven"];
+    // each prompt alone on a server without speculation
+    let plain = start(&["-m", m, "-np", "2", "-c", "512"]);
+    let want: Vec<Vec<i64>> = prompts
+        .iter()
+        .map(|p| greedy(&plain, p, &json!({"n_predict": 200})).0)
+        .collect();
+    drop(plain);
+    for spec in [
+        &["-md", m, "--draft-max", "3"][..],
+        &[
+            "--spec-type",
+            "ngram-simple",
+            "--spec-ngram-simple-size-n",
+            "1",
+            "--spec-ngram-simple-size-m",
+            "4",
+        ][..],
+    ] {
+        let s = std::sync::Arc::new(start(
+            &[&["-m", m, "-np", "2", "-c", "512"][..], spec].concat(),
+        ));
+        // both at once (200 tokens each, so that they overlap): their tokens
+        // and guesses share the decodes
+        let got: Vec<(Vec<i64>, Value)> = std::thread::scope(|sc| {
+            let hs: Vec<_> = prompts
+                .iter()
+                .map(|p| {
+                    let s = std::sync::Arc::clone(&s);
+                    sc.spawn(move || greedy(&s, p, &json!({"n_predict": 200})))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for ((toks, tm), w) in got.iter().zip(&want) {
+            assert_eq!(toks, w, "{spec:?}: tokens differ");
+            // the model as its own draft drafts every token (the n-gram
+            // lookup only where the text repeats)
+            if spec[0] == "-md" {
+                assert!(n(tm, "draft_n") > 0, "{spec:?}: {tm}");
+            }
+        }
+        assert!(
+            metric(&s, "n_busy_slots_per_decode") > 1.0,
+            "{spec:?}: the requests never shared a decode"
+        );
+    }
 }
