@@ -141,8 +141,16 @@ fn speculation_changes_no_token_on_any_fixture() {
                     );
                 }
                 // the server's counters are the request's
-                assert_eq!(metric(&s, "n_draft_total") as u64, d, "{what}");
-                assert_eq!(metric(&s, "n_draft_accepted_total") as u64, a, "{what}");
+                assert_eq!(
+                    metric(&s, "spec_decode_num_draft_tokens_total") as u64,
+                    d,
+                    "{what}"
+                );
+                assert_eq!(
+                    metric(&s, "spec_decode_num_accepted_tokens_total") as u64,
+                    a,
+                    "{what}"
+                );
                 verify_bytes += metric(&s, "spec_verify_expert_bytes_total");
                 // again, the prompt from the slot's cache; and with the
                 // request's speculative.n_max 0: no drafting
