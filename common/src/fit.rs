@@ -194,6 +194,47 @@ pub fn apply(
     Ok(Some(pl))
 }
 
+/// `--fit on` with a draft model (`-md`): plan the draft's placement `dp`
+/// in what the target's plan leaves free on each device (the target's
+/// share and its margin are kept free; the draft gets no expert cache), so
+/// that a draft that does not fit beside the target gets the plan's
+/// shortfall error.
+pub fn apply_draft(
+    tool: &str,
+    path: &Path,
+    target_plan: &FitPlan,
+    ctx: &FitContext,
+    dp: &mut PlacementArgs,
+    moe_cache: &MoeCacheArgs,
+) -> Result<()> {
+    let used = target_plan
+        .devices
+        .iter()
+        .map(|d| {
+            d.margin
+                + d.dense
+                + d.experts
+                + d.kv
+                + d.compute
+                + d.staging
+                + d.cache
+                + d.cache_overhead
+        })
+        .max()
+        .unwrap_or(0);
+    let fit = FitArgs {
+        fit: Some(true),
+        fit_target: Some(used as f64 / 1048576.0),
+        fit_out: None,
+    };
+    let mut cache = moe_cache.clone();
+    cache.moe_cache_mib = vec!["0".to_string()];
+    eprintln!("{tool}: fit: the draft model (-md), beside the target:");
+    apply(tool, &fit, Some(path), ctx, dp, &mut cache)
+        .context("the draft model (-md) does not fit beside the target (--fit on)")?;
+    Ok(())
+}
+
 /// Each device's free memory, by opening it (a simulated device needs
 /// `--sim-mem-mib`: without it its memory is unlimited; with `--rpc` and
 /// no `--device`, the RPC workers' devices).

@@ -633,6 +633,7 @@ pub fn run(
             if n > 0 {
                 n_drafted += n;
                 n_verify_tokens += n + 1;
+                metrics.drafts.fetch_add(1, Relaxed);
             }
         }
         if batch.is_empty() {

@@ -2,9 +2,10 @@
 //! `llamacpp:` metric names, plus expert-copy, expert-cache,
 //! prompt-cache and speculative decoding metrics), and how they are read
 //! from the context after each decode ([`Metrics::update_from_context`]).
-//! The speculative ones are named after llama.cpp's slot counters
-//! (`n_draft_total`, `n_draft_accepted`), which its `/metrics` does not
-//! print.
+//! The speculative ones keep llama.cpp's names
+//! (`spec_decode_num_draft_tokens_total`,
+//! `spec_decode_num_accepted_tokens_total`, `spec_decode_num_drafts_total`)
+//! and add the acceptance ratio and the verify batches' expert bytes.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -77,6 +78,9 @@ pub struct Metrics {
     pub draft_tokens: AtomicU64,
     /// Of those, tokens the target's sampled token agreed with.
     pub draft_accepted: AtomicU64,
+    /// Drafts verified (one per slot and decode that carried its guesses:
+    /// llama.cpp's verification steps).
+    pub drafts: AtomicU64,
     /// Decodes that carried draft tokens (verify batches).
     pub verify_decodes: AtomicU64,
     /// Draft tokens and the tokens they follow in those decodes.
@@ -332,19 +336,25 @@ impl Metrics {
             let vb = g(&self.verify_expert_bytes);
             for (name, ty, help, v) in [
                 (
-                    "n_draft_total",
+                    "spec_decode_num_draft_tokens_total",
                     "counter",
-                    "Speculative draft tokens sent to the target.",
+                    "Speculative: Total draft tokens generated",
                     dn as f64,
                 ),
                 (
-                    "n_draft_accepted_total",
+                    "spec_decode_num_accepted_tokens_total",
                     "counter",
-                    "Speculative draft tokens the target accepted.",
+                    "Speculative: Total draft tokens accepted by the target model",
                     da as f64,
                 ),
                 (
-                    "draft_acceptance_ratio",
+                    "spec_decode_num_drafts_total",
+                    "counter",
+                    "Speculative: Total speculative decoding verification steps",
+                    g(&self.drafts) as f64,
+                ),
+                (
+                    "spec_decode_acceptance_ratio",
                     "gauge",
                     "Accepted over drafted tokens.",
                     ratio(da, dn),
@@ -493,15 +503,24 @@ mod tests {
         assert!(!m.render().contains("draft"));
         m.spec_on.store(true, Relaxed);
         let t = m.render();
-        assert!(t.contains("llamacpp:n_draft_total 40\n"), "{t}");
-        assert!(t.contains("llamacpp:n_draft_accepted_total 30\n"), "{t}");
-        assert!(t.contains("llamacpp:draft_acceptance_ratio 0.75\n"), "{t}");
+        assert!(
+            t.contains("llamacpp:spec_decode_num_draft_tokens_total 40\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("llamacpp:spec_decode_num_accepted_tokens_total 30\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("llamacpp:spec_decode_acceptance_ratio 0.75\n"),
+            "{t}"
+        );
         assert!(
             t.contains("llamacpp:spec_verify_expert_bytes_per_accepted 100\n"),
             "{t}"
         );
         assert!(
-            t.contains("# TYPE llamacpp:n_draft_accepted_total counter\n"),
+            t.contains("# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter\n"),
             "{t}"
         );
     }

@@ -1,7 +1,9 @@
 //! Speculative decoding's draft sources for `llama-server`, one per slot:
 //! a draft model (`-md`, placed by its own flags `-ngld`, `-devd`,
-//! `-cmoed`, ...; checked against the target's vocabulary with llama.cpp's
-//! error) in a context of the slot's size, or llama.cpp's `ngram-simple`
+//! `-cmoed`, ...; with `--fit on` planned in what the target's plan leaves
+//! free, so that a draft that does not fit gets the plan's shortfall;
+//! checked against the target's vocabulary with llama.cpp's error) in a
+//! context of the slot's size, or llama.cpp's `ngram-simple`
 //! lookup (`--spec-type ngram-simple`). The decode thread
 //! ([`crate::engine`]) puts each slot's guesses into the batch after its
 //! pending token: the target verifies them in an ordinary batch, which
@@ -10,6 +12,8 @@
 use anyhow::{Context as _, Result};
 use common::args::speculative::SpecSource;
 use common::cli::{self, PlacementArgs};
+use common::fit::FitContext;
+use llama::fit::FitPlan;
 use llama::speculative::draft::DraftModel;
 use llama::speculative::{compat, DraftSource};
 use llama::{Context, Model};
@@ -19,12 +23,14 @@ use crate::args::ServerArgs;
 const TOOL: &str = "llama-server";
 
 /// The draft sources of the `a.parallel` slots (empty: no speculation),
-/// for `target` placed by `placement` (the target's, after `--fit`), each
-/// draft context of `n_slot_ctx` cells.
+/// for `target` placed by `placement` (the target's, after `--fit`; `fit`:
+/// the target's plan and what it planned for, with `--fit on`), each draft
+/// context of `n_slot_ctx` cells.
 pub fn draft_sources(
     a: &ServerArgs,
     target: &Model,
     placement: &PlacementArgs,
+    fit: Option<(&FitPlan, &FitContext)>,
     n_slot_ctx: usize,
     n_threads: usize,
 ) -> Result<Vec<Box<dyn DraftSource + Send>>> {
@@ -42,7 +48,10 @@ pub fn draft_sources(
             }
         }
         Some(SpecSource::Draft(path)) => {
-            let dp = a.spec.draft_placement(placement)?;
+            let mut dp = a.spec.draft_placement(placement)?;
+            if let Some((plan, fc)) = fit {
+                common::fit::apply_draft(TOOL, &path, plan, fc, &mut dp, &a.moe_cache)?;
+            }
             let loaded = cli::load_model(TOOL, Some(&path), &dp, n_threads)
                 .context("cannot load the draft model (-md)")?;
             compat::check(target, &loaded.model)?;

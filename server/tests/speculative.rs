@@ -2,10 +2,12 @@
 //! is token for token the output without it, on every fixture, with a
 //! draft model (the model itself, and another model of its vocabulary)
 //! and with the n-gram lookup, on the CPU and on SIM0 with the experts in
-//! host memory and the expert cache; the request fields
+//! host memory and the expert cache, and with two requests at once
+//! sharing the decodes (their guesses in one batch); the request fields
 //! (`speculative.n_max` ...), the answers' `draft_n` / `draft_n_accepted`
 //! and the `/metrics` counters; llama.cpp's error for a draft of another
-//! vocabulary and the flags' bad values, named.
+//! vocabulary, the `--fit on` shortfall of a draft that does not fit
+//! beside the target, and the flags' bad values, named.
 
 mod common;
 use common::{request, start, Server};
@@ -139,8 +141,16 @@ fn speculation_changes_no_token_on_any_fixture() {
                     );
                 }
                 // the server's counters are the request's
-                assert_eq!(metric(&s, "n_draft_total") as u64, d, "{what}");
-                assert_eq!(metric(&s, "n_draft_accepted_total") as u64, a, "{what}");
+                assert_eq!(
+                    metric(&s, "spec_decode_num_draft_tokens_total") as u64,
+                    d,
+                    "{what}"
+                );
+                assert_eq!(
+                    metric(&s, "spec_decode_num_accepted_tokens_total") as u64,
+                    a,
+                    "{what}"
+                );
                 verify_bytes += metric(&s, "spec_verify_expert_bytes_total");
                 // again, the prompt from the slot's cache; and with the
                 // request's speculative.n_max 0: no drafting
@@ -285,4 +295,108 @@ fn a_draft_of_another_vocabulary_gets_llama_cpp_error() {
             "draft model vocab type must match target model to use speculation",
         ],
     );
+}
+
+#[test]
+fn a_draft_that_does_not_fit_beside_the_target_gets_the_fit_shortfall() {
+    let target = fixtures::lean_path("models/tiny-qwen3moe-f32.gguf");
+    let target = target.to_str().unwrap();
+    let Some(draft) = path("tiny-mixtral-f16.gguf") else {
+        println!("skipped: fixture tiny-mixtral-f16 absent");
+        return;
+    };
+    let args = |mem: &'static str| -> Vec<String> {
+        [
+            "-m",
+            target,
+            "-c",
+            "256",
+            "-np",
+            "1",
+            "--device",
+            "SIM0",
+            "--sim-mem-mib",
+            mem,
+            "--fit",
+            "on",
+            "-md",
+            &draft,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    // the target alone fits in 16 MiB, the draft beside it does not
+    let a16 = args("16");
+    let a16: Vec<&str> = a16.iter().map(String::as_str).collect();
+    fails_naming(
+        &a16,
+        &[
+            "the draft model (-md) does not fit beside the target (--fit on)",
+            "--fit: the model does not fit",
+            "missing",
+        ],
+    );
+    // with room for both, the server speculates
+    let a28 = args("28");
+    let a28: Vec<&str> = a28.iter().map(String::as_str).collect();
+    let s = start(&a28);
+    let r = request(&s, "GET", "/props", None);
+    assert_eq!(
+        r.json()["default_generation_settings"]["speculative"],
+        json!(true)
+    );
+}
+
+#[test]
+fn concurrent_requests_speculate_in_one_batch_without_changing_tokens() {
+    let m = fixtures::lean_path("models/tiny-qwen3moe-f32.gguf");
+    let m = m.to_str().unwrap();
+    let prompts = ["the quick brown fox", "one two three four five six seven"];
+    // each prompt alone on a server without speculation
+    let plain = start(&["-m", m, "-np", "2", "-c", "512"]);
+    let want: Vec<Vec<i64>> = prompts
+        .iter()
+        .map(|p| greedy(&plain, p, &json!({"n_predict": 200})).0)
+        .collect();
+    drop(plain);
+    for spec in [
+        &["-md", m, "--draft-max", "3"][..],
+        &[
+            "--spec-type",
+            "ngram-simple",
+            "--spec-ngram-simple-size-n",
+            "1",
+            "--spec-ngram-simple-size-m",
+            "4",
+        ][..],
+    ] {
+        let s = std::sync::Arc::new(start(
+            &[&["-m", m, "-np", "2", "-c", "512"][..], spec].concat(),
+        ));
+        // both at once (200 tokens each, so that they overlap): their tokens
+        // and guesses share the decodes
+        let got: Vec<(Vec<i64>, Value)> = std::thread::scope(|sc| {
+            let hs: Vec<_> = prompts
+                .iter()
+                .map(|p| {
+                    let s = std::sync::Arc::clone(&s);
+                    sc.spawn(move || greedy(&s, p, &json!({"n_predict": 200})))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for ((toks, tm), w) in got.iter().zip(&want) {
+            assert_eq!(toks, w, "{spec:?}: tokens differ");
+            // the model as its own draft drafts every token (the n-gram
+            // lookup only where the text repeats)
+            if spec[0] == "-md" {
+                assert!(n(tm, "draft_n") > 0, "{spec:?}: {tm}");
+            }
+        }
+        assert!(
+            metric(&s, "n_busy_slots_per_decode") > 1.0,
+            "{spec:?}: the requests never shared a decode"
+        );
+    }
 }

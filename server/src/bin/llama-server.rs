@@ -30,17 +30,18 @@ fn serve(a: &ServerArgs) -> Result<()> {
     let (tk, tv) = a.cache_types()?;
     let mut placement = a.placement.clone();
     let mut moe_cache = a.moe_cache.clone();
-    common::fit::apply(
+    let fit_ctx = common::fit::FitContext {
+        n_ctx: a.ctx_size,
+        n_ubatch: a.batch.ubatch_size.min(a.batch.batch_size),
+        type_k: tk,
+        type_v: tv,
+        prefetch_slots: a.prefetch.slots()?,
+    };
+    let plan = common::fit::apply(
         TOOL,
         &a.fit,
         a.model.as_deref(),
-        &common::fit::FitContext {
-            n_ctx: a.ctx_size,
-            n_ubatch: a.batch.ubatch_size.min(a.batch.batch_size),
-            type_k: tk,
-            type_v: tv,
-            prefetch_slots: a.prefetch.slots()?,
-        },
+        &fit_ctx,
         &mut placement,
         &mut moe_cache,
     )?;
@@ -67,7 +68,14 @@ fn serve(a: &ServerArgs) -> Result<()> {
         .n_batch
         .max(params.n_ubatch + a.parallel * (1 + spec.n_max));
     let ctx = Context::new(Arc::clone(&model), params).context("cannot create the context")?;
-    let drafts = server::speculative::draft_sources(a, &model, &placement, n_slot_ctx, threads)?;
+    let drafts = server::speculative::draft_sources(
+        a,
+        &model,
+        &placement,
+        plan.as_ref().map(|p| (p, &fit_ctx)),
+        n_slot_ctx,
+        threads,
+    )?;
     let speculative = !drafts.is_empty();
     let model_id = a.alias.clone().unwrap_or_else(|| {
         loaded

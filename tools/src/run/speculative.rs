@@ -6,7 +6,7 @@
 use anyhow::{Context as _, Result};
 use common::args::speculative::SpecSource;
 use common::cli::{self, PlacementArgs};
-use common::fit::{FitArgs, FitContext};
+use common::fit::FitContext;
 use llama::fit::FitPlan;
 use llama::speculative::draft::DraftModel;
 use llama::speculative::{compat, DraftSource, SpecDecoder};
@@ -53,7 +53,7 @@ pub(crate) fn load(
         Some(SpecSource::Draft(path)) => {
             let mut dp = a.spec.draft_placement(placement)?;
             if let Some((plan, fc)) = fit {
-                fit_draft(a, &path, plan, fc, &mut dp)?;
+                common::fit::apply_draft(TOOL, &path, plan, fc, &mut dp, &a.moe_cache)?;
             }
             let loaded = cli::load_model(TOOL, Some(&path), &dp, n_threads)
                 .context("cannot load the draft model (-md)")?;
@@ -76,43 +76,4 @@ pub(crate) fn load(
             }))
         }
     }
-}
-
-/// `--fit on` with a draft: plan the draft's placement in what the
-/// target's plan leaves free on each device (the target's share and its
-/// margin are kept free; the draft gets no expert cache), so that a draft
-/// that does not fit beside the target gets the plan's shortfall error.
-fn fit_draft(
-    a: &Args,
-    path: &std::path::Path,
-    target_plan: &FitPlan,
-    fc: &FitContext,
-    dp: &mut PlacementArgs,
-) -> Result<()> {
-    let used = target_plan
-        .devices
-        .iter()
-        .map(|d| {
-            d.margin
-                + d.dense
-                + d.experts
-                + d.kv
-                + d.compute
-                + d.staging
-                + d.cache
-                + d.cache_overhead
-        })
-        .max()
-        .unwrap_or(0);
-    let fit = FitArgs {
-        fit: Some(true),
-        fit_target: Some(used as f64 / 1048576.0),
-        fit_out: None,
-    };
-    let mut cache = a.moe_cache.clone();
-    cache.moe_cache_mib = vec!["0".to_string()];
-    eprintln!("{TOOL}: fit: the draft model (-md), beside the target:");
-    common::fit::apply(TOOL, &fit, Some(path), fc, dp, &mut cache)
-        .context("the draft model (-md) does not fit beside the target (--fit on)")?;
-    Ok(())
 }
