@@ -220,11 +220,7 @@ impl ComputeLender for CacheLender {
     }
 
     fn give_back(&mut self, backend: usize) {
-        if self
-            .lent
-            .get_mut(backend)
-            .is_some_and(|l| std::mem::take(l))
-        {
+        if self.lent.get_mut(backend).is_some_and(std::mem::take) {
             let mut c = self.cache.lock();
             for &g in &self.groups_of[backend] {
                 c.return_group(g);
