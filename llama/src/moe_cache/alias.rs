@@ -18,7 +18,7 @@
 //!
 //! The ubatch is fitted to the lendable memory when the context is made
 //! ([`choose_ubatch`]): the worst-case graph of `-ub` tokens (over the
-//! whole context) must fit in the largest bank buffer of each device;
+//! whole context) must fit in each device's bank buffer (one per device, holding all its groups);
 //! else the ubatch halves, down to [`MIN_UBATCH`]; when even that graph
 //! does not fit, the alias drops out and the compute memory is reserved
 //! apart as without it. Nothing is ever allocated behind the cache's back:
@@ -63,7 +63,7 @@ pub struct AliasReport {
     /// Device compute memory of the worst-case graph of `ubatch` tokens
     /// (the most on one device), bytes; 0 when not planned.
     pub graph_bytes: u64,
-    /// The lendable memory (the largest bank buffer, summed over the
+    /// The lendable memory (each device's bank buffer, summed over the
     /// devices), bytes.
     pub lendable_bytes: u64,
     /// Why, in a few words (one clause of the summary's line).
@@ -154,10 +154,11 @@ pub fn choose_ubatch<E>(
 /// docs.
 pub struct CacheLender {
     cache: Arc<Mutex<CacheShared>>,
-    /// Per scheduler backend: the group whose banks it may borrow.
-    group_of: Vec<Option<usize>>,
-    /// Per scheduler backend: the group lent now.
-    lent: Vec<Option<usize>>,
+    /// Per scheduler backend: the groups whose banks (one buffer) it may
+    /// borrow.
+    groups_of: Vec<Vec<usize>>,
+    /// Per scheduler backend: whether its groups are lent now.
+    lent: Vec<bool>,
     counters: Arc<Mutex<AliasCounters>>,
 }
 
@@ -174,17 +175,18 @@ pub struct AliasCounters {
 
 impl CacheLender {
     /// A lender over `cache`: backend `b` of the scheduler (device `b` of
-    /// the model) borrows the banks of `group_of[b]`.
+    /// the model) borrows the bank buffer of the groups `groups_of[b]`
+    /// (the device's, all in one buffer).
     pub fn new(
         cache: Arc<Mutex<CacheShared>>,
-        group_of: Vec<Option<usize>>,
+        groups_of: Vec<Vec<usize>>,
         counters: Arc<Mutex<AliasCounters>>,
     ) -> CacheLender {
-        let n = group_of.len();
+        let n = groups_of.len();
         CacheLender {
             cache,
-            group_of,
-            lent: vec![None; n],
+            groups_of,
+            lent: vec![false; n],
             counters,
         }
     }
@@ -192,17 +194,21 @@ impl CacheLender {
 
 impl ComputeLender for CacheLender {
     fn lend(&mut self, backend: usize, bytes: usize) -> Option<Loan> {
-        let g = (*self.group_of.get(backend)?)?;
+        let groups = self.groups_of.get(backend)?;
+        let first = *groups.first()?;
         let mut c = self.cache.lock();
         if c.n_tokens() as usize <= c.layout.served_tokens() {
             self.counters.lock().refused += 1;
             return None;
         }
-        let buffer: Arc<dyn Buffer> = Arc::clone(c.layout.group_buffer(g)?);
-        if bytes > buffer.size() || !c.lend_group(g) {
+        let buffer: Arc<dyn Buffer> = Arc::clone(c.layout.group_buffer(first)?);
+        if bytes > buffer.size() {
             return None;
         }
-        self.lent[backend] = Some(g);
+        for &g in groups {
+            c.lend_group(g);
+        }
+        self.lent[backend] = true;
         let mut k = self.counters.lock();
         k.loans += 1;
         k.max_lent_bytes = k.max_lent_bytes.max(bytes as u64);
@@ -214,8 +220,11 @@ impl ComputeLender for CacheLender {
     }
 
     fn give_back(&mut self, backend: usize) {
-        if let Some(g) = self.lent.get_mut(backend).and_then(Option::take) {
-            self.cache.lock().return_group(g);
+        if self.lent.get_mut(backend).is_some_and(std::mem::take) {
+            let mut c = self.cache.lock();
+            for &g in &self.groups_of[backend] {
+                c.return_group(g);
+            }
         }
     }
 }

@@ -350,28 +350,26 @@ fn new_cache(
     Ok(shared)
 }
 
-/// Per device: the group whose bank buffer is the largest (what a graph
-/// on that device may borrow).
-fn lender_groups(model: &Model, shared: &CacheShared) -> Vec<Option<usize>> {
+/// Per device: its groups with banks (all in the device's one bank
+/// buffer, what a graph on that device may borrow).
+fn lender_groups(model: &Model, shared: &CacheShared) -> Vec<Vec<usize>> {
     let l = &shared.layout;
     (0..model.devices.len())
         .map(|d| {
             (0..l.groups.len())
-                .filter(|&g| l.group_device.get(g) == Some(&d))
-                .filter_map(|g| l.group_buffer(g).map(|b| (b.size(), g)))
-                .max()
-                .map(|(_, g)| g)
+                .filter(|&g| l.group_device.get(g) == Some(&d) && l.group_buffer(g).is_some())
+                .collect()
         })
         .collect()
 }
 
-/// Per device: the bytes of the bank buffer [`lender_groups`] picks (0
-/// without one).
+/// Per device: the bytes of its bank buffer (0 without one).
 fn lendable_bytes(model: &Model, shared: &CacheShared) -> Vec<u64> {
     lender_groups(model, shared)
         .iter()
-        .map(|g| {
-            g.and_then(|g| shared.layout.group_buffer(g))
+        .map(|gs| {
+            gs.first()
+                .and_then(|&g| shared.layout.group_buffer(g))
                 .map_or(0, |b| b.size() as u64)
         })
         .collect()

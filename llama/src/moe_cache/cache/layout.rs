@@ -290,8 +290,44 @@ impl CacheLayout {
         let n_used = model.hparams.n_expert_used.max(1);
         let slot_stride = (n_used * max_batch.max(1) * 4).next_multiple_of(ALIGN);
         let mut cached_layers = Vec::new();
+        // one buffer per device holds the banks of all its groups, one
+        // group after another (so that the compute alias can lend them as
+        // one block)
+        let bank_bytes_of = |gi: usize| {
+            let n = slots[gi];
+            if n < shapes[gi].n_used || n == 0 {
+                0
+            } else {
+                shapes[gi].bank_bytes(n)
+            }
+        };
+        let mut device_bufs: Vec<Option<Arc<dyn Buffer>>> = vec![None; model.devices.len()];
+        let mut device_off = vec![0usize; model.devices.len()];
+        for (d, dev) in model.devices.iter().enumerate() {
+            let total: u64 = (0..shapes.len())
+                .filter(|&gi| group_device[gi] == d)
+                .map(bank_bytes_of)
+                .sum();
+            if total == 0 {
+                continue;
+            }
+            let n_slots: u32 = (0..shapes.len())
+                .filter(|&gi| group_device[gi] == d && bank_bytes_of(gi) > 0)
+                .map(|gi| slots[gi])
+                .sum();
+            let buf = dev
+                .alloc_buffer(total as usize, BufferUsage::Weights)
+                .map_err(|e| {
+                    oom(
+                        &format!("banks of {n_slots} slots on {}", dev.name()),
+                        budgets[d],
+                        e,
+                    )
+                })?;
+            banks.push(Arc::clone(&buf));
+            device_bufs[d] = Some(buf);
+        }
         for (gi, (g, &n_slots)) in shapes.iter().zip(&slots).enumerate() {
-            let (device, budget) = (&model.devices[group_device[gi]], budgets[group_device[gi]]);
             let fallback = n_slots < g.n_used || n_slots == 0;
             let bank_bytes = if fallback { 0 } else { g.bank_bytes(n_slots) };
             groups.push(GroupInfo {
@@ -306,16 +342,12 @@ impl CacheLayout {
             if fallback {
                 continue;
             }
-            let buf = device
-                .alloc_buffer(bank_bytes as usize, BufferUsage::Weights)
-                .map_err(|e| {
-                    oom(
-                        &format!("banks of {n_slots} slots on {}", device.name()),
-                        budget,
-                        e,
-                    )
-                })?;
-            let mut off = 0usize;
+            let d = group_device[gi];
+            let Some(buf) = device_bufs[d].clone() else {
+                continue;
+            };
+            let mut off = device_off[d];
+            device_off[d] += bank_bytes as usize;
             let mut bank = Vec::new();
             for r in &g.roles {
                 bank.push((
@@ -328,7 +360,6 @@ impl CacheLayout {
                 ));
                 off += ((n_slots as usize + 1) * r.expert_bytes).next_multiple_of(ALIGN);
             }
-            banks.push(buf);
             for &l in &g.layers {
                 cached_layers.push((
                     l,
@@ -408,7 +439,8 @@ impl CacheLayout {
     }
 
     /// The buffer of group `g`'s banks (`None` for a group that falls
-    /// back): gate, up and down banks one after another from offset 0.
+    /// back): one per device, holding the banks of all the device's groups
+    /// one after another.
     pub fn group_buffer(&self, g: usize) -> Option<&Arc<dyn Buffer>> {
         self.layers
             .iter()
