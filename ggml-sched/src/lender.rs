@@ -4,9 +4,9 @@
 //! Without a lender the scheduler allocates one compute buffer per backend
 //! and keeps it. With one, [`crate::Scheduler::alloc_graph`] first asks
 //! the lender for each device's compute memory of the graph: a loan is a
-//! range of a buffer someone else owns (for llama, the expert cache's
-//! banks while a prompt ubatch leaves them idle), and the graph's tensors
-//! and input copies are laid out in it instead. The scheduler knows nothing
+//! range of a buffer someone else owns (memory its owner leaves idle while
+//! this graph runs), and the graph's tensors and input copies are laid out
+//! in it instead. The scheduler knows nothing
 //! of what the memory holds otherwise: it sees a memory source.
 //!
 //! The protocol, per backend:
