@@ -27,6 +27,7 @@ pub mod chat;
 pub mod cli;
 pub mod default_model;
 pub mod devices;
+pub mod draft;
 pub mod fit;
 pub mod flags;
 pub mod forced;

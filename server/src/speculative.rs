@@ -15,7 +15,7 @@ use common::cli::{self, PlacementArgs};
 use common::fit::FitContext;
 use llama::fit::FitPlan;
 use llama::speculative::draft::DraftModel;
-use llama::speculative::{compat, DraftSource};
+use llama::speculative::DraftSource;
 use llama::{Context, Model};
 
 use crate::args::ServerArgs;
@@ -48,13 +48,16 @@ pub fn draft_sources(
             }
         }
         Some(SpecSource::Draft(path)) => {
-            let mut dp = a.spec.draft_placement(placement)?;
-            if let Some((plan, fc)) = fit {
-                common::fit::apply_draft(TOOL, &path, plan, fc, &mut dp, &a.moe_cache)?;
-            }
-            let loaded = cli::load_model(TOOL, Some(&path), &dp, n_threads)
-                .context("cannot load the draft model (-md)")?;
-            compat::check(target, &loaded.model)?;
+            let (loaded, dp) = common::draft::load_draft(
+                TOOL,
+                &path,
+                &a.spec,
+                placement,
+                fit,
+                &a.moe_cache,
+                n_threads,
+                target,
+            )?;
             eprintln!(
                 "{TOOL}: speculative: draft-simple, draft model {}: {} layers, n_vocab {}, {}; placement: {}; a context of {n_slot_ctx} tokens for each of {} slots (--spec-draft-n-max {})",
                 loaded.path.display(),

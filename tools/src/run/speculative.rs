@@ -9,7 +9,7 @@ use common::cli::{self, PlacementArgs};
 use common::fit::FitContext;
 use llama::fit::FitPlan;
 use llama::speculative::draft::DraftModel;
-use llama::speculative::{compat, DraftSource, SpecDecoder};
+use llama::speculative::{DraftSource, SpecDecoder};
 use llama::{Context, Model};
 
 use super::flags::Args;
@@ -51,13 +51,16 @@ pub(crate) fn load(
             }))
         }
         Some(SpecSource::Draft(path)) => {
-            let mut dp = a.spec.draft_placement(placement)?;
-            if let Some((plan, fc)) = fit {
-                common::fit::apply_draft(TOOL, &path, plan, fc, &mut dp, &a.moe_cache)?;
-            }
-            let loaded = cli::load_model(TOOL, Some(&path), &dp, n_threads)
-                .context("cannot load the draft model (-md)")?;
-            compat::check(target, &loaded.model)?;
+            let (loaded, dp) = common::draft::load_draft(
+                TOOL,
+                &path,
+                &a.spec,
+                placement,
+                fit,
+                &a.moe_cache,
+                n_threads,
+                target,
+            )?;
             eprintln!(
                 "{TOOL}: speculative: draft-simple, draft model {}: {} layers, n_vocab {}, {}; placement: {}",
                 loaded.path.display(),
